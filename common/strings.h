@@ -1,0 +1,39 @@
+// Parsing of the small values that flags, YAML and environment variables carry. Every error
+// message names the flag (or key) and the offending value, so callers can print it as is.
+#ifndef DDPRUN_COMMON_STRINGS_H_
+#define DDPRUN_COMMON_STRINGS_H_
+
+#include <chrono>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace ddprun {
+
+// A whole-string decimal integer in [min, max]; `what` names the flag, e.g. "--max-restarts".
+absl::StatusOr<int64_t> ParseInt(absl::string_view what, absl::string_view value, int64_t min,
+                                 int64_t max);
+
+// Seconds as a decimal number ("0.1", "30"), >= 0.
+absl::StatusOr<std::chrono::milliseconds> ParseSeconds(absl::string_view what,
+                                                       absl::string_view value);
+
+// "true/false/1/0/yes/no/on/off" (case-insensitive).
+absl::StatusOr<bool> ParseBool(absl::string_view what, absl::string_view value);
+
+struct HostPort {
+  std::string host;  // without IPv6 brackets
+  int port = 0;      // 0 when the text had none and no default was given
+};
+
+// "host", "host:port", "1.2.3.4:5", "[::1]:5", "::1" (a bare IPv6 address has no port).
+absl::StatusOr<HostPort> ParseHostPort(absl::string_view what, absl::string_view value,
+                                       int default_port);
+
+// "[::1]:5" for IPv6 hosts, "host:5" otherwise.
+std::string FormatHostPort(absl::string_view host, int port);
+
+}  // namespace ddprun
+
+#endif  // DDPRUN_COMMON_STRINGS_H_

@@ -1,0 +1,86 @@
+// The agent's view of a rendezvous: join a run, learn this node's place in each round, report
+// how the local worker group is doing, and be told to restart or to stop.
+//
+// Implementations: LocalRendezvous (one node, or torch.distributed.launch-style static
+// multi-node; launcher/), and the gRPC client of the built-in server and the etcd v3 backend
+// (rendezvous/). All of them deliver events through RendezvousEvents on the agent's Executor,
+// so the agent's state is only ever touched from its own loop thread.
+#ifndef DDPRUN_RENDEZVOUS_RENDEZVOUS_H_
+#define DDPRUN_RENDEZVOUS_RENDEZVOUS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace ddprun::rendezvous {
+
+// What an agent says about itself when it joins.
+struct NodeInfo {
+  std::string run_id;
+  std::string node_id;          // unique per agent process: "<hostname>_<pid>_<random>"
+  std::string hostname;
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int nproc_per_node = 1;
+  int requested_node_rank = -1;  // -1: any; else an explicit --node-rank / SLURM_NODEID
+  std::string local_addr;        // --local-addr; empty: the server uses the peer address
+  int master_port = 0;           // port this agent has reserved for its rank-0 worker
+};
+
+// This node's place in one round. Workers of the round get their environment from it.
+struct Assignment {
+  int64_t round = 0;            // increases by one per round of the run, never reused
+  int group_rank = 0;           // this node's rank among the nodes of the round
+  int group_world_size = 1;     // nodes in the round
+  int rank_offset = 0;          // global rank of this node's LOCAL_RANK=0 worker
+  int world_size = 1;           // workers in the round, all nodes together
+  std::string master_addr;      // where the rank-0 worker's TCPStore listens
+  int master_port = 0;
+  int restart_count = 0;        // failure-triggered restarts spent so far (job-wide)
+  int max_restarts = 0;
+};
+
+// The first failure of a worker group, as the agent that saw it reports it.
+struct WorkerFailure {
+  std::string hostname;
+  int rank = -1;
+  int local_rank = -1;
+  int pid = 0;
+  int exit_code = 0;  // when it exited
+  int signal = 0;     // when a signal killed it (then exit_code is unused)
+  std::string message;  // the error file's message, or the tail of stderr
+};
+
+enum class GroupState { kRunning, kSucceeded, kFailed };
+
+// Callbacks to the agent. Always invoked on the agent's Executor.
+class RendezvousEvents {
+ public:
+  virtual ~RendezvousEvents() = default;
+  // A round formed and this node is in it: (re)start workers with this assignment.
+  virtual void OnAssignment(const Assignment& assignment) = 0;
+  // The current round is over (a failure somewhere, a node lost or joining): stop the workers
+  // and wait for the next assignment. `reason` is one human-readable line.
+  virtual void OnRestart(const std::string& reason) = 0;
+  // The run is over for this node. OK: the job succeeded. kResourceExhausted: the restart
+  // budget is spent (exit 1). Anything else: rendezvous failure (exit 3), message says why.
+  virtual void OnClosed(const absl::Status& status) = 0;
+};
+
+class Rendezvous {
+ public:
+  virtual ~Rendezvous() = default;
+  // Starts joining the run. Events follow on `events`; the object must outlive this.
+  virtual void Join(const NodeInfo& node, RendezvousEvents* events) = 0;
+  // How the local worker group of `round` is doing. `failure` is set with kFailed.
+  virtual void ReportGroupState(int64_t round, GroupState state,
+                                const std::optional<WorkerFailure>& failure) = 0;
+  // This node leaves the run (after success, or on a signal). Idempotent; no events follow.
+  virtual void Leave(const std::string& reason) = 0;
+};
+
+}  // namespace ddprun::rendezvous
+
+#endif  // DDPRUN_RENDEZVOUS_RENDEZVOUS_H_

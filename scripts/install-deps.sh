@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs exactly the Debian 12 packages ddprun needs to build, test, run its demo and its
+# benchmarks. Idempotent: when everything is present it only checks and returns (about 0.1 s).
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  cmake make g++ pkg-config
+  # launcher + rendezvous
+  libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libabsl-dev
+  libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
+  # worker (LibTorch CPU with gloo) and its JPEG decoder
+  libtorch-dev libgloo-dev libgoogle-glog-dev libturbojpeg0-dev libjpeg62-turbo-dev
+  # tests and micro-benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # real peers and data for tests, demo and benchmarks
+  python3-torch python3-torchvision dataset-fashion-mnist
+  procps
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,57 @@
+#include "tests/testing/test_env.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+
+namespace ddprun::testing {
+
+namespace {
+std::string EnvOr(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : fallback;
+}
+}  // namespace
+
+std::string BinPath(const std::string& name) {
+  return EnvOr("DDPRUN_BIN_DIR", "build/bin") + "/" + name;
+}
+
+std::string SourcePath(const std::string& relative) {
+  return EnvOr("DDPRUN_SOURCE_DIR", ".") + "/" + relative;
+}
+
+TempDir::TempDir() {
+  std::string tmpl = EnvOr("TMPDIR", "/tmp") + "/ddprun-test-XXXXXX";
+  if (mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = tmpl;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void WriteFile(const std::string& path, const std::string& contents, int mode) {
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << contents;
+  }
+  chmod(path.c_str(), mode);
+}
+
+std::string SystemPython() { return EnvOr("DDPRUN_TEST_PYTHON", "/usr/bin/python3"); }
+
+}  // namespace ddprun::testing

@@ -1,0 +1,32 @@
+// Where the tests find the built binaries, the source tree and scratch space.
+#ifndef DDPRUN_TESTS_TESTING_TEST_ENV_H_
+#define DDPRUN_TESTS_TESTING_TEST_ENV_H_
+
+#include <string>
+
+namespace ddprun::testing {
+
+// build/bin/<name>; from DDPRUN_BIN_DIR, set by CTest.
+std::string BinPath(const std::string& name);
+// A file in the source tree; from DDPRUN_SOURCE_DIR, set by CTest.
+std::string SourcePath(const std::string& relative);
+// A fresh empty directory, removed by the destructor.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+std::string ReadFile(const std::string& path);
+void WriteFile(const std::string& path, const std::string& contents, int mode = 0644);
+// The Python interpreter that has Debian's torch (python3-torch installs for /usr/bin/python3).
+std::string SystemPython();
+
+}  // namespace ddprun::testing
+
+#endif  // DDPRUN_TESTS_TESTING_TEST_ENV_H_
