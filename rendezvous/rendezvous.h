@@ -19,7 +19,7 @@ namespace ddprun::rendezvous {
 // What an agent says about itself when it joins.
 struct NodeInfo {
   std::string run_id;
-  std::string node_id;          // unique per agent process: "<hostname>_<pid>_<random>"
+  std::string node_id;  // unique per agent process: "<hostname>_<pid>_<random>"
   std::string hostname;
   int min_nodes = 1;
   int max_nodes = 1;
@@ -27,18 +27,19 @@ struct NodeInfo {
   int requested_node_rank = -1;  // -1: any; else an explicit --node-rank / SLURM_NODEID
   std::string local_addr;        // --local-addr; empty: the server uses the peer address
   int master_port = 0;           // port this agent has reserved for its rank-0 worker
+  int max_restarts = 0;          // --max-restarts: the job-wide budget; agents of a run agree
 };
 
 // This node's place in one round. Workers of the round get their environment from it.
 struct Assignment {
-  int64_t round = 0;            // increases by one per round of the run, never reused
-  int group_rank = 0;           // this node's rank among the nodes of the round
-  int group_world_size = 1;     // nodes in the round
-  int rank_offset = 0;          // global rank of this node's LOCAL_RANK=0 worker
-  int world_size = 1;           // workers in the round, all nodes together
-  std::string master_addr;      // where the rank-0 worker's TCPStore listens
+  int64_t round = 0;         // increases by one per round of the run, never reused
+  int group_rank = 0;        // this node's rank among the nodes of the round
+  int group_world_size = 1;  // nodes in the round
+  int rank_offset = 0;       // global rank of this node's LOCAL_RANK=0 worker
+  int world_size = 1;        // workers in the round, all nodes together
+  std::string master_addr;   // where the rank-0 worker's TCPStore listens
   int master_port = 0;
-  int restart_count = 0;        // failure-triggered restarts spent so far (job-wide)
+  int restart_count = 0;  // failure-triggered restarts spent so far (job-wide)
   int max_restarts = 0;
 };
 
@@ -48,8 +49,8 @@ struct WorkerFailure {
   int rank = -1;
   int local_rank = -1;
   int pid = 0;
-  int exit_code = 0;  // when it exited
-  int signal = 0;     // when a signal killed it (then exit_code is unused)
+  int exit_code = 0;    // when it exited
+  int signal = 0;       // when a signal killed it (then exit_code is unused)
   std::string message;  // the error file's message, or the tail of stderr
 };
 

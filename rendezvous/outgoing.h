@@ -1,0 +1,47 @@
+// The decisions of the rendezvous state machine: which message goes to which agent stream.
+// The transport (rendezvous_service.cc) only translates these into protobuf and writes them.
+#ifndef DDPRUN_RENDEZVOUS_OUTGOING_H_
+#define DDPRUN_RENDEZVOUS_OUTGOING_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "rendezvous/rendezvous.h"
+
+namespace ddprun::rendezvous {
+
+// Identifies one agent stream. Chosen by the transport, unique for the server's lifetime.
+using ConnId = uint64_t;
+
+// The join was accepted; an assignment follows when a round forms.
+struct JoinedNotice {
+  std::string peer_host;
+};
+
+// The round `round` is over; stop the workers and wait for the next assignment.
+struct RestartNotice {
+  int64_t round = 0;
+  std::string reason;
+};
+
+// The run is over for this stream. After a CloseNotice the state machine has forgotten the
+// stream: the transport writes it and then finishes the stream.
+struct CloseNotice {
+  absl::Status status;  // OK, kResourceExhausted (budget spent), else a rendezvous failure
+  std::optional<WorkerFailure> root_cause;
+};
+
+struct Outgoing {
+  ConnId conn = 0;
+  std::variant<JoinedNotice, Assignment, RestartNotice, CloseNotice> msg;
+};
+
+using Outbox = std::vector<Outgoing>;
+
+}  // namespace ddprun::rendezvous
+
+#endif  // DDPRUN_RENDEZVOUS_OUTGOING_H_

@@ -1,0 +1,395 @@
+#include "rendezvous/run_state.h"
+
+#include <string.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "rendezvous/rank_assignment.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+std::string NodesFlag(int min_nodes, int max_nodes) {
+  return min_nodes == max_nodes ? absl::StrCat("--nnodes=", min_nodes)
+                                : absl::StrCat("--nnodes=", min_nodes, ":", max_nodes);
+}
+
+std::string SignalName(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev != nullptr ? absl::StrCat("SIG", abbrev) : absl::StrCat("signal ", sig);
+}
+
+std::string DescribeFailure(const WorkerFailure& f) {
+  std::string how = f.signal != 0 ? absl::StrCat("was killed by ", SignalName(f.signal))
+                                  : absl::StrCat("exited with code ", f.exit_code);
+  std::string out = absl::StrCat("worker failure on ", f.hostname, ": rank ", f.rank,
+                                 " (local_rank ", f.local_rank, ", pid ", f.pid, ") ", how);
+  if (!f.message.empty()) absl::StrAppend(&out, ": ", f.message);
+  return out;
+}
+
+}  // namespace
+
+const char* RunPhaseName(RunPhase phase) {
+  switch (phase) {
+    case RunPhase::kJoining:
+      return "joining";
+    case RunPhase::kRunning:
+      return "running";
+    case RunPhase::kClosed:
+      return "closed";
+  }
+  return "unknown";
+}
+
+RunState::RunState(const JoinRequest& first, TimePoint now)
+    : run_id_(first.node.run_id),
+      min_nodes_(first.node.min_nodes),
+      max_nodes_(first.node.max_nodes),
+      nproc_per_node_(first.node.nproc_per_node),
+      max_restarts_(first.node.max_restarts),
+      timeouts_(first.timeouts),
+      creator_(absl::StrCat("node ", first.node.node_id, " on ", first.node.hostname)) {
+  join_deadline_ = now + timeouts_.join_timeout;
+}
+
+absl::Status RunState::CheckJoin(const JoinRequest& request) const {
+  const NodeInfo& n = request.node;
+  if (phase_ == RunPhase::kClosed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("run '", run_id_, "' is closed: ", close_message_));
+  }
+  if (n.min_nodes != min_nodes_ || n.max_nodes != max_nodes_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "run '", run_id_, "': this agent has ", NodesFlag(n.min_nodes, n.max_nodes),
+        " but the run has ", NodesFlag(min_nodes_, max_nodes_), " (set by ", creator_, ")"));
+  }
+  if (n.nproc_per_node != nproc_per_node_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "run '", run_id_, "': this agent has --nproc-per-node=", n.nproc_per_node,
+        " but the run has --nproc-per-node=", nproc_per_node_, " (set by ", creator_, ")"));
+  }
+  if (n.max_restarts != max_restarts_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "run '", run_id_, "': this agent has --max-restarts=", n.max_restarts,
+        " but the run has --max-restarts=", max_restarts_, " (set by ", creator_, ")"));
+  }
+  if (n.requested_node_rank >= max_nodes_) {
+    return absl::InvalidArgumentError(absl::StrCat("--node-rank=", n.requested_node_rank,
+                                                   " is out of range for ",
+                                                   NodesFlag(min_nodes_, max_nodes_)));
+  }
+  for (const auto& [conn, node] : nodes_) {
+    if (node.info.node_id == n.node_id) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("run '", run_id_, "': node id '", n.node_id, "' has already joined"));
+    }
+    if (n.requested_node_rank >= 0 && node.info.requested_node_rank == n.requested_node_rank) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "run '", run_id_, "': --node-rank=", n.requested_node_rank, " is already taken by node ",
+          node.info.node_id, " on ", node.info.hostname));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outbox* out) {
+  if (absl::Status refused = CheckJoin(request); !refused.ok()) {
+    out->push_back({conn, CloseNotice{refused, std::nullopt}});
+    return;
+  }
+  Node node;
+  node.conn = conn;
+  node.info = request.node;
+  node.addr = request.node.local_addr.empty() ? request.peer_host : request.node.local_addr;
+  node.last_seen = now;
+  node.arrival = next_arrival_++;
+  const std::string who = Describe(node);
+  nodes_[conn] = std::move(node);
+  out->push_back({conn, JoinedNotice{request.peer_host}});
+
+  if (phase_ == RunPhase::kJoining) {
+    MaybeFormRound(now, out);
+  } else if (members_in_round() < max_nodes_ && succeeded_in_round_ == 0) {
+    // Scale up: the world is below max, so the newcomer gets in by restarting the round. A
+    // round where some node already succeeded is finishing; the newcomer waits instead.
+    RestartRound(absl::StrCat(who, " joined"), /*is_failure=*/false, std::nullopt, now, out);
+  }
+}
+
+void RunState::Heartbeat(ConnId conn, TimePoint now) {
+  auto it = nodes_.find(conn);
+  if (it != nodes_.end()) it->second.last_seen = now;
+}
+
+absl::Status RunState::GroupStatus(ConnId conn, int64_t round, GroupState state,
+                                   const std::optional<WorkerFailure>& failure, TimePoint now,
+                                   Outbox* out) {
+  auto it = nodes_.find(conn);
+  if (it == nodes_.end()) return absl::NotFoundError("unknown stream");
+  it->second.last_seen = now;
+  if (phase_ != RunPhase::kRunning || round != round_ || !it->second.in_round) {
+    return absl::AbortedError(absl::StrCat("status for round ", round, " but the run is at round ",
+                                           round_, " (", RunPhaseName(phase_), ")"));
+  }
+  switch (state) {
+    case GroupState::kRunning:
+      return absl::OkStatus();
+    case GroupState::kSucceeded: {
+      ++succeeded_in_round_;
+      RemoveNode(conn);
+      out->push_back({conn, CloseNotice{absl::OkStatus(), std::nullopt}});
+      if (members_in_round() == 0) {
+        CloseRun(absl::OkStatus(), std::nullopt, out);
+        close_message_ = absl::StrCat("round ", round_, " succeeded");
+      }
+      return absl::OkStatus();
+    }
+    case GroupState::kFailed: {
+      WorkerFailure f = failure.value_or(WorkerFailure{});
+      if (f.hostname.empty()) f.hostname = it->second.info.hostname;
+      RestartRound(DescribeFailure(f), /*is_failure=*/true, f, now, out);
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError("unknown group state");
+}
+
+void RunState::Leave(ConnId conn, const std::string& reason, TimePoint now, Outbox* out) {
+  auto it = nodes_.find(conn);
+  if (it == nodes_.end()) return;
+  const bool was_member = it->second.in_round;
+  const std::string who = Describe(it->second);
+  RemoveNode(conn);
+  out->push_back({conn, CloseNotice{absl::OkStatus(), std::nullopt}});
+  if (phase_ == RunPhase::kRunning && was_member) {
+    RestartRound(absl::StrCat(who, " left", reason.empty() ? "" : ": ", reason),
+                 /*is_failure=*/false, std::nullopt, now, out);
+  } else if (phase_ == RunPhase::kJoining) {
+    MaybeFormRound(now, out);
+  }
+}
+
+void RunState::StreamBroken(ConnId conn, TimePoint now, Outbox* out) {
+  LoseNode(conn, "its connection broke", now, out);
+}
+
+void RunState::LoseNode(ConnId conn, const std::string& why, TimePoint now, Outbox* out) {
+  auto it = nodes_.find(conn);
+  if (it == nodes_.end()) return;
+  const bool was_member = it->second.in_round;
+  const std::string reason = absl::StrCat(Describe(it->second), " was lost: ", why);
+  RemoveNode(conn);
+  if (phase_ == RunPhase::kRunning && was_member) {
+    RestartRound(reason, /*is_failure=*/true, std::nullopt, now, out);
+  } else if (phase_ == RunPhase::kJoining) {
+    MaybeFormRound(now, out);
+  }
+}
+
+void RunState::Tick(TimePoint now, Outbox* out) {
+  if (phase_ == RunPhase::kClosed) return;
+  // Leases first: a node that is gone must not be counted into a round. Nodes found silent
+  // in one tick are one event: one restart, one unit of budget.
+  const std::string why = absl::StrCat("no heartbeat for ", ToMillis(timeouts_.lease()),
+                                       " ms (keep_alive_interval * keep_alive_max_attempt)");
+  std::string lost_members;
+  int num_lost_members = 0;
+  for (auto it = nodes_.begin(); it != nodes_.end();) {
+    if (now - it->second.last_seen < timeouts_.lease()) {
+      ++it;
+      continue;
+    }
+    if (it->second.in_round && num_lost_members++ == 0) lost_members = Describe(it->second);
+    out->push_back({it->first, CloseNotice{absl::UnavailableError(absl::StrCat(
+                                               "this node's rendezvous lease expired: ", why)),
+                                           std::nullopt}});
+    it = nodes_.erase(it);
+  }
+  if (phase_ == RunPhase::kRunning && num_lost_members > 0) {
+    const std::string more =
+        num_lost_members > 1 ? absl::StrCat(" (and ", num_lost_members - 1, " more)") : "";
+    RestartRound(absl::StrCat(lost_members, more, " was lost: ", why), /*is_failure=*/true,
+                 std::nullopt, now, out);
+  }
+  if (phase_ != RunPhase::kJoining) return;
+  MaybeFormRound(now, out);
+  if (phase_ == RunPhase::kJoining && static_cast<int>(nodes_.size()) < min_nodes_ &&
+      join_deadline_ && now >= *join_deadline_) {
+    CloseRun(absl::DeadlineExceededError(
+                 absl::StrCat("run '", run_id_, "': only ", nodes_.size(), " of ", min_nodes_,
+                              " required nodes joined within join_timeout (",
+                              ToMillis(timeouts_.join_timeout), " ms)")),
+             std::nullopt, out);
+  }
+}
+
+std::optional<TimePoint> RunState::NextDeadline() const {
+  if (phase_ == RunPhase::kClosed) return std::nullopt;
+  std::optional<TimePoint> next;
+  auto consider = [&next](TimePoint t) {
+    if (!next || t < *next) next = t;
+  };
+  for (const auto& [conn, node] : nodes_) consider(node.last_seen + timeouts_.lease());
+  if (phase_ == RunPhase::kJoining) {
+    if (last_call_deadline_) consider(*last_call_deadline_);
+    if (join_deadline_ && static_cast<int>(nodes_.size()) < min_nodes_) consider(*join_deadline_);
+  }
+  return next;
+}
+
+void RunState::RemoveNode(ConnId conn) { nodes_.erase(conn); }
+
+int RunState::members_in_round() const {
+  int n = 0;
+  for (const auto& [conn, node] : nodes_) n += node.in_round ? 1 : 0;
+  return n;
+}
+
+std::string RunState::Describe(const Node& node) const {
+  return absl::StrCat("node ", node.info.node_id, " (", node.info.hostname, ")");
+}
+
+void RunState::RestartRound(const std::string& reason, bool is_failure,
+                            const std::optional<WorkerFailure>& root_cause, TimePoint now,
+                            Outbox* out) {
+  if (is_failure) {
+    if (restarts_used_ >= max_restarts_) {
+      CloseRun(absl::ResourceExhaustedError(absl::StrCat("restart budget spent (", restarts_used_,
+                                                         " of --max-restarts=", max_restarts_,
+                                                         " used); root cause: ", reason)),
+               root_cause, out);
+      return;
+    }
+    ++restarts_used_;
+  }
+  for (auto& [conn, node] : nodes_) {
+    if (!node.in_round) continue;
+    node.in_round = false;  // group_rank stays: it orders the survivors in the next round
+    out->push_back({conn, RestartNotice{round_, reason}});
+  }
+  phase_ = RunPhase::kJoining;
+  succeeded_in_round_ = 0;
+  join_deadline_ = now + timeouts_.join_timeout;
+  last_call_deadline_.reset();
+  MaybeFormRound(now, out);
+}
+
+void RunState::MaybeFormRound(TimePoint now, Outbox* out) {
+  if (phase_ != RunPhase::kJoining) return;
+  const int n = static_cast<int>(nodes_.size());
+  if (n >= max_nodes_) {
+    FormRound(now, out);
+    return;
+  }
+  if (n < min_nodes_) {
+    last_call_deadline_.reset();
+    return;
+  }
+  if (!last_call_deadline_) last_call_deadline_ = now + timeouts_.last_call_timeout;
+  if (now >= *last_call_deadline_) FormRound(now, out);
+}
+
+void RunState::FormRound(TimePoint now, Outbox* out) {
+  // Survivors of earlier rounds first, by their old rank; then newcomers by arrival.
+  std::vector<Node*> order;
+  order.reserve(nodes_.size());
+  for (auto& [conn, node] : nodes_) order.push_back(&node);
+  std::sort(order.begin(), order.end(), [](const Node* a, const Node* b) {
+    const bool a_old = a->group_rank >= 0, b_old = b->group_rank >= 0;
+    if (a_old != b_old) return a_old;
+    if (a_old && a->group_rank != b->group_rank) return a->group_rank < b->group_rank;
+    return a->arrival < b->arrival;
+  });
+  // Nodes that asked for a rank come before the rest, so they are not the ones left out.
+  std::stable_partition(order.begin(), order.end(),
+                        [](const Node* n) { return n->info.requested_node_rank >= 0; });
+  if (static_cast<int>(order.size()) > max_nodes_) order.resize(max_nodes_);
+  // Back to rank priority among the chosen.
+  std::sort(order.begin(), order.end(), [](const Node* a, const Node* b) {
+    const bool a_old = a->group_rank >= 0, b_old = b->group_rank >= 0;
+    if (a_old != b_old) return a_old;
+    if (a_old && a->group_rank != b->group_rank) return a->group_rank < b->group_rank;
+    return a->arrival < b->arrival;
+  });
+
+  std::vector<RankCandidate> candidates;
+  for (const Node* n : order) candidates.push_back({n->info.requested_node_rank});
+  const std::vector<int> ranks = AssignGroupRanks(candidates);
+  const int size = static_cast<int>(order.size());
+  std::vector<Node*> by_rank(size);
+  for (int i = 0; i < size; ++i) by_rank[ranks[i]] = order[i];
+
+  for (auto& [conn, node] : nodes_) node.group_rank = -1;  // the waiting ones lose old ranks
+  ++round_;
+  phase_ = RunPhase::kRunning;
+  succeeded_in_round_ = 0;
+  join_deadline_.reset();
+  last_call_deadline_.reset();
+
+  const Node* master = by_rank[0];
+  int world_size = 0;
+  for (const Node* n : by_rank) world_size += n->info.nproc_per_node;
+  int offset = 0;
+  for (int r = 0; r < size; ++r) {
+    Node* n = by_rank[r];
+    n->in_round = true;
+    n->group_rank = r;
+    Assignment a;
+    a.round = round_;
+    a.group_rank = r;
+    a.group_world_size = size;
+    a.rank_offset = offset;
+    a.world_size = world_size;
+    a.master_addr = master->addr;
+    a.master_port = master->info.master_port;
+    a.restart_count = restarts_used_;
+    a.max_restarts = max_restarts_;
+    out->push_back({n->conn, a});
+    offset += n->info.nproc_per_node;
+  }
+}
+
+void RunState::CloseRun(const absl::Status& status, const std::optional<WorkerFailure>& root_cause,
+                        Outbox* out) {
+  for (const auto& [conn, node] : nodes_) out->push_back({conn, CloseNotice{status, root_cause}});
+  nodes_.clear();
+  phase_ = RunPhase::kClosed;
+  close_message_ = status.ok() ? "succeeded" : std::string(status.message());
+  join_deadline_.reset();
+  last_call_deadline_.reset();
+}
+
+RunStatus RunState::Status() const {
+  RunStatus s;
+  s.run_id = run_id_;
+  s.round = round_;
+  s.phase = phase_;
+  s.restarts_used = restarts_used_;
+  s.max_restarts = max_restarts_;
+  s.min_nodes = min_nodes_;
+  s.max_nodes = max_nodes_;
+  s.close_message = close_message_;
+  std::vector<const Node*> order;
+  for (const auto& [conn, node] : nodes_) order.push_back(&node);
+  std::sort(order.begin(), order.end(), [](const Node* a, const Node* b) {
+    if (a->in_round != b->in_round) return a->in_round;
+    if (a->in_round) return a->group_rank < b->group_rank;
+    return a->arrival < b->arrival;
+  });
+  for (const Node* n : order) {
+    MemberStatus m;
+    m.node_id = n->info.node_id;
+    m.hostname = n->info.hostname;
+    m.addr = n->addr;
+    m.group_rank = n->in_round ? n->group_rank : -1;
+    m.nproc_per_node = n->info.nproc_per_node;
+    m.state = n->in_round ? "running" : "waiting";
+    s.members.push_back(std::move(m));
+  }
+  return s;
+}
+
+}  // namespace ddprun::rendezvous

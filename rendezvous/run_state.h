@@ -1,0 +1,143 @@
+// RunState: the rounds and membership of one rendezvous run (one --rdzv-id), as a pure state
+// machine. Inputs are events (join, heartbeat, group status, leave, stream broken, time passing);
+// outputs are the messages to push to agent streams. No I/O, no threads, no clock of its own:
+// every input carries `now`.
+//
+// Semantics (../shared/DESIGN.md, "Rendezvous protocol"):
+//  - A forming round completes at once at max_nodes, or at >= min_nodes once last_call_timeout
+//    has passed since it first reached min_nodes. join_timeout bounds how long it may stay below
+//    min_nodes; then the run closes (kDeadlineExceeded).
+//  - While a round runs: a worker failure anywhere or a lost node (stream broken, or no message
+//    for the lease) is a failure: it spends one restart of the job-wide max_restarts budget and
+//    restarts every surviving member; with the budget spent the run closes
+//    (kResourceExhausted) naming the root cause. A node joining while the round is below
+//    max_nodes, or a member leaving cleanly, restarts the members without spending the budget.
+//  - A node that reports success is told Close(OK) at once (torchrun: each node exits 0 when
+//    its group succeeds) and is no reason to restart the others; when every member of a round
+//    has succeeded, the run closes OK for everyone still connected.
+//  - Ranks: survivors keep their relative order, explicit node ranks are honoured, newcomers
+//    fill the rest in arrival order. Extra nodes beyond max_nodes wait for a later round.
+//
+// Not thread-safe; owned by ServerState, which is driven from one event loop.
+#ifndef DDPRUN_RENDEZVOUS_RUN_STATE_H_
+#define DDPRUN_RENDEZVOUS_RUN_STATE_H_
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/clock.h"
+#include "rendezvous/outgoing.h"
+#include "rendezvous/rendezvous.h"
+#include "rendezvous/run_config.h"
+
+namespace ddprun::rendezvous {
+
+enum class RunPhase { kJoining, kRunning, kClosed };
+const char* RunPhaseName(RunPhase phase);
+
+// A snapshot of a run for the Status call.
+struct MemberStatus {
+  std::string node_id;
+  std::string hostname;
+  std::string addr;
+  int group_rank = -1;  // -1: waiting for the next round
+  int nproc_per_node = 0;
+  std::string state;  // "running", "waiting"
+};
+
+struct RunStatus {
+  std::string run_id;
+  int64_t round = 0;
+  RunPhase phase = RunPhase::kJoining;
+  std::vector<MemberStatus> members;  // by group rank, then waiting nodes by arrival
+  int restarts_used = 0;
+  int max_restarts = 0;
+  int min_nodes = 0;
+  int max_nodes = 0;
+  std::string close_message;
+};
+
+class RunState {
+ public:
+  // `first` creates the run and sets what every later agent must agree with.
+  RunState(const JoinRequest& first, TimePoint now);
+
+  // Adds an agent. Refusals (disagreeing configuration, duplicate node rank or node id, a
+  // closed run) close just that stream.
+  void Join(ConnId conn, const JoinRequest& request, TimePoint now, Outbox* out);
+  // Any message from the agent renews its lease; so does this.
+  void Heartbeat(ConnId conn, TimePoint now);
+  // The agent's worker group of `round`. Returns kAborted for a stale round (ignored).
+  absl::Status GroupStatus(ConnId conn, int64_t round, GroupState state,
+                           const std::optional<WorkerFailure>& failure, TimePoint now, Outbox* out);
+  // A clean leave: a membership change, never a failure.
+  void Leave(ConnId conn, const std::string& reason, TimePoint now, Outbox* out);
+  // The stream ended without a leave: the node is lost (a failure if it was in a round).
+  void StreamBroken(ConnId conn, TimePoint now, Outbox* out);
+  // Time passed: last call, join timeout and leases.
+  void Tick(TimePoint now, Outbox* out);
+
+  // When Tick next has something to do; nullopt: nothing pending.
+  std::optional<TimePoint> NextDeadline() const;
+
+  bool HasConn(ConnId conn) const { return nodes_.count(conn) > 0; }
+  size_t num_nodes() const { return nodes_.size(); }
+  RunPhase phase() const { return phase_; }
+  int64_t round() const { return round_; }
+  int restarts_used() const { return restarts_used_; }
+  const std::string& run_id() const { return run_id_; }
+  RunStatus Status() const;
+
+ private:
+  struct Node {
+    ConnId conn = 0;
+    NodeInfo info;
+    std::string addr;  // master addr if this node gets rank 0
+    TimePoint last_seen;
+    uint64_t arrival = 0;   // join order
+    bool in_round = false;  // a member of the running round
+    int group_rank = -1;    // in the running round, or in the last one it was a member of
+  };
+
+  // The refusal message for `request`, or OK.
+  absl::Status CheckJoin(const JoinRequest& request) const;
+  void RemoveNode(ConnId conn);
+  // A member is gone or failed: restart the survivors, spending the budget when `failure`.
+  void RestartRound(const std::string& reason, bool is_failure,
+                    const std::optional<WorkerFailure>& root_cause, TimePoint now, Outbox* out);
+  // While joining: forms a round if max is reached or the last call expired.
+  void MaybeFormRound(TimePoint now, Outbox* out);
+  void FormRound(TimePoint now, Outbox* out);
+  void CloseRun(const absl::Status& status, const std::optional<WorkerFailure>& root_cause,
+                Outbox* out);
+  // The node is gone without a clean leave (stream broken or lease expired).
+  void LoseNode(ConnId conn, const std::string& why, TimePoint now, Outbox* out);
+  std::string Describe(const Node& node) const;
+  int members_in_round() const;
+
+  const std::string run_id_;
+  const int min_nodes_;
+  const int max_nodes_;
+  const int nproc_per_node_;
+  const int max_restarts_;
+  const RunTimeouts timeouts_;
+  const std::string creator_;  // "node X on host H", for refusal messages
+
+  RunPhase phase_ = RunPhase::kJoining;
+  int64_t round_ = 0;  // the last round formed; 0: none yet
+  int restarts_used_ = 0;
+  int succeeded_in_round_ = 0;
+  uint64_t next_arrival_ = 0;
+  std::map<ConnId, Node> nodes_;                 // every connected agent: members and waiting
+  std::optional<TimePoint> join_deadline_;       // set while joining
+  std::optional<TimePoint> last_call_deadline_;  // set while joining with >= min nodes
+  std::string close_message_;
+};
+
+}  // namespace ddprun::rendezvous
+
+#endif  // DDPRUN_RENDEZVOUS_RUN_STATE_H_

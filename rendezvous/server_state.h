@@ -1,0 +1,64 @@
+// ServerState: every run a rendezvous server hosts, keyed by run id, plus which agent stream
+// belongs to which run. Validates joins, enforces ServerLimits, routes events to the RunState of
+// the stream's run and forgets runs when they are over. Pure: no I/O, no threads; `now` comes
+// with every input.
+//
+// Not thread-safe: the server's event loop is its only user.
+#ifndef DDPRUN_RENDEZVOUS_SERVER_STATE_H_
+#define DDPRUN_RENDEZVOUS_SERVER_STATE_H_
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "rendezvous/outgoing.h"
+#include "rendezvous/run_config.h"
+#include "rendezvous/run_state.h"
+
+namespace ddprun::rendezvous {
+
+class ServerState {
+ public:
+  explicit ServerState(ServerLimits limits = {}) : limits_(limits) {}
+
+  Outbox Join(ConnId conn, const JoinRequest& request, TimePoint now);
+  Outbox Heartbeat(ConnId conn, TimePoint now);
+  // Returns the outbox; `result` (optional) gets kAborted for a stale round.
+  Outbox GroupStatus(ConnId conn, int64_t round, GroupState state,
+                     const std::optional<WorkerFailure>& failure, TimePoint now,
+                     absl::Status* result = nullptr);
+  Outbox Leave(ConnId conn, const std::string& reason, TimePoint now);
+  Outbox StreamBroken(ConnId conn, TimePoint now);
+  Outbox Tick(TimePoint now);
+
+  // When Tick next has something to do; nullopt: nothing pending.
+  std::optional<TimePoint> NextDeadline() const;
+
+  absl::StatusOr<RunStatus> Status(const std::string& run_id) const;
+  size_t num_runs() const { return runs_.size(); }
+  size_t num_conns() const { return conn_run_.size(); }
+
+ private:
+  struct Run {
+    std::unique_ptr<RunState> state;
+    std::optional<TimePoint> closed_at;  // set once closed and without agents
+  };
+
+  absl::Status Validate(const JoinRequest& request) const;
+  // Keeps conn_run_ in step with `out` (a closed stream is forgotten) and retires empty runs.
+  void AfterEvent(const std::string& run_id, const Outbox& out, TimePoint now);
+  Run* RunOf(ConnId conn, std::string* run_id);
+
+  const ServerLimits limits_;
+  std::map<std::string, Run> runs_;
+  std::unordered_map<ConnId, std::string> conn_run_;
+};
+
+}  // namespace ddprun::rendezvous
+
+#endif  // DDPRUN_RENDEZVOUS_SERVER_STATE_H_
