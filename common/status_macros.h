@@ -10,9 +10,9 @@
 #define DDPRUN_STATUS_CONCAT_(a, b) DDPRUN_STATUS_CONCAT_INNER_(a, b)
 
 // Evaluates `expr` (an absl::Status); returns it from the enclosing function if not OK.
-#define DDPRUN_RETURN_IF_ERROR(expr)               \
-  do {                                             \
-    ::absl::Status ddprun_status_ = (expr);        \
+#define DDPRUN_RETURN_IF_ERROR(expr)                 \
+  do {                                               \
+    ::absl::Status ddprun_status_ = (expr);          \
     if (!ddprun_status_.ok()) return ddprun_status_; \
   } while (0)
 

@@ -12,8 +12,7 @@ absl::StatusOr<int64_t> ParseInt(absl::string_view what, absl::string_view value
                                  int64_t max) {
   int64_t v = 0;
   if (!absl::SimpleAtoi(value, &v)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, "=", value, ": not an integer"));
+    return absl::InvalidArgumentError(absl::StrCat(what, "=", value, ": not an integer"));
   }
   if (v < min || v > max) {
     return absl::InvalidArgumentError(

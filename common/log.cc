@@ -1,0 +1,58 @@
+#include "common/log.h"
+
+#include <errno.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <string>
+
+namespace ddprun {
+namespace {
+
+// Written once from main before threads start, read afterwards: no lock needed.
+std::string& Tag() {
+  static std::string* tag = new std::string("ddprun");
+  return *tag;
+}
+std::atomic<bool> g_verbose{true};
+
+void Emit(absl::string_view level, absl::string_view message) {
+  timeval tv;
+  gettimeofday(&tv, nullptr);
+  tm local;
+  localtime_r(&tv.tv_sec, &local);
+  char stamp[32];
+  snprintf(stamp, sizeof(stamp), "%02d:%02d:%02d.%03d", local.tm_hour, local.tm_min, local.tm_sec,
+           static_cast<int>(tv.tv_usec / 1000));
+  std::string line = absl::StrCat("[", Tag(), " ", stamp, "] ", level, message);
+  if (line.empty() || line.back() != '\n') line.push_back('\n');
+  WriteAll(2, line);
+}
+
+}  // namespace
+
+void SetLogTag(absl::string_view tag) { Tag() = std::string(tag); }
+void SetVerbose(bool verbose) { g_verbose = verbose; }
+
+void LogInfo(absl::string_view message) {
+  if (g_verbose) Emit("", message);
+}
+void LogWarning(absl::string_view message) { Emit("WARNING: ", message); }
+void LogError(absl::string_view message) { Emit("ERROR: ", message); }
+
+bool WriteAll(int fd, absl::string_view text) {
+  while (!text.empty()) {
+    const ssize_t n = write(fd, text.data(), text.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    text.remove_prefix(static_cast<size_t>(n));
+  }
+  return true;
+}
+
+}  // namespace ddprun

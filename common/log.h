@@ -1,0 +1,27 @@
+// Minimal logging for the launcher and the rendezvous daemon: one line per call to stderr,
+// "[ddprun HH:MM:SS.mmm] message", written with a single write(2) so lines from several
+// processes never interleave mid-line. (Abseil 20220623 has no absl/log; glog would add start-up
+// cost and its own flags to a binary whose point is starting fast.)
+#ifndef DDPRUN_COMMON_LOG_H_
+#define DDPRUN_COMMON_LOG_H_
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+
+namespace ddprun {
+
+// Sets the tag printed in each line ("ddprun", "ddprun-rdzv"). Call once from main.
+void SetLogTag(absl::string_view tag);
+// When false, Info() is dropped (warnings and errors are always printed).
+void SetVerbose(bool verbose);
+
+void LogInfo(absl::string_view message);
+void LogWarning(absl::string_view message);
+void LogError(absl::string_view message);
+
+// Writes `text` to `fd` completely (retrying short writes and EINTR). Returns false on error.
+bool WriteAll(int fd, absl::string_view text);
+
+}  // namespace ddprun
+
+#endif  // DDPRUN_COMMON_LOG_H_

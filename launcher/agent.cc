@@ -1,0 +1,365 @@
+#include "launcher/agent.h"
+
+#include <signal.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "launcher/failure_report.h"
+#include "launcher/local_rendezvous.h"
+#include "launcher/worker_env.h"
+
+namespace ddprun::launcher {
+namespace {
+
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+
+sigset_t AgentSignalSet(const LaunchOptions& options) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGCHLD);
+  for (int sig : kStopSignals) sigaddset(&set, sig);
+  for (int sig : options.extra_signals) sigaddset(&set, sig);
+  return set;
+}
+
+bool IsStopSignal(int sig) {
+  for (int s : kStopSignals) {
+    if (s == sig) return true;
+  }
+  return false;
+}
+
+std::string RandomHex(int bytes) {
+  std::random_device rd;
+  std::string out;
+  static const char kHex[] = "0123456789abcdef";
+  for (int i = 0; i < bytes; ++i) {
+    const unsigned v = rd() & 0xff;
+    out.push_back(kHex[v >> 4]);
+    out.push_back(kHex[v & 0xf]);
+  }
+  return out;
+}
+
+absl::Status MakeDirs(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat(path, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+std::string PythonExecutable(const Environment& env) {
+  auto it = env.find("PYTHON_EXEC");
+  return it != env.end() && !it->second.empty() ? it->second : "python3";
+}
+
+}  // namespace
+
+void Agent::BlockAgentSignals(const LaunchOptions& options) {
+  sigset_t set = AgentSignalSet(options);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // A console that goes away must not kill the agent while it still has workers to stop.
+  signal(SIGPIPE, SIG_IGN);
+}
+
+Agent::Agent(LaunchOptions options, Environment env, HostInfo host)
+    : options_(std::move(options)),
+      env_(std::move(env)),
+      host_(std::move(host)),
+      state_(options_.nproc_per_node) {}
+
+Agent::~Agent() {
+  group_.reset();
+  if (signal_fd_ >= 0) close(signal_fd_);
+  if (log_root_is_temp_ && !log_root_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(log_root_, ec);
+  }
+}
+
+absl::Status Agent::Prepare() {
+  // Orphaned grandchildren of workers are re-parented to us, not to init, so we can reap them
+  // and no zombie outlives the job.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+
+  run_id_ = options_.standalone ? RandomHex(16) : options_.rdzv_id;
+
+  if (!options_.log_dir.empty()) {
+    if (auto s = MakeDirs(options_.log_dir); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--log-dir=", s.message()));
+    }
+    // Never overwrite the logs of an earlier job with the same run id.
+    log_root_ = absl::StrCat(options_.log_dir, "/", run_id_);
+    for (int n = 2; std::filesystem::exists(log_root_); ++n) {
+      log_root_ = absl::StrCat(options_.log_dir, "/", run_id_, "-", n);
+    }
+    if (auto s = MakeDirs(log_root_); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--log-dir=", s.message()));
+    }
+  } else {
+    const char* tmp = getenv("TMPDIR");
+    std::string tmpl = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/ddprun-XXXXXX");
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      return absl::InternalError(absl::StrCat("mkdtemp ", tmpl, ": ", strerror(errno)));
+    }
+    log_root_ = tmpl;
+    log_root_is_temp_ = true;
+  }
+
+  LocalRendezvousOptions local;
+  local.max_restarts = options_.max_restarts;
+  if (options_.standalone) {
+    auto reservation = PortReservation::Reserve(0);
+    if (!reservation.ok()) return reservation.status();
+    master_port_.emplace(std::move(*reservation));
+    local.master_addr = "127.0.0.1";
+    local.master_port = master_port_->port();
+  } else if (options_.rdzv_backend == "static") {
+    local.node_rank = options_.node_rank;
+    local.nnodes = options_.max_nodes;
+    local.master_addr = options_.master_addr;
+    local.master_port = options_.master_port;
+  } else {
+    return absl::UnimplementedError(absl::StrCat(
+        "--rdzv-backend=", options_.rdzv_backend,
+        ": not available in this build yet; use --standalone or --rdzv-backend=static"));
+  }
+  rendezvous_ = std::make_unique<LocalRendezvous>(&loop_, local);
+
+  sigset_t set = AgentSignalSet(options_);
+  signal_fd_ = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signal_fd_ < 0) return absl::InternalError(absl::StrCat("signalfd: ", strerror(errno)));
+  loop_.AddFd(signal_fd_, EPOLLIN, [this](uint32_t) { OnSignals(); });
+  return absl::OkStatus();
+}
+
+int Agent::Run() {
+  if (absl::Status s = Prepare(); !s.ok()) {
+    LogError(s.message());
+    return s.code() == absl::StatusCode::kInvalidArgument ||
+                   s.code() == absl::StatusCode::kUnimplemented
+               ? kExitUsage
+               : kExitRendezvous;
+  }
+  if (ShouldDefaultOmpThreads(env_, options_.nproc_per_node)) {
+    LogWarning(
+        "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to "
+        "avoid your system being overloaded, please further tune the variable for optimal "
+        "performance in your application as needed.");
+  }
+  rendezvous::NodeInfo node;
+  node.run_id = run_id_;
+  node.hostname = host_.hostname;
+  node.node_id = absl::StrCat(host_.hostname, "_", getpid(), "_", RandomHex(4));
+  node.min_nodes = options_.min_nodes;
+  node.max_nodes = options_.max_nodes;
+  node.nproc_per_node = options_.nproc_per_node;
+  node.requested_node_rank = options_.node_rank;
+  node.local_addr = options_.local_addr;
+  node.master_port = master_port_.has_value() ? master_port_->port() : 0;
+  rendezvous_->Join(node, this);
+  loop_.Run();
+  return exit_code_;
+}
+
+std::string Agent::ErrorFilePath(int64_t round, int local_rank) const {
+  return absl::StrCat(log_root_, "/attempt_", round, "/", local_rank, "/error.json");
+}
+
+void Agent::StartWorkers(const rendezvous::Assignment& a) {
+  current_ = a;
+  std::vector<WorkerLaunch> launches;
+  const int nproc = options_.nproc_per_node;
+  for (int lr = 0; lr < nproc; ++lr) {
+    const std::string dir = absl::StrCat(log_root_, "/attempt_", a.round, "/", lr);
+    if (absl::Status s = MakeDirs(dir); !s.ok()) LogWarning(s.message());
+    WorkerEnvSpec spec;
+    spec.run_id = run_id_;
+    spec.role = options_.role;
+    spec.local_rank = lr;
+    spec.local_world_size = nproc;
+    spec.max_restarts = options_.max_restarts;
+    spec.error_file = ErrorFilePath(a.round, lr);
+    unlink(spec.error_file.c_str());  // a stale file must not be mistaken for this attempt's
+
+    WorkerLaunch launch;
+    launch.local_rank = lr;
+    launch.rank = a.rank_offset + lr;
+    launch.spawn.env = BuildWorkerEnv(env_, spec, a);
+    switch (options_.entrypoint_kind) {
+      case EntrypointKind::kBinary:
+        launch.spawn.program = options_.entrypoint;
+        launch.spawn.argv = {options_.entrypoint};
+        break;
+      case EntrypointKind::kPythonScript:
+        launch.spawn.program = PythonExecutable(env_);
+        launch.spawn.argv = {launch.spawn.program, "-u", options_.entrypoint};
+        break;
+      case EntrypointKind::kPythonModule:
+        launch.spawn.program = PythonExecutable(env_);
+        launch.spawn.argv = {launch.spawn.program, "-u", "-m", options_.entrypoint};
+        break;
+    }
+    for (const auto& arg : options_.entrypoint_args) launch.spawn.argv.push_back(arg);
+
+    // Console and log files, as torchrun's --redirects / --tee / --local-ranks-filter say.
+    const bool visible =
+        options_.local_ranks_filter.empty() || options_.local_ranks_filter.count(lr) > 0;
+    const int redirect = options_.redirects.For(lr);
+    const int tee = options_.tee.For(lr);
+    const bool always_log = !options_.log_dir.empty();
+    const std::string prefix = absl::StrCat("[", options_.role, lr, "]:");
+    auto configure = [&](int bit, int console_fd, OutputStream::Config* config,
+                         std::string* log_path, const char* name) {
+      const bool redirected = (redirect & bit) != 0 && (tee & bit) == 0;
+      config->console_fd = visible && !redirected ? console_fd : -1;
+      if ((tee & bit) != 0) config->prefix = prefix;
+      if (always_log || ((redirect | tee) & bit) != 0) *log_path = absl::StrCat(dir, "/", name);
+    };
+    configure(kStdOut, 1, &launch.stdout_config, &launch.stdout_log, "stdout.log");
+    configure(kStdErr, 2, &launch.stderr_config, &launch.stderr_log, "stderr.log");
+    launches.push_back(std::move(launch));
+  }
+  group_ = std::make_unique<WorkerGroup>(&loop_, this, options_.stop_timeout);
+  LogInfo(absl::StrCat("round ", a.round, ": starting ", nproc, " worker(s), ranks ", a.rank_offset,
+                       "-", a.rank_offset + nproc - 1, " of ", a.world_size, " (node ",
+                       a.group_rank, " of ", a.group_world_size, "), master ", a.master_addr, ":",
+                       a.master_port,
+                       a.restart_count > 0 ? absl::StrCat(", restart ", a.restart_count) : ""));
+  group_->Start(std::move(launches));
+  rendezvous_->ReportGroupState(a.round, rendezvous::GroupState::kRunning, std::nullopt);
+}
+
+void Agent::Execute(const std::vector<AgentAction>& actions) {
+  for (const AgentAction& action : actions) {
+    switch (action.type) {
+      case AgentAction::Type::kStartWorkers:
+        StartWorkers(action.assignment);
+        break;
+      case AgentAction::Type::kStopWorkers:
+        if (group_) group_->Stop();
+        break;
+      case AgentAction::Type::kKillWorkers:
+        if (group_) group_->Kill();
+        break;
+      case AgentAction::Type::kReportFailed: {
+        const WorkerExit& e = action.failure;
+        rendezvous::WorkerFailure failure;
+        failure.hostname = host_.hostname;
+        failure.rank = e.rank;
+        failure.local_rank = e.local_rank;
+        failure.pid = e.pid;
+        failure.exit_code = e.exit_code;
+        failure.signal = e.signal;
+        std::vector<std::string> tail =
+            group_ ? group_->StderrTail(e.local_rank) : std::vector<std::string>{};
+        if (auto err = ReadErrorFile(ErrorFilePath(action.round, e.local_rank))) {
+          failure.message = err->message;
+        } else if (group_ && !group_->StartError(e.local_rank).empty()) {
+          failure.message = group_->StartError(e.local_rank);
+        } else if (!tail.empty()) {
+          failure.message = tail.back();
+        }
+        LogWarning(absl::StrCat("worker rank ", e.rank, " (local rank ", e.local_rank, ", pid ",
+                                e.pid, ") failed with ", DescribeExit(e),
+                                failure.message.empty() ? "" : ": ", failure.message));
+        rendezvous_->ReportGroupState(action.round, rendezvous::GroupState::kFailed, failure);
+        break;
+      }
+      case AgentAction::Type::kReportSucceeded:
+        rendezvous_->ReportGroupState(action.round, rendezvous::GroupState::kSucceeded,
+                                      std::nullopt);
+        break;
+      case AgentAction::Type::kLeave:
+        rendezvous_->Leave(action.message);
+        break;
+      case AgentAction::Type::kExit:
+        Finish(action.exit_code, action.message);
+        break;
+    }
+  }
+}
+
+void Agent::Finish(int exit_code, const std::string& reason) {
+  exit_code_ = exit_code;
+  if (exit_code == kExitWorkersFailed) {
+    FailureReport report;
+    report.headline = reason;
+    report.hostname = host_.hostname;
+    report.restarts_used = current_.restart_count;
+    report.max_restarts = options_.max_restarts;
+    report.root_cause = state_.root_cause();
+    report.other_failures = state_.other_failures();
+    if (report.root_cause.has_value()) {
+      const int lr = report.root_cause->local_rank;
+      report.error_file = ErrorFilePath(current_.round, lr);
+      report.error = ReadErrorFile(report.error_file);
+      if (group_) {
+        report.stderr_tail = group_->StderrTail(lr);
+        report.start_error = group_->StartError(lr);
+      }
+    }
+    WriteAll(2, FormatFailureReport(report));
+  } else if (exit_code == kExitRendezvous) {
+    LogError(absl::StrCat("rendezvous failed: ", reason));
+  } else if (exit_code >= kExitSignalBase) {
+    LogInfo(absl::StrCat("workers stopped; exiting with ", exit_code, " (", reason, ")"));
+  }
+  loop_.Stop();
+}
+
+void Agent::OnAssignment(const rendezvous::Assignment& assignment) {
+  Execute(state_.OnAssignment(assignment));
+}
+
+void Agent::OnRestart(const std::string& reason) {
+  LogInfo(reason);
+  Execute(state_.OnRestart(reason));
+}
+
+void Agent::OnClosed(const absl::Status& status) { Execute(state_.OnClosed(status)); }
+
+void Agent::OnWorkerExited(const WorkerExit& exit) {
+  // Posted, not handled inline: the group that reports the exit may be replaced by the actions
+  // that follow (a restart starts a new group).
+  loop_.Post([this, exit] { Execute(state_.OnWorkerExited(exit)); });
+}
+
+void Agent::ReapChildren() {
+  while (true) {
+    int status = 0;
+    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;
+    // Not one of ours: an orphaned grandchild adopted as subreaper; reaping it is all we owe.
+    if (group_) group_->HandleChildExit(pid, status);
+  }
+}
+
+void Agent::OnSignals() {
+  signalfd_siginfo info;
+  while (read(signal_fd_, &info, sizeof(info)) == sizeof(info)) {
+    const int sig = static_cast<int>(info.ssi_signo);
+    if (sig == SIGCHLD) {
+      ReapChildren();
+    } else if (IsStopSignal(sig)) {
+      LogInfo(absl::StrCat("received ", SignalName(sig), "; stopping the workers"));
+      Execute(state_.OnStopSignal(sig));
+    } else {
+      LogInfo(absl::StrCat("forwarding ", SignalName(sig), " to the workers"));
+      if (group_) group_->Forward(sig);
+    }
+  }
+}
+
+}  // namespace ddprun::launcher

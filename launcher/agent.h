@@ -1,0 +1,69 @@
+// The per-node agent: joins the rendezvous, starts one worker per local rank with the torchrun
+// environment, watches them, and carries out AgentStateMachine's decisions. Owns one EventLoop;
+// signals (signalfd), child exits (SIGCHLD through the same signalfd), worker output (pipes) and
+// rendezvous events (posted) all arrive on it, so no state is shared between threads.
+#ifndef DDPRUN_LAUNCHER_AGENT_H_
+#define DDPRUN_LAUNCHER_AGENT_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/event_loop.h"
+#include "launcher/agent_state.h"
+#include "launcher/host_info.h"
+#include "launcher/options.h"
+#include "launcher/port_reservation.h"
+#include "launcher/worker_group.h"
+#include "rendezvous/rendezvous.h"
+
+namespace ddprun::launcher {
+
+class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Listener {
+ public:
+  Agent(LaunchOptions options, Environment env, HostInfo host);
+  ~Agent() override;
+
+  // Runs the job to its end; returns the process exit code. Call once, from the main thread,
+  // after BlockAgentSignals().
+  int Run();
+
+  // Blocks the signals the agent takes through its signalfd. Call in main before any thread
+  // starts, so that every thread inherits the mask.
+  static void BlockAgentSignals(const LaunchOptions& options);
+
+  // RendezvousEvents
+  void OnAssignment(const rendezvous::Assignment& assignment) override;
+  void OnRestart(const std::string& reason) override;
+  void OnClosed(const absl::Status& status) override;
+  // WorkerGroup::Listener
+  void OnWorkerExited(const WorkerExit& exit) override;
+
+ private:
+  absl::Status Prepare();
+  void Execute(const std::vector<AgentAction>& actions);
+  void StartWorkers(const rendezvous::Assignment& assignment);
+  void OnSignals();
+  void ReapChildren();
+  void Finish(int exit_code, const std::string& reason);
+  std::string ErrorFilePath(int64_t round, int local_rank) const;
+
+  const LaunchOptions options_;
+  const Environment env_;
+  const HostInfo host_;
+  EventLoop loop_;
+  AgentStateMachine state_;
+  std::unique_ptr<rendezvous::Rendezvous> rendezvous_;
+  std::unique_ptr<WorkerGroup> group_;
+  std::optional<PortReservation> master_port_;
+  rendezvous::Assignment current_{};
+  std::string run_id_;
+  std::string log_root_;  // LOG_DIR/RUN_ID, or a temporary directory
+  bool log_root_is_temp_ = false;
+  int signal_fd_ = -1;
+  int exit_code_ = kExitSuccess;
+};
+
+}  // namespace ddprun::launcher
+
+#endif  // DDPRUN_LAUNCHER_AGENT_H_

@@ -1,0 +1,537 @@
+#include "launcher/cli.h"
+
+#include <signal.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <map>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
+#include "common/strings.h"
+#include "launcher/yaml_config.h"
+
+#ifndef DDPRUN_VERSION
+#define DDPRUN_VERSION "0.1.0"
+#endif
+
+namespace ddprun::launcher {
+namespace {
+
+struct FlagDef {
+  const char* name;        // canonical spelling with dashes
+  const char* short_name;  // "-m", or "" for none
+  bool is_bool;
+  const char* help;
+};
+
+// Every flag, in --help order. The underscore spelling is accepted for each dashed name.
+constexpr FlagDef kFlags[] = {
+    {"nnodes", "", false, "Number of nodes, N or MIN:MAX (elastic). Default 1."},
+    {"nproc-per-node", "", false, "Workers per node: an integer, auto, cpu or gpu. Default 1."},
+    {"rdzv-backend", "", false, "Rendezvous backend: static (default), c10d, etcd, etcd-v3."},
+    {"rdzv-endpoint", "", false, "Rendezvous server host[:port] (c10d default port 29400)."},
+    {"rdzv-id", "", false, "Run id shared by the nodes of one job. Default none."},
+    {"rdzv-conf", "", false,
+     "Rendezvous settings k=v,...: join_timeout, last_call_timeout, close_timeout, "
+     "read_timeout, keep_alive_interval, keep_alive_max_attempt, is_host, token_file, "
+     "tls_cert, tls_key, tls_ca."},
+    {"standalone", "", true, "One node: a private rendezvous on loopback, random port and run id."},
+    {"max-restarts", "", false,
+     "Failure-triggered restarts of the worker group, one budget for the job. Default 0."},
+    {"monitor-interval", "", false,
+     "Accepted for torchrun compatibility; ddprun reacts to events and never polls."},
+    {"start-method", "", false, "Accepted for torchrun compatibility (spawn, fork, forkserver)."},
+    {"role", "", false, "Worker role name (ROLE_NAME). Default default."},
+    {"module", "-m", true, "Run the entrypoint as a Python module (python -m)."},
+    {"no-python", "", true, "Run the entrypoint as a program, without python."},
+    {"run-path", "", true, "Run the entrypoint as a Python script (accepted; the default)."},
+    {"log-dir", "", false,
+     "Folder for per-attempt, per-rank logs and error files (LOG_DIR/RUN_ID/attempt_N/RANK)."},
+    {"redirects", "-r", false,
+     "Send worker streams to log files only: 0 none, 1 stdout, 2 stderr, 3 both; or "
+     "RANK:MASK,... per local rank."},
+    {"tee", "-t", false,
+     "Send worker streams to log files and the console with [ROLE<local rank>]: prefixes; "
+     "values as --redirects."},
+    {"local-ranks-filter", "", false, "Show only these local ranks on the console: 0,1,..."},
+    {"node-rank", "", false, "This node's rank (static backend; honoured by the others)."},
+    {"master-addr", "", false, "MASTER_ADDR for the static backend. Default 127.0.0.1."},
+    {"master-port", "", false, "MASTER_PORT for the static backend. Default 29500."},
+    {"local-addr", "", false, "This node's address as the other nodes should reach it."},
+    {"signals-to-handle", "", false,
+     "Signals ddprun handles: SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the workers (exit "
+     "128+N); others listed here (e.g. SIGUSR1) are forwarded to the workers. Default "
+     "SIGTERM,SIGINT,SIGHUP,SIGQUIT."},
+    {"stop-timeout", "", false,
+     "Seconds between SIGTERM and SIGKILL when stopping workers. Default 10."},
+    {"quiet", "", true, "Only warnings and errors from ddprun itself."},
+};
+
+bool IsStopSignal(int sig) {
+  return sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT;
+}
+
+// A raw value and where it came from, for messages: "--nnodes", "PET_NNODES",
+// "job.yaml:3: nnodes".
+struct Sourced {
+  std::string value;
+  std::string where;
+};
+
+absl::Status Invalid(const Sourced& s, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(s.where, "=", s.value, ": ", why));
+}
+
+std::string PetName(absl::string_view flag) {
+  return absl::StrCat("PET_", absl::AsciiStrToUpper(absl::StrReplaceAll(flag, {{"-", "_"}})));
+}
+
+absl::StatusOr<int64_t> IntOf(const Sourced& s, int64_t min, int64_t max) {
+  return ParseInt(s.where, s.value, min, max);
+}
+
+absl::StatusOr<bool> BoolOf(const Sourced& s) { return ParseBool(s.where, s.value); }
+
+// Resolves a program name the way execvp would, so a missing binary is a usage error (exit 2)
+// before any worker starts rather than 127 from every worker.
+absl::StatusOr<std::string> ResolveExecutable(const std::string& name, const Environment& env) {
+  if (name.find('/') != std::string::npos) {
+    if (access(name.c_str(), F_OK) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": no such file"));
+    }
+    if (access(name.c_str(), X_OK) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": not executable"));
+    }
+    return name;
+  }
+  auto it = env.find("PATH");
+  const std::string path = it == env.end() ? "/usr/local/bin:/usr/bin:/bin" : it->second;
+  for (absl::string_view dir : absl::StrSplit(path, ':')) {
+    if (dir.empty()) dir = ".";
+    std::string candidate = absl::StrCat(dir, "/", name);
+    if (access(candidate.c_str(), X_OK) == 0) return name;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(name, ": not found in PATH"));
+}
+
+absl::Status ApplyRdzvConf(const Sourced& s, LaunchOptions* o) {
+  if (absl::StripAsciiWhitespace(s.value).empty()) return absl::OkStatus();
+  for (absl::string_view item : absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
+    std::vector<std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    if (kv.size() != 2 || kv[0].empty()) {
+      return Invalid(s, absl::StrCat("'", item, "' is not key=value"));
+    }
+    o->rdzv_conf[std::string(absl::StripAsciiWhitespace(kv[0]))] =
+        std::string(absl::StripAsciiWhitespace(kv[1]));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplySignals(const Sourced& s, LaunchOptions* o) {
+  o->extra_signals.clear();
+  for (absl::string_view item : absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
+    const int sig = SignalFromName(std::string(absl::StripAsciiWhitespace(item)));
+    if (sig == 0 || sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD) {
+      return Invalid(s, absl::StrCat("'", item, "' is not a signal ddprun can handle"));
+    }
+    if (!IsStopSignal(sig)) o->extra_signals.push_back(sig);
+  }
+  return absl::OkStatus();
+}
+
+// Applies one flag's value to the options. `flag` is the canonical name.
+absl::Status Apply(const std::string& flag, const Sourced& s, const HostInfo& host,
+                   LaunchOptions* o) {
+  if (flag == "nnodes") return ParseNnodes(s.where, s.value, &o->min_nodes, &o->max_nodes);
+  if (flag == "nproc-per-node") {
+    const std::string v = absl::AsciiStrToLower(s.value);
+    o->nproc_per_node_text = v;
+    if (v == "cpu") {
+      o->nproc_per_node = host.cpu_count;
+    } else if (v == "gpu") {
+      if (host.gpu_count == 0) return Invalid(s, "no GPU is visible on this node");
+      o->nproc_per_node = host.gpu_count;
+    } else if (v == "auto") {
+      o->nproc_per_node = host.gpu_count > 0 ? host.gpu_count : host.cpu_count;
+    } else {
+      auto n = ParseInt(s.where, s.value, 1, 1 << 16);
+      if (!n.ok()) return Invalid(s, "must be a positive integer, auto, cpu or gpu");
+      o->nproc_per_node = static_cast<int>(*n);
+    }
+    return absl::OkStatus();
+  }
+  if (flag == "rdzv-backend") {
+    const std::string v = absl::AsciiStrToLower(s.value);
+    if (v != "static" && v != "c10d" && v != "etcd" && v != "etcd-v3" && v != "etcd-v2") {
+      return Invalid(s, "must be static, c10d, etcd or etcd-v3");
+    }
+    o->rdzv_backend = v == "etcd-v2" ? "etcd" : v;
+    return absl::OkStatus();
+  }
+  if (flag == "rdzv-endpoint") {
+    o->rdzv_endpoint = s.value;
+    if (!s.value.empty()) DDPRUN_RETURN_IF_ERROR(ParseHostPort(s.where, s.value, 0).status());
+    return absl::OkStatus();
+  }
+  if (flag == "rdzv-id") {
+    if (s.value.empty()) return Invalid(s, "must not be empty");
+    o->rdzv_id = s.value;
+    return absl::OkStatus();
+  }
+  if (flag == "rdzv-conf") return ApplyRdzvConf(s, o);
+  if (flag == "standalone") {
+    DDPRUN_ASSIGN_OR_RETURN(o->standalone, BoolOf(s));
+    return absl::OkStatus();
+  }
+  if (flag == "max-restarts") {
+    DDPRUN_ASSIGN_OR_RETURN(int64_t v, IntOf(s, 0, 1 << 30));
+    o->max_restarts = static_cast<int>(v);
+    return absl::OkStatus();
+  }
+  if (flag == "monitor-interval") {
+    DDPRUN_ASSIGN_OR_RETURN(auto ms, ParseSeconds(s.where, s.value));
+    o->monitor_interval_s = ms.count() / 1000.0;
+    return absl::OkStatus();
+  }
+  if (flag == "start-method") {
+    if (s.value != "spawn" && s.value != "fork" && s.value != "forkserver") {
+      return Invalid(s, "must be spawn, fork or forkserver");
+    }
+    o->start_method = s.value;
+    return absl::OkStatus();
+  }
+  if (flag == "role") {
+    if (s.value.empty()) return Invalid(s, "must not be empty");
+    o->role = s.value;
+    return absl::OkStatus();
+  }
+  if (flag == "module" || flag == "no-python" || flag == "run-path") {
+    DDPRUN_ASSIGN_OR_RETURN(bool on, BoolOf(s));
+    if (!on) return absl::OkStatus();
+    if (flag == "module") {
+      if (o->entrypoint_kind == EntrypointKind::kBinary) {
+        return Invalid(s, "--module and --no-python cannot be used together");
+      }
+      o->entrypoint_kind = EntrypointKind::kPythonModule;
+    } else if (flag == "no-python") {
+      if (o->entrypoint_kind == EntrypointKind::kPythonModule) {
+        return Invalid(s, "--module and --no-python cannot be used together");
+      }
+      o->entrypoint_kind = EntrypointKind::kBinary;
+    }
+    return absl::OkStatus();
+  }
+  if (flag == "log-dir") {
+    o->log_dir = s.value;
+    return absl::OkStatus();
+  }
+  if (flag == "redirects" || flag == "tee") {
+    DDPRUN_ASSIGN_OR_RETURN(StdSpec spec, ParseStdSpec(s.where, s.value));
+    (flag == "tee" ? o->tee : o->redirects) = spec;
+    return absl::OkStatus();
+  }
+  if (flag == "local-ranks-filter") {
+    o->local_ranks_filter.clear();
+    for (absl::string_view item : absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
+      int rank = 0;
+      if (!absl::SimpleAtoi(item, &rank) || rank < 0) {
+        return Invalid(s, "must be a comma-separated list of local ranks");
+      }
+      o->local_ranks_filter.insert(rank);
+    }
+    return absl::OkStatus();
+  }
+  if (flag == "node-rank") {
+    DDPRUN_ASSIGN_OR_RETURN(int64_t v, IntOf(s, 0, 1 << 20));
+    o->node_rank = static_cast<int>(v);
+    return absl::OkStatus();
+  }
+  if (flag == "master-addr") {
+    if (s.value.empty()) return Invalid(s, "must not be empty");
+    o->master_addr = s.value;
+    o->master_addr_given = true;
+    return absl::OkStatus();
+  }
+  if (flag == "master-port") {
+    DDPRUN_ASSIGN_OR_RETURN(int64_t v, IntOf(s, 1, 65535));
+    o->master_port = static_cast<int>(v);
+    o->master_port_given = true;
+    return absl::OkStatus();
+  }
+  if (flag == "local-addr") {
+    o->local_addr = s.value;
+    return absl::OkStatus();
+  }
+  if (flag == "signals-to-handle") return ApplySignals(s, o);
+  if (flag == "stop-timeout") {
+    DDPRUN_ASSIGN_OR_RETURN(o->stop_timeout, ParseSeconds(s.where, s.value));
+    return absl::OkStatus();
+  }
+  if (flag == "quiet") {
+    DDPRUN_ASSIGN_OR_RETURN(bool quiet, BoolOf(s));
+    o->verbose = !quiet;
+    return absl::OkStatus();
+  }
+  return absl::InternalError(absl::StrCat("unhandled flag ", flag));
+}
+
+const FlagDef* FindFlag(absl::string_view name) {
+  for (const FlagDef& f : kFlags) {
+    if (name == f.name) return &f;
+  }
+  return nullptr;
+}
+
+// Cross-flag rules, checked once every source is merged.
+absl::Status Validate(const Environment& env, LaunchOptions* o) {
+  if (o->standalone) {
+    if (o->min_nodes != 1 || o->max_nodes != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--standalone runs exactly one node, but --nnodes=", o->min_nodes, ":", o->max_nodes));
+    }
+  }
+  if (o->rdzv_backend == "static" && !o->standalone) {
+    if (o->min_nodes != o->max_nodes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--nnodes=", o->min_nodes, ":", o->max_nodes,
+          ": the static rendezvous needs a fixed node count; use --rdzv-backend=c10d for "
+          "elastic MIN:MAX"));
+    }
+    if (o->node_rank < 0) o->node_rank = 0;
+    if (o->node_rank >= o->max_nodes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--node-rank=", o->node_rank, ": must be below --nnodes=", o->max_nodes));
+    }
+  }
+  if (o->entrypoint.empty()) {
+    return absl::InvalidArgumentError(
+        "missing the training script (or module with -m, or program with --no-python); see "
+        "--help");
+  }
+  switch (o->entrypoint_kind) {
+    case EntrypointKind::kPythonScript:
+      if (access(o->entrypoint.c_str(), F_OK) != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("training script ", o->entrypoint, ": no such file"));
+      }
+      if (access(o->entrypoint.c_str(), R_OK) != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("training script ", o->entrypoint, ": not readable"));
+      }
+      break;
+    case EntrypointKind::kBinary: {
+      auto resolved = ResolveExecutable(o->entrypoint, env);
+      if (!resolved.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--no-python program ", resolved.status().message()));
+      }
+      break;
+    }
+    case EntrypointKind::kPythonModule:
+      break;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int SignalFromName(const std::string& name) {
+  std::string n = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(name));
+  int number = 0;
+  if (absl::SimpleAtoi(n, &number)) return number > 0 && number < NSIG ? number : 0;
+  if (!absl::StartsWith(n, "SIG")) n = "SIG" + n;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    const char* abbrev = sigabbrev_np(sig);
+    if (abbrev != nullptr && n == absl::StrCat("SIG", abbrev)) return sig;
+  }
+  return 0;
+}
+
+absl::Status ParseNnodes(const std::string& what, const std::string& value, int* min_nodes,
+                         int* max_nodes) {
+  std::vector<std::string> parts = absl::StrSplit(value, ':');
+  int64_t lo = 0, hi = 0;
+  const int64_t kMaxNodes = 1 << 20;
+  if (parts.size() == 1 && absl::SimpleAtoi(parts[0], &lo)) {
+    hi = lo;
+  } else if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &lo) ||
+             !absl::SimpleAtoi(parts[1], &hi)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "=", value, ": expected N or MIN:MAX (e.g. 2 or 1:4)"));
+  }
+  if (lo < 1 || hi > kMaxNodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "=", value, ": node counts must be in 1..", kMaxNodes));
+  }
+  if (lo > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "=", value, ": MIN (", lo, ") is greater than MAX (", hi, ")"));
+  }
+  *min_nodes = static_cast<int>(lo);
+  *max_nodes = static_cast<int>(hi);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StdSpec> ParseStdSpec(const std::string& what, const std::string& value) {
+  StdSpec spec;
+  auto bad = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "=", value,
+                     ": expected 0-3 (0 none, 1 stdout, 2 stderr, 3 both) or "
+                     "LOCAL_RANK:MASK,... (e.g. 0:3,1:2)"));
+  };
+  if (value.find(':') == std::string::npos) {
+    if (!absl::SimpleAtoi(value, &spec.all) || spec.all < 0 || spec.all > 3) return bad();
+    return spec;
+  }
+  for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipWhitespace())) {
+    std::vector<std::string> kv = absl::StrSplit(item, ':');
+    int rank = 0, mask = 0;
+    if (kv.size() != 2 || !absl::SimpleAtoi(kv[0], &rank) || !absl::SimpleAtoi(kv[1], &mask) ||
+        rank < 0 || mask < 0 || mask > 3) {
+      return bad();
+    }
+    spec.per_rank[rank] = mask;
+  }
+  return spec;
+}
+
+std::string HelpText() {
+  std::string text =
+      "usage: ddprun [options] TRAINING_SCRIPT [script args...]\n"
+      "       ddprun [options] -m MODULE [args...]\n"
+      "       ddprun [options] --no-python PROGRAM [args...]\n"
+      "\n"
+      "Native replacement for torchrun: same flags (dashes or underscores), same worker\n"
+      "environment. Every flag can also come from --config FILE.yaml (same names as keys) or\n"
+      "from a PET_<FLAG> environment variable; the command line wins, then the file.\n"
+      "\noptions:\n";
+  auto add = [&](const std::string& names, const std::string& help) {
+    absl::StrAppend(&text, "  ", names, "\n      ", help, "\n");
+  };
+  for (const FlagDef& f : kFlags) {
+    std::string names = f.short_name[0] != '\0' ? absl::StrCat(f.short_name, ", --", f.name)
+                                                : absl::StrCat("--", f.name);
+    if (absl::StrContains(f.name, "-")) {
+      absl::StrAppend(&names, ", --", absl::StrReplaceAll(f.name, {{"-", "_"}}));
+    }
+    if (!f.is_bool) absl::StrAppend(&names, "=VALUE");
+    add(names, f.help);
+  }
+  add("--config=FILE.yaml", "Read flags from a YAML file (keys are flag names).");
+  add("-h, --help", "Print this help and exit.");
+  add("--version", "Print the version and exit.");
+  text +=
+      "\nexit codes: 0 success; 1 workers failed and the restart budget is spent; 2 usage or\n"
+      "configuration error; 3 rendezvous failure; 128+N stopped by signal N.\n";
+  return text;
+}
+
+absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
+                                             const Environment& env, const HostInfo& host) {
+  CommandLine result;
+  CLI::App app("ddprun");
+  app.set_help_flag();   // our own --help text
+  app.prefix_command();  // stop at the training script; everything after it is the script's
+  app.allow_windows_style_options(false);
+
+  std::map<std::string, std::string> cli_values;
+  std::map<std::string, CLI::Option*> cli_options;
+  for (const FlagDef& f : kFlags) {
+    std::string names = absl::StrCat("--", f.name);
+    if (absl::StrContains(f.name, "-")) {
+      absl::StrAppend(&names, ",--", absl::StrReplaceAll(f.name, {{"-", "_"}}));
+    }
+    if (f.short_name[0] != '\0') names = absl::StrCat(f.short_name, ",", names);
+    std::string& slot = cli_values[f.name];
+    if (f.is_bool) {
+      cli_options[f.name] = app.add_flag_callback(names, [&slot] { slot = "true"; });
+    } else {
+      cli_options[f.name] = app.add_option(names, slot)->allow_extra_args(false);
+    }
+  }
+  std::string config_file;
+  bool want_help = false, want_version = false;
+  app.add_option("--config", config_file);
+  app.add_flag("-h,--help", want_help);
+  app.add_flag("--version", want_version);
+
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  if (want_help) {
+    result.exit_now = true;
+    result.text = HelpText();
+    return result;
+  }
+  if (want_version) {
+    result.exit_now = true;
+    result.text = absl::StrCat("ddprun ", DDPRUN_VERSION, "\n");
+    return result;
+  }
+
+  std::vector<std::string> rest = app.remaining();
+  if (!rest.empty() && absl::StartsWith(rest.front(), "-") && rest.front() != "-") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown flag ", std::vector<std::string>(absl::StrSplit(rest.front(), '='))[0],
+        " (see --help)"));
+  }
+
+  // Merge: defaults < PET_* < YAML < command line. Apply in that order; later wins.
+  LaunchOptions& o = result.options;
+  std::vector<std::pair<std::string, Sourced>> ordered;
+  for (const FlagDef& f : kFlags) {
+    auto it = env.find(PetName(f.name));
+    if (it != env.end()) ordered.push_back({f.name, {it->second, it->first}});
+  }
+  if (!config_file.empty()) {
+    o.config_file = config_file;
+    DDPRUN_ASSIGN_OR_RETURN(std::vector<ConfigValue> values, LoadYamlConfig(config_file));
+    for (const ConfigValue& v : values) {
+      const std::string where = absl::StrCat(config_file, ":", v.line, ": ", v.key);
+      if (v.key == "script" || v.key == "entrypoint") {
+        if (rest.empty()) o.entrypoint = v.value;
+        continue;
+      }
+      if (v.key == "script-args" || v.key == "args") {
+        if (rest.empty())
+          o.entrypoint_args = v.list.empty() ? std::vector<std::string>{v.value} : v.list;
+        continue;
+      }
+      if (FindFlag(v.key) == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(config_file, ":", v.line, ": unknown key '", v.key, "'"));
+      }
+      ordered.push_back({v.key, {v.value, where}});
+    }
+  }
+  for (const FlagDef& f : kFlags) {
+    if (cli_options[f.name]->count() > 0) {
+      ordered.push_back({f.name, {cli_values[f.name], absl::StrCat("--", f.name)}});
+    }
+  }
+  for (const auto& [flag, sourced] : ordered) {
+    DDPRUN_RETURN_IF_ERROR(Apply(flag, sourced, host, &o));
+  }
+
+  if (!rest.empty()) {
+    o.entrypoint = rest.front();
+    o.entrypoint_args.assign(rest.begin() + 1, rest.end());
+  }
+  DDPRUN_RETURN_IF_ERROR(Validate(env, &o));
+  return result;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,47 @@
+// The ddprun command line: every torchrun flag with the same meaning, in both spellings
+// (--nproc-per-node / --nproc_per_node), plus ddprun's own. Sources, strongest first:
+//   1. the command line;
+//   2. the YAML file named by --config (every flag has a key, see yaml_config.h);
+//   3. PET_<FLAG> environment variables, as torchrun reads them (PET_NPROC_PER_NODE=4);
+//   4. torchrun's defaults.
+// Everything after the training script is passed to it untouched.
+#ifndef DDPRUN_LAUNCHER_CLI_H_
+#define DDPRUN_LAUNCHER_CLI_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "launcher/host_info.h"
+#include "launcher/options.h"
+
+namespace ddprun::launcher {
+
+struct CommandLine {
+  // --help / --version: print `text` to stdout and exit 0 without running anything.
+  bool exit_now = false;
+  std::string text;
+  LaunchOptions options;
+};
+
+// `args` excludes argv[0]. Errors are kInvalidArgument with one line naming the flag (or
+// FILE:LINE, or the PET_ variable) and the value.
+absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
+                                             const Environment& env, const HostInfo& host);
+
+// The --help text.
+std::string HelpText();
+
+// Parses "0".."3" or "LOCAL_RANK:MASK,..." (torchrun's --redirects / --tee).
+absl::StatusOr<StdSpec> ParseStdSpec(const std::string& what, const std::string& value);
+
+// Parses "N" or "MIN:MAX".
+absl::Status ParseNnodes(const std::string& what, const std::string& value, int* min_nodes,
+                         int* max_nodes);
+
+// "SIGTERM", "TERM", "15" -> 15. 0 when unknown.
+int SignalFromName(const std::string& name);
+
+}  // namespace ddprun::launcher
+
+#endif  // DDPRUN_LAUNCHER_CLI_H_

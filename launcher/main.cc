@@ -1,0 +1,27 @@
+// ddprun: parse the options, build the agent, run it.
+#include <string>
+#include <vector>
+
+#include "common/log.h"
+#include "launcher/agent.h"
+#include "launcher/cli.h"
+
+int main(int argc, char** argv) {
+  using namespace ddprun::launcher;
+  const Environment env = CurrentEnvironment();
+  const HostInfo host = DetectHostInfo(env);
+  auto parsed = ParseCommandLine(std::vector<std::string>(argv + 1, argv + argc), env, host);
+  if (!parsed.ok()) {
+    ddprun::WriteAll(
+        2, std::string("ddprun: error: ") + std::string(parsed.status().message()) + "\n");
+    return kExitUsage;
+  }
+  if (parsed->exit_now) {
+    ddprun::WriteAll(1, parsed->text);
+    return 0;
+  }
+  ddprun::SetVerbose(parsed->options.verbose);
+  Agent::BlockAgentSignals(parsed->options);
+  Agent agent(std::move(parsed->options), env, host);
+  return agent.Run();
+}

@@ -1,0 +1,78 @@
+// Everything the agent needs to know, parsed once in main from the command line, a YAML
+// config file and PET_* environment variables (cli.h), then passed down read-only.
+#ifndef DDPRUN_LAUNCHER_OPTIONS_H_
+#define DDPRUN_LAUNCHER_OPTIONS_H_
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+namespace ddprun::launcher {
+
+// Which of a worker's streams a --redirects / --tee value covers (torchrun's Std: 0 none,
+// 1 stdout, 2 stderr, 3 both), for every local rank or per local rank.
+struct StdSpec {
+  int all = 0;                  // applies to ranks without an entry in `per_rank`
+  std::map<int, int> per_rank;  // local rank -> mask
+  int For(int local_rank) const {
+    auto it = per_rank.find(local_rank);
+    return it == per_rank.end() ? all : it->second;
+  }
+};
+inline constexpr int kStdOut = 1;
+inline constexpr int kStdErr = 2;
+
+enum class EntrypointKind {
+  kPythonScript,  // python3 -u script args...
+  kPythonModule,  // python3 -u -m module args...
+  kBinary,        // --no-python: exec it directly
+};
+
+struct LaunchOptions {
+  // Nodes and processes.
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int nproc_per_node = 1;
+  std::string nproc_per_node_text = "1";  // as given: "4", "auto", "cpu", "gpu"
+  int node_rank = -1;                     // -1: not given (the rendezvous assigns one)
+
+  // Rendezvous.
+  std::string rdzv_backend = "static";  // static | c10d | etcd | etcd-v3
+  std::string rdzv_endpoint;            // host[:port]
+  std::string rdzv_id = "none";
+  std::map<std::string, std::string> rdzv_conf;  // key=value pairs as given
+  bool standalone = false;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  bool master_addr_given = false;
+  bool master_port_given = false;
+  std::string local_addr;
+
+  // Restarts and monitoring.
+  int max_restarts = 0;
+  double monitor_interval_s = 0.1;     // accepted for compatibility; ddprun is event-driven
+  std::string start_method = "spawn";  // accepted for compatibility
+  std::chrono::milliseconds stop_timeout{10000};  // SIGTERM -> SIGKILL grace per worker group
+  std::vector<int> extra_signals;  // --signals-to-handle beyond the four stop signals
+
+  // Workers.
+  std::string role = "default";
+  EntrypointKind entrypoint_kind = EntrypointKind::kPythonScript;
+  std::string entrypoint;  // script path, module name or binary
+  std::vector<std::string> entrypoint_args;
+
+  // Output.
+  std::string log_dir;  // empty: a temporary directory, removed at exit
+  StdSpec redirects;
+  StdSpec tee;
+  std::set<int> local_ranks_filter;  // empty: every local rank shows on the console
+
+  std::string config_file;  // --config, for messages
+  bool verbose = true;
+};
+
+}  // namespace ddprun::launcher
+
+#endif  // DDPRUN_LAUNCHER_OPTIONS_H_

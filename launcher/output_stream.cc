@@ -1,0 +1,51 @@
+#include "launcher/output_stream.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+
+namespace ddprun::launcher {
+
+OutputStream::OutputStream(Config config) : config_(std::move(config)) {}
+
+void OutputStream::EmitLine(absl::string_view line, std::string* console_batch) {
+  if (config_.console_fd >= 0) absl::StrAppend(console_batch, config_.prefix, line, "\n");
+  if (config_.tail_lines > 0) {
+    tail_.emplace_back(line);
+    if (tail_.size() > config_.tail_lines) tail_.pop_front();
+  }
+}
+
+void OutputStream::Feed(absl::string_view data) {
+  if (config_.log_fd >= 0) WriteAll(config_.log_fd, data);
+  std::string batch;
+  while (!data.empty()) {
+    const size_t nl = data.find('\n');
+    if (nl == absl::string_view::npos) {
+      partial_.append(data.data(), data.size());
+      if (partial_.size() >= kMaxLine) {
+        EmitLine(partial_, &batch);
+        partial_.clear();
+      }
+      break;
+    }
+    if (partial_.empty()) {
+      EmitLine(data.substr(0, nl), &batch);
+    } else {
+      partial_.append(data.data(), nl);
+      EmitLine(partial_, &batch);
+      partial_.clear();
+    }
+    data.remove_prefix(nl + 1);
+  }
+  if (!batch.empty()) WriteAll(config_.console_fd, batch);
+}
+
+void OutputStream::Finish() {
+  if (partial_.empty()) return;
+  std::string batch;
+  EmitLine(partial_, &batch);
+  partial_.clear();
+  if (!batch.empty()) WriteAll(config_.console_fd, batch);
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,44 @@
+// One worker stream (stdout or stderr) on its way out of the agent: split into whole lines,
+// optionally prefixed ("[default0]:") and written to the console, copied raw to a log file, and
+// the last lines kept for the failure summary. Every console write carries whole lines only, and
+// the agent's single loop thread does all writes, so one rank's line is never cut by another's.
+#ifndef DDPRUN_LAUNCHER_OUTPUT_STREAM_H_
+#define DDPRUN_LAUNCHER_OUTPUT_STREAM_H_
+
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+
+namespace ddprun::launcher {
+
+class OutputStream {
+ public:
+  struct Config {
+    int console_fd = -1;    // -1: not shown on the console
+    std::string prefix;     // prepended to each console line
+    int log_fd = -1;        // -1: no log file; not owned
+    size_t tail_lines = 0;  // lines to keep for Tail()
+  };
+  // A line longer than this is emitted in pieces rather than buffered without bound.
+  static constexpr size_t kMaxLine = 64 * 1024;
+
+  explicit OutputStream(Config config);
+
+  void Feed(absl::string_view data);
+  // End of stream: emits a trailing partial line (with a newline added on the console).
+  void Finish();
+  std::vector<std::string> Tail() const { return {tail_.begin(), tail_.end()}; }
+
+ private:
+  void EmitLine(absl::string_view line, std::string* console_batch);
+
+  Config config_;
+  std::string partial_;
+  std::deque<std::string> tail_;
+};
+
+}  // namespace ddprun::launcher
+
+#endif  // DDPRUN_LAUNCHER_OUTPUT_STREAM_H_

@@ -1,0 +1,32 @@
+// The environment of one worker: the agent's own environment plus exactly the variables torchrun
+// sets (see the table in README.md, "Worker environment"), plus ddprun's DDPRUN_* extras.
+#ifndef DDPRUN_LAUNCHER_WORKER_ENV_H_
+#define DDPRUN_LAUNCHER_WORKER_ENV_H_
+
+#include <string>
+
+#include "launcher/host_info.h"
+#include "rendezvous/rendezvous.h"
+
+namespace ddprun::launcher {
+
+struct WorkerEnvSpec {
+  std::string run_id;
+  std::string role = "default";
+  int local_rank = 0;
+  int local_world_size = 1;
+  int max_restarts = 0;
+  std::string error_file;  // TORCHELASTIC_ERROR_FILE for this worker
+};
+
+// `base` is the agent's environment (inherited by every worker).
+Environment BuildWorkerEnv(const Environment& base, const WorkerEnvSpec& spec,
+                           const rendezvous::Assignment& assignment);
+
+// True when ddprun should set OMP_NUM_THREADS=1 (and warn, as torchrun does): unset in the
+// agent's environment and more than one worker per node.
+bool ShouldDefaultOmpThreads(const Environment& base, int nproc_per_node);
+
+}  // namespace ddprun::launcher
+
+#endif  // DDPRUN_LAUNCHER_WORKER_ENV_H_
