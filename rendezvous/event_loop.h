@@ -1,0 +1,57 @@
+// EventLoop: one thread that runs posted tasks in order, and timers. The rendezvous server's
+// state machine and the client's connection state are each owned by one EventLoop; gRPC
+// reactors only post to it, so no state is shared between threads and no reactor ever blocks.
+//
+// Thread-safe: Post, PostAt and Cancel may be called from any thread, including the loop's own.
+#ifndef DDPRUN_RENDEZVOUS_EVENT_LOOP_H_
+#define DDPRUN_RENDEZVOUS_EVENT_LOOP_H_
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+#include "common/executor.h"
+
+namespace ddprun::rendezvous {
+
+class EventLoop final : public Executor {
+ public:
+  using TimerId = uint64_t;
+
+  EventLoop();            // starts the thread
+  ~EventLoop() override;  // Stop()
+  EventLoop(const EventLoop&) = delete;
+  EventLoop& operator=(const EventLoop&) = delete;
+
+  // Runs `fn` on the loop thread, after everything posted before. Dropped after Stop().
+  void Post(std::function<void()> fn) override;
+  // Runs `fn` on the loop thread once the steady clock reaches `when`.
+  TimerId PostAt(TimePoint when, std::function<void()> fn);
+  // Cancels a timer that has not run yet; no-op otherwise.
+  void Cancel(TimerId id);
+  // Runs every task already posted (timers are dropped), then ends the thread. Idempotent; must
+  // not be called from the loop thread.
+  void Stop();
+  bool InLoopThread() const { return std::this_thread::get_id() == thread_.get_id(); }
+
+ private:
+  void Run();
+
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
+  std::multimap<TimePoint, TimerId> timer_order_ ABSL_GUARDED_BY(mu_);
+  std::map<TimerId, std::pair<TimePoint, std::function<void()>>> timers_ ABSL_GUARDED_BY(mu_);
+  TimerId next_timer_ ABSL_GUARDED_BY(mu_) = 1;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace ddprun::rendezvous
+
+#endif  // DDPRUN_RENDEZVOUS_EVENT_LOOP_H_

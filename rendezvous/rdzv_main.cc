@@ -1,0 +1,71 @@
+// ddprun-rdzv: the rendezvous server as a standalone daemon, for a service node, so that no
+// training node is a single point of failure. Binds loopback unless --host says otherwise.
+//
+//   DDPRUN_RDZV_TOKEN=... ddprun-rdzv --port 29400 --host 0.0.0.0
+//
+// Prints "ddprun-rdzv listening on HOST:PORT" once serving (with --port 0, the port picked).
+// SIGTERM / SIGINT shut it down. Exit codes: 0 after a signal, 2 bad usage, 3 cannot serve.
+#include <signal.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "rendezvous/rendezvous_server.h"
+#include "rendezvous/security.h"
+
+int main(int argc, char** argv) {
+  ddprun::rendezvous::ServerOptions options;
+  std::string token_file;
+  CLI::App app{"ddprun rendezvous server"};
+  app.add_option("--host", options.host, "address to bind (default: loopback only)");
+  app.add_option("--port", options.port, "port to bind; 0 picks a free one and prints it")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--token-file", token_file,
+                 "file whose first line is the shared token (else $DDPRUN_RDZV_TOKEN)");
+  app.add_option("--tls-cert", options.tls.cert_file, "PEM certificate chain (enables TLS)");
+  app.add_option("--tls-key", options.tls.key_file, "PEM private key");
+  app.add_option("--tls-client-ca", options.tls.client_ca_file,
+                 "PEM CA bundle; clients must present a certificate it signed (mutual TLS)");
+  app.add_option("--max-runs", options.limits.max_runs, "runs this server hosts at once")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-nodes-per-run", options.limits.max_nodes_per_run, "agents one run may have")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-message-bytes", options.max_receive_message_bytes,
+                 "largest message accepted from an agent")
+      ->check(CLI::Range(1024, 16 << 20));
+  CLI11_PARSE(app, argc, argv);
+
+  absl::StatusOr<std::string> token = ddprun::rendezvous::LoadToken(token_file);
+  if (!token.ok()) {
+    std::cerr << "ddprun-rdzv: " << token.status().message() << "\n";
+    return 2;
+  }
+  options.token = *token;
+  if (options.token.empty()) {
+    std::cerr << "ddprun-rdzv: warning: no token (" << ddprun::rendezvous::kTokenEnv
+              << " or --token-file); any client that reaches " << options.host << " may join\n";
+  }
+
+  // Signals are taken by sigwait on this thread; block them before gRPC starts its threads so
+  // that none of those receives them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto server = ddprun::rendezvous::RendezvousServer::Start(options);
+  if (!server.ok()) {
+    std::cerr << "ddprun-rdzv: " << server.status().message() << "\n";
+    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 3;
+  }
+  std::cout << "ddprun-rdzv listening on " << (*server)->address() << std::endl;
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::cerr << "ddprun-rdzv: " << strsignal(sig) << ", shutting down\n";
+  (*server)->Shutdown();
+  return 0;
+}

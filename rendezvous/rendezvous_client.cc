@@ -1,0 +1,275 @@
+#include "rendezvous/rendezvous_client.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/rendezvous.grpc.pb.h"
+#include "rendezvous/agent_call.h"
+#include "rendezvous/event_loop.h"
+#include "rendezvous/proto_convert.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+constexpr size_t kMaxFailureMessage = 8192;
+
+std::string Seconds(std::chrono::milliseconds d) {
+  return absl::StrCat(static_cast<double>(d.count()) / 1000.0, " s");
+}
+
+void AddAuth(grpc::ClientContext* context, const std::string& token) {
+  if (!token.empty()) context->AddMetadata(kAuthMetadataKey, AuthMetadataValue(token));
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeRendezvousChannel(const ClientOptions& options) {
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
+      MakeChannelCredentials(options.tls);
+  if (!creds.ok()) return creds.status();
+  grpc::ChannelArguments args;
+  // Retry an unreachable server quickly: read_timeout bounds the whole attempt anyway.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  args.SetMaxReceiveMessageSize(1 << 20);
+  if (!options.tls.server_name_override.empty()) {
+    args.SetSslTargetNameOverride(options.tls.server_name_override);
+  }
+  return grpc::CreateCustomChannel(options.endpoint, *creds, args);
+}
+
+RendezvousClient::RendezvousClient(ClientOptions options, Executor* executor,
+                                   std::shared_ptr<grpc::Channel> channel)
+    : options_(std::move(options)),
+      executor_(executor),
+      channel_(std::move(channel)),
+      loop_(std::make_unique<EventLoop>()),
+      silenced_(std::make_shared<std::atomic<bool>>(false)) {}
+
+RendezvousClient::~RendezvousClient() {
+  silenced_->store(true);
+  loop_->Post([this] {
+    if (call_ != nullptr) call_->Cancel();
+  });
+  // The call's last reaction posts to the loop, so wait for it before stopping the loop.
+  AgentCall* call = nullptr;
+  absl::Notification fetched;
+  loop_->Post([this, &call, &fetched] {
+    call = call_.get();
+    fetched.Notify();
+  });
+  fetched.WaitForNotification();
+  if (call != nullptr) call->done().WaitForNotification();
+  loop_->Stop();
+}
+
+void RendezvousClient::Deliver(std::function<void(RendezvousEvents*)> fn) {
+  if (closed_ || events_ == nullptr) return;
+  executor_->Post([events = events_, silenced = silenced_, fn = std::move(fn)] {
+    if (!silenced->load()) fn(events);
+  });
+}
+
+void RendezvousClient::Closed(absl::Status status) {
+  if (closed_) return;
+  Deliver([status](RendezvousEvents* e) { e->OnClosed(status); });
+  closed_ = true;
+  if (read_timer_ != 0) loop_->Cancel(read_timer_);
+  if (heartbeat_timer_ != 0) loop_->Cancel(heartbeat_timer_);
+  read_timer_ = heartbeat_timer_ = 0;
+}
+
+void RendezvousClient::Join(const NodeInfo& node, RendezvousEvents* events) {
+  loop_->Post([this, node, events] {
+    if (events_ != nullptr) return;
+    node_ = node;
+    events_ = events;
+    StartCall();
+  });
+}
+
+void RendezvousClient::StartCall() {
+  if (channel_ == nullptr) {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = MakeRendezvousChannel(options_);
+    if (!channel.ok()) {
+      Closed(channel.status());
+      return;
+    }
+    channel_ = *std::move(channel);
+  }
+  call_ = std::make_unique<AgentCall>(
+      [this](proto::ServerMessage m) {
+        loop_->Post([this, m = std::move(m)] { HandleServerMessage(m); });
+      },
+      [this](grpc::Status s) {
+        loop_->Post([this, code = static_cast<int>(s.error_code()), msg = s.error_message()] {
+          HandleDone(code, msg);
+        });
+      });
+  AddAuth(call_->context(), options_.token);
+  // Waits for the server to come up instead of failing at once; read_timeout bounds it.
+  call_->context()->set_wait_for_ready(true);
+  proto::AgentMessage join;
+  *join.mutable_join() = ToProto(node_, options_.timeouts);
+  read_timer_ = loop_->PostAt(std::chrono::steady_clock::now() + options_.read_timeout, [this] {
+    read_timer_ = 0;
+    if (joined_ || closed_) return;
+    timed_out_ = true;
+    call_->Cancel();
+  });
+  call_->Start(channel_, std::move(join));
+}
+
+void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
+  if (closed_) return;
+  switch (m.msg_case()) {
+    case proto::ServerMessage::kJoined:
+      if (joined_) break;
+      joined_ = true;
+      if (read_timer_ != 0) loop_->Cancel(read_timer_);
+      read_timer_ = 0;
+      ScheduleHeartbeat();
+      break;
+    case proto::ServerMessage::kAssignment: {
+      Assignment a = FromProto(m.assignment());
+      Deliver([a](RendezvousEvents* e) { e->OnAssignment(a); });
+      break;
+    }
+    case proto::ServerMessage::kRestart: {
+      std::string reason = m.restart().reason();
+      Deliver([reason](RendezvousEvents* e) { e->OnRestart(reason); });
+      break;
+    }
+    case proto::ServerMessage::kClose:
+      Closed(CloseStatus(m.close()));
+      break;
+    default:
+      break;  // a newer server's message this client does not know
+  }
+}
+
+void RendezvousClient::HandleDone(int grpc_code, const std::string& message) {
+  const std::string where = options_.endpoint;
+  const auto code = static_cast<grpc::StatusCode>(grpc_code);
+  if (timed_out_) {
+    Closed(absl::UnavailableError(
+        absl::StrCat("cannot reach the rendezvous server at ", where, " within read_timeout (",
+                     Seconds(options_.read_timeout), ")", message.empty() ? "" : ": ", message)));
+  } else if (code == grpc::StatusCode::UNAUTHENTICATED) {
+    Closed(absl::UnauthenticatedError(
+        absl::StrCat("the rendezvous server at ", where, " refused this agent: ", message)));
+  } else if (code == grpc::StatusCode::OK) {
+    Closed(absl::UnavailableError(
+        absl::StrCat("the rendezvous server at ", where, " ended the stream")));
+  } else {
+    Closed(absl::UnavailableError(absl::StrCat("lost the rendezvous stream to ", where, ": ",
+                                               message, " (gRPC code ", grpc_code, ")")));
+  }
+}
+
+void RendezvousClient::ScheduleHeartbeat() {
+  heartbeat_timer_ = loop_->PostAt(
+      std::chrono::steady_clock::now() + options_.timeouts.keep_alive_interval, [this] {
+        heartbeat_timer_ = 0;
+        if (closed_ || call_ == nullptr) return;
+        proto::AgentMessage m;
+        m.mutable_heartbeat();
+        call_->Send(std::move(m));
+        ScheduleHeartbeat();
+      });
+}
+
+void RendezvousClient::ReportGroupState(int64_t round, GroupState state,
+                                        const std::optional<WorkerFailure>& failure) {
+  loop_->Post([this, round, state, failure] {
+    if (closed_ || call_ == nullptr) return;
+    proto::AgentMessage m;
+    proto::GroupStatus* g = m.mutable_group_status();
+    g->set_round(round);
+    g->set_state(state == GroupState::kRunning     ? proto::GroupStatus::RUNNING
+                 : state == GroupState::kSucceeded ? proto::GroupStatus::SUCCEEDED
+                                                   : proto::GroupStatus::FAILED);
+    if (failure) {
+      *g->mutable_failure() = ToProto(*failure);
+      if (g->failure().message().size() > kMaxFailureMessage) {
+        g->mutable_failure()->mutable_message()->resize(kMaxFailureMessage);
+      }
+    }
+    call_->Send(std::move(m));
+  });
+}
+
+void RendezvousClient::Leave(const std::string& reason) {
+  silenced_->store(true);
+  loop_->Post([this, reason] {
+    if (closed_ || call_ == nullptr) {
+      closed_ = true;
+      return;
+    }
+    closed_ = true;
+    if (heartbeat_timer_ != 0) loop_->Cancel(heartbeat_timer_);
+    if (read_timer_ != 0) loop_->Cancel(read_timer_);
+    heartbeat_timer_ = read_timer_ = 0;
+    proto::AgentMessage m;
+    m.mutable_leave()->set_reason(reason);
+    call_->Send(std::move(m));
+    // The server answers a leave by closing the stream; cut it if it does not.
+    loop_->PostAt(std::chrono::steady_clock::now() + options_.close_timeout,
+                  [this] { call_->Cancel(); });
+  });
+}
+
+void RendezvousClient::CancelForTesting() {
+  loop_->Post([this] {
+    if (call_ != nullptr) call_->Cancel();
+  });
+}
+
+absl::StatusOr<RunStatus> QueryRunStatus(const ClientOptions& options, const std::string& run_id) {
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = MakeRendezvousChannel(options);
+  if (!channel.ok()) return channel.status();
+  auto stub = proto::RendezvousService::NewStub(*channel);
+  grpc::ClientContext context;
+  AddAuth(&context, options.token);
+  context.set_deadline(std::chrono::system_clock::now() + options.rpc_timeout);
+  proto::StatusRequest request;
+  request.set_run_id(run_id);
+  proto::StatusResponse response;
+  grpc::Status status = stub->Status(&context, request, &response);
+  if (!status.ok()) {
+    const std::string what = absl::StrCat("status of run '", run_id, "' from ", options.endpoint,
+                                          ": ", status.error_message());
+    switch (status.error_code()) {
+      case grpc::StatusCode::UNAUTHENTICATED:
+        return absl::UnauthenticatedError(what);
+      case grpc::StatusCode::NOT_FOUND:
+        return absl::NotFoundError(what);
+      default:
+        return absl::UnavailableError(what);
+    }
+  }
+  RunStatus s;
+  s.run_id = response.run_id();
+  s.round = response.round();
+  s.phase = response.phase() == "running"  ? RunPhase::kRunning
+            : response.phase() == "closed" ? RunPhase::kClosed
+                                           : RunPhase::kJoining;
+  s.restarts_used = response.restarts_used();
+  s.max_restarts = response.max_restarts();
+  s.min_nodes = response.min_nodes();
+  s.max_nodes = response.max_nodes();
+  s.close_message = response.close_message();
+  for (const proto::Member& m : response.members()) {
+    s.members.push_back(
+        {m.node_id(), m.hostname(), m.addr(), m.group_rank(), m.nproc_per_node(), m.state()});
+  }
+  return s;
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,115 @@
+// RendezvousClient: the agent's side of the built-in rendezvous (implements Rendezvous over the
+// gRPC stream of proto/rendezvous.proto). One stream per Join; the server pushes assignments,
+// restarts and close; the client sends the join, heartbeats every keep_alive_interval, group
+// status and leave.
+//
+// Connecting is retried (gRPC wait-for-ready with a short reconnect backoff) until the server
+// acknowledges the join or read_timeout passes; then OnClosed(kUnavailable) names the address.
+// A refused token gives OnClosed(kUnauthenticated); a broken stream OnClosed(kUnavailable).
+//
+// Threading: the client owns one internal EventLoop for its connection state; gRPC reactor
+// callbacks only post to it. RendezvousEvents are delivered on the agent's Executor. Join,
+// ReportGroupState and Leave may be called from any thread (normally the agent's loop). After
+// Leave() returns, or once the client is destroyed, no event reaches the agent.
+#ifndef DDPRUN_RENDEZVOUS_RENDEZVOUS_CLIENT_H_
+#define DDPRUN_RENDEZVOUS_RENDEZVOUS_CLIENT_H_
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/executor.h"
+#include "rendezvous/rendezvous.h"
+#include "rendezvous/run_config.h"
+#include "rendezvous/run_state.h"
+#include "rendezvous/security.h"
+
+namespace grpc {
+class Channel;
+}
+namespace ddprun::proto {
+class ServerMessage;
+}
+
+namespace ddprun::rendezvous {
+
+class EventLoop;
+class AgentCall;
+
+struct ClientOptions {
+  std::string endpoint;  // "host:port", "[::1]:port"
+  // Shared token (LoadToken()); empty: send none.
+  std::string token;
+  TlsClientFiles tls;
+  // Sent with the join (the first agent of a run sets the run's timeouts). keep_alive_interval
+  // also paces this client's heartbeats.
+  RunTimeouts timeouts;
+  // How long to keep trying to reach the server before giving up (torchrun's read_timeout).
+  std::chrono::milliseconds read_timeout{60000};
+  // After Leave(), how long to wait for the server to close the stream before cutting it.
+  std::chrono::milliseconds close_timeout{2000};
+  // Deadline of unary calls (QueryRunStatus).
+  std::chrono::milliseconds rpc_timeout{10000};
+};
+
+// A channel to `options.endpoint` with the client's credentials, keepalive and reconnect
+// arguments. Several clients may share one (the load generator does).
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeRendezvousChannel(const ClientOptions& options);
+
+class RendezvousClient final : public Rendezvous {
+ public:
+  // `executor` runs the RendezvousEvents callbacks and must outlive the client. `channel`:
+  // nullptr makes one from `options`.
+  RendezvousClient(ClientOptions options, Executor* executor,
+                   std::shared_ptr<grpc::Channel> channel = nullptr);
+  ~RendezvousClient() override;  // cancels the stream if still open (the server sees a loss)
+
+  RendezvousClient(const RendezvousClient&) = delete;
+  RendezvousClient& operator=(const RendezvousClient&) = delete;
+
+  // Only the first call has an effect.
+  void Join(const NodeInfo& node, RendezvousEvents* events) override;
+  void ReportGroupState(int64_t round, GroupState state,
+                        const std::optional<WorkerFailure>& failure) override;
+  void Leave(const std::string& reason) override;
+
+  // Cuts the stream without a leave, as a crashed agent would (tests).
+  void CancelForTesting();
+
+ private:
+  // Internal loop only.
+  void StartCall();
+  void HandleServerMessage(const proto::ServerMessage& message);
+  void HandleDone(int grpc_code, const std::string& message);
+  void ScheduleHeartbeat();
+  void Deliver(std::function<void(RendezvousEvents*)> fn);
+  void Closed(absl::Status status);
+
+  const ClientOptions options_;
+  Executor* const executor_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<EventLoop> loop_;
+  // Set by Leave() / the destructor on the caller's thread: events already queued on the
+  // agent's executor check it before running.
+  std::shared_ptr<std::atomic<bool>> silenced_;
+
+  // Internal loop only.
+  std::unique_ptr<AgentCall> call_;
+  NodeInfo node_;
+  RendezvousEvents* events_ = nullptr;
+  bool joined_ = false;     // the server acknowledged the join
+  bool closed_ = false;     // OnClosed was delivered (or the agent left)
+  bool timed_out_ = false;  // read_timeout cut the call
+  uint64_t read_timer_ = 0;
+  uint64_t heartbeat_timer_ = 0;
+};
+
+// One Status call (for `ddprun status`), with options.rpc_timeout as its deadline.
+absl::StatusOr<RunStatus> QueryRunStatus(const ClientOptions& options, const std::string& run_id);
+
+}  // namespace ddprun::rendezvous
+
+#endif  // DDPRUN_RENDEZVOUS_RENDEZVOUS_CLIENT_H_

@@ -1,0 +1,173 @@
+#include "rendezvous/rendezvous_service.h"
+
+#include <utility>
+
+#include "rendezvous/agent_stream.h"
+#include "rendezvous/proto_convert.h"
+#include "rendezvous/security.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+grpc::Status Unauthenticated() {
+  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                      "rendezvous token missing or wrong (set DDPRUN_RDZV_TOKEN or token_file "
+                      "to the server's token)");
+}
+
+GroupState FromProto(proto::GroupStatus::State s) {
+  switch (s) {
+    case proto::GroupStatus::SUCCEEDED:
+      return GroupState::kSucceeded;
+    case proto::GroupStatus::FAILED:
+      return GroupState::kFailed;
+    default:
+      return GroupState::kRunning;
+  }
+}
+
+}  // namespace
+
+RendezvousServiceImpl::RendezvousServiceImpl(EventLoop* loop, const Clock* clock, std::string token,
+                                             ServerLimits limits, RunTimeouts default_timeouts)
+    : loop_(loop),
+      clock_(clock),
+      token_(std::move(token)),
+      default_timeouts_(default_timeouts),
+      state_(limits) {}
+
+RendezvousServiceImpl::~RendezvousServiceImpl() {
+  // The server is shut down and the loop stopped: no reactor is left running. Streams whose
+  // OnDone never reached the loop are deleted here.
+  for (auto& [conn, entry] : streams_) delete entry.stream;
+}
+
+grpc::ServerBidiReactor<proto::AgentMessage, proto::ServerMessage>* RendezvousServiceImpl::Connect(
+    grpc::CallbackServerContext* context) {
+  if (!CallHasToken(*context, token_)) return new RefusedStream(Unauthenticated());
+  const ConnId conn = next_conn_++;
+  auto* stream = new AgentStream(this, conn);
+  std::string peer = PeerHost(context->peer());
+  loop_->Post([this, conn, stream, peer = std::move(peer)] {
+    streams_[conn] = StreamEntry{stream, peer};
+  });
+  stream->Start();
+  return stream;
+}
+
+grpc::ServerUnaryReactor* RendezvousServiceImpl::Status(grpc::CallbackServerContext* context,
+                                                        const proto::StatusRequest* request,
+                                                        proto::StatusResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!CallHasToken(*context, token_)) {
+    reactor->Finish(Unauthenticated());
+    return reactor;
+  }
+  // request/response stay valid until Finish; the loop outlives every RPC.
+  loop_->Post([this, request, response, reactor] {
+    absl::StatusOr<RunStatus> status = state_.Status(request->run_id());
+    if (!status.ok()) {
+      reactor->Finish(
+          grpc::Status(grpc::StatusCode::NOT_FOUND, std::string(status.status().message())));
+      return;
+    }
+    ToProto(*status, response);
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
+void RendezvousServiceImpl::PostMessage(ConnId conn, proto::AgentMessage message) {
+  loop_->Post([this, conn, message = std::move(message)] { HandleMessage(conn, message); });
+}
+
+void RendezvousServiceImpl::PostStreamBroken(ConnId conn) {
+  loop_->Post([this, conn] {
+    Apply(state_.StreamBroken(conn, clock_->Now()));
+    ScheduleTick();
+  });
+}
+
+void RendezvousServiceImpl::PostStreamDone(ConnId conn) {
+  loop_->Post([this, conn] {
+    // Normally the read side already reported the break; this is idempotent.
+    Apply(state_.StreamBroken(conn, clock_->Now()));
+    auto it = streams_.find(conn);
+    if (it != streams_.end()) {
+      delete it->second.stream;
+      streams_.erase(it);
+    }
+    ScheduleTick();
+  });
+}
+
+void RendezvousServiceImpl::HandleMessage(ConnId conn, const proto::AgentMessage& message) {
+  const TimePoint now = clock_->Now();
+  switch (message.msg_case()) {
+    case proto::AgentMessage::kJoin: {
+      auto it = streams_.find(conn);
+      const std::string peer = it == streams_.end() ? "" : it->second.peer_host;
+      Apply(state_.Join(conn, FromProto(message.join(), default_timeouts_, peer), now));
+      break;
+    }
+    case proto::AgentMessage::kHeartbeat:
+      Apply(state_.Heartbeat(conn, now));
+      break;
+    case proto::AgentMessage::kGroupStatus: {
+      const proto::GroupStatus& g = message.group_status();
+      std::optional<WorkerFailure> failure;
+      if (g.has_failure()) failure = rendezvous::FromProto(g.failure());
+      Apply(state_.GroupStatus(conn, g.round(), FromProto(g.state()), failure, now));
+      break;
+    }
+    case proto::AgentMessage::kLeave:
+      Apply(state_.Leave(conn, message.leave().reason(), now));
+      break;
+    default: {
+      // Unknown or empty message: a client speaking another protocol. Drop it and its stream.
+      Outbox out = state_.StreamBroken(conn, now);
+      out.push_back({conn, CloseNotice{absl::InvalidArgumentError("unknown message"), {}}});
+      Apply(out);
+      break;
+    }
+  }
+  ScheduleTick();
+}
+
+void RendezvousServiceImpl::Apply(const Outbox& out) {
+  for (const Outgoing& o : out) {
+    auto it = streams_.find(o.conn);
+    if (it == streams_.end()) continue;
+    const bool last = std::holds_alternative<CloseNotice>(o.msg);
+    it->second.stream->Send(ToProto(o), last);
+  }
+}
+
+void RendezvousServiceImpl::ScheduleTick() {
+  // Coalesced: a burst of events (10,000 joins) recomputes the next deadline once, after the
+  // burst, instead of once per event.
+  if (tick_scheduling_posted_) return;
+  tick_scheduling_posted_ = true;
+  loop_->Post([this] {
+    tick_scheduling_posted_ = false;
+    std::optional<TimePoint> next = state_.NextDeadline();
+    if (next && tick_timer_ != 0 && tick_at_ == *next) return;
+    if (tick_timer_ != 0) loop_->Cancel(tick_timer_);
+    tick_timer_ = 0;
+    if (!next) return;
+    tick_at_ = *next;
+    // The loop's timers run on the steady clock; the state machine's clock is the injected one.
+    const TimePoint when = std::chrono::steady_clock::now() + (*next - clock_->Now());
+    tick_timer_ = loop_->PostAt(when, [this] {
+      tick_timer_ = 0;
+      RunTick();
+    });
+  });
+}
+
+void RendezvousServiceImpl::RunTick() {
+  Apply(state_.Tick(clock_->Now()));
+  ScheduleTick();
+}
+
+}  // namespace ddprun::rendezvous

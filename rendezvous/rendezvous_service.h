@@ -1,0 +1,77 @@
+// RendezvousServiceImpl: the gRPC face of ServerState (callback API). One AgentStream reactor per
+// Connect stream translates wire messages into state-machine events posted to the server's
+// EventLoop; the loop owns ServerState and the stream registry, applies the decisions by queueing
+// writes on the reactors, and wakes itself for the state machine's next deadline. Reactors never
+// block and never touch ServerState.
+//
+// Thread-safety: the gRPC entry points may run on any thread; everything else runs on `loop`.
+// Lifetime: `loop` and `clock` must outlive the service; the grpc::Server using the service must
+// be shut down (all RPCs done) before the loop is stopped and the service destroyed.
+#ifndef DDPRUN_RENDEZVOUS_RENDEZVOUS_SERVICE_H_
+#define DDPRUN_RENDEZVOUS_RENDEZVOUS_SERVICE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+
+#include "common/clock.h"
+#include "proto/rendezvous.grpc.pb.h"
+#include "rendezvous/event_loop.h"
+#include "rendezvous/outgoing.h"
+#include "rendezvous/run_config.h"
+#include "rendezvous/server_state.h"
+
+namespace ddprun::rendezvous {
+
+class AgentStream;
+
+class RendezvousServiceImpl final : public proto::RendezvousService::CallbackService {
+ public:
+  // `token` empty: no authentication.
+  RendezvousServiceImpl(EventLoop* loop, const Clock* clock, std::string token, ServerLimits limits,
+                        RunTimeouts default_timeouts);
+  ~RendezvousServiceImpl() override;
+
+  grpc::ServerBidiReactor<proto::AgentMessage, proto::ServerMessage>* Connect(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* context,
+                                   const proto::StatusRequest* request,
+                                   proto::StatusResponse* response) override;
+
+  // Called by AgentStream from gRPC threads; each posts to the loop.
+  void PostMessage(ConnId conn, proto::AgentMessage message);
+  void PostStreamBroken(ConnId conn);
+  void PostStreamDone(ConnId conn);
+
+  // Streams accepted so far (for tests and load reports).
+  uint64_t streams_accepted() const { return next_conn_.load() - 1; }
+
+ private:
+  // Loop thread only.
+  void HandleMessage(ConnId conn, const proto::AgentMessage& message);
+  void Apply(const Outbox& out);
+  void ScheduleTick();
+  void RunTick();
+
+  EventLoop* const loop_;
+  const Clock* const clock_;
+  const std::string token_;
+  const RunTimeouts default_timeouts_;
+  std::atomic<ConnId> next_conn_{1};
+
+  // Owned by the loop thread.
+  ServerState state_;
+  struct StreamEntry {
+    AgentStream* stream = nullptr;  // owned here once registered; deleted on the loop
+    std::string peer_host;
+  };
+  std::unordered_map<ConnId, StreamEntry> streams_;
+  EventLoop::TimerId tick_timer_ = 0;
+  TimePoint tick_at_{};
+  bool tick_scheduling_posted_ = false;
+};
+
+}  // namespace ddprun::rendezvous
+
+#endif  // DDPRUN_RENDEZVOUS_RENDEZVOUS_SERVICE_H_
