@@ -164,6 +164,7 @@ int Agent::Run() {
   node.node_id = absl::StrCat(host_.hostname, "_", getpid(), "_", RandomHex(4));
   node.min_nodes = options_.min_nodes;
   node.max_nodes = options_.max_nodes;
+  node.max_restarts = options_.max_restarts;
   node.nproc_per_node = options_.nproc_per_node;
   node.requested_node_rank = options_.node_rank;
   node.local_addr = options_.local_addr;
