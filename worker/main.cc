@@ -1,0 +1,152 @@
+// ddp-train: the bundled LibTorch worker. `ddp-train mnist --data DIR [...]`.
+//
+// Exit codes:
+//   0        training finished
+//   1        runtime failure (communication with peers lost or timed out, I/O, LibTorch error)
+//   2        usage or input error (bad flag, missing/corrupt data file, unusable checkpoint
+//            directory, checkpoint of another model or shape); retrying cannot help
+//   128+N    stopped by signal N (SIGTERM 143, SIGINT 130, SIGUSR1 138) after the current step,
+//            with a checkpoint saved when --checkpoint-dir is set; a rank stopped because a
+//            peer was signalled exits 143
+// On 1 and 2 the error is also written to TORCHELASTIC_ERROR_FILE (torch's @record format).
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "worker/dist_env.h"
+#include "worker/error_file.h"
+#include "worker/mnist_options.h"
+#include "worker/mnist_trainer.h"
+#include "worker/stop_signal.h"
+
+namespace ddprun::worker {
+namespace {
+
+constexpr int kExitRuntime = 1;
+constexpr int kExitUsage = 2;
+
+bool IsInputError(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kPermissionDenied:
+      return true;
+    default:
+      return false;
+  }
+}
+
+int Fail(const DistEnv& env, const absl::Status& s) {
+  const bool input = IsInputError(s);
+  const std::string msg(s.message());
+  std::cerr << "ddp-train: rank " << env.rank << ": error: " << msg << std::endl;
+  absl::Status written =
+      WriteErrorFile(env.error_file, input ? "InputError" : "RuntimeError", msg,
+                     absl::StrCat("ddp-train (C++) rank ", env.rank, ": ", s.ToString()));
+  if (!written.ok()) std::cerr << "ddp-train: " << written.message() << std::endl;
+  return input ? kExitUsage : kExitRuntime;
+}
+
+void AddMnistFlags(CLI::App* cmd, MnistOptions* o, bool* resume, bool* no_resume) {
+  cmd->add_option("--data", o->data_dir,
+                  "directory with train-images-idx3-ubyte[.gz] etc. (also raw/, "
+                  "FashionMNIST/raw/, MNIST/raw/)")
+      ->required();
+  cmd->add_option("--batch-size", o->batch_size, "input batch size per process")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--test-batch-size", o->test_batch_size, "test batch size per process")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--epochs", o->epochs, "number of epochs")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--lr", o->lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--gamma", o->gamma, "learning rate step gamma (per epoch)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "random seed (model init, dropout)")->capture_default_str();
+  cmd->add_option("--sampler-seed", o->sampler_seed,
+                  "DistributedSampler seed; epoch e shuffles with seed+e")
+      ->capture_default_str();
+  cmd->add_option("--log-interval", o->log_interval, "steps between progress lines")
+      ->check(CLI::Range(1, 1 << 30))
+      ->capture_default_str();
+  cmd->add_flag("--dry-run", o->dry_run, "one step per epoch");
+  cmd->add_flag("--save-model", o->save_model, "rank 0 saves the final model");
+  cmd->add_option("--save-model-path", o->save_model_path, "where --save-model writes")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-dir", o->checkpoint_dir,
+                  "directory for checkpoints (created; must be writable)");
+  cmd->add_option("--checkpoint-every", o->checkpoint_every,
+                  "also checkpoint every N optimizer steps (0: end of epoch only)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--keep-checkpoints", o->keep_checkpoints, "checkpoints kept")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  auto* r = cmd->add_flag("--resume", *resume,
+                          "require resuming from the newest valid checkpoint (default: resume "
+                          "when the directory holds one)");
+  cmd->add_flag("--no-resume", *no_resume, "start fresh; refuse a directory with checkpoints")
+      ->excludes(r);
+  cmd->add_option("--metrics-file", o->metrics_file, "append one JSON line per epoch");
+  cmd->add_option("--backend", o->backend, "gloo, nccl or auto")
+      ->check(CLI::IsMember({"gloo", "nccl", "auto"}))
+      ->capture_default_str();
+  cmd->add_option("--comm-timeout", o->comm_timeout_s, "seconds for store and collectives")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-steps", o->max_steps, "at most N steps per epoch (0: all)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--train-subset", o->train_subset, "use the first N training images (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--test-subset", o->test_subset, "use the first N test images (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", o->threads,
+                  "intra-op threads (0: OMP_NUM_THREADS, else 1 with several local processes)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  cmd->add_option("--bucket-cap-bytes", o->bucket_cap_bytes, "gradient bucket size")
+      ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30))
+      ->capture_default_str();
+  cmd->add_flag("!--no-progress-bar", o->progress_bar, "plain progress lines even on a terminal");
+}
+
+int Main(int argc, char** argv) {
+  // Before anything starts a thread: every thread inherits the blocked stop signals.
+  StopSignal stop;
+
+  CLI::App app{"ddp-train: data-parallel LibTorch training (run under ddprun or torchrun)"};
+  app.require_subcommand(1);
+  MnistOptions options;
+  bool resume = false, no_resume = false;
+  CLI::App* mnist = app.add_subcommand("mnist", "the classic MNIST CNN on MNIST-format data");
+  AddMnistFlags(mnist, &options, &resume, &no_resume);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : kExitUsage;
+  }
+  if (resume) options.resume = ResumeMode::kAlways;
+  if (no_resume) options.resume = ResumeMode::kNever;
+
+  absl::StatusOr<DistEnv> env = ReadDistEnv(ProcessEnv());
+  if (!env.ok()) return Fail(DistEnv(), env.status());
+  absl::StatusOr<MnistOutcome> outcome = RunMnist(options, *env, &stop, std::cout);
+  if (!outcome.ok()) return Fail(*env, outcome.status());
+  if (outcome->stop_signal != 0) return 128 + outcome->stop_signal;
+  return 0;
+}
+
+}  // namespace
+}  // namespace ddprun::worker
+
+int main(int argc, char** argv) { return ddprun::worker::Main(argc, argv); }
