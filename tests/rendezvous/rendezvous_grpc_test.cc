@@ -1,0 +1,307 @@
+// The gRPC server and client together, in one process, on loopback: assignments, restarts on a
+// broken stream, an expired lease and a worker failure, the budget, success, refusals (token,
+// disagreeing options), an unreachable endpoint, the Status call and the health service.
+#include <chrono>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/rendezvous.grpc.pb.h"
+#include "rendezvous/proto_convert.h"
+#include "rendezvous/rendezvous_server.h"
+#include "rendezvous/security.h"
+#include "tests/rendezvous/test_agent.h"
+#include "tests/testing/subprocess.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+using ::ddprun::rendezvous::testing::FastClientOptions;
+using ::ddprun::rendezvous::testing::MakeNode;
+using ::ddprun::rendezvous::testing::TestAgent;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+
+constexpr char kToken[] = "s3cret-token";
+constexpr auto kWait = seconds(10);
+
+class RendezvousGrpcTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ServerOptions options;
+    options.token = kToken;
+    auto server = RendezvousServer::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    ASSERT_GT(server_->port(), 0);
+  }
+
+  ClientOptions Options(const std::string& token = kToken) {
+    return FastClientOptions(server_->address(), token);
+  }
+  std::unique_ptr<TestAgent> Agent(const NodeInfo& node) {
+    return std::make_unique<TestAgent>(Options(), node);
+  }
+
+  std::unique_ptr<RendezvousServer> server_;
+};
+
+TEST_F(RendezvousGrpcTest, AgentsFormOneWorldWithUniqueRanks) {
+  std::vector<std::unique_ptr<TestAgent>> agents;
+  for (int i = 0; i < 4; ++i) {
+    NodeInfo n = MakeNode("run", "n" + std::to_string(i), 4, 4);
+    n.master_port = 31000 + i;
+    agents.push_back(Agent(n));
+  }
+  std::set<int> ranks;
+  std::set<int> master_ports;
+  for (auto& a : agents) {
+    std::optional<Assignment> got = a->recorder.WaitAssignment(0, kWait);
+    ASSERT_TRUE(got.has_value());
+    EXPECT_EQ(got->round, 1);
+    EXPECT_EQ(got->group_world_size, 4);
+    EXPECT_EQ(got->world_size, 8);
+    EXPECT_EQ(got->rank_offset, 2 * got->group_rank);
+    EXPECT_EQ(got->master_addr, "127.0.0.1");
+    ranks.insert(got->group_rank);
+    master_ports.insert(got->master_port);
+  }
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2, 3}));
+  ASSERT_EQ(master_ports.size(), 1u);
+  EXPECT_GE(*master_ports.begin(), 31000);
+}
+
+TEST_F(RendezvousGrpcTest, BrokenStreamRestartsSurvivorsIntoASmallerRound) {
+  std::vector<std::unique_ptr<TestAgent>> agents;
+  for (int i = 0; i < 3; ++i)
+    agents.push_back(Agent(MakeNode("run", "n" + std::to_string(i), 2, 3)));
+  std::vector<int> first_rank;
+  for (auto& a : agents) {
+    std::optional<Assignment> got = a->recorder.WaitAssignment(0, kWait);
+    ASSERT_TRUE(got.has_value());
+    first_rank.push_back(got->group_rank);
+  }
+
+  const auto start = std::chrono::steady_clock::now();
+  agents[1]->client->CancelForTesting();
+  for (int i : {0, 2}) {
+    std::optional<std::string> reason = agents[i]->recorder.WaitRestart(kWait);
+    ASSERT_TRUE(reason.has_value());
+    EXPECT_THAT(*reason, HasSubstr("node n1 (host-n1) was lost"));
+  }
+  const auto restarted = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(restarted, seconds(2)) << "a broken stream must be noticed at once";
+  std::optional<Assignment> a0 = agents[0]->recorder.WaitAssignment(1, kWait);
+  std::optional<Assignment> a2 = agents[2]->recorder.WaitAssignment(1, kWait);
+  ASSERT_TRUE(a0 && a2);
+  EXPECT_EQ(a0->round, 2);
+  EXPECT_EQ(a0->group_world_size, 2);
+  // Survivors keep their relative order.
+  EXPECT_EQ(a0->group_rank, first_rank[0] < first_rank[2] ? 0 : 1);
+  EXPECT_EQ(a2->group_rank, 1 - a0->group_rank);
+  EXPECT_EQ(a2->restart_count, 1);
+}
+
+TEST_F(RendezvousGrpcTest, WorkerFailureRestartsEveryNodeThenBudgetSpentCloses) {
+  auto a = Agent(MakeNode("run", "a", 2, 2, 2, /*max_restarts=*/1));
+  auto b = Agent(MakeNode("run", "b", 2, 2, 2, /*max_restarts=*/1));
+  ASSERT_TRUE(a->recorder.WaitAssignment(0, kWait));
+  ASSERT_TRUE(b->recorder.WaitAssignment(0, kWait));
+  WorkerFailure f;
+  f.hostname = "host-b";
+  f.rank = 2;
+  f.local_rank = 0;
+  f.pid = 77;
+  f.exit_code = 1;
+  f.message = "RuntimeError: boom";
+  b->client->ReportGroupState(1, GroupState::kFailed, f);
+  std::optional<std::string> reason = a->recorder.WaitRestart(kWait);
+  ASSERT_TRUE(reason);
+  EXPECT_THAT(*reason, HasSubstr("worker failure on host-b: rank 2"));
+  std::optional<Assignment> next = a->recorder.WaitAssignment(1, kWait);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->restart_count, 1);
+
+  a->client->ReportGroupState(2, GroupState::kFailed, f);
+  for (TestAgent* agent : {a.get(), b.get()}) {
+    std::optional<absl::Status> closed = agent->recorder.WaitClosed(kWait);
+    ASSERT_TRUE(closed);
+    EXPECT_EQ(closed->code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(closed->message(), HasSubstr("RuntimeError: boom"));
+  }
+}
+
+TEST_F(RendezvousGrpcTest, SuccessClosesEachNodeOk) {
+  auto a = Agent(MakeNode("run", "a", 2, 2));
+  auto b = Agent(MakeNode("run", "b", 2, 2));
+  ASSERT_TRUE(a->recorder.WaitAssignment(0, kWait));
+  ASSERT_TRUE(b->recorder.WaitAssignment(0, kWait));
+  a->client->ReportGroupState(1, GroupState::kSucceeded, std::nullopt);
+  std::optional<absl::Status> closed = a->recorder.WaitClosed(kWait);
+  ASSERT_TRUE(closed);
+  EXPECT_TRUE(closed->ok()) << *closed;
+  b->client->ReportGroupState(1, GroupState::kSucceeded, std::nullopt);
+  closed = b->recorder.WaitClosed(kWait);
+  ASSERT_TRUE(closed);
+  EXPECT_TRUE(closed->ok()) << *closed;
+  for (const auto& e : b->recorder.events()) EXPECT_NE(e.kind, testing::Event::kRestart);
+}
+
+TEST_F(RendezvousGrpcTest, SilentAgentIsLostAfterItsLease) {
+  auto a = Agent(MakeNode("run", "a", 1, 2));
+  // A raw stream that joins and then never says anything again (a hung agent).
+  auto channel = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
+  auto stub = proto::RendezvousService::NewStub(channel);
+  grpc::ClientContext context;
+  context.AddMetadata(kAuthMetadataKey, AuthMetadataValue(kToken));
+  auto stream = stub->Connect(&context);
+  proto::AgentMessage join;
+  RunTimeouts timeouts;
+  timeouts.last_call_timeout = milliseconds(200);
+  timeouts.keep_alive_interval = milliseconds(200);
+  timeouts.keep_alive_max_attempt = 5;
+  *join.mutable_join() = ToProto(MakeNode("run", "silent", 1, 2), timeouts);
+  ASSERT_TRUE(stream->Write(join));
+  ASSERT_TRUE(a->recorder.WaitAssignment(0, kWait));
+
+  const auto start = std::chrono::steady_clock::now();
+  std::optional<std::string> reason = a->recorder.WaitRestart(kWait);
+  const auto lost_after = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(reason);
+  EXPECT_THAT(*reason, HasSubstr("node silent (host-silent) was lost: no heartbeat"));
+  // Lease: 200 ms * 5 (the first agent's settings: the raw stream or `a`, both alike).
+  EXPECT_LT(lost_after, milliseconds(1000 + 500));
+  // The silent stream was told why and closed.
+  proto::ServerMessage m;
+  bool saw_close = false;
+  while (stream->Read(&m)) {
+    if (m.has_close()) {
+      saw_close = true;
+      EXPECT_THAT(m.close().message(), HasSubstr("lease expired"));
+    }
+  }
+  EXPECT_TRUE(saw_close);
+  std::optional<Assignment> next = a->recorder.WaitAssignment(1, kWait);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->group_world_size, 1);
+}
+
+TEST_F(RendezvousGrpcTest, LateAgentScalesTheWorldUp) {
+  auto a = Agent(MakeNode("run", "a", 1, 2));
+  ASSERT_TRUE(a->recorder.WaitAssignment(0, kWait));
+  auto b = Agent(MakeNode("run", "b", 1, 2));
+  std::optional<std::string> reason = a->recorder.WaitRestart(kWait);
+  ASSERT_TRUE(reason);
+  EXPECT_THAT(*reason, HasSubstr("node b (host-b) joined"));
+  std::optional<Assignment> next = a->recorder.WaitAssignment(1, kWait);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->group_world_size, 2);
+  EXPECT_EQ(next->restart_count, 0);
+  ASSERT_TRUE(b->recorder.WaitAssignment(1, kWait));
+}
+
+TEST_F(RendezvousGrpcTest, WrongOrMissingTokenIsRefused) {
+  for (const std::string token : {"wrong", ""}) {
+    TestAgent agent(Options(token), MakeNode("run", "x", 1, 1));
+    std::optional<absl::Status> closed = agent.recorder.WaitClosed(kWait);
+    ASSERT_TRUE(closed);
+    EXPECT_EQ(closed->code(), absl::StatusCode::kUnauthenticated) << *closed;
+    EXPECT_THAT(closed->message(), HasSubstr(server_->address()));
+  }
+  absl::StatusOr<RunStatus> status = QueryRunStatus(Options("wrong"), "run");
+  EXPECT_EQ(status.status().code(), absl::StatusCode::kUnauthenticated);
+}
+
+TEST_F(RendezvousGrpcTest, DisagreeingOptionsAreRefusedNamingBoth) {
+  auto a = Agent(MakeNode("run", "a", 2, 3));
+  // `a` must have created the run before `b` arrives.
+  ASSERT_TRUE(
+      ddprun::testing::WaitUntil([&] { return QueryRunStatus(Options(), "run").ok(); }, kWait));
+  auto b = Agent(MakeNode("run", "b", 2, 4));
+  std::optional<absl::Status> closed = b->recorder.WaitClosed(kWait);
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(closed->message(), HasSubstr("--nnodes=2:4"));
+  EXPECT_THAT(closed->message(), HasSubstr("--nnodes=2:3"));
+}
+
+TEST(RendezvousClientTest, UnreachableEndpointGivesUpAfterReadTimeout) {
+  // Port 1 on loopback: nothing listens there and unprivileged processes cannot bind it.
+  ClientOptions options = FastClientOptions("127.0.0.1:1", "");
+  options.read_timeout = milliseconds(700);
+  const auto start = std::chrono::steady_clock::now();
+  TestAgent agent(options, MakeNode("run", "x", 1, 1));
+  std::optional<absl::Status> closed = agent.recorder.WaitClosed(kWait);
+  const auto took = std::chrono::steady_clock::now() - start;
+  ASSERT_TRUE(closed);
+  EXPECT_EQ(closed->code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(closed->message(), HasSubstr("127.0.0.1:1"));
+  EXPECT_THAT(closed->message(), HasSubstr("read_timeout"));
+  EXPECT_GE(took, milliseconds(700));
+  EXPECT_LT(took, seconds(5));
+}
+
+TEST_F(RendezvousGrpcTest, LeaveEndsEventsAndIsNotAFailure) {
+  auto a = Agent(MakeNode("run", "a", 1, 2));
+  auto b = Agent(MakeNode("run", "b", 1, 2));
+  ASSERT_TRUE(a->recorder.WaitAssignment(0, kWait));
+  ASSERT_TRUE(b->recorder.WaitAssignment(0, kWait));
+  const size_t before = b->recorder.events().size();
+  b->client->Leave("SIGTERM");
+  std::optional<std::string> reason = a->recorder.WaitRestart(kWait);
+  ASSERT_TRUE(reason);
+  EXPECT_THAT(*reason, HasSubstr("left: SIGTERM"));
+  std::optional<Assignment> next = a->recorder.WaitAssignment(1, kWait);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->restart_count, 0);
+  EXPECT_EQ(b->recorder.events().size(), before);
+}
+
+TEST_F(RendezvousGrpcTest, StatusCallReportsRoundAndMembers) {
+  auto a = Agent(MakeNode("run", "a", 2, 2));
+  auto b = Agent(MakeNode("run", "b", 2, 2));
+  ASSERT_TRUE(a->recorder.WaitAssignment(0, kWait));
+  absl::StatusOr<RunStatus> status = QueryRunStatus(Options(), "run");
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->round, 1);
+  EXPECT_EQ(status->phase, RunPhase::kRunning);
+  ASSERT_EQ(status->members.size(), 2u);
+  EXPECT_EQ(status->members[0].group_rank, 0);
+  EXPECT_EQ(status->members[0].addr, "127.0.0.1");
+  EXPECT_EQ(QueryRunStatus(Options(), "other").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(RendezvousGrpcTest, ServesTheStandardHealthService) {
+  auto channel = grpc::CreateChannel(server_->address(), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kWait);
+  // grpc.health.v1.HealthCheckRequest{service: ""} is the empty message.
+  grpc::ByteBuffer request(nullptr, 0);
+  grpc::ByteBuffer response;
+  grpc::Status status;
+  absl::Notification done;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
+                   status = s;
+                   done.Notify();
+                 });
+  ASSERT_TRUE(done.WaitForNotificationWithTimeout(absl::FromChrono(kWait)));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  // HealthCheckResponse{status: SERVING (1)}: field 1, varint 1.
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
