@@ -19,11 +19,11 @@ std::string EnvOr(const char* name, const std::string& fallback) {
 }  // namespace
 
 std::string BinPath(const std::string& name) {
-  return EnvOr("DDPRUN_BIN_DIR", "build/bin") + "/" + name;
+  return EnvOr("DDPRUN_BIN_DIR", DDPRUN_DEFAULT_BIN_DIR) + "/" + name;
 }
 
 std::string SourcePath(const std::string& relative) {
-  return EnvOr("DDPRUN_SOURCE_DIR", ".") + "/" + relative;
+  return EnvOr("DDPRUN_SOURCE_DIR", DDPRUN_DEFAULT_SOURCE_DIR) + "/" + relative;
 }
 
 TempDir::TempDir() {

@@ -6,9 +6,9 @@
 
 namespace ddprun::testing {
 
-// build/bin/<name>; from DDPRUN_BIN_DIR, set by CTest.
+// build/bin/<name>; DDPRUN_BIN_DIR overrides the build's own bin folder.
 std::string BinPath(const std::string& name);
-// A file in the source tree; from DDPRUN_SOURCE_DIR, set by CTest.
+// A file in the source tree; DDPRUN_SOURCE_DIR overrides the tree this was built from.
 std::string SourcePath(const std::string& relative);
 // A fresh empty directory, removed by the destructor.
 class TempDir {

@@ -98,7 +98,8 @@ TEST_F(CheckpointStoreTest, EmptyDirectoryHasNothing) {
 TEST_F(CheckpointStoreTest, SaveLoadNewestAndKeepLastK) {
   CheckpointStore store(Dir(), 2, &env_);
   ASSERT_TRUE(store.CheckWritable().ok());
-  for (int step = 1; step <= 4; ++step) ASSERT_TRUE(store.Save(step * 10, Payload('a' + step)).ok());
+  for (int step = 1; step <= 4; ++step)
+    ASSERT_TRUE(store.Save(step * 10, Payload('a' + step)).ok());
   auto c = store.LoadLatest();
   ASSERT_TRUE(c.ok() && c->has_value()) << c.status();
   EXPECT_EQ((*c)->step, 40);

@@ -2,10 +2,10 @@
 // identical on both ranks and equal to single-process training on the combined batch.
 #include "worker/grad_sync.h"
 
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/torch.h>
 
 #include <thread>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
 
 #include "gtest/gtest.h"
 #include "worker/adadelta.h"

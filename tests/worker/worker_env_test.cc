@@ -1,8 +1,7 @@
 // DistEnv parsing, the error file format and metrics lines: the worker's plain-C++ edges.
 #include <map>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -55,9 +54,11 @@ TEST(DistEnvTest, TorchrunVariables) {
 }
 
 TEST(DistEnvTest, AgentStoreUsesTorchPrefix) {
-  absl::StatusOr<DistEnv> env = ReadDistEnv(
-      FakeEnv({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"},
-               {"TORCHELASTIC_USE_AGENT_STORE", "True"}, {"TORCHELASTIC_RESTART_COUNT", "1"}}));
+  absl::StatusOr<DistEnv> env = ReadDistEnv(FakeEnv({{"RANK", "0"},
+                                                     {"WORLD_SIZE", "2"},
+                                                     {"MASTER_ADDR", "h"},
+                                                     {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                                                     {"TORCHELASTIC_RESTART_COUNT", "1"}}));
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_TRUE(env->use_agent_store);
   EXPECT_EQ(env->store_prefix, "/worker/attempt_1");
@@ -97,7 +98,8 @@ TEST(DistEnvTest, BadValuesNamed) {
 }
 
 TEST(ErrorFileTest, TorchRecordShape) {
-  nlohmann::json j = nlohmann::json::parse(FormatErrorFile("InputError", "bad \"file\"", "trace", 17));
+  nlohmann::json j =
+      nlohmann::json::parse(FormatErrorFile("InputError", "bad \"file\"", "trace", 17));
   EXPECT_EQ(j["message"]["message"], "InputError: bad \"file\"");
   EXPECT_EQ(j["message"]["extraInfo"]["py_callstack"], "trace");
   EXPECT_EQ(j["message"]["extraInfo"]["timestamp"], "17");

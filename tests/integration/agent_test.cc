@@ -1,0 +1,425 @@
+// The agent end to end: real ddprun processes, real worker processes (shell scripts and Python
+// with Debian's torch), real signals, and the real torchrun as the reference.
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "tests/testing/subprocess.h"
+#include "tests/testing/test_env.h"
+
+namespace ddprun {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using testing::BinPath;
+using testing::ReadFile;
+using testing::SourcePath;
+using testing::Subprocess;
+using testing::TempDir;
+using testing::WaitUntil;
+using testing::WriteFile;
+using namespace std::chrono_literals;
+
+std::string Script(const std::string& name) {
+  return SourcePath("tests/integration/scripts/" + name);
+}
+
+// The reference torchrun: ../shared/tools/torchrun113 beside the checkout (or DDPRUN_TORCHRUN).
+std::string TorchrunPath() {
+  const char* env = getenv("DDPRUN_TORCHRUN");
+  if (env != nullptr) return env;
+  return SourcePath("../shared/tools/torchrun113");
+}
+
+std::map<std::string, std::string> Env(std::map<std::string, std::string> extra = {}) {
+  extra.emplace("PYTHON_EXEC", testing::SystemPython());
+  return extra;
+}
+
+// Writes an executable shell script.
+std::string ShellWorker(const TempDir& dir, const std::string& name, const std::string& body) {
+  const std::string path = dir.File(name);
+  WriteFile(path, "#!/bin/sh\n" + body, 0755);
+  return path;
+}
+
+std::vector<int> ReadPids(const TempDir& dir, int n) {
+  std::vector<int> pids;
+  for (int i = 0; i < n; ++i) {
+    pids.push_back(std::atoi(ReadFile(dir.File("pid" + std::to_string(i))).c_str()));
+  }
+  return pids;
+}
+
+bool FilesExist(const TempDir& dir, const std::string& prefix, int n) {
+  for (int i = 0; i < n; ++i) {
+    if (ReadFile(dir.File(prefix + std::to_string(i))).empty()) return false;
+  }
+  return true;
+}
+
+// A worker that records its pid in DIR/pid<LOCAL_RANK> and then waits to be killed.
+std::string SleepyWorker(const TempDir& dir, const std::string& trap = "") {
+  return ShellWorker(dir, "sleepy.sh",
+                     trap + "echo $$ > " + dir.path() +
+                         "/pid.tmp$LOCAL_RANK && mv " + dir.path() + "/pid.tmp$LOCAL_RANK " +
+                         dir.path() + "/pid$LOCAL_RANK\n"
+                         "sleep 60 & wait $!\n");
+}
+
+TEST(AgentTest, RunsNoOpWorkersAndSucceeds) {
+  Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=4", "--no-python", "true"});
+  auto st = p.Wait(20s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 0) << p.err();
+}
+
+// Runs one launcher command that dumps every worker's environment into `out`.
+void DumpEnvWith(const std::vector<std::string>& launcher, const std::string& out) {
+  std::vector<std::string> argv = launcher;
+  argv.push_back(Script("dump_env.py"));
+  argv.push_back(out);
+  Subprocess p(argv, Env());
+  auto st = p.Wait(60s);
+  ASSERT_TRUE(st.has_value()) << p.err();
+  ASSERT_EQ(st->exit_code, 0) << p.out() << p.err();
+}
+
+nlohmann::json LoadJson(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in);
+}
+
+// Every variable torchrun sets for its workers, ddprun sets to the same value; the differences
+// are the documented ones only.
+void CompareWithTorchrun(const std::vector<std::string>& torchrun_flags,
+                         const std::vector<std::string>& ddprun_flags, bool ports_random) {
+  if (access(TorchrunPath().c_str(), X_OK) != 0) {
+    GTEST_SKIP() << "reference torchrun not found at " << TorchrunPath();
+  }
+  TempDir ref_dir, our_dir;
+  std::vector<std::string> ref = {TorchrunPath()};
+  ref.insert(ref.end(), torchrun_flags.begin(), torchrun_flags.end());
+  std::vector<std::string> ours = {BinPath("ddprun")};
+  ours.insert(ours.end(), ddprun_flags.begin(), ddprun_flags.end());
+  DumpEnvWith(ref, ref_dir.path());
+  DumpEnvWith(ours, our_dir.path());
+  // Allowed differences: values that are random per run, the error file's location (a temp
+  // directory either way), and the NCCL variable's modern name.
+  // TORCHELASTIC_USE_AGENT_STORE: torchrun's static agent hosts a TCPStore itself ("True");
+  // ddprun hosts none, so its rank-0 worker does ("False" in every mode).
+  std::set<std::string> random_values = {"TORCHELASTIC_ERROR_FILE",
+                                         "TORCHELASTIC_USE_AGENT_STORE"};
+  if (ports_random) {
+    random_values.insert({"MASTER_PORT", "TORCHELASTIC_RUN_ID", "MASTER_ADDR"});
+  }
+  const std::set<std::string> renamed = {"NCCL_ASYNC_ERROR_HANDLING"};
+  const std::set<std::string> ddprun_extra = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "DDPRUN_ROUND"};
+  for (int rank = 0; rank < 2; ++rank) {
+    SCOPED_TRACE("rank " + std::to_string(rank));
+    const std::string name = "/rank" + std::to_string(rank) + ".json";
+    auto theirs = LoadJson(ref_dir.path() + name);
+    auto mine = LoadJson(our_dir.path() + name);
+    int compared = 0;
+    for (auto& [key, value] : theirs.items()) {
+      if (renamed.count(key) > 0) {
+        EXPECT_EQ(mine["TORCH_" + key], value) << key;
+        continue;
+      }
+      ASSERT_TRUE(mine.contains(key)) << "ddprun does not set " << key;
+      if (random_values.count(key) > 0) continue;
+      EXPECT_EQ(mine[key], value) << key;
+      ++compared;
+    }
+    for (auto& [key, value] : mine.items()) {
+      if (ddprun_extra.count(key) == 0) {
+        EXPECT_TRUE(theirs.contains(key)) << "ddprun sets " << key << " that torchrun does not";
+      }
+    }
+    EXPECT_GT(compared, 10);
+    EXPECT_EQ(mine["TORCHELASTIC_USE_AGENT_STORE"], "False");
+    EXPECT_THAT(mine["TORCHELASTIC_ERROR_FILE"].get<std::string>(),
+                ::testing::EndsWith("/attempt_0/" + std::to_string(rank) + "/error.json"));
+    if (ports_random) {
+      EXPECT_EQ(mine["MASTER_ADDR"], "127.0.0.1");
+      EXPECT_NE(mine["MASTER_PORT"], "");
+    }
+  }
+}
+
+TEST(AgentTest, EnvironmentEqualsTorchrunStatic) {
+  CompareWithTorchrun({"--nproc_per_node=2", "--monitor_interval=0.1", "--max_restarts=2"},
+                      {"--nproc_per_node=2", "--max-restarts=2"}, /*ports_random=*/false);
+}
+
+TEST(AgentTest, EnvironmentEqualsTorchrunStandalone) {
+  CompareWithTorchrun({"--standalone", "--nproc_per_node=2", "--monitor_interval=0.1"},
+                      {"--standalone", "--nproc-per-node=2"}, /*ports_random=*/true);
+}
+
+TEST(AgentTest, CrashThenRestartThenSuccess) {
+  TempDir dir;
+  const std::string worker = ShellWorker(
+      dir, "flaky.sh",
+      "echo \"attempt=$TORCHELASTIC_RESTART_COUNT rank=$RANK\" >> " + dir.File("log") + "\n"
+      "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then\n"
+      "  if [ \"$LOCAL_RANK\" = 1 ]; then echo 'boom' >&2; exit 3; fi\n"
+      "  sleep 60 & wait $!\n"
+      "fi\n"
+      "exit 0\n");
+  Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=2", "--max-restarts=3",
+                "--no-python", worker});
+  auto st = p.Wait(30s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 0) << p.err();
+  const std::string log = ReadFile(dir.File("log"));
+  EXPECT_THAT(log, HasSubstr("attempt=0 rank=1"));
+  EXPECT_THAT(log, HasSubstr("attempt=1 rank=0"));
+  EXPECT_THAT(log, HasSubstr("attempt=1 rank=1"));
+  EXPECT_THAT(log, Not(HasSubstr("attempt=2")));
+  EXPECT_THAT(p.err(), HasSubstr("restart 1 of 3"));
+  EXPECT_THAT(p.err(), HasSubstr("boom"));
+}
+
+TEST(AgentTest, BudgetSpentExitsOneWithRootCause) {
+  TempDir dir;
+  const std::string worker = ShellWorker(
+      dir, "doomed.sh",
+      "if [ \"$LOCAL_RANK\" = 1 ]; then echo \"step 3: disk on fire (attempt "
+      "$TORCHELASTIC_RESTART_COUNT)\" >&2; exit 7; fi\n"
+      "sleep 60 & wait $!\n");
+  Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=2", "--max-restarts=2",
+                "--no-python", worker});
+  auto st = p.Wait(30s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 1);
+  const std::string err = p.err();
+  EXPECT_THAT(err, HasSubstr("root cause (first failure)"));
+  EXPECT_THAT(err, HasSubstr("rank:        1 (local rank 1)"));
+  EXPECT_THAT(err, HasSubstr("exit code 7"));
+  EXPECT_THAT(err, HasSubstr("| step 3: disk on fire (attempt 2)"));
+  EXPECT_THAT(err, HasSubstr("restarts used: 2 of 2"));
+  EXPECT_THAT(err, HasSubstr("budget is spent"));
+}
+
+TEST(AgentTest, SignalDeathIsNamed) {
+  TempDir dir;
+  const std::string worker =
+      ShellWorker(dir, "segv.sh", "if [ \"$LOCAL_RANK\" = 0 ]; then kill -SEGV $$; fi\nexit 0\n");
+  Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=2", "--no-python", worker});
+  auto st = p.Wait(30s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 1);
+  EXPECT_THAT(p.err(), HasSubstr("signal SIGSEGV (11)"));
+  EXPECT_THAT(p.err(), HasSubstr("rank:        0 (local rank 0)"));
+}
+
+TEST(AgentTest, SigtermStopsWorkersAndExits143) {
+  TempDir dir;
+  const std::string worker = SleepyWorker(dir);
+  Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=2", "--no-python", worker});
+  ASSERT_TRUE(WaitUntil([&] { return FilesExist(dir, "pid", 2); }, 20s)) << p.err();
+  const std::vector<int> pids = ReadPids(dir, 2);
+  p.Signal(SIGTERM);
+  auto st = p.Wait(10s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 143) << p.err();
+  for (int pid : pids) EXPECT_FALSE(testing::ProcessAlive(pid)) << pid;
+}
+
+TEST(AgentTest, StopTimeoutEscalatesToSigkill) {
+  TempDir dir;
+  // Ignores SIGTERM, as a worker stuck in a collective might.
+  const std::string worker = SleepyWorker(dir, "trap '' TERM\n");
+  Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=2", "--stop-timeout=0.3",
+                "--no-python", worker});
+  ASSERT_TRUE(WaitUntil([&] { return FilesExist(dir, "pid", 2); }, 20s)) << p.err();
+  const auto start = std::chrono::steady_clock::now();
+  p.Signal(SIGINT);
+  auto st = p.Wait(10s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 130);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  EXPECT_THAT(p.err(), HasSubstr("sending SIGKILL"));
+  for (int pid : ReadPids(dir, 2)) EXPECT_FALSE(testing::ProcessAlive(pid)) << pid;
+}
+
+TEST(AgentTest, NoOrphansAfterKill9) {
+  TempDir dir;
+  const std::string worker = SleepyWorker(dir);
+  Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=3", "--no-python", worker});
+  ASSERT_TRUE(WaitUntil([&] { return FilesExist(dir, "pid", 3); }, 20s)) << p.err();
+  const std::vector<int> pids = ReadPids(dir, 3);
+  p.Signal(SIGKILL);
+  ASSERT_TRUE(p.Wait(5s).has_value());
+  const bool all_gone = WaitUntil(
+      [&] {
+        for (int pid : pids) {
+          if (testing::ProcessAlive(pid)) return false;
+        }
+        return true;
+      },
+      1s);
+  EXPECT_TRUE(all_gone) << "a worker outlived ddprun by more than a second";
+}
+
+TEST(AgentTest, SignalsToHandleForwardsUsr1) {
+  TempDir dir;
+  const std::string worker = SleepyWorker(
+      dir, "trap 'echo got-usr1 > " + dir.path() + "/usr1-$LOCAL_RANK; exit 0' USR1\n");
+  Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=2",
+                "--signals-to-handle=SIGTERM,SIGINT,SIGUSR1", "--no-python", worker});
+  ASSERT_TRUE(WaitUntil([&] { return FilesExist(dir, "pid", 2); }, 20s)) << p.err();
+  p.Signal(SIGUSR1);
+  auto st = p.Wait(10s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 0) << p.err();
+  EXPECT_EQ(ReadFile(dir.File("usr1-0")), "got-usr1\n");
+  EXPECT_EQ(ReadFile(dir.File("usr1-1")), "got-usr1\n");
+}
+
+TEST(AgentTest, RecordErrorFileShownInSummary) {
+  Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=1",
+                Script("record_error.py")},
+               Env());
+  auto st = p.Wait(60s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 1);
+  const std::string err = p.err();
+  EXPECT_THAT(err, HasSubstr("error:       ValueError: learning rate must be positive, got -1.0"));
+  EXPECT_THAT(err, HasSubstr("traceback:"));
+  EXPECT_THAT(err, HasSubstr("in check"));
+}
+
+// Holds a port the way ddprun does for its rank-0 worker: bound with SO_REUSEADDR, not
+// listening, so nothing else takes it while the workers' TCPStore can still bind it.
+class ReservedPort {
+ public:
+  ReservedPort() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    const int one = 1;
+    setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    socklen_t len = sizeof(addr);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~ReservedPort() { close(fd_); }
+  int port() const { return port_; }
+
+ private:
+  int fd_;
+  int port_;
+};
+
+TEST(AgentTest, StaticTwoNodesFormOneWorld) {
+  TempDir out;
+  ReservedPort port;
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int node = 0; node < 2; ++node) {
+    nodes.push_back(std::make_unique<Subprocess>(
+        std::vector<std::string>{BinPath("ddprun"), "--rdzv-backend=static", "--nnodes=2",
+                                 "--node-rank=" + std::to_string(node),
+                                 "--master-addr=127.0.0.1",
+                                 "--master-port=" + std::to_string(port.port()),
+                                 "--nproc-per-node=2", Script("gloo_allreduce.py"), out.path()},
+        Env()));
+  }
+  for (auto& n : nodes) {
+    auto st = n->Wait(90s);
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->exit_code, 0) << n->err();
+  }
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(ReadFile(out.File("rank" + std::to_string(rank) + ".txt")), "4 6\n") << rank;
+  }
+}
+
+TEST(AgentTest, TeePrefixesLinesAndLogDirKeepsEveryAttempt) {
+  TempDir dir, logs;
+  const std::string worker = ShellWorker(
+      dir, "chatty.sh",
+      "echo \"hello from $RANK\"\necho \"warning from $RANK\" >&2\n"
+      "[ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 1 ] && exit 1\nexit 0\n");
+  Subprocess p({BinPath("ddprun"), "--nproc-per-node=2", "--tee=3", "--max-restarts=1",
+                "--log-dir=" + logs.path(), "--no-python", worker});
+  auto st = p.Wait(30s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 0) << p.err();
+  EXPECT_THAT(p.out(), HasSubstr("[default0]:hello from 0\n"));
+  EXPECT_THAT(p.out(), HasSubstr("[default1]:hello from 1\n"));
+  EXPECT_THAT(p.err(), HasSubstr("[default1]:warning from 1\n"));
+  // static backend, default run id "none"; one folder per attempt and per local rank
+  EXPECT_EQ(ReadFile(logs.path() + "/none/attempt_0/1/stdout.log"), "hello from 1\n");
+  EXPECT_EQ(ReadFile(logs.path() + "/none/attempt_1/1/stderr.log"), "warning from 1\n");
+  EXPECT_EQ(ReadFile(logs.path() + "/none/attempt_1/0/stdout.log"), "hello from 0\n");
+}
+
+TEST(AgentTest, RedirectsAndLocalRanksFilter) {
+  TempDir dir, logs;
+  const std::string worker = ShellWorker(dir, "say.sh", "echo \"line from $LOCAL_RANK\"\n");
+  Subprocess p({BinPath("ddprun"), "--nproc-per-node=3", "--local-ranks-filter=1",
+                "--no-python", worker});
+  ASSERT_TRUE(p.Wait(20s).has_value());
+  EXPECT_EQ(p.out(), "line from 1\n");
+  Subprocess r({BinPath("ddprun"), "--nproc-per-node=2", "-r", "0:1", "--log-dir", logs.path(),
+                "--no-python", worker});
+  ASSERT_TRUE(r.Wait(20s).has_value());
+  EXPECT_EQ(r.out(), "line from 1\n");  // rank 0's stdout went to its file only
+  EXPECT_EQ(ReadFile(logs.path() + "/none/attempt_0/0/stdout.log"), "line from 0\n");
+}
+
+TEST(AgentTest, BadInputExitsTwoAndStartsNothing) {
+  TempDir dir;
+  const std::string marker = dir.File("started");
+  const std::string worker = ShellWorker(dir, "mark.sh", "touch " + marker + "\n");
+  const std::string yaml_bad = dir.File("bad.yaml");
+  WriteFile(yaml_bad, "nproc-per-node: 2\nbogus-key: 1\n");
+  const std::vector<std::vector<std::string>> cases = {
+      {"--nnodes=3:2"},          {"--nnodes=abc"},           {"--nproc-per-node=0"},
+      {"--nproc-per-node=-1"},   {"--nproc-per-node=many"},  {"--no-such-flag"},
+      {"--master-port=0"},       {"--master-port=65536"},    {"--config=" + yaml_bad},
+      {"--rdzv-endpoint=h:0"},
+  };
+  for (const auto& flags : cases) {
+    std::vector<std::string> argv = {BinPath("ddprun")};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.push_back("--no-python");
+    argv.push_back(worker);
+    Subprocess p(argv);
+    auto st = p.Wait(10s);
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->exit_code, 2) << flags[0];
+    const std::string err = p.err();
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+    EXPECT_THAT(err, HasSubstr("ddprun: error: ")) << flags[0];
+    EXPECT_FALSE(std::filesystem::exists(marker)) << flags[0];
+  }
+  // Missing or non-executable entrypoints.
+  for (const auto& argv : std::vector<std::vector<std::string>>{
+           {BinPath("ddprun"), dir.File("missing.py")},
+           {BinPath("ddprun"), "--no-python", dir.File("missing-binary")},
+           {BinPath("ddprun"), "--no-python", yaml_bad}}) {
+    Subprocess p(argv);
+    auto st = p.Wait(10s);
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->exit_code, 2) << argv.back();
+    EXPECT_THAT(p.err(), HasSubstr(argv.back())) << argv.back();
+  }
+}
+
+}  // namespace
+}  // namespace ddprun
