@@ -125,6 +125,40 @@ TEST_F(DaemonTest, KilledAgentRestartsTheOthersIntoASmallerWorld) {
   EXPECT_EQ(status->exit_code, 0) << daemon_->err();
 }
 
+TEST_F(DaemonTest, StoppedAgentIsLostAfterItsLease) {
+  // keep_alive 0.2 s * 5 attempts: a 1 s lease. A stopped process keeps its TCP connection
+  // (the kernel still answers), so only the lease can notice it.
+  auto a = StartAgent("a", "job", "1:2");
+  auto b = StartAgent("b", "job", "1:2");
+  ASSERT_TRUE(a->WaitForOutputContains("group_world_size=2", kWait)) << a->out();
+  ASSERT_TRUE(b->WaitForOutputContains("group_world_size=2", kWait)) << b->out();
+  const int restarts_before = CountLines(a->out(), "RESTART");
+  const auto start = std::chrono::steady_clock::now();
+  b->Signal(SIGSTOP);
+  ASSERT_TRUE(a->WaitForOutput(
+      [&](const std::string& out) {
+        return out.find("RESTART node b (localhost) was lost: no heartbeat") != std::string::npos;
+      },
+      kWait))
+      << a->out();
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_GE(took, milliseconds(800));
+  EXPECT_LT(took, milliseconds(1000 + 500)) << "lost within lease + 0.5 s";
+  EXPECT_EQ(CountLines(a->out(), "RESTART"), restarts_before + 1);
+  ASSERT_TRUE(a->WaitForOutput(
+      [](const std::string& out) {
+        return std::regex_search(out, std::regex("group_world_size=1 world_size=2 .*restarts=1"));
+      },
+      kWait))
+      << a->out();
+  // Resumed, the stopped agent learns it was dropped and exits 3.
+  b->Signal(SIGCONT);
+  auto status = b->Wait(kWait);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(status->exit_code, 3);
+  EXPECT_THAT(b->out(), HasSubstr("lease expired"));
+}
+
 TEST_F(DaemonTest, WrongTokenIsRefusedWithExit3) {
   auto agent = StartAgent("intruder", "job", "1:1", "not-the-token");
   auto status = agent->Wait(kWait);
