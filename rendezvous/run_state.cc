@@ -81,15 +81,17 @@ absl::Status RunState::CheckJoin(const JoinRequest& request) const {
                                                    " is out of range for ",
                                                    NodesFlag(min_nodes_, max_nodes_)));
   }
-  for (const auto& [conn, node] : nodes_) {
-    if (node.info.node_id == n.node_id) {
-      return absl::AlreadyExistsError(
-          absl::StrCat("run '", run_id_, "': node id '", n.node_id, "' has already joined"));
-    }
-    if (n.requested_node_rank >= 0 && node.info.requested_node_rank == n.requested_node_rank) {
+  if (by_node_id_.count(n.node_id) > 0) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("run '", run_id_, "': node id '", n.node_id, "' has already joined"));
+  }
+  if (n.requested_node_rank >= 0) {
+    auto taken = by_requested_rank_.find(n.requested_node_rank);
+    if (taken != by_requested_rank_.end()) {
+      const Node& other = nodes_.at(taken->second);
       return absl::InvalidArgumentError(absl::StrCat(
           "run '", run_id_, "': --node-rank=", n.requested_node_rank, " is already taken by node ",
-          node.info.node_id, " on ", node.info.hostname));
+          other.info.node_id, " on ", other.info.hostname));
     }
   }
   return absl::OkStatus();
@@ -107,7 +109,7 @@ void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outb
   node.last_seen = now;
   node.arrival = next_arrival_++;
   const std::string who = Describe(node);
-  nodes_[conn] = std::move(node);
+  AddNode(std::move(node));
   out->push_back({conn, JoinedNotice{request.peer_host}});
 
   if (phase_ == RunPhase::kJoining) {
@@ -121,7 +123,7 @@ void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outb
 
 void RunState::Heartbeat(ConnId conn, TimePoint now) {
   auto it = nodes_.find(conn);
-  if (it != nodes_.end()) it->second.last_seen = now;
+  if (it != nodes_.end()) Touch(it->second, now);
 }
 
 absl::Status RunState::GroupStatus(ConnId conn, int64_t round, GroupState state,
@@ -129,7 +131,7 @@ absl::Status RunState::GroupStatus(ConnId conn, int64_t round, GroupState state,
                                    Outbox* out) {
   auto it = nodes_.find(conn);
   if (it == nodes_.end()) return absl::NotFoundError("unknown stream");
-  it->second.last_seen = now;
+  Touch(it->second, now);
   if (phase_ != RunPhase::kRunning || round != round_ || !it->second.in_round) {
     return absl::AbortedError(absl::StrCat("status for round ", round, " but the run is at round ",
                                            round_, " (", RunPhaseName(phase_), ")"));
@@ -197,16 +199,14 @@ void RunState::Tick(TimePoint now, Outbox* out) {
                                        " ms (keep_alive_interval * keep_alive_max_attempt)");
   std::string lost_members;
   int num_lost_members = 0;
-  for (auto it = nodes_.begin(); it != nodes_.end();) {
-    if (now - it->second.last_seen < timeouts_.lease()) {
-      ++it;
-      continue;
-    }
-    if (it->second.in_round && num_lost_members++ == 0) lost_members = Describe(it->second);
-    out->push_back({it->first, CloseNotice{absl::UnavailableError(absl::StrCat(
-                                               "this node's rendezvous lease expired: ", why)),
-                                           std::nullopt}});
-    it = nodes_.erase(it);
+  while (!by_last_seen_.empty() && now - by_last_seen_.begin()->first >= timeouts_.lease()) {
+    const ConnId conn = by_last_seen_.begin()->second;
+    const Node& node = nodes_.at(conn);
+    if (node.in_round && num_lost_members++ == 0) lost_members = Describe(node);
+    out->push_back({conn, CloseNotice{absl::UnavailableError(absl::StrCat(
+                                          "this node's rendezvous lease expired: ", why)),
+                                      std::nullopt}});
+    RemoveNode(conn);
   }
   if (phase_ == RunPhase::kRunning && num_lost_members > 0) {
     const std::string more =
@@ -232,7 +232,7 @@ std::optional<TimePoint> RunState::NextDeadline() const {
   auto consider = [&next](TimePoint t) {
     if (!next || t < *next) next = t;
   };
-  for (const auto& [conn, node] : nodes_) consider(node.last_seen + timeouts_.lease());
+  if (!by_last_seen_.empty()) consider(by_last_seen_.begin()->first + timeouts_.lease());
   if (phase_ == RunPhase::kJoining) {
     if (last_call_deadline_) consider(*last_call_deadline_);
     if (join_deadline_ && static_cast<int>(nodes_.size()) < min_nodes_) consider(*join_deadline_);
@@ -240,12 +240,30 @@ std::optional<TimePoint> RunState::NextDeadline() const {
   return next;
 }
 
-void RunState::RemoveNode(ConnId conn) { nodes_.erase(conn); }
+void RunState::AddNode(Node node) {
+  const ConnId conn = node.conn;
+  by_node_id_[node.info.node_id] = conn;
+  if (node.info.requested_node_rank >= 0) by_requested_rank_[node.info.requested_node_rank] = conn;
+  by_last_seen_.insert({node.last_seen, conn});
+  if (node.in_round) ++members_in_round_;
+  nodes_[conn] = std::move(node);
+}
 
-int RunState::members_in_round() const {
-  int n = 0;
-  for (const auto& [conn, node] : nodes_) n += node.in_round ? 1 : 0;
-  return n;
+void RunState::RemoveNode(ConnId conn) {
+  auto it = nodes_.find(conn);
+  if (it == nodes_.end()) return;
+  const Node& node = it->second;
+  by_node_id_.erase(node.info.node_id);
+  if (node.info.requested_node_rank >= 0) by_requested_rank_.erase(node.info.requested_node_rank);
+  by_last_seen_.erase({node.last_seen, conn});
+  if (node.in_round) --members_in_round_;
+  nodes_.erase(it);
+}
+
+void RunState::Touch(Node& node, TimePoint now) {
+  by_last_seen_.erase({node.last_seen, node.conn});
+  node.last_seen = now;
+  by_last_seen_.insert({now, node.conn});
 }
 
 std::string RunState::Describe(const Node& node) const {
@@ -268,6 +286,7 @@ void RunState::RestartRound(const std::string& reason, bool is_failure,
   for (auto& [conn, node] : nodes_) {
     if (!node.in_round) continue;
     node.in_round = false;  // group_rank stays: it orders the survivors in the next round
+    --members_in_round_;
     out->push_back({conn, RestartNotice{round_, reason}});
   }
   phase_ = RunPhase::kJoining;
@@ -336,6 +355,7 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
   for (int r = 0; r < size; ++r) {
     Node* n = by_rank[r];
     n->in_round = true;
+    ++members_in_round_;
     n->group_rank = r;
     Assignment a;
     a.round = round_;
@@ -356,6 +376,10 @@ void RunState::CloseRun(const absl::Status& status, const std::optional<WorkerFa
                         Outbox* out) {
   for (const auto& [conn, node] : nodes_) out->push_back({conn, CloseNotice{status, root_cause}});
   nodes_.clear();
+  by_node_id_.clear();
+  by_requested_rank_.clear();
+  by_last_seen_.clear();
+  members_in_round_ = 0;
   phase_ = RunPhase::kClosed;
   close_message_ = status.ok() ? "succeeded" : std::string(status.message());
   join_deadline_.reset();

@@ -25,7 +25,10 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -105,7 +108,9 @@ class RunState {
 
   // The refusal message for `request`, or OK.
   absl::Status CheckJoin(const JoinRequest& request) const;
+  void AddNode(Node node);
   void RemoveNode(ConnId conn);
+  void Touch(Node& node, TimePoint now);  // renews the lease
   // A member is gone or failed: restart the survivors, spending the budget when `failure`.
   void RestartRound(const std::string& reason, bool is_failure,
                     const std::optional<WorkerFailure>& root_cause, TimePoint now, Outbox* out);
@@ -117,7 +122,7 @@ class RunState {
   // The node is gone without a clean leave (stream broken or lease expired).
   void LoseNode(ConnId conn, const std::string& why, TimePoint now, Outbox* out);
   std::string Describe(const Node& node) const;
-  int members_in_round() const;
+  int members_in_round() const { return members_in_round_; }
 
   const std::string run_id_;
   const int min_nodes_;
@@ -132,7 +137,12 @@ class RunState {
   int restarts_used_ = 0;
   int succeeded_in_round_ = 0;
   uint64_t next_arrival_ = 0;
-  std::map<ConnId, Node> nodes_;                 // every connected agent: members and waiting
+  std::map<ConnId, Node> nodes_;  // every connected agent: members and waiting
+  // Indexes over nodes_, so that a join or heartbeat costs O(log n) even with 10,000 nodes.
+  std::unordered_map<std::string, ConnId> by_node_id_;
+  std::unordered_map<int, ConnId> by_requested_rank_;
+  std::set<std::pair<TimePoint, ConnId>> by_last_seen_;
+  int members_in_round_ = 0;
   std::optional<TimePoint> join_deadline_;       // set while joining
   std::optional<TimePoint> last_call_deadline_;  // set while joining with >= min nodes
   std::string close_message_;
