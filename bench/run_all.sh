@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark, each printing a markdown section; results are copied into
+# bench/RESULTS.md by hand with the figures of the run.
+set -euo pipefail
+BUILD_DIR=${1:-build}
+HERE=$(cd "$(dirname "$0")" && pwd)
+TORCHRUN=${TORCHRUN:-$HERE/../../shared/tools/torchrun113}
+/usr/bin/python3 "$HERE/launcher_bench.py" --ddprun "$BUILD_DIR/bin/ddprun" --torchrun "$TORCHRUN"
+for extra in "$HERE"/*/run.sh; do
+  [ -x "$extra" ] && "$extra" "$BUILD_DIR"
+done
