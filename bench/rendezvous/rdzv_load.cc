@@ -1,0 +1,271 @@
+// rdzv-load: a load generator for the rendezvous server. Starts ddprun-rdzv (or uses
+// --endpoint), opens --agents simulated agents as streams over --channels TCP connections, all
+// joining one run with --nnodes=N:N, and measures:
+//   1. time from the first join until every agent has its assignment;
+//   2. the server's CPU while every agent heartbeats every --keep-alive seconds;
+//   3. failure-to-restart: one agent reports a worker failure; time until every agent has the
+//      restart and the next round's assignment.
+// The server runs in its own process so that its CPU (from /proc/PID/stat) is its own.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "grpcpp/grpcpp.h"
+#include "rendezvous/agent_call.h"
+#include "rendezvous/proto_convert.h"
+#include "rendezvous/rendezvous_client.h"
+#include "rendezvous/security.h"
+
+extern char** environ;
+
+namespace ddprun::rendezvous {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// CPU seconds (user + system) used so far by `pid`.
+double ProcessCpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream fields(stat.substr(stat.rfind(')') + 2));
+  std::string f;
+  long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> f; ++i) {
+    if (i == 14) utime = std::stol(f);
+    if (i == 15) stime = std::stol(f);
+  }
+  return static_cast<double>(utime + stime) / sysconf(_SC_CLK_TCK);
+}
+
+// Everything the simulated agents report, with waits on it.
+class Tally {
+ public:
+  void Assigned(int64_t round) {
+    absl::MutexLock lock(&mu_);
+    if (round >= static_cast<int64_t>(assigned_.size())) assigned_.resize(round + 1, 0);
+    ++assigned_[round];
+  }
+  void Restarted() {
+    absl::MutexLock lock(&mu_);
+    ++restarts_;
+  }
+  void Closed() {
+    absl::MutexLock lock(&mu_);
+    ++closed_;
+  }
+  bool WaitAssigned(int64_t round, int n, absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto done = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return closed_ > 0 ||
+             (round < static_cast<int64_t>(assigned_.size()) && assigned_[round] >= n);
+    };
+    return mu_.AwaitWithTimeout(absl::Condition(&done), timeout) && closed_ == 0;
+  }
+  int closed() {
+    absl::MutexLock lock(&mu_);
+    return closed_;
+  }
+  int restarts() {
+    absl::MutexLock lock(&mu_);
+    return restarts_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<int> assigned_ ABSL_GUARDED_BY(mu_);
+  int restarts_ ABSL_GUARDED_BY(mu_) = 0;
+  int closed_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+struct Daemon {
+  pid_t pid = -1;
+  std::string endpoint;
+};
+
+// Starts ddprun-rdzv --port 0 and reads the port it prints.
+absl::StatusOr<Daemon> StartDaemon(const std::string& path, const std::string& token) {
+  int out[2];
+  if (pipe(out) != 0) return absl::InternalError("pipe");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+  posix_spawn_file_actions_addclose(&actions, out[0]);
+  setenv(kTokenEnv, token.c_str(), 1);
+  std::vector<char*> argv = {const_cast<char*>(path.c_str()), const_cast<char*>("--port"),
+                             const_cast<char*>("0"), nullptr};
+  Daemon d;
+  if (posix_spawn(&d.pid, path.c_str(), &actions, nullptr, argv.data(), environ) != 0) {
+    return absl::InternalError("cannot start " + path);
+  }
+  close(out[1]);
+  std::string line;
+  char c;
+  while (read(out[0], &c, 1) == 1 && c != '\n') line.push_back(c);
+  close(out[0]);
+  const std::string prefix = "ddprun-rdzv listening on ";
+  if (line.rfind(prefix, 0) != 0) return absl::InternalError("daemon said: " + line);
+  d.endpoint = line.substr(prefix.size());
+  return d;
+}
+
+int Main(int argc, char** argv) {
+  int agents = 10000, channels = 16, nproc = 8;
+  double heartbeat_seconds = 10, keep_alive = 1.0;
+  std::string endpoint, daemon_path;
+  CLI::App app{"rendezvous load generator"};
+  app.add_option("--agents", agents, "simulated agents (one stream each)");
+  app.add_option("--channels", channels, "TCP connections the streams share");
+  app.add_option("--nproc", nproc, "workers per simulated node (for the world size only)");
+  app.add_option("--heartbeat-seconds", heartbeat_seconds, "length of the heartbeat phase");
+  app.add_option("--keep-alive", keep_alive, "heartbeat interval in seconds");
+  app.add_option("--endpoint", endpoint, "use this server instead of starting ddprun-rdzv");
+  app.add_option("--daemon", daemon_path, "ddprun-rdzv to start (default: next to this binary)");
+  CLI11_PARSE(app, argc, argv);
+
+  const std::string token = "load-test-token";
+  Daemon daemon;
+  if (endpoint.empty()) {
+    if (daemon_path.empty()) {
+      std::string self(argv[0]);
+      daemon_path = self.substr(0, self.rfind('/') + 1) + "ddprun-rdzv";
+    }
+    absl::StatusOr<Daemon> d = StartDaemon(daemon_path, token);
+    if (!d.ok()) {
+      std::fprintf(stderr, "rdzv-load: %s\n", std::string(d.status().message()).c_str());
+      return 1;
+    }
+    daemon = *d;
+    endpoint = daemon.endpoint;
+  }
+
+  ClientOptions options;
+  options.endpoint = endpoint;
+  std::vector<std::shared_ptr<grpc::Channel>> pool;
+  for (int i = 0; i < channels; ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // one TCP connection per channel
+    args.SetInt("ddprun.load.channel", i);
+    pool.push_back(grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args));
+  }
+
+  RunTimeouts timeouts;
+  timeouts.keep_alive_interval = std::chrono::milliseconds(static_cast<int>(keep_alive * 1000));
+  timeouts.keep_alive_max_attempt = 10;
+  timeouts.last_call_timeout = std::chrono::seconds(0);
+  Tally tally;
+  std::vector<std::unique_ptr<AgentCall>> calls;
+  calls.reserve(agents);
+  const double cpu_join0 = daemon.pid > 0 ? ProcessCpuSeconds(daemon.pid) : 0;
+  const auto t0 = Clock::now();
+  for (int i = 0; i < agents; ++i) {
+    auto call = std::make_unique<AgentCall>(
+        [&tally](proto::ServerMessage m) {
+          if (m.has_assignment()) tally.Assigned(m.assignment().round());
+          if (m.has_restart()) tally.Restarted();
+          if (m.has_close()) tally.Closed();
+        },
+        [](grpc::Status) {});
+    call->context()->AddMetadata(kAuthMetadataKey, AuthMetadataValue(token));
+    call->context()->set_wait_for_ready(true);
+    NodeInfo node;
+    node.run_id = "load";
+    node.node_id = absl::StrCat("sim", i);
+    node.hostname = absl::StrCat("sim", i);
+    node.min_nodes = node.max_nodes = agents;
+    node.nproc_per_node = nproc;
+    node.max_restarts = 3;
+    node.master_port = 29500;
+    proto::AgentMessage join;
+    *join.mutable_join() = ToProto(node, timeouts);
+    call->Start(pool[i % channels], std::move(join));
+    calls.push_back(std::move(call));
+  }
+  const auto t_sent = Clock::now();
+  if (!tally.WaitAssigned(1, agents, absl::Seconds(120))) {
+    std::fprintf(stderr, "rdzv-load: not every agent was assigned (closed: %d)\n", tally.closed());
+    return 1;
+  }
+  const auto t_assigned = Clock::now();
+  std::printf(
+      "agents=%d channels=%d: all joins sent in %.3f s; all assigned %.3f s after the "
+      "first join (%.3f s after the last); server CPU %.3f s\n",
+      agents, channels, Seconds(t_sent - t0), Seconds(t_assigned - t0),
+      Seconds(t_assigned - t_sent),
+      daemon.pid > 0 ? ProcessCpuSeconds(daemon.pid) - cpu_join0 : -1.0);
+
+  // Heartbeats: every agent every keep_alive seconds, spread over the interval.
+  double cpu_per_second = -1;
+  if (heartbeat_seconds > 0) {
+    const double cpu0 = daemon.pid > 0 ? ProcessCpuSeconds(daemon.pid) : 0;
+    const auto h0 = Clock::now();
+    const auto interval = timeouts.keep_alive_interval;
+    int next = 0;
+    const int per_slice = std::max(1, agents / 100);
+    while (Clock::now() - h0 < std::chrono::duration<double>(heartbeat_seconds)) {
+      for (int k = 0; k < per_slice; ++k) {
+        proto::AgentMessage hb;
+        hb.mutable_heartbeat();
+        calls[next]->Send(std::move(hb));
+        next = (next + 1) % agents;
+      }
+      // Pacing of the generator itself (100 slices per interval), not a wait in a test.
+      std::this_thread::sleep_for(interval / 100);
+    }
+    const double elapsed = Seconds(Clock::now() - h0);
+    if (daemon.pid > 0) {
+      cpu_per_second = (ProcessCpuSeconds(daemon.pid) - cpu0) / elapsed;
+      std::printf("heartbeats: %.0f per second for %.1f s: server CPU %.1f%% of one core\n",
+                  agents / keep_alive, elapsed, 100 * cpu_per_second);
+    }
+    if (tally.restarts() > 0 || tally.closed() > 0) {
+      std::fprintf(stderr, "rdzv-load: unexpected restart or close during heartbeats\n");
+      return 1;
+    }
+  }
+
+  // A worker failure on one node: every node gets the restart and the next assignment.
+  const auto f0 = Clock::now();
+  proto::AgentMessage failed;
+  failed.mutable_group_status()->set_round(1);
+  failed.mutable_group_status()->set_state(proto::GroupStatus::FAILED);
+  failed.mutable_group_status()->mutable_failure()->set_hostname("sim0");
+  failed.mutable_group_status()->mutable_failure()->set_exit_code(1);
+  calls[0]->Send(std::move(failed));
+  if (!tally.WaitAssigned(2, agents, absl::Seconds(60))) {
+    std::fprintf(stderr, "rdzv-load: the restart did not reach every agent\n");
+    return 1;
+  }
+  std::printf("worker failure on one node -> all %d nodes restarted and reassigned in %.3f s\n",
+              agents, Seconds(Clock::now() - f0));
+
+  for (auto& call : calls) call->Cancel();
+  for (auto& call : calls) call->done().WaitForNotification();
+  if (daemon.pid > 0) {
+    kill(daemon.pid, SIGTERM);
+    int status = 0;
+    waitpid(daemon.pid, &status, 0);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
+
+int main(int argc, char** argv) { return ddprun::rendezvous::Main(argc, argv); }
