@@ -31,7 +31,8 @@ void PutLittleEndian(std::string& out, T v) {
 template <typename T>
 T GetLittleEndian(const char* p) {
   T v = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) v |= static_cast<T>(static_cast<unsigned char>(p[i])) << (8 * i);
+  for (size_t i = 0; i < sizeof(T); ++i)
+    v |= static_cast<T>(static_cast<unsigned char>(p[i])) << (8 * i);
   return v;
 }
 
@@ -94,8 +95,8 @@ absl::StatusOr<LoadedCheckpoint> CheckpointStore::Decode(absl::string_view bytes
   const uint32_t got =
       Crc32(bytes.substr(sizeof(kMagic), bytes.size() - sizeof(kMagic) - kTrailerSize));
   if (want != got) {
-    return absl::DataLossError(absl::StrFormat("%s: checksum mismatch (stored %08x, computed %08x)",
-                                               path, want, got));
+    return absl::DataLossError(
+        absl::StrFormat("%s: checksum mismatch (stored %08x, computed %08x)", path, want, got));
   }
   LoadedCheckpoint out;
   out.step = static_cast<int64_t>(step);

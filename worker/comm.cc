@@ -1,12 +1,14 @@
 #include "worker/comm.h"
 
+#include <torch/version.h>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#include <torch/version.h>
 
 #if defined(DDPRUN_WITH_CUDA) && defined(USE_C10D_NCCL)
 #include <torch/cuda.h>
+
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #define DDPRUN_HAVE_NCCL 1
 #endif
@@ -185,8 +187,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> CommunicatorFromStore(
       c10::intrusive_ptr<BackendBase> group,
       MakeGroup(store, rank, world_size, options, /*ifname=*/"", /*master_addr=*/"127.0.0.1"));
   return std::unique_ptr<Communicator>(
-      new GroupCommunicator(std::move(store), std::move(group), rank, world_size,
-                            options.backend));
+      new GroupCommunicator(std::move(store), std::move(group), rank, world_size, options.backend));
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> ConnectCommunicator(const DistEnv& env,
@@ -208,9 +209,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectCommunicator(const DistEnv&
   } catch (const std::exception& e) {
     return FromException(absl::StrCat("c10d store at ", env.master_addr, ":", env.master_port), e);
   }
-  DDPRUN_ASSIGN_OR_RETURN(c10::intrusive_ptr<BackendBase> group,
-                          MakeGroup(store, env.rank, env.world_size, options,
-                                    env.gloo_socket_ifname, env.master_addr));
+  DDPRUN_ASSIGN_OR_RETURN(
+      c10::intrusive_ptr<BackendBase> group,
+      MakeGroup(store, env.rank, env.world_size, options, env.gloo_socket_ifname, env.master_addr));
   return std::unique_ptr<Communicator>(new GroupCommunicator(
       std::move(store), std::move(group), env.rank, env.world_size, options.backend));
 }

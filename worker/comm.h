@@ -10,13 +10,13 @@
 #ifndef DDPRUN_WORKER_COMM_H_
 #define DDPRUN_WORKER_COMM_H_
 
-#include <torch/csrc/distributed/c10d/Store.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/types.h>
 
 #include <chrono>
 #include <memory>
 #include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <vector>
 
 #include "absl/status/status.h"

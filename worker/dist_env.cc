@@ -63,8 +63,8 @@ absl::StatusOr<DistEnv> ReadDistEnv(const EnvGetter& getenv) {
     return absl::InvalidArgumentError(absl::StrCat(rank_var, " is set but ", world_var, " is not"));
   }
   if (env.rank >= env.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(rank_var, "=", env.rank, " is not below ",
-                                                   world_var, "=", env.world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat(rank_var, "=", env.rank, " is not below ", world_var, "=", env.world_size));
   }
   env.master_addr = getenv("MASTER_ADDR").value_or("");
   if (env.master_addr.empty() && env.from_slurm) {
@@ -90,8 +90,7 @@ absl::StatusOr<DistEnv> ReadDistEnv(const EnvGetter& getenv) {
     env.store_prefix = absl::StrCat("/ddp-train/restart_", env.restart_count);
   }
   env.error_file = getenv("TORCHELASTIC_ERROR_FILE").value_or("");
-  DDPRUN_ASSIGN_OR_RETURN(env.omp_num_threads,
-                          OptionalInt(getenv, "OMP_NUM_THREADS", 1, 4096));
+  DDPRUN_ASSIGN_OR_RETURN(env.omp_num_threads, OptionalInt(getenv, "OMP_NUM_THREADS", 1, 4096));
   env.gloo_socket_ifname = getenv("GLOO_SOCKET_IFNAME").value_or("");
   return env;
 }

@@ -1,7 +1,6 @@
 #include "worker/error_file.h"
 
 #include <ctime>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"

@@ -41,7 +41,8 @@ GradientSynchronizer::GradientSynchronizer(std::vector<torch::Tensor> params, Co
     b.flat = torch::zeros({n}, torch::kFloat32);
   }
   for (size_t k = 0; k < params_.size(); ++k) {
-    hook_ids_.push_back(params_[k].register_hook([this, k](torch::Tensor grad) { OnGrad(k, grad); }));
+    hook_ids_.push_back(
+        params_[k].register_hook([this, k](torch::Tensor grad) { OnGrad(k, grad); }));
   }
 }
 
@@ -123,8 +124,8 @@ absl::Status GradientSynchronizer::Finish(std::vector<float>* control_out) {
   torch::NoGradGuard no_grad;
   for (size_t k = 0; k < params_.size(); ++k) {
     Bucket& b = buckets_[bucket_of_[k]];
-    torch::Tensor avg = b.flat.narrow(0, b.offsets[slot_of_[k]], params_[k].numel())
-                            .view(params_[k].sizes());
+    torch::Tensor avg =
+        b.flat.narrow(0, b.offsets[slot_of_[k]], params_[k].numel()).view(params_[k].sizes());
     if (params_[k].grad().defined()) {
       params_[k].mutable_grad().copy_(avg);
     } else {
@@ -143,7 +144,8 @@ absl::Status GradientSynchronizer::BroadcastFromRankZero(const std::vector<torch
   if (comm->world_size() == 1 || tensors.empty()) return absl::OkStatus();
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> flat_parts;
-  for (const torch::Tensor& t : tensors) flat_parts.push_back(t.detach().reshape({-1}).to(torch::kFloat32));
+  for (const torch::Tensor& t : tensors)
+    flat_parts.push_back(t.detach().reshape({-1}).to(torch::kFloat32));
   torch::Tensor flat = torch::cat(flat_parts);
   DDPRUN_RETURN_IF_ERROR(comm->Broadcast(flat, 0));
   int64_t offset = 0;

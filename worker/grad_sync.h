@@ -71,13 +71,13 @@ class GradientSynchronizer {
   Communicator* comm_;
   GradSyncOptions options_;
   std::vector<Bucket> buckets_;
-  std::vector<size_t> bucket_of_;   // per parameter
-  std::vector<size_t> slot_of_;     // per parameter: index within its bucket
-  std::vector<bool> seen_;          // per parameter: gradient arrived in this step
+  std::vector<size_t> bucket_of_;  // per parameter
+  std::vector<size_t> slot_of_;    // per parameter: index within its bucket
+  std::vector<bool> seen_;         // per parameter: gradient arrived in this step
   std::vector<unsigned> hook_ids_;
   size_t next_to_launch_ = 0;
   bool armed_ = false;
-  int64_t control_offset_ = 0;      // in the last bucket
+  int64_t control_offset_ = 0;  // in the last bucket
   std::exception_ptr hook_error_;
 };
 

@@ -27,8 +27,8 @@ uint32_t ReadBigEndian32(const unsigned char* p) {
 absl::StatusOr<IdxArray> ParseIdx(absl::string_view bytes, absl::string_view name) {
   const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
   if (bytes.size() < 4) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": not an IDX file (", bytes.size(), " bytes, shorter than the header)"));
+    return absl::InvalidArgumentError(absl::StrCat(name, ": not an IDX file (", bytes.size(),
+                                                   " bytes, shorter than the header)"));
   }
   if (p[0] != 0 || p[1] != 0 || p[3] == 0 || p[3] > kMaxDims) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -36,8 +36,9 @@ absl::StatusOr<IdxArray> ParseIdx(absl::string_view bytes, absl::string_view nam
         " (expected 0x000008NN for an IDX file of unsigned bytes)"));
   }
   if (p[2] != kTypeUnsignedByte) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": IDX data type 0x", absl::Hex(p[2], absl::kZeroPad2), " not supported (only 0x08)"));
+    return absl::InvalidArgumentError(absl::StrCat(name, ": IDX data type 0x",
+                                                   absl::Hex(p[2], absl::kZeroPad2),
+                                                   " not supported (only 0x08)"));
   }
   const int ndim = p[3];
   const size_t header = 4 + 4 * static_cast<size_t>(ndim);
@@ -61,8 +62,8 @@ absl::StatusOr<IdxArray> ParseIdx(absl::string_view bytes, absl::string_view nam
                                                    elements, " bytes of data, file has ", have));
   }
   if (have > elements) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": ", have - elements,
-                                                   " unexpected trailing bytes after IDX data"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": ", have - elements, " unexpected trailing bytes after IDX data"));
   }
   out.data.assign(p + header, p + header + elements);
   return out;

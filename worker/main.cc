@@ -9,10 +9,9 @@
 //            with a checkpoint saved when --checkpoint-dir is set; a rank stopped because a
 //            peer was signalled exits 143
 // On 1 and 2 the error is also written to TORCHELASTIC_ERROR_FILE (torch's @record format).
+#include <CLI/CLI.hpp>
 #include <iostream>
 #include <string>
-
-#include <CLI/CLI.hpp>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -66,7 +65,9 @@ void AddMnistFlags(CLI::App* cmd, MnistOptions* o, bool* resume, bool* no_resume
   cmd->add_option("--epochs", o->epochs, "number of epochs")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
-  cmd->add_option("--lr", o->lr, "learning rate")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--lr", o->lr, "learning rate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->add_option("--gamma", o->gamma, "learning rate step gamma (per epoch)")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();

@@ -28,8 +28,9 @@ absl::StatusOr<std::string> FindIdxFile(const std::string& dir, const std::strin
       if (IsRegularFile(path)) return path;
     }
   }
-  return absl::NotFoundError(absl::StrCat(dir, "/", base, ": missing (looked for ", base, "[.gz] in ",
-                                          dir, ", raw/, FashionMNIST/raw/, MNIST/raw/)"));
+  return absl::NotFoundError(absl::StrCat(dir, "/", base, ": missing (looked for ", base,
+                                          "[.gz] in ", dir,
+                                          ", raw/, FashionMNIST/raw/, MNIST/raw/)"));
 }
 
 absl::StatusOr<MnistSplit> LoadMnistSplit(const std::string& images_path,
@@ -37,8 +38,10 @@ absl::StatusOr<MnistSplit> LoadMnistSplit(const std::string& images_path,
   DDPRUN_ASSIGN_OR_RETURN(IdxArray images, ReadIdxFile(images_path));
   DDPRUN_ASSIGN_OR_RETURN(IdxArray labels, ReadIdxFile(labels_path));
   if (images.dims.size() != 3) {
-    return absl::InvalidArgumentError(absl::StrCat(images_path, ": expected 3 dimensions (N, rows, "
-                                                   "cols), found ", images.dims.size()));
+    return absl::InvalidArgumentError(absl::StrCat(images_path,
+                                                   ": expected 3 dimensions (N, rows, "
+                                                   "cols), found ",
+                                                   images.dims.size()));
   }
   if (labels.dims.size() != 1) {
     return absl::InvalidArgumentError(
@@ -73,10 +76,9 @@ absl::StatusOr<MnistData> LoadMnist(const std::string& dir) {
   DDPRUN_ASSIGN_OR_RETURN(data.train, LoadMnistSplit(train_images, train_labels));
   DDPRUN_ASSIGN_OR_RETURN(data.test, LoadMnistSplit(test_images, test_labels));
   if (data.train.rows != data.test.rows || data.train.cols != data.test.cols) {
-    return absl::InvalidArgumentError(absl::StrCat(test_images, ": image size ", data.test.rows,
-                                                   "x", data.test.cols, " differs from ",
-                                                   train_images, " (", data.train.rows, "x",
-                                                   data.train.cols, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        test_images, ": image size ", data.test.rows, "x", data.test.cols, " differs from ",
+        train_images, " (", data.train.rows, "x", data.train.cols, ")"));
   }
   return data;
 }

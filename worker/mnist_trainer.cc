@@ -49,9 +49,9 @@ SplitTensors ToTensors(const MnistSplit& split) {
   torch::Tensor raw = torch::from_blob(const_cast<uint8_t*>(split.images.data()),
                                        {split.count, 1, split.rows, split.cols}, torch::kUInt8);
   t.images = raw.to(torch::kFloat32).div_(255.0).sub_(kMnistMean).div_(kMnistStd);
-  t.labels = torch::from_blob(const_cast<uint8_t*>(split.labels.data()), {split.count},
-                              torch::kUInt8)
-                 .to(torch::kInt64);
+  t.labels =
+      torch::from_blob(const_cast<uint8_t*>(split.labels.data()), {split.count}, torch::kUInt8)
+          .to(torch::kInt64);
   return t;
 }
 
@@ -75,7 +75,7 @@ class MnistTrainer {
     if (leader()) log_ << line << std::endl;
   }
 
-  absl::Status SetupLocal();      // data, checkpoint directory; no communication
+  absl::Status SetupLocal();  // data, checkpoint directory; no communication
   absl::Status AgreeOnSetup(const absl::Status& local);
   absl::Status ResumeOrBroadcast();
   absl::Status SaveCheckpoint(const char* why);
@@ -208,7 +208,8 @@ absl::Status MnistTrainer::SaveCheckpoint(const char* why) {
          << std::endl;
     return s;
   }
-  Log(absl::StrFormat("checkpoint: saved step %d (%s, epoch %d offset %d, %.1f MB) serialize "
+  Log(
+      absl::StrFormat("checkpoint: saved step %d (%s, epoch %d offset %d, %.1f MB) serialize "
                       "%.1f ms, write+fsync %.1f ms",
                       state_.global_step, why, state_.epoch, state_.epoch_offset,
                       payload.size() / 1e6, serialize_ms, SecondsSince(t1) * 1e3));
@@ -218,8 +219,8 @@ absl::Status MnistTrainer::SaveCheckpoint(const char* why) {
 absl::StatusOr<bool> MnistTrainer::TrainEpoch(int64_t* samples, double* train_s) {
   const int64_t epoch = state_.epoch;
   optimizer_->set_lr(options_.lr * std::pow(options_.gamma, static_cast<double>(epoch - 1)));
-  DistributedSampler sampler({train_.count, world(), comm_->rank(), /*shuffle=*/true,
-                              options_.sampler_seed});
+  DistributedSampler sampler(
+      {train_.count, world(), comm_->rank(), /*shuffle=*/true, options_.sampler_seed});
   const std::vector<int64_t> indices = sampler.Indices(epoch, state_.epoch_offset);
   const size_t batch = static_cast<size_t>(options_.batch_size);
   const int64_t steps_total =
@@ -252,8 +253,8 @@ absl::StatusOr<bool> MnistTrainer::TrainEpoch(int64_t* samples, double* train_s)
     if (leader() && progress_ != nullptr) {
       const double dt = SecondsSince(t0);
       progress_->Step(epoch, state_.epoch_loss_steps, steps_total,
-                      std::min(state_.epoch_offset, train_.count), train_.count, control[1] / world(),
-                      dt > 0 ? *samples / dt : 0);
+                      std::min(state_.epoch_offset, train_.count), train_.count,
+                      control[1] / world(), dt > 0 ? *samples / dt : 0);
     }
     if (options_.checkpoint_every > 0 && state_.global_step % options_.checkpoint_every == 0 &&
         !stop) {
@@ -287,10 +288,10 @@ absl::Status MnistTrainer::EvaluateAndReport(int64_t samples, double train_s, bo
       correct += out.argmax(1).eq(y).sum().item<int64_t>();
     }
   }
-  torch::Tensor totals = torch::tensor(
-      {loss_sum, static_cast<double>(correct), static_cast<double>(indices.size()),
-       static_cast<double>(samples) / world()},
-      torch::kFloat64);
+  torch::Tensor totals =
+      torch::tensor({loss_sum, static_cast<double>(correct), static_cast<double>(indices.size()),
+                     static_cast<double>(samples) / world()},
+                    torch::kFloat64);
   DDPRUN_RETURN_IF_ERROR(comm_->AllReduceSum(totals));
   auto t = totals.accessor<double, 1>();
   EpochMetrics m;
@@ -355,8 +356,8 @@ absl::StatusOr<MnistOutcome> MnistTrainer::Run() {
     double train_s = 0;
     DDPRUN_ASSIGN_OR_RETURN(bool stop, TrainEpoch(&samples, &train_s));
     if (stop) {
-      outcome_.stop_signal = stop_ != nullptr && stop_->received() != 0 ? stop_->received()
-                                                                        : peer_stop_;
+      outcome_.stop_signal =
+          stop_ != nullptr && stop_->received() != 0 ? stop_->received() : peer_stop_;
       Log(absl::StrFormat("stop requested (signal %d): saving a checkpoint and exiting",
                           outcome_.stop_signal));
       absl::Status saved = SaveCheckpoint("stop");
@@ -380,8 +381,7 @@ absl::StatusOr<MnistOutcome> MnistTrainer::Run() {
       torch::save(model_, options_.save_model_path);
       Log(absl::StrCat("model saved to ", options_.save_model_path));
     } catch (const std::exception& e) {
-      return absl::InternalError(
-          absl::StrCat(options_.save_model_path, ": ", FirstLine(e.what())));
+      return absl::InternalError(absl::StrCat(options_.save_model_path, ": ", FirstLine(e.what())));
     }
   }
   outcome_.global_step = state_.global_step;

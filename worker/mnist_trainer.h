@@ -14,8 +14,8 @@
 namespace ddprun::worker {
 
 struct MnistOutcome {
-  int stop_signal = 0;    // > 0: stopped early on a signal (after saving a checkpoint)
-  double test_acc = 0;    // of the last evaluated epoch
+  int stop_signal = 0;  // > 0: stopped early on a signal (after saving a checkpoint)
+  double test_acc = 0;  // of the last evaluated epoch
   int64_t global_step = 0;
 };
 

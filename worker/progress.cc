@@ -14,8 +14,8 @@ constexpr auto kRedrawEvery = std::chrono::milliseconds(100);
 ProgressReporter::ProgressReporter(std::ostream& out, bool tty, int log_interval)
     : out_(out), tty_(tty), log_interval_(std::max(log_interval, 1)) {}
 
-void ProgressReporter::Step(int64_t epoch, int64_t step, int64_t steps, int64_t done,
-                            int64_t total, double loss, double samples_per_s) {
+void ProgressReporter::Step(int64_t epoch, int64_t step, int64_t steps, int64_t done, int64_t total,
+                            double loss, double samples_per_s) {
   const double frac = total > 0 ? std::min(1.0, static_cast<double>(done) / total) : 1.0;
   if (tty_) {
     const auto now = std::chrono::steady_clock::now();

@@ -53,8 +53,8 @@ absl::StatusOr<std::string> SerializeTrainState(MnistNet& model, const Adadelta&
   }
 }
 
-absl::Status DeserializeTrainState(absl::string_view payload, MnistNet& model,
-                                   Adadelta& optimizer, TrainProgress* progress) {
+absl::Status DeserializeTrainState(absl::string_view payload, MnistNet& model, Adadelta& optimizer,
+                                   TrainProgress* progress) {
   try {
     torch::serialize::InputArchive archive;
     {
@@ -63,8 +63,7 @@ absl::Status DeserializeTrainState(absl::string_view payload, MnistNet& model,
     }
     torch::Tensor name;
     if (!archive.try_read("model_name", name, true) || !name.equal(ModelNameTensor())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint is not of model ", kMnistNetName));
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint is not of model ", kMnistNetName));
     }
     // Read and check everything before modifying anything.
     std::vector<std::pair<torch::Tensor, torch::Tensor>> params;
@@ -75,9 +74,9 @@ absl::Status DeserializeTrainState(absl::string_view payload, MnistNet& model,
         return absl::InvalidArgumentError(absl::StrCat("checkpoint lacks parameter ", item.key()));
       }
       if (!t.sizes().equals(item.value().sizes())) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "checkpoint parameter ", item.key(), " has shape ", c10::str(t.sizes()),
-            ", the model has ", c10::str(item.value().sizes())));
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint parameter ", item.key(), " has shape ", c10::str(t.sizes()),
+                         ", the model has ", c10::str(item.value().sizes())));
       }
       params.emplace_back(item.value(), t);
     }

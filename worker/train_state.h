@@ -21,7 +21,7 @@ struct TrainProgress {
   int64_t global_step = 0;    // optimizer steps so far
   double epoch_loss_sum = 0;  // sum over this epoch's steps of the global mean batch loss
   int64_t epoch_loss_steps = 0;
-  int world_size = 1;         // of the run that saved (informational)
+  int world_size = 1;  // of the run that saved (informational)
 };
 
 // Throws nothing; LibTorch errors become kInternal.
@@ -30,8 +30,8 @@ absl::StatusOr<std::string> SerializeTrainState(MnistNet& model, const Adadelta&
 
 // Restores into `model`, `optimizer` and the default CPU generator. kInvalidArgument when the
 // payload is from another model or has other shapes; nothing is modified then.
-absl::Status DeserializeTrainState(absl::string_view payload, MnistNet& model,
-                                   Adadelta& optimizer, TrainProgress* progress);
+absl::Status DeserializeTrainState(absl::string_view payload, MnistNet& model, Adadelta& optimizer,
+                                   TrainProgress* progress);
 
 }  // namespace ddprun::worker
 

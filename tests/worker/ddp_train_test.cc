@@ -1,1 +1,335 @@
-// Integration tests for ddp-train: being written.
+// ddp-train as a real process on real Fashion-MNIST (Debian's dataset-fashion-mnist, subsets so
+// each case takes seconds): bad input, single process, two ranks under torchrun and ddprun,
+// SIGTERM-and-resume with another world size, SIGKILL of a worker mid-run with the group
+// restarting from the last checkpoint.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/test_env.h"
+
+namespace ddprun::worker {
+namespace {
+
+using ::ddprun::testing::BinPath;
+using ::ddprun::testing::ExitStatus;
+using ::ddprun::testing::ReadFile;
+using ::ddprun::testing::Subprocess;
+using ::ddprun::testing::TempDir;
+using ::ddprun::testing::WaitUntil;
+using ::ddprun::testing::WriteFile;
+using ::testing::HasSubstr;
+using std::chrono::seconds;
+
+constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
+
+std::string Torchrun() { return ::ddprun::testing::SourcePath("../shared/tools/torchrun113"); }
+
+std::string FindTorchrun() {
+  for (const std::string& p : {Torchrun(), std::string("/work/shared/tools/torchrun113")}) {
+    if (access(p.c_str(), X_OK) == 0) return p;
+  }
+  return "";
+}
+
+bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+// torchrun's --standalone always uses port 29400, so two tests (or two engineers' test runs)
+// at once would join each other's rendezvous. torchrun cannot report a port it picked itself,
+// so this asks the kernel for a free one and lets torchrun bind it right after; the window for
+// another process to take it is microseconds, unlike a fixed port's.
+int EphemeralPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+// torchrun113 for one node and `nproc` workers on a rendezvous of its own.
+std::vector<std::string> TorchrunArgv(int nproc, int max_restarts) {
+  static int run = 0;
+  return {FindTorchrun(),
+          "--nnodes=1",
+          "--nproc_per_node=" + std::to_string(nproc),
+          "--rdzv_backend=c10d",
+          "--rdzv_endpoint=127.0.0.1:" + std::to_string(EphemeralPort()),
+          "--rdzv_id=ddp-train-test-" + std::to_string(getpid()) + "-" + std::to_string(++run),
+          "--max_restarts=" + std::to_string(max_restarts),
+          "--monitor_interval=0.1",
+          "--no_python"};
+}
+
+std::vector<nlohmann::json> ReadMetrics(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (!line.empty()) out.push_back(nlohmann::json::parse(line));
+  }
+  return out;
+}
+
+std::string Describe(Subprocess& p) { return "stdout:\n" + p.out() + "\nstderr:\n" + p.err(); }
+
+// The pid of a descendant of `ancestor` whose command line mentions ddp-train and whose
+// environment has RANK=<rank>.
+std::optional<pid_t> FindWorker(pid_t ancestor, int rank) {
+  std::vector<pid_t> pids;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") == std::string::npos) pids.push_back(std::stoi(name));
+  }
+  auto parent_of = [](pid_t pid) -> pid_t {
+    std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) return 0;
+    std::istringstream rest(stat.substr(close + 2));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    return ppid;
+  };
+  const std::string want = "RANK=" + std::to_string(rank);
+  for (pid_t pid : pids) {
+    const std::string dir = "/proc/" + std::to_string(pid);
+    if (!absl::StrContains(ReadFile(dir + "/cmdline"), "ddp-train")) continue;
+    bool has_rank = false;
+    for (absl::string_view kv : absl::StrSplit(ReadFile(dir + "/environ"), '\0')) {
+      if (kv == want) has_rank = true;
+    }
+    if (!has_rank) continue;
+    for (pid_t p = pid; p > 1; p = parent_of(p)) {
+      if (p == ancestor) return pid;
+    }
+  }
+  return std::nullopt;
+}
+
+class DdpTrainTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!Exists(kData)) GTEST_SKIP() << kData << " missing (apt-get install dataset-fashion-mnist)";
+    ASSERT_TRUE(Exists(BinPath("ddp-train"))) << BinPath("ddp-train");
+  }
+
+  std::vector<std::string> Train(std::vector<std::string> extra) {
+    std::vector<std::string> argv = {BinPath("ddp-train"), "mnist", "--data", kData,
+                                     "--no-progress-bar", "--test-subset", "1000"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
+
+  // Environment that makes a ddp-train started directly a single process, whatever the test
+  // runner's environment holds.
+  std::map<std::string, std::string> Solo() {
+    return {{"RANK", "\x01unset"},        {"WORLD_SIZE", "\x01unset"},
+            {"SLURM_PROCID", "\x01unset"}, {"TORCHELASTIC_ERROR_FILE", dir_.File("error.json")},
+            {"OMP_NUM_THREADS", "1"}};
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(DdpTrainTest, MissingDataDirectoryNamedAndErrorFileWritten) {
+  Subprocess p({BinPath("ddp-train"), "mnist", "--data", dir_.File("nope")}, Solo());
+  std::optional<ExitStatus> st = p.Wait(seconds(60));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 2) << Describe(p);
+  EXPECT_THAT(p.err(), HasSubstr(dir_.File("nope")));
+  nlohmann::json j = nlohmann::json::parse(ReadFile(dir_.File("error.json")));
+  EXPECT_THAT(j["message"]["message"].get<std::string>(), HasSubstr(dir_.File("nope")));
+  EXPECT_TRUE(j["message"]["extraInfo"].contains("timestamp"));
+}
+
+TEST_F(DdpTrainTest, TruncatedDataFileNamed) {
+  const std::string data = dir_.File("data");
+  mkdir(data.c_str(), 0755);
+  for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
+                        "t10k-images-idx3-ubyte.gz"}) {
+    ASSERT_EQ(symlink((std::string(kData) + "/" + f).c_str(), (data + "/" + f).c_str()), 0);
+  }
+  const std::string labels = ReadFile(std::string(kData) + "/t10k-labels-idx1-ubyte.gz");
+  WriteFile(data + "/t10k-labels-idx1-ubyte.gz", labels.substr(0, labels.size() / 2));
+  Subprocess p({BinPath("ddp-train"), "mnist", "--data", data}, Solo());
+  std::optional<ExitStatus> st = p.Wait(seconds(60));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 2) << Describe(p);
+  EXPECT_THAT(p.err(), HasSubstr("t10k-labels-idx1-ubyte.gz"));
+  EXPECT_THAT(p.out(), ::testing::Not(HasSubstr("Train Epoch")));
+}
+
+TEST_F(DdpTrainTest, UnwritableCheckpointDirectoryRefusedBeforeTraining) {
+  WriteFile(dir_.File("file"), "x");
+  Subprocess p(Train({"--checkpoint-dir", dir_.File("file/ckpt")}), Solo());
+  std::optional<ExitStatus> st = p.Wait(seconds(60));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 2) << Describe(p);
+  EXPECT_THAT(p.err(), HasSubstr(dir_.File("file/ckpt")));
+  EXPECT_THAT(p.out(), ::testing::Not(HasSubstr("Train Epoch")));
+}
+
+TEST_F(DdpTrainTest, BadFlagIsUsageError) {
+  Subprocess p({BinPath("ddp-train"), "mnist", "--data", kData, "--batch-size", "0"}, Solo());
+  std::optional<ExitStatus> st = p.Wait(seconds(30));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 2) << Describe(p);
+  EXPECT_THAT(p.err(), HasSubstr("--batch-size"));
+}
+
+TEST_F(DdpTrainTest, SingleProcessLearnsAndWritesMetrics) {
+  Subprocess p(Train({"--epochs", "2", "--train-subset", "1280", "--metrics-file",
+                      dir_.File("m.jsonl"), "--save-model", "--save-model-path",
+                      dir_.File("model.pt")}),
+               Solo());
+  std::optional<ExitStatus> st = p.Wait(seconds(120));
+  ASSERT_TRUE(st.has_value());
+  ASSERT_EQ(st->exit_code, 0) << Describe(p);
+  std::vector<nlohmann::json> m = ReadMetrics(dir_.File("m.jsonl"));
+  ASSERT_EQ(m.size(), 2u) << ReadFile(dir_.File("m.jsonl"));
+  EXPECT_EQ(m[1]["epoch"], 2);
+  EXPECT_EQ(m[1]["world_size"], 1);
+  EXPECT_DOUBLE_EQ(m[1]["lr"].get<double>(), 0.7);
+  EXPECT_GT(m[1]["test_acc"].get<double>(), 0.5);  // 10 classes: chance is 0.1
+  EXPECT_LT(m[1]["train_loss"].get<double>(), m[0]["train_loss"].get<double>());
+  EXPECT_TRUE(Exists(dir_.File("model.pt")));
+}
+
+// SIGTERM mid-epoch: finish the step, checkpoint, exit 143. Then resume the same run with two
+// ranks under torchrun: the second run starts at the saved sample offset and finishes.
+TEST_F(DdpTrainTest, SigtermCheckpointsThenResumesWithAnotherWorldSize) {
+  const std::string torchrun = FindTorchrun();
+  const std::string ckpt = dir_.File("ckpt");
+  const std::vector<std::string> args = {"--epochs", "1", "--train-subset", "3840",
+                                         "--checkpoint-dir", ckpt, "--log-interval", "5",
+                                         "--metrics-file", dir_.File("m.jsonl")};
+  {
+    Subprocess p(Train(args), Solo());
+    ASSERT_TRUE(p.WaitForOutputContains("Train Epoch: 1 [640/", seconds(120))) << Describe(p);
+    p.Signal(SIGTERM);
+    std::optional<ExitStatus> st = p.Wait(seconds(60));
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->exit_code, 143) << Describe(p);
+    EXPECT_THAT(p.out(), HasSubstr("stop requested (signal 15)"));
+    EXPECT_THAT(p.out(), HasSubstr("checkpoint: saved step"));
+    EXPECT_TRUE(Exists(ckpt + "/LATEST"));
+  }
+  if (torchrun.empty()) GTEST_SKIP() << "torchrun113 not found";
+  std::vector<std::string> argv = TorchrunArgv(2, 0);
+  std::vector<std::string> train = Train(args);
+  argv.insert(argv.end(), train.begin(), train.end());
+  Subprocess p(argv, {{"TORCHELASTIC_ERROR_FILE", "\x01unset"}});
+  std::optional<ExitStatus> st = p.Wait(seconds(180));
+  ASSERT_TRUE(st.has_value());
+  ASSERT_EQ(st->exit_code, 0) << Describe(p);
+  EXPECT_THAT(p.out(), HasSubstr("(saved by world size 1)"));
+  EXPECT_THAT(p.out(), ::testing::Not(HasSubstr("sample offset 0,")));
+  std::vector<nlohmann::json> m = ReadMetrics(dir_.File("m.jsonl"));
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0]["world_size"], 2);
+  EXPECT_TRUE(m[0]["resumed"].get<bool>());
+  // The resumed part covers only what was left of the 3840 samples.
+  EXPECT_LT(m[0]["samples"].get<int64_t>(), 3840);
+  EXPECT_GT(m[0]["test_acc"].get<double>(), 0.5);
+}
+
+class LauncherTest : public DdpTrainTest, public ::testing::WithParamInterface<std::string> {
+ protected:
+  // The launcher command line up to and including the worker binary's arguments.
+  std::vector<std::string> Launch(int max_restarts, const std::vector<std::string>& args) {
+    std::vector<std::string> argv;
+    if (GetParam() == "torchrun") {
+      argv = TorchrunArgv(2, max_restarts);
+    } else {
+      argv = {BinPath("ddprun"), "--standalone", "--nproc-per-node=2",
+              "--max-restarts=" + std::to_string(max_restarts), "--no-python"};
+    }
+    std::vector<std::string> train = Train(args);
+    argv.insert(argv.end(), train.begin(), train.end());
+    return argv;
+  }
+  void SetUp() override {
+    DdpTrainTest::SetUp();
+    if (IsSkipped()) return;
+    if (GetParam() == "torchrun" && FindTorchrun().empty()) GTEST_SKIP() << "no torchrun113";
+    if (GetParam() == "ddprun" && !Exists(BinPath("ddprun"))) {
+      GTEST_SKIP() << BinPath("ddprun") << " not built yet";
+    }
+  }
+};
+
+TEST_P(LauncherTest, TwoRanksTrainTogether) {
+  Subprocess p(Launch(0, {"--epochs", "1", "--train-subset", "2560", "--metrics-file",
+                          dir_.File("m.jsonl")}),
+               {{"TORCHELASTIC_ERROR_FILE", "\x01unset"}});
+  std::optional<ExitStatus> st = p.Wait(seconds(180));
+  ASSERT_TRUE(st.has_value());
+  ASSERT_EQ(st->exit_code, 0) << Describe(p);
+  std::vector<nlohmann::json> m = ReadMetrics(dir_.File("m.jsonl"));
+  ASSERT_EQ(m.size(), 1u);
+  EXPECT_EQ(m[0]["world_size"], 2);
+  EXPECT_EQ(m[0]["samples"], 2560);
+  EXPECT_GT(m[0]["test_acc"].get<double>(), 0.5);
+  EXPECT_THAT(p.out(), HasSubstr("world_size 2"));
+}
+
+// SIGKILL one worker mid-epoch: the launcher restarts the group (restart budget 1) and the new
+// round resumes from the last checkpoint, not from step 0, and reaches a normal accuracy.
+TEST_P(LauncherTest, KilledWorkerGroupRestartsFromCheckpoint) {
+  const std::string ckpt = dir_.File("ckpt");
+  Subprocess p(Launch(1, {"--epochs", "2", "--train-subset", "3200", "--checkpoint-dir", ckpt,
+                          "--checkpoint-every", "5", "--metrics-file", dir_.File("m.jsonl")}),
+               {{"TORCHELASTIC_ERROR_FILE", "\x01unset"}});
+  // Epoch 2 has begun and a mid-epoch checkpoint exists: kill rank 1 there.
+  ASSERT_TRUE(p.WaitForOutputContains("checkpoint: saved step 30 ", seconds(180))) << Describe(p);
+  std::optional<pid_t> victim;
+  ASSERT_TRUE(WaitUntil([&] { return (victim = FindWorker(p.pid(), 1)).has_value(); },
+                        std::chrono::seconds(10)));
+  ASSERT_EQ(kill(*victim, SIGKILL), 0);
+  std::optional<ExitStatus> st = p.Wait(seconds(240));
+  ASSERT_TRUE(st.has_value());
+  ASSERT_EQ(st->exit_code, 0) << Describe(p);
+  const std::string out = p.out();
+  EXPECT_THAT(out, HasSubstr("resumed from checkpoint: epoch 2"));
+  EXPECT_THAT(out, HasSubstr("restart 1"));
+  std::vector<nlohmann::json> m = ReadMetrics(dir_.File("m.jsonl"));
+  ASSERT_EQ(m.size(), 2u) << ReadFile(dir_.File("m.jsonl"));
+  EXPECT_EQ(m[1]["epoch"], 2);
+  EXPECT_TRUE(m[1]["resumed"].get<bool>());
+  // Work done before the kill is not repeated: 2 epochs x 3200 samples / (64 x 2) = 50 steps.
+  EXPECT_EQ(m[1]["global_step"], 50);
+  EXPECT_GT(m[1]["test_acc"].get<double>(), 0.6);
+}
+
+INSTANTIATE_TEST_SUITE_P(Launchers, LauncherTest, ::testing::Values("torchrun", "ddprun"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace ddprun::worker
