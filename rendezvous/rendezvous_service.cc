@@ -45,11 +45,30 @@ RendezvousServiceImpl::~RendezvousServiceImpl() {
 grpc::ServerBidiReactor<proto::AgentMessage, proto::ServerMessage>* RendezvousServiceImpl::Connect(
     grpc::CallbackServerContext* context) {
   if (!CallHasToken(*context, token_)) return new RefusedStream(Unauthenticated());
+  const int max_streams = state_.limits().max_streams;
+  if (open_streams_.fetch_add(1) >= max_streams) {
+    open_streams_.fetch_sub(1);
+    return new RefusedStream(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        "rendezvous server is at its limit of " + std::to_string(max_streams) + " streams"));
+  }
   const ConnId conn = next_conn_++;
   auto* stream = new AgentStream(this, conn);
   std::string peer = PeerHost(context->peer());
   loop_->Post([this, conn, stream, peer = std::move(peer)] {
-    streams_[conn] = StreamEntry{stream, peer};
+    StreamEntry& entry = streams_[conn];
+    entry.stream = stream;
+    entry.peer_host = peer;
+    const auto wait = state_.limits().first_join_timeout;
+    entry.join_timer = loop_->PostAt(std::chrono::steady_clock::now() + wait, [this, conn, wait] {
+      auto it = streams_.find(conn);
+      if (it == streams_.end()) return;
+      it->second.join_timer = 0;
+      if (state_.HasJoined(conn)) return;
+      it->second.stream->FinishWith(grpc::Status(
+          grpc::StatusCode::DEADLINE_EXCEEDED,
+          "no join within " + std::to_string(ToMillis(wait)) + " ms of opening the stream"));
+    });
   });
   stream->Start();
   return stream;
@@ -94,8 +113,10 @@ void RendezvousServiceImpl::PostStreamDone(ConnId conn) {
     Apply(state_.StreamBroken(conn, clock_->Now()));
     auto it = streams_.find(conn);
     if (it != streams_.end()) {
+      if (it->second.join_timer != 0) loop_->Cancel(it->second.join_timer);
       delete it->second.stream;
       streams_.erase(it);
+      open_streams_.fetch_sub(1);
     }
     ScheduleTick();
   });

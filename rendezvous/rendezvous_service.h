@@ -59,12 +59,14 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
   const std::string token_;
   const RunTimeouts default_timeouts_;
   std::atomic<ConnId> next_conn_{1};
+  std::atomic<int> open_streams_{0};  // counted from Connect until the loop deletes the stream
 
   // Owned by the loop thread.
   ServerState state_;
   struct StreamEntry {
     AgentStream* stream = nullptr;  // owned here once registered; deleted on the loop
     std::string peer_host;
+    EventLoop::TimerId join_timer = 0;  // closes the stream if it never joins
   };
   std::unordered_map<ConnId, StreamEntry> streams_;
   EventLoop::TimerId tick_timer_ = 0;

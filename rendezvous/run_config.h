@@ -39,6 +39,11 @@ struct ServerLimits {
   int max_nodes_per_run = 16384;      // connected agents of one run (members and waiting)
   size_t max_id_length = 256;         // run id, node id, hostname, local addr
   size_t max_message_length = 16384;  // failure and leave messages are cut to this
+  // Open agent streams, joined or not; more are refused (RESOURCE_EXHAUSTED).
+  int max_streams = 65536;
+  // A stream that has not joined this long after it opened is closed, so that idle or hostile
+  // connections cannot pile up.
+  Duration first_join_timeout = std::chrono::seconds(10);
   // A closed run is remembered this long (so late agents are told why) once it has no agents.
   Duration closed_run_retention = std::chrono::seconds(300);
 };

@@ -42,6 +42,8 @@ class ServerState {
   absl::StatusOr<RunStatus> Status(const std::string& run_id) const;
   size_t num_runs() const { return runs_.size(); }
   size_t num_conns() const { return conn_run_.size(); }
+  bool HasJoined(ConnId conn) const { return conn_run_.count(conn) > 0; }
+  const ServerLimits& limits() const { return limits_; }
 
  private:
   struct Run {

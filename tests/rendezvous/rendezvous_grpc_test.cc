@@ -305,3 +305,69 @@ TEST_F(RendezvousGrpcTest, ServesTheStandardHealthService) {
 
 }  // namespace
 }  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+namespace {
+
+using ::ddprun::rendezvous::testing::FastClientOptions;
+using ::ddprun::rendezvous::testing::MakeNode;
+using ::ddprun::rendezvous::testing::TestAgent;
+
+std::unique_ptr<RendezvousServer> StartWithLimits(const ServerLimits& limits) {
+  ServerOptions options;
+  options.limits = limits;
+  auto server = RendezvousServer::Start(options);
+  EXPECT_TRUE(server.ok()) << server.status();
+  return server.ok() ? *std::move(server) : nullptr;
+}
+
+TEST(RendezvousServerLimitsTest, StreamThatNeverJoinsIsClosed) {
+  ServerLimits limits;
+  limits.first_join_timeout = std::chrono::milliseconds(300);
+  auto server = StartWithLimits(limits);
+  ASSERT_NE(server, nullptr);
+  auto stub = proto::RendezvousService::NewStub(
+      grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  const auto start = std::chrono::steady_clock::now();
+  auto stream = stub->Connect(&context);
+  proto::ServerMessage m;
+  EXPECT_FALSE(stream->Read(&m));
+  grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+  EXPECT_THAT(status.error_message(), ::testing::HasSubstr("no join within 300 ms"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST(RendezvousServerLimitsTest, StreamsBeyondTheLimitAreRefused) {
+  ServerLimits limits;
+  limits.max_streams = 2;
+  auto server = StartWithLimits(limits);
+  ASSERT_NE(server, nullptr);
+  const ClientOptions options = FastClientOptions(server->address(), "");
+  auto a = std::make_unique<TestAgent>(options, MakeNode("run", "a", 1, 3));
+  auto b = std::make_unique<TestAgent>(options, MakeNode("run", "b", 1, 3));
+  ASSERT_TRUE(a->recorder.WaitAssignment(0, std::chrono::seconds(10)));
+  ASSERT_TRUE(b->recorder.WaitAssignment(0, std::chrono::seconds(10)));
+  {
+    TestAgent c(options, MakeNode("run", "c", 1, 3));
+    std::optional<absl::Status> closed = c.recorder.WaitClosed(std::chrono::seconds(10));
+    ASSERT_TRUE(closed);
+    EXPECT_THAT(closed->message(), ::testing::HasSubstr("limit of 2 streams"));
+  }
+  // A slot frees up when an agent goes away.
+  b.reset();
+  TestAgent d(options, MakeNode("run", "d", 1, 3));
+  EXPECT_TRUE(ddprun::testing::WaitUntil(
+      [&] {
+        for (const auto& e : d.recorder.events()) {
+          if (e.kind == testing::Event::kAssignment) return true;
+        }
+        return false;
+      },
+      std::chrono::seconds(10)));
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
