@@ -16,7 +16,6 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "launcher/failure_report.h"
-#include "launcher/local_rendezvous.h"
 #include "launcher/worker_env.h"
 
 namespace ddprun::launcher {
@@ -93,7 +92,11 @@ absl::Status Agent::Prepare() {
   // and no zombie outlives the job.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
 
-  run_id_ = options_.standalone ? RandomHex(16) : options_.rdzv_id;
+  auto setup = SetUpRendezvous(options_, host_, &loop_);
+  if (!setup.ok()) return setup.status();
+  setup_ = std::move(*setup);
+  rendezvous_ = setup_.rendezvous.get();
+  run_id_ = setup_.run_id;
 
   if (!options_.log_dir.empty()) {
     if (auto s = MakeDirs(options_.log_dir); !s.ok()) {
@@ -116,26 +119,6 @@ absl::Status Agent::Prepare() {
     log_root_ = tmpl;
     log_root_is_temp_ = true;
   }
-
-  LocalRendezvousOptions local;
-  local.max_restarts = options_.max_restarts;
-  if (options_.standalone) {
-    auto reservation = PortReservation::Reserve(0);
-    if (!reservation.ok()) return reservation.status();
-    master_port_.emplace(std::move(*reservation));
-    local.master_addr = "127.0.0.1";
-    local.master_port = master_port_->port();
-  } else if (options_.rdzv_backend == "static") {
-    local.node_rank = options_.node_rank;
-    local.nnodes = options_.max_nodes;
-    local.master_addr = options_.master_addr;
-    local.master_port = options_.master_port;
-  } else {
-    return absl::UnimplementedError(absl::StrCat(
-        "--rdzv-backend=", options_.rdzv_backend,
-        ": not available in this build yet; use --standalone or --rdzv-backend=static"));
-  }
-  rendezvous_ = std::make_unique<LocalRendezvous>(&loop_, local);
 
   sigset_t set = AgentSignalSet(options_);
   signal_fd_ = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
@@ -168,22 +151,23 @@ int Agent::Run() {
   node.nproc_per_node = options_.nproc_per_node;
   node.requested_node_rank = options_.node_rank;
   node.local_addr = options_.local_addr;
-  node.master_port = master_port_.has_value() ? master_port_->port() : 0;
+  node.master_port = setup_.master_port.has_value() ? setup_.master_port->port() : 0;
   rendezvous_->Join(node, this);
   loop_.Run();
   return exit_code_;
 }
 
-std::string Agent::ErrorFilePath(int64_t round, int local_rank) const {
-  return absl::StrCat(log_root_, "/attempt_", round, "/", local_rank, "/error.json");
+std::string Agent::ErrorFilePath(int attempt, int local_rank) const {
+  return absl::StrCat(log_root_, "/attempt_", attempt, "/", local_rank, "/error.json");
 }
 
 void Agent::StartWorkers(const rendezvous::Assignment& a) {
   current_ = a;
+  ++attempt_;
   std::vector<WorkerLaunch> launches;
   const int nproc = options_.nproc_per_node;
   for (int lr = 0; lr < nproc; ++lr) {
-    const std::string dir = absl::StrCat(log_root_, "/attempt_", a.round, "/", lr);
+    const std::string dir = absl::StrCat(log_root_, "/attempt_", attempt_, "/", lr);
     if (absl::Status s = MakeDirs(dir); !s.ok()) LogWarning(s.message());
     WorkerEnvSpec spec;
     spec.run_id = run_id_;
@@ -191,7 +175,7 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
     spec.local_rank = lr;
     spec.local_world_size = nproc;
     spec.max_restarts = options_.max_restarts;
-    spec.error_file = ErrorFilePath(a.round, lr);
+    spec.error_file = ErrorFilePath(attempt_, lr);
     unlink(spec.error_file.c_str());  // a stale file must not be mistaken for this attempt's
 
     WorkerLaunch launch;
@@ -265,7 +249,7 @@ void Agent::Execute(const std::vector<AgentAction>& actions) {
         failure.signal = e.signal;
         std::vector<std::string> tail =
             group_ ? group_->StderrTail(e.local_rank) : std::vector<std::string>{};
-        if (auto err = ReadErrorFile(ErrorFilePath(action.round, e.local_rank))) {
+        if (auto err = ReadErrorFile(ErrorFilePath(attempt_, e.local_rank))) {
           failure.message = err->message;
         } else if (group_ && !group_->StartError(e.local_rank).empty()) {
           failure.message = group_->StartError(e.local_rank);
@@ -304,7 +288,7 @@ void Agent::Finish(int exit_code, const std::string& reason) {
     report.other_failures = state_.other_failures();
     if (report.root_cause.has_value()) {
       const int lr = report.root_cause->local_rank;
-      report.error_file = ErrorFilePath(current_.round, lr);
+      report.error_file = ErrorFilePath(attempt_, lr);
       report.error = ReadErrorFile(report.error_file);
       if (group_) {
         report.stderr_tail = group_->StderrTail(lr);
@@ -317,7 +301,24 @@ void Agent::Finish(int exit_code, const std::string& reason) {
   } else if (exit_code >= kExitSignalBase) {
     LogInfo(absl::StrCat("workers stopped; exiting with ", exit_code, " (", reason, ")"));
   }
-  loop_.Stop();
+  if (setup_.grpc != nullptr && setup_.grpc->hosting() && exit_code == kExitSuccess) {
+    StopLoopWhenServerIdle();
+  } else {
+    loop_.Stop();
+  }
+}
+
+void Agent::StopLoopWhenServerIdle() {
+  const int others = setup_.grpc->OtherAgents(run_id_);
+  if (others == 0) {
+    loop_.Stop();
+    return;
+  }
+  if (!waiting_for_peers_) {
+    waiting_for_peers_ = true;
+    LogInfo("this node is done; serving the rendezvous until the other nodes finish");
+  }
+  loop_.AddTimerAfter(std::chrono::milliseconds(50), [this] { StopLoopWhenServerIdle(); });
 }
 
 void Agent::OnAssignment(const rendezvous::Assignment& assignment) {
@@ -353,6 +354,8 @@ void Agent::OnSignals() {
     const int sig = static_cast<int>(info.ssi_signo);
     if (sig == SIGCHLD) {
       ReapChildren();
+    } else if (IsStopSignal(sig) && waiting_for_peers_) {
+      loop_.Stop();  // done ourselves; stop serving the others at once
     } else if (IsStopSignal(sig)) {
       LogInfo(absl::StrCat("received ", SignalName(sig), "; stopping the workers"));
       Execute(state_.OnStopSignal(sig));

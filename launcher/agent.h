@@ -14,6 +14,7 @@
 #include "launcher/host_info.h"
 #include "launcher/options.h"
 #include "launcher/port_reservation.h"
+#include "launcher/rendezvous_setup.h"
 #include "launcher/worker_group.h"
 #include "rendezvous/rendezvous.h"
 
@@ -46,21 +47,26 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   void OnSignals();
   void ReapChildren();
   void Finish(int exit_code, const std::string& reason);
-  std::string ErrorFilePath(int64_t round, int local_rank) const;
+  std::string ErrorFilePath(int attempt, int local_rank) const;
+  // When this agent hosts the rendezvous server, other nodes may still be running: keep
+  // serving them until they have all left, then stop the loop.
+  void StopLoopWhenServerIdle();
 
   const LaunchOptions options_;
   const Environment env_;
   const HostInfo host_;
   EventLoop loop_;
   AgentStateMachine state_;
-  std::unique_ptr<rendezvous::Rendezvous> rendezvous_;
+  RendezvousSetup setup_;  // the rendezvous (and the server, when hosted here)
+  rendezvous::Rendezvous* rendezvous_ = nullptr;  // setup_.rendezvous
   std::unique_ptr<WorkerGroup> group_;
-  std::optional<PortReservation> master_port_;
   rendezvous::Assignment current_{};
+  int attempt_ = -1;  // worker groups started by this agent so far, minus one (log folders)
   std::string run_id_;
   std::string log_root_;  // LOG_DIR/RUN_ID, or a temporary directory
   bool log_root_is_temp_ = false;
   int signal_fd_ = -1;
+  bool waiting_for_peers_ = false;
   int exit_code_ = kExitSuccess;
 };
 

@@ -33,11 +33,10 @@ void LocalRendezvous::ReportGroupState(int64_t round, rendezvous::GroupState sta
                                        const std::optional<rendezvous::WorkerFailure>& failure) {
   if (left_ || round != round_ || state != rendezvous::GroupState::kFailed) return;
   if (restarts_ >= options_.max_restarts) {
-    const std::string why =
-        options_.max_restarts == 0
-            ? std::string("a worker failed and --max-restarts is 0")
-            : absl::StrCat("a worker failed and the restart budget is spent (",
-                           options_.max_restarts, " of ", options_.max_restarts, " used)");
+    const std::string why = absl::StrCat(
+        "restart budget spent (", restarts_, " of --max-restarts=", options_.max_restarts,
+        " used); root cause: worker failure on ",
+        failure.has_value() ? failure->hostname : std::string("this node"));
     executor_->Post([this, why] {
       if (!left_) events_->OnClosed(absl::ResourceExhaustedError(why));
     });

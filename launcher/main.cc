@@ -1,15 +1,19 @@
-// ddprun: parse the options, build the agent, run it.
+// ddprun: parse the options, build the agent, run it (or `ddprun status ...`).
 #include <string>
 #include <vector>
 
 #include "common/log.h"
 #include "launcher/agent.h"
 #include "launcher/cli.h"
+#include "launcher/status_command.h"
 
 int main(int argc, char** argv) {
   using namespace ddprun::launcher;
   const Environment env = CurrentEnvironment();
   const HostInfo host = DetectHostInfo(env);
+  if (argc > 1 && std::string(argv[1]) == "status") {
+    return RunStatusCommand(std::vector<std::string>(argv + 2, argv + argc), host);
+  }
   auto parsed = ParseCommandLine(std::vector<std::string>(argv + 1, argv + argc), env, host);
   if (!parsed.ok()) {
     ddprun::WriteAll(

@@ -166,7 +166,7 @@ TEST(AgentStateTest, FailureRestartsUntilBudgetSpent) {
   ASSERT_TRUE(agent.state().root_cause().has_value());
   EXPECT_EQ(agent.state().root_cause()->signal, SIGSEGV);
   EXPECT_EQ(agent.state().root_cause()->local_rank, 0);
-  EXPECT_THAT(agent.state().exit_reason(), ::testing::HasSubstr("budget is spent"));
+  EXPECT_THAT(agent.state().exit_reason(), ::testing::HasSubstr("restart budget spent"));
 }
 
 TEST(AgentStateTest, ZeroBudgetFailsAtOnce) {

@@ -1,0 +1,150 @@
+// The gRPC rendezvous plugin (libddprun_grpc.so): the built-in server and client behind
+// grpc_rendezvous_plugin.h. Loaded by ddprun only for c10d jobs and `ddprun status`.
+#include "launcher/grpc_rendezvous_plugin.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/strings.h"
+#include "rendezvous/rendezvous_client.h"
+#include "rendezvous/rendezvous_server.h"
+#include "rendezvous/security.h"
+
+namespace ddprun::launcher {
+namespace {
+
+// Whether something on this host already listens on `port` (another agent of the job, or
+// ddprun-rdzv): then this agent joins that server instead of starting its own. Asked before
+// starting gRPC, whose failed bind would log an error.
+bool PortInUse(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool in_use =
+      bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 && errno == EADDRINUSE;
+  close(fd);
+  return in_use;
+}
+
+absl::StatusOr<rendezvous::ClientOptions> ClientOptionsFor(const C10dSettings& s) {
+  rendezvous::ClientOptions c;
+  c.endpoint = FormatHostPort(s.endpoint_host, s.endpoint_port);
+  auto token = rendezvous::LoadToken(s.token_file);
+  if (!token.ok()) return token.status();
+  c.token = *token;
+  c.tls.ca_file = s.tls_ca;
+  c.tls.server_name_override = s.tls_server_name;
+  if (!s.tls_client_ca.empty()) {  // the server wants client certificates: present ours
+    c.tls.cert_file = s.tls_cert;
+    c.tls.key_file = s.tls_key;
+  }
+  c.timeouts = s.timeouts;
+  c.read_timeout = s.read_timeout;
+  c.rpc_timeout = s.rpc_timeout;
+  return c;
+}
+
+class GrpcRendezvousImpl final : public GrpcRendezvous {
+ public:
+  GrpcRendezvousImpl(std::unique_ptr<rendezvous::RendezvousServer> server,
+                     rendezvous::ClientOptions options, Executor* executor)
+      : server_(std::move(server)),
+        options_(std::move(options)),
+        client_(std::make_unique<rendezvous::RendezvousClient>(options_, executor)) {}
+
+  ~GrpcRendezvousImpl() override {
+    client_.reset();  // the stream ends before the server goes
+    server_.reset();
+  }
+
+  void Join(const rendezvous::NodeInfo& node, rendezvous::RendezvousEvents* events) override {
+    client_->Join(node, events);
+  }
+  void ReportGroupState(int64_t round, rendezvous::GroupState state,
+                        const std::optional<rendezvous::WorkerFailure>& failure) override {
+    client_->ReportGroupState(round, state, failure);
+  }
+  void Leave(const std::string& reason) override { client_->Leave(reason); }
+
+  bool hosting() const override { return server_ != nullptr; }
+
+  int OtherAgents(const std::string& run_id) override {
+    if (server_ == nullptr) return 0;
+    rendezvous::ClientOptions query = options_;
+    query.rpc_timeout = std::chrono::milliseconds(1000);
+    auto status = rendezvous::QueryRunStatus(query, run_id);
+    if (!status.ok() || status->phase == rendezvous::RunPhase::kClosed) return 0;
+    return static_cast<int>(status->members.size());  // after our own leave: the others
+  }
+
+ private:
+  std::unique_ptr<rendezvous::RendezvousServer> server_;
+  const rendezvous::ClientOptions options_;
+  std::unique_ptr<rendezvous::RendezvousClient> client_;
+};
+
+class PluginImpl final : public GrpcRendezvousPlugin {
+ public:
+  absl::StatusOr<std::unique_ptr<GrpcRendezvous>> Create(const C10dSettings& s,
+                                                         Executor* executor) override {
+    auto client = ClientOptionsFor(s);
+    if (!client.ok()) return client.status();
+    std::unique_ptr<rendezvous::RendezvousServer> server;
+    if (s.host_here && (s.must_host || !PortInUse(s.endpoint_port))) {
+      rendezvous::ServerOptions o;
+      o.host = s.endpoint_host.find(':') != std::string::npos ? "::" : "0.0.0.0";
+      o.port = s.endpoint_port;
+      o.token = client->token;
+      o.tls.cert_file = s.tls_cert;
+      o.tls.key_file = s.tls_key;
+      o.tls.client_ca_file = s.tls_client_ca;
+      o.default_timeouts = s.timeouts;
+      auto started = rendezvous::RendezvousServer::Start(o);
+      if (!started.ok()) return started.status();
+      server = std::move(*started);
+      LogInfo(absl::StrCat("hosting the rendezvous on ", server->address()));
+    }
+    return std::unique_ptr<GrpcRendezvous>(
+        new GrpcRendezvousImpl(std::move(server), *std::move(client), executor));
+  }
+
+  absl::StatusOr<std::string> DescribeRun(const C10dSettings& s,
+                                          const std::string& run_id) override {
+    auto client = ClientOptionsFor(s);
+    if (!client.ok()) return client.status();
+    auto status = rendezvous::QueryRunStatus(*client, run_id);
+    if (!status.ok()) return status.status();
+    std::string out = absl::StrCat(
+        "run ", status->run_id, ": ", rendezvous::RunPhaseName(status->phase), ", round ",
+        status->round, ", nodes ", status->min_nodes, ":", status->max_nodes, ", restarts used ",
+        status->restarts_used, " of ", status->max_restarts, "\n");
+    if (!status->close_message.empty())
+      absl::StrAppend(&out, "closed: ", status->close_message, "\n");
+    for (const auto& m : status->members) {
+      absl::StrAppend(
+          &out, "  ",
+          m.group_rank >= 0 ? absl::StrCat("node rank ", m.group_rank) : std::string("waiting    "),
+          "  ", m.hostname, "  ", m.addr, "  nproc ", m.nproc_per_node, "  ", m.state, "  ",
+          m.node_id, "\n");
+    }
+    return out;
+  }
+};
+
+}  // namespace
+}  // namespace ddprun::launcher
+
+extern "C" __attribute__((visibility("default"))) ddprun::launcher::GrpcRendezvousPlugin*
+DdprunGrpcRendezvousPlugin() {
+  static auto* plugin = new ddprun::launcher::PluginImpl();
+  return plugin;
+}

@@ -1,0 +1,205 @@
+#include "launcher/rendezvous_setup.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <random>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "common/strings.h"
+#include "launcher/local_rendezvous.h"
+
+namespace ddprun::launcher {
+namespace {
+
+std::string RandomHex(int bytes) {
+  std::random_device rd;
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (int i = 0; i < bytes; ++i) {
+    const unsigned v = rd() & 0xff;
+    out.push_back(kHex[v >> 4]);
+    out.push_back(kHex[v & 0xf]);
+  }
+  return out;
+}
+
+absl::StatusOr<std::chrono::milliseconds> Seconds(const std::string& key,
+                                                  const std::string& value) {
+  return ParseSeconds(absl::StrCat("--rdzv-conf ", key), value);
+}
+
+std::set<std::string> LocalAddresses() {
+  std::set<std::string> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr) continue;
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (a->ifa_addr->sa_family == AF_INET) {
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof(buf));
+    } else if (a->ifa_addr->sa_family == AF_INET6) {
+      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr, buf,
+                sizeof(buf));
+    } else {
+      continue;
+    }
+    out.insert(buf);
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>& conf) {
+  RdzvConf c;
+  for (const auto& [key, value] : conf) {
+    if (key == "join_timeout" || key == "timeout") {
+      DDPRUN_ASSIGN_OR_RETURN(c.timeouts.join_timeout, Seconds(key, value));
+    } else if (key == "last_call_timeout") {
+      DDPRUN_ASSIGN_OR_RETURN(c.timeouts.last_call_timeout, Seconds(key, value));
+    } else if (key == "keep_alive_interval") {
+      DDPRUN_ASSIGN_OR_RETURN(c.timeouts.keep_alive_interval, Seconds(key, value));
+      if (c.timeouts.keep_alive_interval.count() == 0) {
+        return absl::InvalidArgumentError("--rdzv-conf keep_alive_interval=0: must be > 0");
+      }
+    } else if (key == "keep_alive_max_attempt") {
+      DDPRUN_ASSIGN_OR_RETURN(int64_t n,
+                              ParseInt("--rdzv-conf keep_alive_max_attempt", value, 1, 1000));
+      c.timeouts.keep_alive_max_attempt = static_cast<int>(n);
+    } else if (key == "read_timeout") {
+      DDPRUN_ASSIGN_OR_RETURN(c.read_timeout, Seconds(key, value));
+    } else if (key == "close_timeout") {
+      DDPRUN_ASSIGN_OR_RETURN(c.close_timeout, Seconds(key, value));
+    } else if (key == "is_host") {
+      DDPRUN_ASSIGN_OR_RETURN(c.is_host, ParseBool("--rdzv-conf is_host", value));
+    } else if (key == "token_file") {
+      c.token_file = value;
+    } else if (key == "tls_cert") {
+      c.tls_cert = value;
+    } else if (key == "tls_key") {
+      c.tls_key = value;
+    } else if (key == "tls_ca") {
+      c.tls_ca = value;
+    } else if (key == "tls_client_ca") {
+      c.tls_client_ca = value;
+    } else if (key == "tls_server_name") {
+      c.tls_server_name = value;
+    } else if (key == "store_type" || key == "use_libuv") {
+      // torch 2.x store options; meaningless without an agent store, accepted and ignored.
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--rdzv-conf ", key, "=", value,
+          ": unknown key (known: join_timeout, last_call_timeout, close_timeout, read_timeout, "
+          "keep_alive_interval, keep_alive_max_attempt, is_host, token_file, tls_cert, tls_key, "
+          "tls_ca, tls_client_ca, tls_server_name)"));
+    }
+  }
+  return c;
+}
+
+bool IsLocalHost(const std::string& host, const HostInfo& info) {
+  const std::string h = absl::AsciiStrToLower(host);
+  if (h == "localhost" || absl::StartsWith(h, "127.") || h == "::1" ||
+      h == absl::AsciiStrToLower(info.hostname)) {
+    return true;
+  }
+  const std::set<std::string> local = LocalAddresses();
+  if (local.count(h) > 0) return true;
+  // A name: resolve it and compare addresses.
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
+  bool found = false;
+  for (addrinfo* a = res; a != nullptr && !found; a = a->ai_next) {
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (a->ai_family == AF_INET) {
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr, buf, sizeof(buf));
+    } else if (a->ai_family == AF_INET6) {
+      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr, buf,
+                sizeof(buf));
+    }
+    found = local.count(buf) > 0 || absl::StartsWith(buf, "127.");
+  }
+  freeaddrinfo(res);
+  return found;
+}
+
+absl::StatusOr<C10dSettings> MakeC10dSettings(const LaunchOptions& options, const HostInfo& host) {
+  if (options.rdzv_endpoint.empty()) {
+    return absl::InvalidArgumentError("--rdzv-backend=c10d needs --rdzv-endpoint=HOST[:PORT]");
+  }
+  DDPRUN_ASSIGN_OR_RETURN(RdzvConf conf, ParseRdzvConf(options.rdzv_conf));
+  DDPRUN_ASSIGN_OR_RETURN(
+      HostPort endpoint, ParseHostPort("--rdzv-endpoint", options.rdzv_endpoint, kDefaultRdzvPort));
+  C10dSettings s;
+  s.endpoint_host = endpoint.host;
+  s.endpoint_port = endpoint.port;
+  s.must_host = conf.is_host.value_or(false);
+  s.host_here = conf.is_host.value_or(IsLocalHost(endpoint.host, host));
+  s.token_file = conf.token_file;
+  s.tls_cert = conf.tls_cert;
+  s.tls_key = conf.tls_key;
+  s.tls_ca = conf.tls_ca;
+  s.tls_client_ca = conf.tls_client_ca;
+  s.tls_server_name = conf.tls_server_name;
+  if (s.tls_cert.empty() != s.tls_key.empty()) {
+    return absl::InvalidArgumentError("--rdzv-conf: tls_cert and tls_key go together");
+  }
+  s.timeouts = conf.timeouts;
+  s.read_timeout = conf.read_timeout;
+  return s;
+}
+
+absl::StatusOr<RendezvousSetup> SetUpRendezvous(const LaunchOptions& options, const HostInfo& host,
+                                                Executor* executor) {
+  RendezvousSetup setup;
+  LocalRendezvousOptions local;
+  local.max_restarts = options.max_restarts;
+  if (options.standalone) {
+    setup.run_id = RandomHex(16);
+    DDPRUN_ASSIGN_OR_RETURN(PortReservation reservation, PortReservation::Reserve(0));
+    setup.master_port.emplace(std::move(reservation));
+    local.master_addr = "127.0.0.1";
+    local.master_port = setup.master_port->port();
+    setup.rendezvous = std::make_unique<LocalRendezvous>(executor, local);
+    return setup;
+  }
+  if (options.rdzv_backend == "static") {
+    setup.run_id = options.rdzv_id;
+    local.node_rank = options.node_rank;
+    local.nnodes = options.max_nodes;
+    local.master_addr = options.master_addr;
+    local.master_port = options.master_port;
+    setup.rendezvous = std::make_unique<LocalRendezvous>(executor, local);
+    return setup;
+  }
+  if (options.rdzv_backend == "etcd" || options.rdzv_backend == "etcd-v3") {
+    return absl::UnimplementedError(absl::StrCat(
+        "--rdzv-backend=", options.rdzv_backend,
+        ": the etcd v3 backend is not in this build yet; use c10d (ddprun's gRPC rendezvous, "
+        "optionally served by ddprun-rdzv on a service node)"));
+  }
+  DDPRUN_ASSIGN_OR_RETURN(C10dSettings settings, MakeC10dSettings(options, host));
+  setup.run_id = options.rdzv_id;
+  // The port this node's rank-0 worker will listen on, held until the job ends.
+  DDPRUN_ASSIGN_OR_RETURN(PortReservation reservation, PortReservation::Reserve(0));
+  setup.master_port.emplace(std::move(reservation));
+  DDPRUN_ASSIGN_OR_RETURN(GrpcRendezvousPlugin * plugin, LoadGrpcRendezvousPlugin());
+  DDPRUN_ASSIGN_OR_RETURN(std::unique_ptr<GrpcRendezvous> grpc, plugin->Create(settings, executor));
+  setup.grpc = grpc.get();
+  setup.rendezvous = std::move(grpc);
+  return setup;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,63 @@
+#include "launcher/status_command.h"
+
+#include <CLI/CLI.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "launcher/agent_state.h"
+#include "launcher/cli.h"
+#include "launcher/grpc_rendezvous_plugin.h"
+#include "launcher/rendezvous_setup.h"
+
+namespace ddprun::launcher {
+
+int RunStatusCommand(const std::vector<std::string>& args, const HostInfo& host) {
+  CLI::App app("ddprun status: show a run of the c10d rendezvous");
+  LaunchOptions options;
+  options.rdzv_backend = "c10d";
+  std::string conf;
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", options.rdzv_endpoint)->required();
+  app.add_option("--rdzv-id,--rdzv_id", options.rdzv_id)->required();
+  app.add_option("--rdzv-conf,--rdzv_conf", conf, "token_file=..., tls_ca=..., read_timeout=S");
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    WriteAll(1, app.help());
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    WriteAll(2, absl::StrCat("ddprun status: error: ", e.what(), "\n"));
+    return kExitUsage;
+  }
+  if (!conf.empty()) {
+    // The agent's own --rdzv-conf parser, so both read the value the same way.
+    auto parsed = ParseCommandLine({"--rdzv-conf=" + conf, "--no-python", "true"},
+                                   {{"PATH", "/bin:/usr/bin"}}, host);
+    if (!parsed.ok()) {
+      WriteAll(2, absl::StrCat("ddprun status: error: ", parsed.status().message(), "\n"));
+      return kExitUsage;
+    }
+    options.rdzv_conf = parsed->options.rdzv_conf;
+  }
+  auto settings = MakeC10dSettings(options, host);
+  if (!settings.ok()) {
+    WriteAll(2, absl::StrCat("ddprun status: error: ", settings.status().message(), "\n"));
+    return kExitUsage;
+  }
+  settings->host_here = false;
+  auto plugin = LoadGrpcRendezvousPlugin();
+  if (!plugin.ok()) {
+    WriteAll(2, absl::StrCat("ddprun status: error: ", plugin.status().message(), "\n"));
+    return kExitRendezvous;
+  }
+  auto text = (*plugin)->DescribeRun(*settings, options.rdzv_id);
+  if (!text.ok()) {
+    WriteAll(2, absl::StrCat("ddprun status: ", options.rdzv_endpoint, ": ",
+                             text.status().message(), "\n"));
+    return kExitRendezvous;
+  }
+  WriteAll(1, *text);
+  return 0;
+}
+
+}  // namespace ddprun::launcher
