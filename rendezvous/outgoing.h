@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/clock.h"
 #include "rendezvous/rendezvous.h"
 
 namespace ddprun::rendezvous {
@@ -20,6 +21,7 @@ using ConnId = uint64_t;
 // The join was accepted; an assignment follows when a round forms.
 struct JoinedNotice {
   std::string peer_host;
+  Duration keep_alive_interval{};  // the run's; the agent heartbeats at least this often
 };
 
 // The round `round` is over; stop the workers and wait for the next assignment.

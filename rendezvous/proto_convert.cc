@@ -113,6 +113,7 @@ proto::ServerMessage ToProto(const Outgoing& out) {
   proto::ServerMessage m;
   if (const auto* joined = std::get_if<JoinedNotice>(&out.msg)) {
     m.mutable_joined()->set_peer_addr(joined->peer_host);
+    m.mutable_joined()->set_keep_alive_interval_ms(Millis(joined->keep_alive_interval));
   } else if (const auto* a = std::get_if<Assignment>(&out.msg)) {
     proto::Assignment* p = m.mutable_assignment();
     p->set_round(a->round);

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/synchronization/mutex.h"
 #include "rendezvous/rendezvous_server.h"
 #include "rendezvous/security.h"
 
@@ -36,6 +37,9 @@ int main(int argc, char** argv) {
                  "largest message accepted from an agent")
       ->check(CLI::Range(1024, 16 << 20));
   CLI11_PARSE(app, argc, argv);
+  // Debian's Abseil checks every Mutex acquisition for lock-order cycles (a debug aid that
+  // costs a graph lookup per lock); the daemon's locks are short and never nested.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
   absl::StatusOr<std::string> token = ddprun::rendezvous::LoadToken(token_file);
   if (!token.ok()) {

@@ -50,7 +50,9 @@ RendezvousClient::RendezvousClient(ClientOptions options, Executor* executor,
       executor_(executor),
       channel_(std::move(channel)),
       loop_(std::make_unique<EventLoop>()),
-      silenced_(std::make_shared<std::atomic<bool>>(false)) {}
+      silenced_(std::make_shared<std::atomic<bool>>(false)),
+      heartbeat_interval_(std::chrono::duration_cast<std::chrono::milliseconds>(
+          options_.timeouts.keep_alive_interval)) {}
 
 RendezvousClient::~RendezvousClient() {
   silenced_->store(true);
@@ -134,6 +136,11 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
       joined_ = true;
       if (read_timer_ != 0) loop_->Cancel(read_timer_);
       read_timer_ = 0;
+      // The run's lease follows its first agent's settings, which may be stricter than ours.
+      if (const int64_t run_ms = m.joined().keep_alive_interval_ms();
+          run_ms > 0 && std::chrono::milliseconds(run_ms) < heartbeat_interval_) {
+        heartbeat_interval_ = std::chrono::milliseconds(run_ms);
+      }
       ScheduleHeartbeat();
       break;
     case proto::ServerMessage::kAssignment: {
@@ -174,15 +181,14 @@ void RendezvousClient::HandleDone(int grpc_code, const std::string& message) {
 }
 
 void RendezvousClient::ScheduleHeartbeat() {
-  heartbeat_timer_ = loop_->PostAt(
-      std::chrono::steady_clock::now() + options_.timeouts.keep_alive_interval, [this] {
-        heartbeat_timer_ = 0;
-        if (closed_ || call_ == nullptr) return;
-        proto::AgentMessage m;
-        m.mutable_heartbeat();
-        call_->Send(std::move(m));
-        ScheduleHeartbeat();
-      });
+  heartbeat_timer_ = loop_->PostAt(std::chrono::steady_clock::now() + heartbeat_interval_, [this] {
+    heartbeat_timer_ = 0;
+    if (closed_ || call_ == nullptr) return;
+    proto::AgentMessage m;
+    m.mutable_heartbeat();
+    call_->Send(std::move(m));
+    ScheduleHeartbeat();
+  });
 }
 
 void RendezvousClient::ReportGroupState(int64_t round, GroupState state,

@@ -105,6 +105,7 @@ class RendezvousClient final : public Rendezvous {
   bool timed_out_ = false;  // read_timeout cut the call
   uint64_t read_timer_ = 0;
   uint64_t heartbeat_timer_ = 0;
+  std::chrono::milliseconds heartbeat_interval_;  // ours, or the run's when that is shorter
 };
 
 // One Status call (for `ddprun status`), with options.rpc_timeout as its deadline.

@@ -110,7 +110,7 @@ void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outb
   node.arrival = next_arrival_++;
   const std::string who = Describe(node);
   AddNode(std::move(node));
-  out->push_back({conn, JoinedNotice{request.peer_host}});
+  out->push_back({conn, JoinedNotice{request.peer_host, timeouts_.keep_alive_interval}});
 
   if (phase_ == RunPhase::kJoining) {
     MaybeFormRound(now, out);

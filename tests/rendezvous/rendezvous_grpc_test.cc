@@ -193,6 +193,20 @@ TEST_F(RendezvousGrpcTest, SilentAgentIsLostAfterItsLease) {
   EXPECT_EQ(next->group_world_size, 1);
 }
 
+TEST_F(RendezvousGrpcTest, AgentWithSlowerHeartbeatFollowsTheRunsLease) {
+  // The first agent sets a 1 s lease (200 ms * 5); the second would heartbeat only every 5 s
+  // but adopts the run's interval, so it is never lost.
+  auto a = Agent(MakeNode("run", "a", 2, 2));
+  ASSERT_TRUE(
+      ddprun::testing::WaitUntil([&] { return QueryRunStatus(Options(), "run").ok(); }, kWait));
+  ClientOptions slow = Options();
+  slow.timeouts.keep_alive_interval = seconds(5);
+  TestAgent b(slow, MakeNode("run", "b", 2, 2));
+  ASSERT_TRUE(b.recorder.WaitAssignment(0, kWait));
+  // Absence of a restart can only be observed by waiting: two leases.
+  EXPECT_FALSE(a->recorder.WaitRestart(milliseconds(2000)).has_value());
+}
+
 TEST_F(RendezvousGrpcTest, LateAgentScalesTheWorldUp) {
   auto a = Agent(MakeNode("run", "a", 1, 2));
   ASSERT_TRUE(a->recorder.WaitAssignment(0, kWait));

@@ -47,6 +47,7 @@ TEST_F(RunStateTest, JoinIsAcknowledged) {
   Outbox out = Join(1, 2, 2);
   ASSERT_NE(Find<JoinedNotice>(out, 1), nullptr);
   EXPECT_EQ(Find<JoinedNotice>(out, 1)->peer_host, "10.0.0.1");
+  EXPECT_EQ(Find<JoinedNotice>(out, 1)->keep_alive_interval, seconds(1));
   EXPECT_EQ(Count<Assignment>(out), 0);
 }
 
