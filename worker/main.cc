@@ -10,6 +10,7 @@
 //            peer was signalled exits 143
 // On 1 and 2 the error is also written to TORCHELASTIC_ERROR_FILE (torch's @record format).
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 
@@ -133,8 +134,12 @@ int Main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : kExitUsage;
+    if (app.exit(e) == 0) return 0;  // --help
+    const char* error_file = std::getenv("TORCHELASTIC_ERROR_FILE");
+    WriteErrorFile(error_file != nullptr ? error_file : "", "UsageError", e.what(),
+                   "ddp-train (C++): command line")
+        .IgnoreError();
+    return kExitUsage;
   }
   if (resume) options.resume = ResumeMode::kAlways;
   if (no_resume) options.resume = ResumeMode::kNever;

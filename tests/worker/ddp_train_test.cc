@@ -202,6 +202,8 @@ TEST_F(DdpTrainTest, BadFlagIsUsageError) {
   ASSERT_TRUE(st.has_value());
   EXPECT_EQ(st->exit_code, 2) << Describe(p);
   EXPECT_THAT(p.err(), HasSubstr("--batch-size"));
+  nlohmann::json j = nlohmann::json::parse(ReadFile(dir_.File("error.json")));
+  EXPECT_THAT(j["message"]["message"].get<std::string>(), HasSubstr("--batch-size"));
 }
 
 TEST_F(DdpTrainTest, SingleProcessLearnsAndWritesMetrics) {
