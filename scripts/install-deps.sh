@@ -15,6 +15,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   # real peers and data for tests, demo and benchmarks
   python3-torch python3-torchvision dataset-fashion-mnist
+  python3-matplotlib  # scripts/plot_metrics.py (ddp-train metrics plots)
   procps time
 )
 
