@@ -385,3 +385,30 @@ TEST(RendezvousServerLimitsTest, StreamsBeyondTheLimitAreRefused) {
 
 }  // namespace
 }  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+namespace {
+
+TEST(RendezvousIpv6Test, MasterAddrIsTheIpv6AddressTheServerSaw) {
+  ServerOptions options;
+  options.host = "::1";
+  auto server = RendezvousServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ((*server)->address(), "[::1]:" + std::to_string((*server)->port()));
+  testing::TestAgent agent(testing::FastClientOptions((*server)->address(), ""),
+                           testing::MakeNode("run", "a", 1, 1));
+  std::optional<Assignment> got = agent.recorder.WaitAssignment(0, std::chrono::seconds(10));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->master_addr, "::1");
+}
+
+TEST(PeerHostTest, ParsesGrpcPeerStrings) {
+  EXPECT_EQ(PeerHost("ipv4:10.1.2.3:5000"), "10.1.2.3");
+  EXPECT_EQ(PeerHost("ipv6:[::1]:5000"), "::1");
+  EXPECT_EQ(PeerHost("ipv6:%5B::1%5D:5000"), "::1");
+  EXPECT_EQ(PeerHost("ipv6:[::ffff:10.0.0.7]:5000"), "10.0.0.7");
+  EXPECT_EQ(PeerHost("ipv6:[fe80::1%25eth0]:5000"), "fe80::1%eth0");
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
