@@ -69,6 +69,8 @@ void RendezvousServer::Shutdown(std::chrono::milliseconds grace) {
     if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
       health->SetServingStatus(false);
     }
+    // Agent streams live as long as their runs: end them now rather than wait out `grace`.
+    service_->EndAllStreams();
     // Cancels what is still running after `grace`; returns once every RPC is done, which
     // needs the loop (Status calls finish there), so the loop stops only afterwards.
     server_->Shutdown(std::chrono::system_clock::now() + grace);

@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "absl/synchronization/notification.h"
 #include "rendezvous/agent_stream.h"
 #include "rendezvous/proto_convert.h"
 #include "rendezvous/security.h"
@@ -94,6 +95,18 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Status(grpc::CallbackServerCont
     reactor->Finish(grpc::Status::OK);
   });
   return reactor;
+}
+
+void RendezvousServiceImpl::EndAllStreams() {
+  absl::Notification done;
+  loop_->Post([this, &done] {
+    for (auto& [conn, entry] : streams_) {
+      entry.stream->FinishWith(
+          grpc::Status(grpc::StatusCode::UNAVAILABLE, "rendezvous server shutting down"));
+    }
+    done.Notify();
+  });
+  done.WaitForNotification();
 }
 
 void RendezvousServiceImpl::PostMessage(ConnId conn, proto::AgentMessage message) {

@@ -44,6 +44,10 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
   void PostStreamBroken(ConnId conn);
   void PostStreamDone(ConnId conn);
 
+  // Ends every agent stream (after its queued writes) with UNAVAILABLE "server shutting down",
+  // so that shutdown need not wait for long-lived streams. Thread-safe; returns once done.
+  void EndAllStreams();
+
   // Streams accepted so far (for tests and load reports).
   uint64_t streams_accepted() const { return next_conn_.load() - 1; }
 

@@ -240,6 +240,7 @@ TEST_F(DaemonTest, DaemonShutdownClosesAgentsWithExit3) {
   ASSERT_TRUE(status.has_value());
   EXPECT_EQ(status->exit_code, 3);
   EXPECT_THAT(a->out(), HasSubstr("CLOSED code=UNAVAILABLE"));
+  EXPECT_THAT(a->out(), HasSubstr("rendezvous server shutting down"));
   auto daemon_status = daemon_->Wait(kWait);
   ASSERT_TRUE(daemon_status.has_value());
   EXPECT_EQ(daemon_status->exit_code, 0);
