@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "rendezvous/rank_assignment.h"
 
@@ -28,6 +29,10 @@ std::string DescribeFailure(const WorkerFailure& f) {
                                  " (local_rank ", f.local_rank, ", pid ", f.pid, ") ", how);
   if (!f.message.empty()) absl::StrAppend(&out, ": ", f.message);
   return out;
+}
+
+bool IsLoopback(const std::string& addr) {
+  return absl::StartsWith(addr, "127.") || addr == "::1" || addr == "localhost";
 }
 
 }  // namespace
@@ -349,6 +354,19 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
   last_call_deadline_.reset();
 
   const Node* master = by_rank[0];
+  // The address the rank-0 agent connected from, unless that is loopback while other members
+  // are remote (the agent hosting the server reached it through 127.0.0.1 or Debian's
+  // 127.0.1.1 hostname entry): then its hostname, as torchrun would use.
+  std::string master_addr = master->addr;
+  if (master->info.local_addr.empty() && IsLoopback(master_addr) &&
+      !master->info.hostname.empty()) {
+    for (const Node* n : by_rank) {
+      if (!IsLoopback(n->addr)) {
+        master_addr = master->info.hostname;
+        break;
+      }
+    }
+  }
   int world_size = 0;
   for (const Node* n : by_rank) world_size += n->info.nproc_per_node;
   int offset = 0;
@@ -363,7 +381,7 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
     a.group_world_size = size;
     a.rank_offset = offset;
     a.world_size = world_size;
-    a.master_addr = master->addr;
+    a.master_addr = master_addr;
     a.master_port = master->info.master_port;
     a.restart_count = restarts_used_;
     a.max_restarts = max_restarts_;

@@ -17,6 +17,8 @@
 //    has succeeded, the run closes OK for everyone still connected.
 //  - Ranks: survivors keep their relative order, explicit node ranks are honoured, newcomers
 //    fill the rest in arrival order. Extra nodes beyond max_nodes wait for a later round.
+//  - MASTER_ADDR: the rank-0 agent's --local-addr, else the address the server saw it connect
+//    from; if that is loopback while other members are remote, its hostname.
 //
 // Not thread-safe; owned by ServerState, which is driven from one event loop.
 #ifndef DDPRUN_RENDEZVOUS_RUN_STATE_H_

@@ -425,6 +425,25 @@ TEST_F(RunStateTest, LocalAddrOverridesPeerAddress) {
   EXPECT_EQ(Find<Assignment>(out8, 1)->master_addr, "node-a.example");
 }
 
+TEST_F(RunStateTest, LoopbackMasterWithRemotePeersUsesItsHostname) {
+  JoinRequest a = MakeJoin("run", "a", 2, 2);
+  a.peer_host = "127.0.1.1";  // the hosting agent reached its own server via /etc/hosts
+  JoinRequest b = MakeJoin("run", "b", 2, 2);
+  Join(1, a);
+  Outbox out = Join(2, b);
+  EXPECT_EQ(Find<Assignment>(out, 2)->master_addr, "host-a");
+}
+
+TEST_F(RunStateTest, AllLoopbackKeepsTheLoopbackMasterAddr) {
+  JoinRequest a = MakeJoin("run", "a", 2, 2);
+  a.peer_host = "127.0.0.1";
+  JoinRequest b = MakeJoin("run", "b", 2, 2);
+  b.peer_host = "127.0.0.1";
+  Join(1, a);
+  Outbox out = Join(2, b);
+  EXPECT_EQ(Find<Assignment>(out, 2)->master_addr, "127.0.0.1");
+}
+
 TEST_F(RunStateTest, Ipv6PeerAddressIsTheMasterAddr) {
   JoinRequest a = MakeJoin("run", "a", 1, 1);
   a.peer_host = "::1";
