@@ -270,13 +270,24 @@ void Agent::Execute(const std::vector<AgentAction>& actions) {
         rendezvous_->Leave(action.message);
         break;
       case AgentAction::Type::kExit:
-        Finish(action.exit_code, action.message);
+        if (action.exit_code == kExitSuccess && setup_.grpc != nullptr) {
+          // Let the success report reach the server before the stream goes away: exiting at
+          // once would cancel the stream and read as a lost node. The server answers with a
+          // close; wait for it, briefly.
+          awaiting_close_ = true;
+          loop_.AddTimerAfter(std::chrono::seconds(2), [this, action] {
+            if (awaiting_close_) Finish(action.exit_code, action.message);
+          });
+        } else {
+          Finish(action.exit_code, action.message);
+        }
         break;
     }
   }
 }
 
 void Agent::Finish(int exit_code, const std::string& reason) {
+  awaiting_close_ = false;
   exit_code_ = exit_code;
   if (exit_code == kExitWorkersFailed) {
     FailureReport report;
@@ -330,7 +341,14 @@ void Agent::OnRestart(const std::string& reason) {
   Execute(state_.OnRestart(reason));
 }
 
-void Agent::OnClosed(const absl::Status& status) { Execute(state_.OnClosed(status)); }
+void Agent::OnClosed(const absl::Status& status) {
+  if (awaiting_close_) {
+    awaiting_close_ = false;
+    Finish(kExitSuccess, "all workers exited 0");
+    return;
+  }
+  Execute(state_.OnClosed(status));
+}
 
 void Agent::OnWorkerExited(const WorkerExit& exit) {
   // Posted, not handled inline: the group that reports the exit may be replaced by the actions

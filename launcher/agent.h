@@ -67,6 +67,7 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   bool log_root_is_temp_ = false;
   int signal_fd_ = -1;
   bool waiting_for_peers_ = false;
+  bool awaiting_close_ = false;  // succeeded; waiting for the server to close our stream
   int exit_code_ = kExitSuccess;
 };
 

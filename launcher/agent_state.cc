@@ -66,11 +66,11 @@ std::vector<AgentAction> AgentStateMachine::OnWorkerExited(const WorkerExit& exi
   if (exit.ok()) {
     ++succeeded_;
     if (live_ > 0) return {};
+    // Reporting success ends this node's membership (the server closes its stream); a separate
+    // leave could overtake it and read as a membership change.
     AgentAction report{Type::kReportSucceeded};
     report.round = round_;
-    AgentAction leave{Type::kLeave};
-    leave.message = "the worker group succeeded";
-    std::vector<AgentAction> actions = {report, leave};
+    std::vector<AgentAction> actions = {report};
     for (auto& a : Exit(kExitSuccess, "all workers exited 0")) actions.push_back(a);
     return actions;
   }

@@ -95,6 +95,9 @@ void Subprocess::ReadLoop(int out_fd, int err_fd) {
       (i == 0 ? out_ : err_).append(buf, n);
     }
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  eof_ = true;
+  eof_cv_.notify_all();
 }
 
 void Subprocess::Signal(int sig) {
@@ -117,6 +120,8 @@ std::optional<ExitStatus> Subprocess::Wait(std::chrono::milliseconds timeout) {
       if (WIFSIGNALED(st)) s.signal = WTERMSIG(st);
       status_ = s;
       // The child is gone; its pipes close once every descendant holding them is gone too.
+      std::unique_lock<std::mutex> lock(mu_);
+      eof_cv_.wait_for(lock, std::chrono::seconds(2), [this] { return eof_; });
       return status_;
     }
     if (std::chrono::steady_clock::now() >= deadline) return std::nullopt;

@@ -6,6 +6,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -36,7 +37,9 @@ class Subprocess {
   void Signal(int sig);       // to the child only
   void SignalGroup(int sig);  // to the child's process group
 
-  // Waits until the child exits, up to `timeout`; nullopt on timeout.
+  // Waits until the child exits, up to `timeout`; nullopt on timeout. Once it has exited, also
+  // waits (up to 2 s more) until its output pipes are drained, so out()/err() are complete
+  // unless a descendant it left behind still holds them.
   std::optional<ExitStatus> Wait(std::chrono::milliseconds timeout);
   bool running();
 
@@ -54,6 +57,8 @@ class Subprocess {
   pid_t pid_ = -1;
   std::optional<ExitStatus> status_;
   std::mutex mu_;
+  std::condition_variable eof_cv_;
+  bool eof_ = false;  // both pipes closed
   std::string out_, err_;
   std::thread reader_;
 };
