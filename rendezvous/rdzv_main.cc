@@ -12,7 +12,9 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/log.h"
 #include "rendezvous/rendezvous_server.h"
 #include "rendezvous/security.h"
 
@@ -36,20 +38,25 @@ int main(int argc, char** argv) {
   app.add_option("--max-message-bytes", options.max_receive_message_bytes,
                  "largest message accepted from an agent")
       ->check(CLI::Range(1024, 16 << 20));
+  bool quiet = false;
+  app.add_flag("--quiet", quiet, "log only warnings and errors, not rounds and restarts");
   CLI11_PARSE(app, argc, argv);
+  ddprun::SetLogTag("ddprun-rdzv");
+  ddprun::SetVerbose(!quiet);
   // Debian's Abseil checks every Mutex acquisition for lock-order cycles (a debug aid that
   // costs a graph lookup per lock); the daemon's locks are short and never nested.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
   absl::StatusOr<std::string> token = ddprun::rendezvous::LoadToken(token_file);
   if (!token.ok()) {
-    std::cerr << "ddprun-rdzv: " << token.status().message() << "\n";
+    ddprun::LogError(token.status().message());
     return 2;
   }
   options.token = *token;
   if (options.token.empty()) {
-    std::cerr << "ddprun-rdzv: warning: no token (" << ddprun::rendezvous::kTokenEnv
-              << " or --token-file); any client that reaches " << options.host << " may join\n";
+    ddprun::LogWarning(absl::StrCat("no token (", ddprun::rendezvous::kTokenEnv,
+                                    " or --token-file): any client that reaches ", options.host,
+                                    " may join"));
   }
 
   // Signals are taken by sigwait on this thread; block them before gRPC starts its threads so
@@ -62,14 +69,14 @@ int main(int argc, char** argv) {
 
   auto server = ddprun::rendezvous::RendezvousServer::Start(options);
   if (!server.ok()) {
-    std::cerr << "ddprun-rdzv: " << server.status().message() << "\n";
+    ddprun::LogError(server.status().message());
     return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 3;
   }
   std::cout << "ddprun-rdzv listening on " << (*server)->address() << std::endl;
 
   int sig = 0;
   sigwait(&signals, &sig);
-  std::cerr << "ddprun-rdzv: " << strsignal(sig) << ", shutting down\n";
+  ddprun::LogInfo(absl::StrCat(strsignal(sig), ": shutting down"));
   (*server)->Shutdown();
   return 0;
 }

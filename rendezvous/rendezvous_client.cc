@@ -6,7 +6,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/agent_call.h"
-#include "rendezvous/event_loop.h"
+#include "rendezvous/loop_thread.h"
 #include "rendezvous/proto_convert.h"
 
 namespace ddprun::rendezvous {
@@ -49,7 +49,7 @@ RendezvousClient::RendezvousClient(ClientOptions options, Executor* executor,
     : options_(std::move(options)),
       executor_(executor),
       channel_(std::move(channel)),
-      loop_(std::make_unique<EventLoop>()),
+      loop_(std::make_unique<LoopThread>()),
       silenced_(std::make_shared<std::atomic<bool>>(false)),
       heartbeat_interval_(std::chrono::duration_cast<std::chrono::milliseconds>(
           options_.timeouts.keep_alive_interval)) {}

@@ -7,7 +7,7 @@
 // acknowledges the join or read_timeout passes; then OnClosed(kUnavailable) names the address.
 // A refused token gives OnClosed(kUnauthenticated); a broken stream OnClosed(kUnavailable).
 //
-// Threading: the client owns one internal EventLoop for its connection state; gRPC reactor
+// Threading: the client owns one internal LoopThread for its connection state; gRPC reactor
 // callbacks only post to it. RendezvousEvents are delivered on the agent's Executor. Join,
 // ReportGroupState and Leave may be called from any thread (normally the agent's loop). After
 // Leave() returns, or once the client is destroyed, no event reaches the agent.
@@ -36,7 +36,7 @@ class ServerMessage;
 
 namespace ddprun::rendezvous {
 
-class EventLoop;
+class LoopThread;
 class AgentCall;
 
 struct ClientOptions {
@@ -91,7 +91,7 @@ class RendezvousClient final : public Rendezvous {
   const ClientOptions options_;
   Executor* const executor_;
   std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<EventLoop> loop_;
+  std::unique_ptr<LoopThread> loop_;
   // Set by Leave() / the destructor on the caller's thread: events already queued on the
   // agent's executor check it before running.
   std::shared_ptr<std::atomic<bool>> silenced_;

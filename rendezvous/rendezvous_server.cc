@@ -6,7 +6,7 @@
 #include "common/strings.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "rendezvous/event_loop.h"
+#include "rendezvous/loop_thread.h"
 #include "rendezvous/rendezvous_service.h"
 
 namespace ddprun::rendezvous {
@@ -22,7 +22,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
 
   std::unique_ptr<RendezvousServer> server(new RendezvousServer());
   server->host_ = options.host;
-  server->loop_ = std::make_unique<EventLoop>();
+  server->loop_ = std::make_unique<LoopThread>();
   server->service_ = std::make_unique<RendezvousServiceImpl>(
       server->loop_.get(), clock, options.token, options.limits, options.default_timeouts);
 

@@ -23,7 +23,7 @@ class Server;
 
 namespace ddprun::rendezvous {
 
-class EventLoop;
+class LoopThread;
 class RendezvousServiceImpl;
 
 struct ServerOptions {
@@ -68,7 +68,7 @@ class RendezvousServer {
 
   std::string host_;
   int port_ = 0;
-  std::unique_ptr<EventLoop> loop_;
+  std::unique_ptr<LoopThread> loop_;
   std::unique_ptr<RendezvousServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
   absl::Mutex mu_;

@@ -2,7 +2,10 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/log.h"
+#include "common/strings.h"
 #include "rendezvous/agent_stream.h"
 #include "rendezvous/proto_convert.h"
 #include "rendezvous/security.h"
@@ -29,8 +32,9 @@ GroupState FromProto(proto::GroupStatus::State s) {
 
 }  // namespace
 
-RendezvousServiceImpl::RendezvousServiceImpl(EventLoop* loop, const Clock* clock, std::string token,
-                                             ServerLimits limits, RunTimeouts default_timeouts)
+RendezvousServiceImpl::RendezvousServiceImpl(LoopThread* loop, const Clock* clock,
+                                             std::string token, ServerLimits limits,
+                                             RunTimeouts default_timeouts)
     : loop_(loop),
       clock_(clock),
       token_(std::move(token)),
@@ -169,11 +173,45 @@ void RendezvousServiceImpl::HandleMessage(ConnId conn, const proto::AgentMessage
 }
 
 void RendezvousServiceImpl::Apply(const Outbox& out) {
+  LogDecisions(out);
   for (const Outgoing& o : out) {
     auto it = streams_.find(o.conn);
     if (it == streams_.end()) continue;
     const bool last = std::holds_alternative<CloseNotice>(o.msg);
     it->second.stream->Send(ToProto(o), last);
+  }
+}
+
+void RendezvousServiceImpl::LogDecisions(const Outbox& out) {
+  // One line per decision, not per stream: a round of 10,000 nodes is one line.
+  const Assignment* first = nullptr;
+  int assigned = 0;
+  std::string last_restart, last_close;
+  for (const Outgoing& o : out) {
+    if (const auto* a = std::get_if<Assignment>(&o.msg)) {
+      if (first == nullptr) first = a;
+      ++assigned;
+    } else if (const auto* r = std::get_if<RestartNotice>(&o.msg)) {
+      if (r->reason != last_restart) {
+        last_restart = r->reason;
+        LogInfo(absl::StrCat("round ", r->round, " is over: ", r->reason));
+      }
+    } else if (const auto* c = std::get_if<CloseNotice>(&o.msg)) {
+      const std::string line =
+          c->status.ok() ? std::string()
+                         : absl::StrCat("closing ", absl::StatusCodeToString(c->status.code()),
+                                        ": ", c->status.message());
+      if (!line.empty() && line != last_close) {
+        last_close = line;
+        LogInfo(line);
+      }
+    }
+  }
+  if (first != nullptr) {
+    LogInfo(absl::StrCat("round ", first->round, " formed: ", assigned, " nodes, world size ",
+                         first->world_size, ", master ",
+                         FormatHostPort(first->master_addr, first->master_port), ", restarts used ",
+                         first->restart_count, " of ", first->max_restarts));
   }
 }
 

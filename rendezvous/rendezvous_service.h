@@ -1,6 +1,6 @@
 // RendezvousServiceImpl: the gRPC face of ServerState (callback API). One AgentStream reactor per
 // Connect stream translates wire messages into state-machine events posted to the server's
-// EventLoop; the loop owns ServerState and the stream registry, applies the decisions by queueing
+// LoopThread; the loop owns ServerState and the stream registry, applies the decisions by queueing
 // writes on the reactors, and wakes itself for the state machine's next deadline. Reactors never
 // block and never touch ServerState.
 //
@@ -17,7 +17,7 @@
 
 #include "common/clock.h"
 #include "proto/rendezvous.grpc.pb.h"
-#include "rendezvous/event_loop.h"
+#include "rendezvous/loop_thread.h"
 #include "rendezvous/outgoing.h"
 #include "rendezvous/run_config.h"
 #include "rendezvous/server_state.h"
@@ -29,8 +29,8 @@ class AgentStream;
 class RendezvousServiceImpl final : public proto::RendezvousService::CallbackService {
  public:
   // `token` empty: no authentication.
-  RendezvousServiceImpl(EventLoop* loop, const Clock* clock, std::string token, ServerLimits limits,
-                        RunTimeouts default_timeouts);
+  RendezvousServiceImpl(LoopThread* loop, const Clock* clock, std::string token,
+                        ServerLimits limits, RunTimeouts default_timeouts);
   ~RendezvousServiceImpl() override;
 
   grpc::ServerBidiReactor<proto::AgentMessage, proto::ServerMessage>* Connect(
@@ -55,10 +55,11 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
   // Loop thread only.
   void HandleMessage(ConnId conn, const proto::AgentMessage& message);
   void Apply(const Outbox& out);
+  void LogDecisions(const Outbox& out);  // LogInfo lines (shown when verbose)
   void ScheduleTick();
   void RunTick();
 
-  EventLoop* const loop_;
+  LoopThread* const loop_;
   const Clock* const clock_;
   const std::string token_;
   const RunTimeouts default_timeouts_;
@@ -70,10 +71,10 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
   struct StreamEntry {
     AgentStream* stream = nullptr;  // owned here once registered; deleted on the loop
     std::string peer_host;
-    EventLoop::TimerId join_timer = 0;  // closes the stream if it never joins
+    LoopThread::TimerId join_timer = 0;  // closes the stream if it never joins
   };
   std::unordered_map<ConnId, StreamEntry> streams_;
-  EventLoop::TimerId tick_timer_ = 0;
+  LoopThread::TimerId tick_timer_ = 0;
   TimePoint tick_at_{};
   bool tick_scheduling_posted_ = false;
 };

@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/strings.h"
-#include "rendezvous/event_loop.h"
+#include "rendezvous/loop_thread.h"
 #include "rendezvous/rendezvous_client.h"
 #include "rendezvous/security.h"
 
@@ -103,7 +103,7 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  ddprun::rendezvous::EventLoop loop;
+  ddprun::rendezvous::LoopThread loop;
   PrintingEvents events;
   {
     ddprun::rendezvous::RendezvousClient client(options, &loop);

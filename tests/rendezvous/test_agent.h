@@ -1,4 +1,4 @@
-// A simulated agent for rendezvous tests: a RendezvousClient, an EventLoop standing in for the
+// A simulated agent for rendezvous tests: a RendezvousClient, an LoopThread standing in for the
 // agent's loop, and a recorder of the events it receives with waits on conditions.
 #ifndef DDPRUN_TESTS_RENDEZVOUS_TEST_AGENT_H_
 #define DDPRUN_TESTS_RENDEZVOUS_TEST_AGENT_H_
@@ -12,7 +12,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "rendezvous/event_loop.h"
+#include "rendezvous/loop_thread.h"
 #include "rendezvous/rendezvous_client.h"
 
 namespace ddprun::rendezvous::testing {
@@ -129,7 +129,7 @@ struct TestAgent {
     client = std::make_unique<RendezvousClient>(options, &loop);
     client->Join(node, &recorder);
   }
-  EventLoop loop;
+  LoopThread loop;
   Recorder recorder;
   NodeInfo node;
   std::unique_ptr<RendezvousClient> client;

@@ -1,10 +1,14 @@
-// EventLoop: one thread that runs posted tasks in order, and timers. The rendezvous server's
-// state machine and the client's connection state are each owned by one EventLoop; gRPC
+// LoopThread: one thread that runs posted tasks in order, and timers. The rendezvous server's
+// state machine and the client's connection state are each owned by one LoopThread; gRPC
 // reactors only post to it, so no state is shared between threads and no reactor ever blocks.
 //
+// Unlike ddprun::EventLoop (common/event_loop.h: epoll, run on the caller's thread, timers only
+// from that thread), it owns its thread and its timers may be set from any thread, which is what
+// gRPC reactors need.
+//
 // Thread-safe: Post, PostAt and Cancel may be called from any thread, including the loop's own.
-#ifndef DDPRUN_RENDEZVOUS_EVENT_LOOP_H_
-#define DDPRUN_RENDEZVOUS_EVENT_LOOP_H_
+#ifndef DDPRUN_RENDEZVOUS_LOOP_THREAD_H_
+#define DDPRUN_RENDEZVOUS_LOOP_THREAD_H_
 
 #include <cstdint>
 #include <deque>
@@ -20,14 +24,14 @@
 
 namespace ddprun::rendezvous {
 
-class EventLoop final : public Executor {
+class LoopThread final : public Executor {
  public:
   using TimerId = uint64_t;
 
-  EventLoop();            // starts the thread
-  ~EventLoop() override;  // Stop()
-  EventLoop(const EventLoop&) = delete;
-  EventLoop& operator=(const EventLoop&) = delete;
+  LoopThread();            // starts the thread
+  ~LoopThread() override;  // Stop()
+  LoopThread(const LoopThread&) = delete;
+  LoopThread& operator=(const LoopThread&) = delete;
 
   // Runs `fn` on the loop thread, after everything posted before. Dropped after Stop().
   void Post(std::function<void()> fn) override;
@@ -54,4 +58,4 @@ class EventLoop final : public Executor {
 
 }  // namespace ddprun::rendezvous
 
-#endif  // DDPRUN_RENDEZVOUS_EVENT_LOOP_H_
+#endif  // DDPRUN_RENDEZVOUS_LOOP_THREAD_H_

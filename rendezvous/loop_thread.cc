@@ -1,4 +1,4 @@
-#include "rendezvous/event_loop.h"
+#include "rendezvous/loop_thread.h"
 
 #include <utility>
 
@@ -6,17 +6,17 @@
 
 namespace ddprun::rendezvous {
 
-EventLoop::EventLoop() : thread_([this] { Run(); }) {}
+LoopThread::LoopThread() : thread_([this] { Run(); }) {}
 
-EventLoop::~EventLoop() { Stop(); }
+LoopThread::~LoopThread() { Stop(); }
 
-void EventLoop::Post(std::function<void()> fn) {
+void LoopThread::Post(std::function<void()> fn) {
   absl::MutexLock lock(&mu_);
   if (stopping_) return;
   tasks_.push_back(std::move(fn));
 }
 
-EventLoop::TimerId EventLoop::PostAt(TimePoint when, std::function<void()> fn) {
+LoopThread::TimerId LoopThread::PostAt(TimePoint when, std::function<void()> fn) {
   absl::MutexLock lock(&mu_);
   if (stopping_) return 0;
   const TimerId id = next_timer_++;
@@ -25,7 +25,7 @@ EventLoop::TimerId EventLoop::PostAt(TimePoint when, std::function<void()> fn) {
   return id;
 }
 
-void EventLoop::Cancel(TimerId id) {
+void LoopThread::Cancel(TimerId id) {
   absl::MutexLock lock(&mu_);
   auto it = timers_.find(id);
   if (it == timers_.end()) return;
@@ -39,7 +39,7 @@ void EventLoop::Cancel(TimerId id) {
   timers_.erase(it);
 }
 
-void EventLoop::Stop() {
+void LoopThread::Stop() {
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
@@ -48,7 +48,7 @@ void EventLoop::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void EventLoop::Run() {
+void LoopThread::Run() {
   for (;;) {
     std::function<void()> task;
     {
