@@ -80,12 +80,13 @@ absl::StatusOr<DistEnv> ReadDistEnv(const EnvGetter& getenv) {
                           OptionalInt(getenv, "TORCHELASTIC_RESTART_COUNT", 0, 1 << 30));
   env.restart_count = restart.value_or(0);
   env.use_agent_store = getenv("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True";
-  std::optional<std::string> prefix = getenv("DDPRUN_STORE_PREFIX");
-  if (prefix.has_value() && !prefix->empty()) {
-    env.store_prefix = *prefix;
-  } else if (env.use_agent_store) {
+  DDPRUN_ASSIGN_OR_RETURN(std::optional<int> round,
+                          OptionalInt(getenv, "DDPRUN_ROUND", 0, 1 << 30));
+  if (env.use_agent_store) {
     // torch.distributed.rendezvous._create_c10d_store uses exactly this prefix.
     env.store_prefix = absl::StrCat("/worker/attempt_", env.restart_count);
+  } else if (round.has_value()) {
+    env.store_prefix = absl::StrCat("/ddp-train/round_", *round);
   } else {
     env.store_prefix = absl::StrCat("/ddp-train/restart_", env.restart_count);
   }

@@ -7,8 +7,10 @@
 //   TORCHELASTIC_USE_AGENT_STORE                    "True": the agent hosts the store, every
 //                                                   rank is a client (torch's env:// rule)
 //   TORCHELASTIC_ERROR_FILE                         where a fatal error is written as JSON
-//   DDPRUN_STORE_PREFIX                             optional round-scoped prefix from ddprun;
-//                                                   overrides the restart-count prefix
+//   DDPRUN_ROUND                                    ddprun's rendezvous round: the store key
+//                                                   prefix is scoped to it (it also changes on
+//                                                   membership-only restarts, which do not
+//                                                   increase TORCHELASTIC_RESTART_COUNT)
 //   SLURM_PROCID, SLURM_LOCALID, SLURM_NTASKS       used when RANK is absent (direct srun)
 //   SLURM_LAUNCH_NODE_IPADDR                        MASTER_ADDR fallback under srun
 //   OMP_NUM_THREADS                                 intra-op threads (default 1 when >1 local

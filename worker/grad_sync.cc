@@ -38,7 +38,7 @@ GradientSynchronizer::GradientSynchronizer(std::vector<torch::Tensor> params, Co
       control_offset_ = n;
       n += options_.control_slots;
     }
-    b.flat = torch::zeros({n}, torch::kFloat32);
+    b.flat = torch::zeros({n}, params_[b.params.front()].options().dtype(torch::kFloat32));
   }
   for (size_t k = 0; k < params_.size(); ++k) {
     hook_ids_.push_back(
@@ -59,11 +59,12 @@ void GradientSynchronizer::Begin(const std::vector<float>& control) {
   seen_.assign(params_.size(), false);
   next_to_launch_ = 0;
   hook_error_ = nullptr;
-  Bucket& last = buckets_.back();
-  float* c = last.flat.data_ptr<float>() + control_offset_;
-  for (int i = 0; i < options_.control_slots; ++i) {
-    c[i] = i < static_cast<int>(control.size()) ? control[i] : 0.0f;
-  }
+  // Works for CPU and CUDA buckets alike (no raw pointer into device memory).
+  std::vector<float> values(options_.control_slots, 0.0f);
+  for (size_t i = 0; i < values.size() && i < control.size(); ++i) values[i] = control[i];
+  buckets_.back()
+      .flat.narrow(0, control_offset_, options_.control_slots)
+      .copy_(torch::tensor(values, torch::kFloat32));
   armed_ = true;
 }
 
@@ -133,8 +134,9 @@ absl::Status GradientSynchronizer::Finish(std::vector<float>* control_out) {
     }
   }
   if (control_out != nullptr) {
-    const float* c = buckets_.back().flat.data_ptr<float>() + control_offset_;
-    control_out->assign(c, c + options_.control_slots);
+    torch::Tensor c =
+        buckets_.back().flat.narrow(0, control_offset_, options_.control_slots).to(torch::kCPU);
+    control_out->assign(c.data_ptr<float>(), c.data_ptr<float>() + options_.control_slots);
   }
   return absl::OkStatus();
 }

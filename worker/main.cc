@@ -101,6 +101,10 @@ void AddMnistFlags(CLI::App* cmd, MnistOptions* o, bool* resume, bool* no_resume
   cmd->add_option("--backend", o->backend, "gloo, nccl or auto")
       ->check(CLI::IsMember({"gloo", "nccl", "auto"}))
       ->capture_default_str();
+  cmd->add_option("--device", o->device,
+                  "cpu, cuda or auto (cuda:LOCAL_RANK in CUDA builds with a GPU, else cpu)")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+      ->capture_default_str();
   cmd->add_option("--comm-timeout", o->comm_timeout_s, "seconds for store and collectives")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -35,6 +35,7 @@ struct MnistOptions {
 
   std::string metrics_file;      // empty: none (rank 0 writes it)
   std::string backend = "auto";  // gloo | nccl | auto
+  std::string device = "auto";   // cpu | cuda | auto (cuda:LOCAL_RANK when available)
   double comm_timeout_s = 300;
 
   int64_t max_steps = 0;     // per epoch; 0: whole epoch

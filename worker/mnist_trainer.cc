@@ -55,9 +55,12 @@ SplitTensors ToTensors(const MnistSplit& split) {
   return t;
 }
 
-torch::Tensor IndexTensor(const std::vector<int64_t>& idx, size_t begin, size_t end) {
+torch::Tensor IndexTensor(const std::vector<int64_t>& idx, size_t begin, size_t end,
+                          torch::Device device) {
+  // No copy on CPU (to() returns the same tensor); one small host-to-device copy on CUDA.
   return torch::from_blob(const_cast<int64_t*>(idx.data() + begin),
-                          {static_cast<int64_t>(end - begin)}, torch::kInt64);
+                          {static_cast<int64_t>(end - begin)}, torch::kInt64)
+      .to(device);
 }
 
 class MnistTrainer {
@@ -90,6 +93,7 @@ class MnistTrainer {
   Clock::time_point start_;
 
   std::unique_ptr<Communicator> comm_;
+  torch::Device device_{torch::kCPU};
   MnistData data_;
   SplitTensors train_, test_;
   MnistNet model_{nullptr};
@@ -114,6 +118,10 @@ absl::Status MnistTrainer::SetupLocal() {
   }
   train_ = ToTensors(data_.train);
   test_ = ToTensors(data_.test);
+  for (SplitTensors* t : {&train_, &test_}) {
+    t->images = t->images.to(device_);
+    t->labels = t->labels.to(device_);
+  }
   // The tensors own copies now; drop the byte vectors.
   data_ = MnistData();
   if (!options_.checkpoint_dir.empty()) {
@@ -140,7 +148,7 @@ absl::Status MnistTrainer::SetupLocal() {
 absl::Status MnistTrainer::AgreeOnSetup(const absl::Status& local) {
   // Every rank learns whether any rank failed, so all stop before training with a clear line
   // instead of the healthy ones hanging in the first collective.
-  torch::Tensor failed = torch::tensor({local.ok() ? 0.0f : 1.0f});
+  torch::Tensor failed = torch::tensor({local.ok() ? 0.0f : 1.0f}).to(device_);
   DDPRUN_RETURN_IF_ERROR(comm_->AllReduceSum(failed));
   DDPRUN_RETURN_IF_ERROR(local);
   if (failed.item<float>() > 0) {
@@ -167,7 +175,8 @@ absl::Status MnistTrainer::ResumeOrBroadcast() {
     }
   }
   torch::Tensor size =
-      torch::tensor({leader_status.ok() ? static_cast<int64_t>(payload.size()) : int64_t{-1}});
+      torch::tensor({leader_status.ok() ? static_cast<int64_t>(payload.size()) : int64_t{-1}})
+          .to(device_);
   DDPRUN_RETURN_IF_ERROR(comm_->Broadcast(size, 0));
   const int64_t n = size.item<int64_t>();
   DDPRUN_RETURN_IF_ERROR(leader_status);
@@ -177,7 +186,9 @@ absl::Status MnistTrainer::ResumeOrBroadcast() {
   }
   torch::Tensor bytes = torch::empty({n}, torch::kUInt8);
   if (leader()) std::memcpy(bytes.data_ptr<uint8_t>(), payload.data(), n);
+  bytes = bytes.to(device_);
   DDPRUN_RETURN_IF_ERROR(comm_->Broadcast(bytes, 0));
+  bytes = bytes.to(torch::kCPU);
   const auto t0 = Clock::now();
   absl::Status s = DeserializeTrainState(
       absl::string_view(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), n), model_,
@@ -230,7 +241,7 @@ absl::StatusOr<bool> MnistTrainer::TrainEpoch(int64_t* samples, double* train_s)
   bool stop = false;
   for (size_t begin = 0; begin < indices.size() && !stop; begin += batch) {
     const size_t end = std::min(indices.size(), begin + batch);
-    torch::Tensor idx = IndexTensor(indices, begin, end);
+    torch::Tensor idx = IndexTensor(indices, begin, end, device_);
     torch::Tensor x = train_.images.index_select(0, idx);
     torch::Tensor y = train_.labels.index_select(0, idx);
     optimizer_->ZeroGrad();
@@ -281,7 +292,7 @@ absl::Status MnistTrainer::EvaluateAndReport(int64_t samples, double train_s, bo
     const size_t batch = static_cast<size_t>(options_.test_batch_size);
     for (size_t begin = 0; begin < indices.size(); begin += batch) {
       const size_t end = std::min(indices.size(), begin + batch);
-      torch::Tensor idx = IndexTensor(indices, begin, end);
+      torch::Tensor idx = IndexTensor(indices, begin, end, device_);
       torch::Tensor out = model_->forward(test_.images.index_select(0, idx));
       torch::Tensor y = test_.labels.index_select(0, idx);
       loss_sum += torch::nll_loss(out, y, {}, at::Reduction::Sum).item<double>();
@@ -291,8 +302,10 @@ absl::Status MnistTrainer::EvaluateAndReport(int64_t samples, double train_s, bo
   torch::Tensor totals =
       torch::tensor({loss_sum, static_cast<double>(correct), static_cast<double>(indices.size()),
                      static_cast<double>(samples) / world()},
-                    torch::kFloat64);
+                    torch::kFloat64)
+          .to(device_);
   DDPRUN_RETURN_IF_ERROR(comm_->AllReduceSum(totals));
+  totals = totals.to(torch::kCPU);
   auto t = totals.accessor<double, 1>();
   EpochMetrics m;
   m.epoch = state_.epoch;
@@ -318,7 +331,20 @@ absl::Status MnistTrainer::EvaluateAndReport(int64_t samples, double train_s, bo
 }
 
 absl::StatusOr<MnistOutcome> MnistTrainer::Run() {
+  const bool cuda = torch::cuda::is_available();
+  if (options_.device == "cuda" && !cuda) {
+    return absl::FailedPreconditionError(
+        "--device=cuda: no CUDA device (or this ddp-train was built without CUDA)");
+  }
+  if (options_.device == "cuda" || (options_.device == "auto" && cuda)) {
+    device_ = torch::Device(
+        torch::kCUDA, static_cast<c10::DeviceIndex>(env_.local_rank %
+                                                    static_cast<int>(torch::cuda::device_count())));
+  }
   DDPRUN_ASSIGN_OR_RETURN(CommBackend backend, ParseCommBackend(options_.backend));
+  if (backend == CommBackend::kNccl && !device_.is_cuda()) {
+    return absl::InvalidArgumentError("--backend=nccl needs --device=cuda");
+  }
   if (options_.threads > 0) {
     torch::set_num_threads(options_.threads);
   } else if (env_.omp_num_threads.has_value()) {
@@ -335,6 +361,7 @@ absl::StatusOr<MnistOutcome> MnistTrainer::Run() {
   DDPRUN_RETURN_IF_ERROR(AgreeOnSetup(SetupLocal()));
   torch::manual_seed(options_.seed);
   model_ = MnistNet();
+  model_->to(device_);
   optimizer_ = std::make_unique<Adadelta>(model_->parameters(), AdadeltaOptions{options_.lr});
   GradSyncOptions sync_options;
   sync_options.bucket_cap_bytes = options_.bucket_cap_bytes;
@@ -345,10 +372,10 @@ absl::StatusOr<MnistOutcome> MnistTrainer::Run() {
         log_, options_.progress_bar && isatty(STDOUT_FILENO), options_.log_interval);
   }
   Log(absl::StrFormat(
-      "ddp-train mnist: world_size %d rank %d backend %s threads %d train %d test %d batch %d "
-      "epochs %d restart %d",
-      world(), comm_->rank(), CommBackendName(backend), torch::get_num_threads(), train_.count,
-      test_.count, options_.batch_size, options_.epochs, env_.restart_count));
+      "ddp-train mnist: world_size %d rank %d backend %s device %s threads %d train %d test %d "
+      "batch %d epochs %d restart %d",
+      world(), comm_->rank(), CommBackendName(backend), device_.str(), torch::get_num_threads(),
+      train_.count, test_.count, options_.batch_size, options_.epochs, env_.restart_count));
 
   bool resumed = state_.global_step > 0;
   while (state_.epoch <= options_.epochs) {

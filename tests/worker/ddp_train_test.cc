@@ -11,14 +11,13 @@
 
 #include <chrono>
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
@@ -37,8 +36,8 @@ using ::ddprun::testing::Subprocess;
 using ::ddprun::testing::TempDir;
 using ::ddprun::testing::WaitUntil;
 using ::ddprun::testing::WriteFile;
-using ::testing::HasSubstr;
 using std::chrono::seconds;
+using ::testing::HasSubstr;
 
 constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
 
@@ -141,8 +140,8 @@ class DdpTrainTest : public ::testing::Test {
   }
 
   std::vector<std::string> Train(std::vector<std::string> extra) {
-    std::vector<std::string> argv = {BinPath("ddp-train"), "mnist", "--data", kData,
-                                     "--no-progress-bar", "--test-subset", "1000"};
+    std::vector<std::string> argv = {BinPath("ddp-train"), "mnist",         "--data", kData,
+                                     "--no-progress-bar",  "--test-subset", "1000"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     return argv;
   }
@@ -150,8 +149,10 @@ class DdpTrainTest : public ::testing::Test {
   // Environment that makes a ddp-train started directly a single process, whatever the test
   // runner's environment holds.
   std::map<std::string, std::string> Solo() {
-    return {{"RANK", "\x01unset"},        {"WORLD_SIZE", "\x01unset"},
-            {"SLURM_PROCID", "\x01unset"}, {"TORCHELASTIC_ERROR_FILE", dir_.File("error.json")},
+    return {{"RANK", "\x01unset"},
+            {"WORLD_SIZE", "\x01unset"},
+            {"SLURM_PROCID", "\x01unset"},
+            {"TORCHELASTIC_ERROR_FILE", dir_.File("error.json")},
             {"OMP_NUM_THREADS", "1"}};
   }
 
@@ -172,8 +173,8 @@ TEST_F(DdpTrainTest, MissingDataDirectoryNamedAndErrorFileWritten) {
 TEST_F(DdpTrainTest, TruncatedDataFileNamed) {
   const std::string data = dir_.File("data");
   mkdir(data.c_str(), 0755);
-  for (const char* f : {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz",
-                        "t10k-images-idx3-ubyte.gz"}) {
+  for (const char* f :
+       {"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz"}) {
     ASSERT_EQ(symlink((std::string(kData) + "/" + f).c_str(), (data + "/" + f).c_str()), 0);
   }
   const std::string labels = ReadFile(std::string(kData) + "/t10k-labels-idx1-ubyte.gz");
@@ -207,10 +208,10 @@ TEST_F(DdpTrainTest, BadFlagIsUsageError) {
 }
 
 TEST_F(DdpTrainTest, SingleProcessLearnsAndWritesMetrics) {
-  Subprocess p(Train({"--epochs", "2", "--train-subset", "1280", "--metrics-file",
-                      dir_.File("m.jsonl"), "--save-model", "--save-model-path",
-                      dir_.File("model.pt")}),
-               Solo());
+  Subprocess p(
+      Train({"--epochs", "2", "--train-subset", "1280", "--metrics-file", dir_.File("m.jsonl"),
+             "--save-model", "--save-model-path", dir_.File("model.pt")}),
+      Solo());
   std::optional<ExitStatus> st = p.Wait(seconds(120));
   ASSERT_TRUE(st.has_value());
   ASSERT_EQ(st->exit_code, 0) << Describe(p);
@@ -222,6 +223,18 @@ TEST_F(DdpTrainTest, SingleProcessLearnsAndWritesMetrics) {
   EXPECT_GT(m[1]["test_acc"].get<double>(), 0.5);  // 10 classes: chance is 0.1
   EXPECT_LT(m[1]["train_loss"].get<double>(), m[0]["train_loss"].get<double>());
   EXPECT_TRUE(Exists(dir_.File("model.pt")));
+
+  // The plot command draws this run (and the same file again as a second run) into a PNG.
+  Subprocess plot({::ddprun::testing::SystemPython(),
+                   ::ddprun::testing::SourcePath("scripts/plot_metrics.py"), "-o",
+                   dir_.File("curves.png"), dir_.File("m.jsonl"), dir_.File("m.jsonl")});
+  std::optional<ExitStatus> pst = plot.Wait(seconds(120));
+  ASSERT_TRUE(pst.has_value());
+  if (pst->exit_code != 0 && absl::StrContains(plot.err(), "No module named 'matplotlib'")) {
+    GTEST_SKIP() << "python3-matplotlib not installed";
+  }
+  ASSERT_EQ(pst->exit_code, 0) << Describe(plot);
+  EXPECT_EQ(ReadFile(dir_.File("curves.png")).substr(0, 4), "\x89PNG");
 }
 
 // SIGTERM mid-epoch: finish the step, checkpoint, exit 143. Then resume the same run with two
@@ -229,9 +242,11 @@ TEST_F(DdpTrainTest, SingleProcessLearnsAndWritesMetrics) {
 TEST_F(DdpTrainTest, SigtermCheckpointsThenResumesWithAnotherWorldSize) {
   const std::string torchrun = FindTorchrun();
   const std::string ckpt = dir_.File("ckpt");
-  const std::vector<std::string> args = {"--epochs", "1", "--train-subset", "3840",
-                                         "--checkpoint-dir", ckpt, "--log-interval", "5",
-                                         "--metrics-file", dir_.File("m.jsonl")};
+  const std::vector<std::string> args = {"--epochs",         "1",
+                                         "--train-subset",   "3840",
+                                         "--checkpoint-dir", ckpt,
+                                         "--log-interval",   "5",
+                                         "--metrics-file",   dir_.File("m.jsonl")};
   {
     Subprocess p(Train(args), Solo());
     ASSERT_TRUE(p.WaitForOutputContains("Train Epoch: 1 [640/", seconds(120))) << Describe(p);

@@ -64,11 +64,15 @@ TEST(DistEnvTest, AgentStoreUsesTorchPrefix) {
   EXPECT_EQ(env->store_prefix, "/worker/attempt_1");
 }
 
-TEST(DistEnvTest, DdprunPrefixWins) {
-  absl::StatusOr<DistEnv> env = ReadDistEnv(FakeEnv(
-      {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"DDPRUN_STORE_PREFIX", "/r7"}}));
-  ASSERT_TRUE(env.ok());
-  EXPECT_EQ(env->store_prefix, "/r7");
+TEST(DistEnvTest, DdprunRoundScopesThePrefix) {
+  absl::StatusOr<DistEnv> env = ReadDistEnv(FakeEnv({{"RANK", "0"},
+                                                     {"WORLD_SIZE", "2"},
+                                                     {"MASTER_ADDR", "h"},
+                                                     {"TORCHELASTIC_RESTART_COUNT", "1"},
+                                                     {"DDPRUN_ROUND", "7"}}));
+  ASSERT_TRUE(env.ok()) << env.status();
+  EXPECT_EQ(env->store_prefix, "/ddp-train/round_7");
+  EXPECT_FALSE(ReadDistEnv(FakeEnv({{"DDPRUN_ROUND", "x"}})).ok());
 }
 
 TEST(DistEnvTest, SlurmFallback) {
