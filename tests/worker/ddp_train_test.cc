@@ -345,6 +345,28 @@ TEST_P(LauncherTest, KilledWorkerGroupRestartsFromCheckpoint) {
   EXPECT_GT(m[1]["test_acc"].get<double>(), 0.6);
 }
 
+// SIGTERM to the launcher: it forwards SIGTERM to both workers, which agree on a step, save one
+// checkpoint (rank 0) and exit; a later run resumes from it.
+TEST_P(LauncherTest, SigtermToLauncherSavesCheckpoint) {
+  const std::string ckpt = dir_.File("ckpt");
+  Subprocess p(Launch(0, {"--epochs", "1", "--train-subset", "12800", "--checkpoint-dir", ckpt,
+                          "--log-interval", "5"}),
+               {{"TORCHELASTIC_ERROR_FILE", "\x01unset"}});
+  ASSERT_TRUE(p.WaitForOutputContains("Train Epoch: 1 [1280/", seconds(180))) << Describe(p);
+  std::optional<pid_t> w0 = FindWorker(p.pid(), 0), w1 = FindWorker(p.pid(), 1);
+  ASSERT_TRUE(w0.has_value() && w1.has_value());
+  p.Signal(SIGTERM);
+  std::optional<ExitStatus> st = p.Wait(seconds(120));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_FALSE(st->exited() && st->exit_code == 0) << Describe(p);
+  EXPECT_THAT(p.out(), HasSubstr("stop requested (signal 15)")) << Describe(p);
+  EXPECT_THAT(p.out(), HasSubstr("(stop, epoch 1 offset")) << Describe(p);
+  EXPECT_TRUE(Exists(ckpt + "/LATEST"));
+  for (pid_t w : {*w0, *w1}) {  // no worker left behind
+    EXPECT_TRUE(WaitUntil([w] { return !::ddprun::testing::ProcessAlive(w); }, seconds(10)));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Launchers, LauncherTest, ::testing::Values("torchrun", "ddprun"),
                          [](const auto& info) { return info.param; });
 
