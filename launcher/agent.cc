@@ -91,6 +91,8 @@ absl::Status Agent::Prepare() {
   // Orphaned grandchildren of workers are re-parented to us, not to init, so we can reap them
   // and no zombie outlives the job.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
+  // Before the rendezvous (which may start gRPC threads): the guard is a plain fork.
+  if (absl::Status s = guard_.Start(); !s.ok()) return s;
 
   auto setup = SetUpRendezvous(options_, host_, &loop_);
   if (!setup.ok()) return setup.status();
@@ -216,7 +218,7 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
     configure(kStdErr, 2, &launch.stderr_config, &launch.stderr_log, "stderr.log");
     launches.push_back(std::move(launch));
   }
-  group_ = std::make_unique<WorkerGroup>(&loop_, this, options_.stop_timeout);
+  group_ = std::make_unique<WorkerGroup>(&loop_, this, options_.stop_timeout, &guard_);
   LogInfo(absl::StrCat("round ", a.round, ": starting ", nproc, " worker(s), ranks ", a.rank_offset,
                        "-", a.rank_offset + nproc - 1, " of ", a.world_size, " (node ",
                        a.group_rank, " of ", a.group_world_size, "), master ", a.master_addr, ":",
@@ -361,7 +363,8 @@ void Agent::ReapChildren() {
     int status = 0;
     const pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid <= 0) return;
-    // Not one of ours: an orphaned grandchild adopted as subreaper; reaping it is all we owe.
+    // Not a worker: an orphaned grandchild adopted as subreaper (reaping it is all we owe), or
+    // the orphan guard (which only exits early if killed).
     if (group_) group_->HandleChildExit(pid, status);
   }
 }

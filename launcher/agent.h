@@ -13,6 +13,7 @@
 #include "launcher/agent_state.h"
 #include "launcher/host_info.h"
 #include "launcher/options.h"
+#include "launcher/orphan_guard.h"
 #include "launcher/port_reservation.h"
 #include "launcher/rendezvous_setup.h"
 #include "launcher/worker_group.h"
@@ -57,6 +58,7 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   const HostInfo host_;
   EventLoop loop_;
   AgentStateMachine state_;
+  OrphanGuard guard_;      // outlives group_ (declared before it)
   RendezvousSetup setup_;  // the rendezvous (and the server, when hosted here)
   rendezvous::Rendezvous* rendezvous_ = nullptr;  // setup_.rendezvous
   std::unique_ptr<WorkerGroup> group_;

@@ -29,12 +29,15 @@ int OpenLog(const std::string& path) {
 }  // namespace
 
 WorkerGroup::WorkerGroup(EventLoop* loop, Listener* listener,
-                         std::chrono::milliseconds stop_timeout)
-    : loop_(loop), listener_(listener), stop_timeout_(stop_timeout) {}
+                         std::chrono::milliseconds stop_timeout, OrphanGuard* guard)
+    : loop_(loop), listener_(listener), stop_timeout_(stop_timeout), guard_(guard) {}
 
 WorkerGroup::~WorkerGroup() {
   for (auto& w : workers_) {
-    if (w->running) kill(-w->pid, SIGKILL);
+    if (w->running) {
+      kill(-w->pid, SIGKILL);
+      if (guard_ != nullptr) guard_->Remove(w->pid);
+    }
     CloseStreams(w.get());
   }
   if (kill_timer_ != 0) loop_->CancelTimer(kill_timer_);
@@ -61,6 +64,7 @@ void WorkerGroup::Start(std::vector<WorkerLaunch> launches) {
       if (pid.ok()) {
         w->pid = *pid;
         w->running = true;
+        if (guard_ != nullptr) guard_->Add(w->pid);
       } else {
         w->start_error = std::string(pid.status().message());
       }
@@ -140,6 +144,7 @@ bool WorkerGroup::HandleChildExit(pid_t pid, int wait_status) {
     w->running = false;
     // Anything else in the worker's process group (its own children) goes with it.
     kill(-pid, SIGKILL);
+    if (guard_ != nullptr) guard_->Remove(pid);
     // Forward what the worker wrote before it exited, before anyone reads the tail.
     Pump(w.get(), w->out_fd, w->out.get());
     Pump(w.get(), w->err_fd, w->err.get());

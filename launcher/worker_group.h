@@ -14,6 +14,7 @@
 
 #include "common/event_loop.h"
 #include "launcher/agent_state.h"
+#include "launcher/orphan_guard.h"
 #include "launcher/output_stream.h"
 #include "launcher/spawn.h"
 
@@ -37,7 +38,9 @@ class WorkerGroup {
     virtual void OnWorkerExited(const WorkerExit& exit) = 0;
   };
 
-  WorkerGroup(EventLoop* loop, Listener* listener, std::chrono::milliseconds stop_timeout);
+  // `guard` (optional, not owned) is told of every worker process group.
+  WorkerGroup(EventLoop* loop, Listener* listener, std::chrono::milliseconds stop_timeout,
+              OrphanGuard* guard = nullptr);
   ~WorkerGroup();  // SIGKILLs whatever is still running
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
@@ -81,6 +84,7 @@ class WorkerGroup {
   EventLoop* loop_;
   Listener* listener_;
   const std::chrono::milliseconds stop_timeout_;
+  OrphanGuard* guard_;
   std::vector<std::unique_ptr<Worker>> workers_;
   EventLoop::TimerId kill_timer_ = 0;
 };

@@ -19,9 +19,9 @@
 namespace ddprun {
 namespace {
 
+using testing::BinPath;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using testing::BinPath;
 using testing::ReadFile;
 using testing::SourcePath;
 using testing::Subprocess;
@@ -71,9 +71,9 @@ bool FilesExist(const TempDir& dir, const std::string& prefix, int n) {
 // A worker that records its pid in DIR/pid<LOCAL_RANK> and then waits to be killed.
 std::string SleepyWorker(const TempDir& dir, const std::string& trap = "") {
   return ShellWorker(dir, "sleepy.sh",
-                     trap + "echo $$ > " + dir.path() +
-                         "/pid.tmp$LOCAL_RANK && mv " + dir.path() + "/pid.tmp$LOCAL_RANK " +
-                         dir.path() + "/pid$LOCAL_RANK\n"
+                     trap + "echo $$ > " + dir.path() + "/pid.tmp$LOCAL_RANK && mv " + dir.path() +
+                         "/pid.tmp$LOCAL_RANK " + dir.path() +
+                         "/pid$LOCAL_RANK\n"
                          "sleep 60 & wait $!\n");
 }
 
@@ -118,8 +118,7 @@ void CompareWithTorchrun(const std::vector<std::string>& torchrun_flags,
   // directory either way), and the NCCL variable's modern name.
   // TORCHELASTIC_USE_AGENT_STORE: torchrun's static agent hosts a TCPStore itself ("True");
   // ddprun hosts none, so its rank-0 worker does ("False" in every mode).
-  std::set<std::string> random_values = {"TORCHELASTIC_ERROR_FILE",
-                                         "TORCHELASTIC_USE_AGENT_STORE"};
+  std::set<std::string> random_values = {"TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_USE_AGENT_STORE"};
   if (ports_random) {
     random_values.insert({"MASTER_PORT", "TORCHELASTIC_RUN_ID", "MASTER_ADDR"});
   }
@@ -169,14 +168,15 @@ TEST(AgentTest, EnvironmentEqualsTorchrunStandalone) {
 
 TEST(AgentTest, CrashThenRestartThenSuccess) {
   TempDir dir;
-  const std::string worker = ShellWorker(
-      dir, "flaky.sh",
-      "echo \"attempt=$TORCHELASTIC_RESTART_COUNT rank=$RANK\" >> " + dir.File("log") + "\n"
-      "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then\n"
-      "  if [ \"$LOCAL_RANK\" = 1 ]; then echo 'boom' >&2; exit 3; fi\n"
-      "  sleep 60 & wait $!\n"
-      "fi\n"
-      "exit 0\n");
+  const std::string worker =
+      ShellWorker(dir, "flaky.sh",
+                  "echo \"attempt=$TORCHELASTIC_RESTART_COUNT rank=$RANK\" >> " + dir.File("log") +
+                      "\n"
+                      "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then\n"
+                      "  if [ \"$LOCAL_RANK\" = 1 ]; then echo 'boom' >&2; exit 3; fi\n"
+                      "  sleep 60 & wait $!\n"
+                      "fi\n"
+                      "exit 0\n");
   Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=2", "--max-restarts=3",
                 "--no-python", worker});
   auto st = p.Wait(30s);
@@ -193,11 +193,11 @@ TEST(AgentTest, CrashThenRestartThenSuccess) {
 
 TEST(AgentTest, BudgetSpentExitsOneWithRootCause) {
   TempDir dir;
-  const std::string worker = ShellWorker(
-      dir, "doomed.sh",
-      "if [ \"$LOCAL_RANK\" = 1 ]; then echo \"step 3: disk on fire (attempt "
-      "$TORCHELASTIC_RESTART_COUNT)\" >&2; exit 7; fi\n"
-      "sleep 60 & wait $!\n");
+  const std::string worker =
+      ShellWorker(dir, "doomed.sh",
+                  "if [ \"$LOCAL_RANK\" = 1 ]; then echo \"step 3: disk on fire (attempt "
+                  "$TORCHELASTIC_RESTART_COUNT)\" >&2; exit 7; fi\n"
+                  "sleep 60 & wait $!\n");
   Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=2", "--max-restarts=2",
                 "--no-python", worker});
   auto st = p.Wait(30s);
@@ -256,10 +256,17 @@ TEST(AgentTest, StopTimeoutEscalatesToSigkill) {
 
 TEST(AgentTest, NoOrphansAfterKill9) {
   TempDir dir;
-  const std::string worker = SleepyWorker(dir);
+  // Each worker also has a child of its own (as a DataLoader would), which PR_SET_PDEATHSIG
+  // does not reach: the orphan guard must.
+  const std::string worker =
+      SleepyWorker(dir, "sleep 60 & echo $! > " + dir.path() + "/child$LOCAL_RANK\n");
   Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=3", "--no-python", worker});
   ASSERT_TRUE(WaitUntil([&] { return FilesExist(dir, "pid", 3); }, 20s)) << p.err();
-  const std::vector<int> pids = ReadPids(dir, 3);
+  std::vector<int> pids = ReadPids(dir, 3);
+  for (int i = 0; i < 3; ++i) {
+    pids.push_back(std::atoi(ReadFile(dir.File("child" + std::to_string(i))).c_str()));
+    ASSERT_GT(pids.back(), 0);
+  }
   p.Signal(SIGKILL);
   ASSERT_TRUE(p.Wait(5s).has_value());
   const bool all_gone = WaitUntil(
@@ -270,7 +277,7 @@ TEST(AgentTest, NoOrphansAfterKill9) {
         return true;
       },
       1s);
-  EXPECT_TRUE(all_gone) << "a worker outlived ddprun by more than a second";
+  EXPECT_TRUE(all_gone) << "a worker or its child outlived ddprun by more than a second";
 }
 
 TEST(AgentTest, SignalsToHandleForwardsUsr1) {
@@ -289,8 +296,7 @@ TEST(AgentTest, SignalsToHandleForwardsUsr1) {
 }
 
 TEST(AgentTest, RecordErrorFileShownInSummary) {
-  Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=1",
-                Script("record_error.py")},
+  Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=1", Script("record_error.py")},
                Env());
   auto st = p.Wait(60s);
   ASSERT_TRUE(st.has_value());
@@ -332,8 +338,7 @@ TEST(AgentTest, StaticTwoNodesFormOneWorld) {
   for (int node = 0; node < 2; ++node) {
     nodes.push_back(std::make_unique<Subprocess>(
         std::vector<std::string>{BinPath("ddprun"), "--rdzv-backend=static", "--nnodes=2",
-                                 "--node-rank=" + std::to_string(node),
-                                 "--master-addr=127.0.0.1",
+                                 "--node-rank=" + std::to_string(node), "--master-addr=127.0.0.1",
                                  "--master-port=" + std::to_string(port.port()),
                                  "--nproc-per-node=2", Script("gloo_allreduce.py"), out.path()},
         Env()));
@@ -371,8 +376,8 @@ TEST(AgentTest, TeePrefixesLinesAndLogDirKeepsEveryAttempt) {
 TEST(AgentTest, RedirectsAndLocalRanksFilter) {
   TempDir dir, logs;
   const std::string worker = ShellWorker(dir, "say.sh", "echo \"line from $LOCAL_RANK\"\n");
-  Subprocess p({BinPath("ddprun"), "--nproc-per-node=3", "--local-ranks-filter=1",
-                "--no-python", worker});
+  Subprocess p(
+      {BinPath("ddprun"), "--nproc-per-node=3", "--local-ranks-filter=1", "--no-python", worker});
   ASSERT_TRUE(p.Wait(20s).has_value());
   EXPECT_EQ(p.out(), "line from 1\n");
   Subprocess r({BinPath("ddprun"), "--nproc-per-node=2", "-r", "0:1", "--log-dir", logs.path(),
@@ -389,9 +394,9 @@ TEST(AgentTest, BadInputExitsTwoAndStartsNothing) {
   const std::string yaml_bad = dir.File("bad.yaml");
   WriteFile(yaml_bad, "nproc-per-node: 2\nbogus-key: 1\n");
   const std::vector<std::vector<std::string>> cases = {
-      {"--nnodes=3:2"},          {"--nnodes=abc"},           {"--nproc-per-node=0"},
-      {"--nproc-per-node=-1"},   {"--nproc-per-node=many"},  {"--no-such-flag"},
-      {"--master-port=0"},       {"--master-port=65536"},    {"--config=" + yaml_bad},
+      {"--nnodes=3:2"},        {"--nnodes=abc"},          {"--nproc-per-node=0"},
+      {"--nproc-per-node=-1"}, {"--nproc-per-node=many"}, {"--no-such-flag"},
+      {"--master-port=0"},     {"--master-port=65536"},   {"--config=" + yaml_bad},
       {"--rdzv-endpoint=h:0"},
   };
   for (const auto& flags : cases) {

@@ -20,8 +20,8 @@
 namespace ddprun {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::BinPath;
+using ::testing::HasSubstr;
 using testing::ReadFile;
 using testing::SourcePath;
 using testing::Subprocess;
@@ -81,15 +81,16 @@ std::string LoggingWorker(const TempDir& dir, const std::string& name, const std
             "restart=$TORCHELASTIC_RESTART_COUNT host=$TORCHELASTIC_RUN_ID\" >> " +
                 dir.File("log") +
                 "\n"
-                "echo $$ > " + dir.File("pid-$RANK-$DDPRUN_ROUND") + "\n" + then + "\n",
+                "echo $$ > " +
+                dir.File("pid-$RANK-$DDPRUN_ROUND") + "\n" + then + "\n",
             0755);
   return path;
 }
 
 int CountMatches(const std::string& text, const std::string& pattern) {
   const std::regex re(pattern);
-  return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), re),
-                                        std::sregex_iterator()));
+  return static_cast<int>(
+      std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
 }
 
 class ElasticTest : public ::testing::TestWithParam<std::string> {
@@ -118,10 +119,10 @@ TEST_P(ElasticTest, TwoAgentsFormOneGlooWorld) {
   TempDir out;
   std::vector<std::unique_ptr<Subprocess>> agents;
   for (int i = 0; i < 2; ++i) {
-    agents.push_back(Agent({"--nnodes=2", "--nproc-per-node=2", "--rdzv-id=gloo"},
-                           {testing::SystemPython(),
-                            SourcePath("tests/integration/scripts/gloo_allreduce.py"),
-                            out.path()}));
+    agents.push_back(
+        Agent({"--nnodes=2", "--nproc-per-node=2", "--rdzv-id=gloo"},
+              {testing::SystemPython(), SourcePath("tests/integration/scripts/gloo_allreduce.py"),
+               out.path()}));
   }
   for (auto& a : agents) {
     auto st = a->Wait(90s);
@@ -201,11 +202,11 @@ TEST_P(ElasticTest, StoppedAgentIsLostAfterItsLease) {
       LoggingWorker(dir_, "w.sh", "[ \"$WORLD_SIZE\" = 2 ] && exit 0\nsleep 60 & wait $!");
   std::vector<std::unique_ptr<Subprocess>> agents;
   for (int i = 0; i < 2; ++i) {
-    agents.push_back(Agent({"--nnodes=1:2", "--nproc-per-node=2", "--max-restarts=1",
-                            "--rdzv-id=sigstop",
-                            "--rdzv-conf=keep_alive_interval=0.2,keep_alive_max_attempt=3,"
-                            "last_call_timeout=1"},
-                           {worker}));
+    agents.push_back(
+        Agent({"--nnodes=1:2", "--nproc-per-node=2", "--max-restarts=1", "--rdzv-id=sigstop",
+               "--rdzv-conf=keep_alive_interval=0.2,keep_alive_max_attempt=3,"
+               "last_call_timeout=1"},
+              {worker}));
   }
   ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "world=4") == 4; }, 30s)) << Log();
   int victim = agents[1]->err().find("(node 1 of 2)") != std::string::npos ? 1 : 0;
@@ -225,9 +226,8 @@ TEST_P(ElasticTest, StoppedAgentIsLostAfterItsLease) {
 TEST_P(ElasticTest, LateAgentScalesUpWithoutSpendingTheBudget) {
   const std::string worker =
       LoggingWorker(dir_, "w.sh", "[ \"$WORLD_SIZE\" = 4 ] && exit 0\nsleep 60 & wait $!");
-  const std::vector<std::string> flags = {"--nnodes=1:2", "--nproc-per-node=2",
-                                          "--max-restarts=0", "--rdzv-id=late",
-                                          "--rdzv-conf=last_call_timeout=0.2"};
+  const std::vector<std::string> flags = {"--nnodes=1:2", "--nproc-per-node=2", "--max-restarts=0",
+                                          "--rdzv-id=late", "--rdzv-conf=last_call_timeout=0.2"};
   auto first = Agent(flags, {worker});
   ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "world=2") == 2; }, 30s)) << Log();
   auto second = Agent(flags, {worker});
@@ -241,19 +241,20 @@ TEST_P(ElasticTest, LateAgentScalesUpWithoutSpendingTheBudget) {
 
 TEST_P(ElasticTest, WorkerFailureOnOneNodeRestartsEveryNodeAndSpendsTheBudgetOnce) {
   // Global rank 3 fails in the first round only.
-  const std::string worker = LoggingWorker(
-      dir_, "w.sh",
-      // Fails once all four workers of the first round have logged (bounded: 10 s).
-      "if [ \"$RANK\" = 3 ] && [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then\n"
-      "  i=0; while [ $(grep -c restart=0 " + dir_.File("log") + ") -lt 4 ] && [ $i -lt 1000 ]; "
-      "do sleep 0.01; i=$((i+1)); done\n"
-      "  exit 5\nfi\n"
-      "[ \"$TORCHELASTIC_RESTART_COUNT\" = 1 ] && exit 0\nsleep 60 & wait $!");
+  const std::string worker =
+      LoggingWorker(dir_, "w.sh",
+                    // Fails once all four workers of the first round have logged (bounded: 10 s).
+                    "if [ \"$RANK\" = 3 ] && [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then\n"
+                    "  i=0; while [ $(grep -c restart=0 " +
+                        dir_.File("log") +
+                        ") -lt 4 ] && [ $i -lt 1000 ]; "
+                        "do sleep 0.01; i=$((i+1)); done\n"
+                        "  exit 5\nfi\n"
+                        "[ \"$TORCHELASTIC_RESTART_COUNT\" = 1 ] && exit 0\nsleep 60 & wait $!");
   std::vector<std::unique_ptr<Subprocess>> agents;
   for (int i = 0; i < 2; ++i) {
-    agents.push_back(Agent({"--nnodes=2", "--nproc-per-node=2", "--max-restarts=1",
-                            "--rdzv-id=failone"},
-                           {worker}));
+    agents.push_back(Agent(
+        {"--nnodes=2", "--nproc-per-node=2", "--max-restarts=1", "--rdzv-id=failone"}, {worker}));
   }
   for (auto& a : agents) {
     auto st = a->Wait(30s);
@@ -271,9 +272,8 @@ TEST_P(ElasticTest, BudgetSpentAcrossNodesExitsOneEverywhere) {
       LoggingWorker(dir_, "w.sh", "[ \"$RANK\" = 2 ] && exit 9\nsleep 60 & wait $!");
   std::vector<std::unique_ptr<Subprocess>> agents;
   for (int i = 0; i < 2; ++i) {
-    agents.push_back(Agent({"--nnodes=2", "--nproc-per-node=2", "--max-restarts=1",
-                            "--rdzv-id=spent"},
-                           {worker}));
+    agents.push_back(Agent(
+        {"--nnodes=2", "--nproc-per-node=2", "--max-restarts=1", "--rdzv-id=spent"}, {worker}));
   }
   for (auto& a : agents) {
     auto st = a->Wait(30s);
@@ -323,8 +323,8 @@ TEST_P(ElasticTest, DisagreeingNodeCountsAreRefused) {
 TEST_P(ElasticTest, ThirtyTwoAgents) {
   std::vector<std::unique_ptr<Subprocess>> agents;
   for (int i = 0; i < 32; ++i) {
-    agents.push_back(Agent({"--nnodes=32", "--nproc-per-node=2", "--rdzv-id=many", "--quiet"},
-                           {"true"}));
+    agents.push_back(
+        Agent({"--nnodes=32", "--nproc-per-node=2", "--rdzv-id=many", "--quiet"}, {"true"}));
   }
   for (auto& a : agents) {
     auto st = a->Wait(60s);
