@@ -22,6 +22,7 @@ LoopThread::TimerId LoopThread::PostAt(TimePoint when, std::function<void()> fn)
   const TimerId id = next_timer_++;
   timers_.emplace(id, std::make_pair(when, std::move(fn)));
   timer_order_.emplace(when, id);
+  ++timers_added_;
   return id;
 }
 
@@ -69,9 +70,11 @@ void LoopThread::Run() {
           timers_.erase(it);
           break;
         }
-        // Sleeps until a task is posted, Stop() is called, or the first timer is due.
-        auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return !tasks_.empty() || stopping_;
+        // Sleeps until a task is posted, Stop() is called, a timer is added (it may be due
+        // sooner), or the first timer is due.
+        const uint64_t timers_seen = timers_added_;
+        auto ready = [this, timers_seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return !tasks_.empty() || stopping_ || timers_added_ != timers_seen;
         };
         if (timer_order_.empty()) {
           mu_.Await(absl::Condition(&ready));

@@ -52,6 +52,8 @@ class LoopThread final : public Executor {
   std::multimap<TimePoint, TimerId> timer_order_ ABSL_GUARDED_BY(mu_);
   std::map<TimerId, std::pair<TimePoint, std::function<void()>>> timers_ ABSL_GUARDED_BY(mu_);
   TimerId next_timer_ ABSL_GUARDED_BY(mu_) = 1;
+  // Bumped by PostAt so that a loop asleep on an older (or no) first deadline wakes up.
+  uint64_t timers_added_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;
 };
