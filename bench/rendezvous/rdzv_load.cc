@@ -126,12 +126,13 @@ absl::StatusOr<Daemon> StartDaemon(const std::string& path, const std::string& t
 }
 
 int Main(int argc, char** argv) {
-  int agents = 10000, channels = 16, nproc = 8;
+  int agents = 10000, channels = 16, nproc = 8, client_threads = 4;
   double heartbeat_seconds = 10, keep_alive = 1.0;
   std::string endpoint, daemon_path;
   CLI::App app{"rendezvous load generator"};
   app.add_option("--agents", agents, "simulated agents (one stream each)");
   app.add_option("--channels", channels, "TCP connections the streams share");
+  app.add_option("--client-threads", client_threads, "threads starting the streams");
   app.add_option("--nproc", nproc, "workers per simulated node (for the world size only)");
   app.add_option("--heartbeat-seconds", heartbeat_seconds, "length of the heartbeat phase");
   app.add_option("--keep-alive", keep_alive, "heartbeat interval in seconds");
@@ -172,8 +173,8 @@ int Main(int argc, char** argv) {
   Tally tally;
   std::vector<std::unique_ptr<AgentCall>> calls;
   calls.reserve(agents);
-  const double cpu_join0 = daemon.pid > 0 ? ProcessCpuSeconds(daemon.pid) : 0;
-  const auto t0 = Clock::now();
+  // Built before the clock starts: client-side allocations are not the server's joining time.
+  std::vector<proto::AgentMessage> joins(agents);
   for (int i = 0; i < agents; ++i) {
     auto call = std::make_unique<AgentCall>(
         [&tally](proto::ServerMessage m) {
@@ -192,11 +193,20 @@ int Main(int argc, char** argv) {
     node.nproc_per_node = nproc;
     node.max_restarts = 3;
     node.master_port = 29500;
-    proto::AgentMessage join;
-    *join.mutable_join() = ToProto(node, timeouts);
-    call->Start(pool[i % channels], std::move(join));
+    *joins[i].mutable_join() = ToProto(node, timeouts);
     calls.push_back(std::move(call));
   }
+  const double cpu_join0 = daemon.pid > 0 ? ProcessCpuSeconds(daemon.pid) : 0;
+  const auto t0 = Clock::now();
+  std::vector<std::thread> starters;
+  for (int t = 0; t < client_threads; ++t) {
+    starters.emplace_back([&, t] {
+      for (int i = t; i < agents; i += client_threads) {
+        calls[i]->Start(pool[i % channels], std::move(joins[i]));
+      }
+    });
+  }
+  for (std::thread& t : starters) t.join();
   const auto t_sent = Clock::now();
   if (!tally.WaitAssigned(1, agents, absl::Seconds(120))) {
     std::fprintf(stderr, "rdzv-load: not every agent was assigned (closed: %d)\n", tally.closed());
