@@ -185,16 +185,21 @@ void RendezvousServiceImpl::Apply(const Outbox& out) {
 void RendezvousServiceImpl::LogDecisions(const Outbox& out) {
   // One line per decision, not per stream: a round of 10,000 nodes is one line.
   const Assignment* first = nullptr;
+  ConnId first_conn = 0;
   int assigned = 0;
   std::string last_restart, last_close;
   for (const Outgoing& o : out) {
     if (const auto* a = std::get_if<Assignment>(&o.msg)) {
-      if (first == nullptr) first = a;
+      if (first == nullptr) {
+        first = a;
+        first_conn = o.conn;
+      }
       ++assigned;
     } else if (const auto* r = std::get_if<RestartNotice>(&o.msg)) {
       if (r->reason != last_restart) {
         last_restart = r->reason;
-        LogInfo(absl::StrCat("round ", r->round, " is over: ", r->reason));
+        LogInfo(absl::StrCat("run '", state_.RunIdOf(o.conn), "': round ", r->round,
+                             " is over: ", r->reason));
       }
     } else if (const auto* c = std::get_if<CloseNotice>(&o.msg)) {
       const std::string line =
@@ -208,10 +213,10 @@ void RendezvousServiceImpl::LogDecisions(const Outbox& out) {
     }
   }
   if (first != nullptr) {
-    LogInfo(absl::StrCat("round ", first->round, " formed: ", assigned, " nodes, world size ",
-                         first->world_size, ", master ",
-                         FormatHostPort(first->master_addr, first->master_port), ", restarts used ",
-                         first->restart_count, " of ", first->max_restarts));
+    LogInfo(absl::StrCat("run '", state_.RunIdOf(first_conn), "': round ", first->round,
+                         " formed: ", assigned, " nodes, world size ", first->world_size,
+                         ", master ", FormatHostPort(first->master_addr, first->master_port),
+                         ", restarts used ", first->restart_count, " of ", first->max_restarts));
   }
 }
 

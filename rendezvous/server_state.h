@@ -43,6 +43,11 @@ class ServerState {
   size_t num_runs() const { return runs_.size(); }
   size_t num_conns() const { return conn_run_.size(); }
   bool HasJoined(ConnId conn) const { return conn_run_.count(conn) > 0; }
+  // The run a joined stream belongs to; empty when none.
+  std::string RunIdOf(ConnId conn) const {
+    auto it = conn_run_.find(conn);
+    return it == conn_run_.end() ? std::string() : it->second;
+  }
   const ServerLimits& limits() const { return limits_; }
 
  private:
