@@ -412,3 +412,21 @@ TEST(PeerHostTest, ParsesGrpcPeerStrings) {
 
 }  // namespace
 }  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+namespace {
+
+TEST(RendezvousServerStartTest, SecondServerOnATakenPortFailsUnavailable) {
+  auto first = RendezvousServer::Start(ServerOptions{});
+  ASSERT_TRUE(first.ok()) << first.status();
+  ServerOptions same;
+  same.port = (*first)->port();
+  // gRPC would share the port through SO_REUSEPORT; the server turns that off so that an agent
+  // can tell that another server already serves the endpoint.
+  auto second = RendezvousServer::Start(same);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(second.status().message(), ::testing::HasSubstr(std::to_string(same.port)));
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
