@@ -61,7 +61,15 @@ void AgentStream::OnReadDone(bool ok) {
     FinishWith(grpc::Status::OK);
     return;
   }
-  service_->PostMessage(conn_, std::move(read_));
+  if (queued_.fetch_add(1) >= service_->max_queued_messages_per_stream()) {
+    // Flooding: stop reading (bounding memory) and end the stream.
+    queued_.fetch_sub(1);
+    service_->PostStreamBroken(conn_);
+    FinishWith(grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                            "agent sends messages faster than the server handles them"));
+    return;
+  }
+  service_->PostMessage(conn_, std::move(read_), &queued_);
   read_.Clear();
   StartRead(&read_);
 }

@@ -8,6 +8,7 @@
 #ifndef DDPRUN_RENDEZVOUS_AGENT_STREAM_H_
 #define DDPRUN_RENDEZVOUS_AGENT_STREAM_H_
 
+#include <atomic>
 #include <deque>
 
 #include "absl/base/thread_annotations.h"
@@ -43,7 +44,8 @@ class AgentStream final
 
   RendezvousServiceImpl* const service_;
   const ConnId conn_;
-  proto::AgentMessage read_;  // only touched by the read chain
+  proto::AgentMessage read_;    // only touched by the read chain
+  std::atomic<int> queued_{0};  // messages posted to the loop and not yet handled
 
   absl::Mutex mu_;
   std::deque<proto::ServerMessage> queue_ ABSL_GUARDED_BY(mu_);

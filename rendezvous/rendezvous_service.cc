@@ -39,6 +39,7 @@ RendezvousServiceImpl::RendezvousServiceImpl(LoopThread* loop, const Clock* cloc
       clock_(clock),
       token_(std::move(token)),
       default_timeouts_(default_timeouts),
+      max_queued_(limits.max_queued_messages_per_stream),
       state_(limits) {}
 
 RendezvousServiceImpl::~RendezvousServiceImpl() {
@@ -113,8 +114,14 @@ void RendezvousServiceImpl::EndAllStreams() {
   done.WaitForNotification();
 }
 
-void RendezvousServiceImpl::PostMessage(ConnId conn, proto::AgentMessage message) {
-  loop_->Post([this, conn, message = std::move(message)] { HandleMessage(conn, message); });
+void RendezvousServiceImpl::PostMessage(ConnId conn, proto::AgentMessage message,
+                                        std::atomic<int>* queued) {
+  // `queued` lives in the stream, which the loop deletes only after this task (posted before
+  // the stream's OnDone) has run.
+  loop_->Post([this, conn, queued, message = std::move(message)] {
+    HandleMessage(conn, message);
+    queued->fetch_sub(1);
+  });
 }
 
 void RendezvousServiceImpl::PostStreamBroken(ConnId conn) {
@@ -140,14 +147,14 @@ void RendezvousServiceImpl::PostStreamDone(ConnId conn) {
 }
 
 void RendezvousServiceImpl::HandleMessage(ConnId conn, const proto::AgentMessage& message) {
+  auto entry = streams_.find(conn);
+  if (entry == streams_.end() || entry->second.closed) return;  // finishing: nothing to say
   const TimePoint now = clock_->Now();
   switch (message.msg_case()) {
-    case proto::AgentMessage::kJoin: {
-      auto it = streams_.find(conn);
-      const std::string peer = it == streams_.end() ? "" : it->second.peer_host;
-      Apply(state_.Join(conn, FromProto(message.join(), default_timeouts_, peer), now));
+    case proto::AgentMessage::kJoin:
+      Apply(state_.Join(conn, FromProto(message.join(), default_timeouts_, entry->second.peer_host),
+                        now));
       break;
-    }
     case proto::AgentMessage::kHeartbeat:
       Apply(state_.Heartbeat(conn, now));
       break;
@@ -177,7 +184,9 @@ void RendezvousServiceImpl::Apply(const Outbox& out) {
   for (const Outgoing& o : out) {
     auto it = streams_.find(o.conn);
     if (it == streams_.end()) continue;
+    if (it->second.closed) continue;
     const bool last = std::holds_alternative<CloseNotice>(o.msg);
+    it->second.closed = last;
     it->second.stream->Send(ToProto(o), last);
   }
 }

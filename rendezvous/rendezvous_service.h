@@ -40,7 +40,9 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
                                    proto::StatusResponse* response) override;
 
   // Called by AgentStream from gRPC threads; each posts to the loop.
-  void PostMessage(ConnId conn, proto::AgentMessage message);
+  // `queued` counts the stream's messages not yet handled; decremented once this one is.
+  void PostMessage(ConnId conn, proto::AgentMessage message, std::atomic<int>* queued);
+  int max_queued_messages_per_stream() const { return max_queued_; }
   void PostStreamBroken(ConnId conn);
   void PostStreamDone(ConnId conn);
 
@@ -63,6 +65,7 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
   const Clock* const clock_;
   const std::string token_;
   const RunTimeouts default_timeouts_;
+  const int max_queued_;
   std::atomic<ConnId> next_conn_{1};
   std::atomic<int> open_streams_{0};  // counted from Connect until the loop deletes the stream
 
@@ -72,6 +75,7 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
     AgentStream* stream = nullptr;  // owned here once registered; deleted on the loop
     std::string peer_host;
     LoopThread::TimerId join_timer = 0;  // closes the stream if it never joins
+    bool closed = false;                 // a Close was sent: later messages are ignored
   };
   std::unordered_map<ConnId, StreamEntry> streams_;
   LoopThread::TimerId tick_timer_ = 0;

@@ -44,6 +44,9 @@ struct ServerLimits {
   // A stream that has not joined this long after it opened is closed, so that idle or hostile
   // connections cannot pile up.
   Duration first_join_timeout = std::chrono::seconds(10);
+  // Messages read from one stream but not yet handled by the server's loop; a stream that runs
+  // further ahead is flooding and is closed (RESOURCE_EXHAUSTED), so memory stays bounded.
+  int max_queued_messages_per_stream = 1024;
   // A closed run is remembered this long (so late agents are told why) once it has no agents.
   Duration closed_run_retention = std::chrono::seconds(300);
 };

@@ -13,8 +13,10 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/rendezvous.grpc.pb.h"
+#include "rendezvous/loop_thread.h"
 #include "rendezvous/proto_convert.h"
 #include "rendezvous/rendezvous_server.h"
+#include "rendezvous/rendezvous_service.h"
 #include "rendezvous/security.h"
 #include "tests/rendezvous/test_agent.h"
 #include "tests/testing/subprocess.h"
@@ -426,6 +428,47 @@ TEST(RendezvousServerStartTest, SecondServerOnATakenPortFailsUnavailable) {
   auto second = RendezvousServer::Start(same);
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(second.status().message(), ::testing::HasSubstr(std::to_string(same.port)));
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+namespace {
+
+// The service on a loop the test can hold still, so that an agent's messages pile up.
+TEST(RendezvousServiceFloodTest, StreamRunningTooFarAheadIsCut) {
+  LoopThread loop;
+  ServerLimits limits;
+  limits.max_queued_messages_per_stream = 4;
+  RendezvousServiceImpl service(&loop, SystemClock::Get(), "", limits, RunTimeouts{});
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_NE(server, nullptr);
+
+  absl::Notification release;
+  loop.Post([&] { release.WaitForNotification(); });  // the loop is busy from now on
+
+  auto stub = proto::RendezvousService::NewStub(
+      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto stream = stub->Connect(&context);
+  proto::AgentMessage heartbeat;
+  heartbeat.mutable_heartbeat();
+  for (int i = 0; i < 64 && stream->Write(heartbeat); ++i) {
+  }
+  proto::ServerMessage m;
+  EXPECT_FALSE(stream->Read(&m));
+  grpc::Status status = stream->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+
+  release.Notify();
+  server->Shutdown(std::chrono::system_clock::now());
+  loop.Stop();
 }
 
 }  // namespace
