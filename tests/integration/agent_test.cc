@@ -34,11 +34,14 @@ std::string Script(const std::string& name) {
   return SourcePath("tests/integration/scripts/" + name);
 }
 
-// The reference torchrun: ../shared/tools/torchrun113 beside the checkout (or DDPRUN_TORCHRUN).
+// The reference torchrun: $DDPRUN_TORCHRUN, else ../shared/tools/torchrun113 beside the
+// checkout, else our own wrapper of Debian's torchrun with the same Python 3.11 fix.
 std::string TorchrunPath() {
   const char* env = getenv("DDPRUN_TORCHRUN");
   if (env != nullptr) return env;
-  return SourcePath("../shared/tools/torchrun113");
+  const std::string shared = SourcePath("../shared/tools/torchrun113");
+  if (access(shared.c_str(), X_OK) == 0) return shared;
+  return Script("torchrun_py311.py");
 }
 
 std::map<std::string, std::string> Env(std::map<std::string, std::string> extra = {}) {
