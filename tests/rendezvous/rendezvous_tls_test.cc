@@ -25,6 +25,9 @@ constexpr auto kWait = seconds(10);
 class RendezvousTlsTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
+      GTEST_SKIP() << "the openssl command (Debian package openssl) makes this test's certificates";
+    }
     const std::string script =
         "set -e\n"
         "cd \"$(dirname \"$0\")\"\n"
