@@ -1,9 +1,12 @@
 // Multi-node behaviour of real ddprun agents on loopback, one test body per behaviour, run
 // against every rendezvous backend (the built-in gRPC server here; etcd joins the list when its
 // backend lands). Workers are tiny shell scripts that log what they were given.
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -43,9 +46,9 @@ class Backend {
 // ddprun-rdzv on loopback, port 0, the port read from its first line.
 class BuiltinBackend : public Backend {
  public:
-  BuiltinBackend() {
+  explicit BuiltinBackend(const std::string& host = "127.0.0.1") {
     daemon_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{BinPath("ddprun-rdzv"), "--port=0"},
+        std::vector<std::string>{BinPath("ddprun-rdzv"), "--port=0", "--host=" + host},
         std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", kToken}});
     std::smatch m;
     const std::regex re("listening on ([^\\s]+)");
@@ -335,6 +338,102 @@ TEST_P(ElasticTest, ThirtyTwoAgents) {
 
 INSTANTIATE_TEST_SUITE_P(Backends, ElasticTest, ::testing::Values("builtin"),
                          [](const auto& info) { return info.param; });
+
+// MASTER_ADDR is the address the server saw the rank-0 agent connect from: IPv6 works as is.
+TEST(ElasticAddressTest, MasterAddrOverIpv6) {
+  BuiltinBackend backend("::1");
+  ASSERT_THAT(backend.endpoint(), HasSubstr("[::1]:"));
+  TempDir dir;
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int i = 0; i < 2; ++i) {
+    std::vector<std::string> argv = {BinPath("ddprun")};
+    for (const auto& f : backend.AgentFlags()) argv.push_back(f);
+    for (const char* f :
+         {"--nnodes=2", "--nproc-per-node=1", "--rdzv-id=v6", "--no-python", "/bin/sh", "-c"}) {
+      argv.push_back(f);
+    }
+    argv.push_back("echo \"$MASTER_ADDR $MASTER_PORT\" > " + dir.File("addr-$RANK"));
+    agents.push_back(std::make_unique<Subprocess>(
+        argv, std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", kToken}}));
+  }
+  for (auto& a : agents) {
+    auto st = a->Wait(30s);
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->exit_code, 0) << a->err();
+  }
+  EXPECT_THAT(ReadFile(dir.File("addr-0")), ::testing::StartsWith("::1 "));
+  EXPECT_EQ(ReadFile(dir.File("addr-0")), ReadFile(dir.File("addr-1")));
+}
+
+TEST(ElasticAddressTest, LocalAddrOverridesWhatTheServerSaw) {
+  BuiltinBackend backend;
+  TempDir dir;
+  std::vector<std::string> argv = {BinPath("ddprun")};
+  for (const auto& f : backend.AgentFlags()) argv.push_back(f);
+  for (const char* f : {"--nnodes=1", "--local-addr=127.0.0.5", "--rdzv-id=local", "--no-python",
+                        "/bin/sh", "-c"}) {
+    argv.push_back(f);
+  }
+  argv.push_back("echo $MASTER_ADDR > " + dir.File("addr"));
+  Subprocess a(argv, {{"DDPRUN_RDZV_TOKEN", kToken}});
+  auto st = a.Wait(30s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 0) << a.err();
+  EXPECT_EQ(ReadFile(dir.File("addr")), "127.0.0.5\n");
+}
+
+// Holds a port the way ddprun holds its master port: SO_REUSEADDR, bound, not listening, so
+// the agent's gRPC server (which also sets SO_REUSEADDR) can take it and nothing else can.
+class ReservedPort {
+ public:
+  ReservedPort() {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    const int one = 1;
+    setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    socklen_t len = sizeof(addr);
+    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+  }
+  ~ReservedPort() { close(fd_); }
+  int port() const { return port_; }
+
+ private:
+  int fd_;
+  int port_;
+};
+
+// torchrun's way: the agent on the endpoint's host serves the rendezvous, and it keeps serving
+// after its own workers are done until the other node has finished.
+TEST(ElasticHostingTest, HostingAgentServesUntilTheOthersFinish) {
+  ReservedPort port;
+  TempDir dir;
+  const std::string endpoint = "--rdzv-endpoint=127.0.0.1:" + std::to_string(port.port());
+  auto host = std::make_unique<Subprocess>(std::vector<std::string>{
+      BinPath("ddprun"), "--rdzv-backend=c10d", endpoint, "--rdzv-id=hosted",
+      "--rdzv-conf=is_host=1", "--nnodes=2", "--no-python", "/bin/sh", "-c",
+      "[ $GROUP_RANK = 0 ] || sleep 1; echo $WORLD_SIZE > " + dir.File("w-$RANK")});
+  ASSERT_TRUE(host->WaitForOutputContains("hosting the rendezvous", 10s)) << host->err();
+  Subprocess other({BinPath("ddprun"), "--rdzv-backend=c10d", endpoint, "--rdzv-id=hosted",
+                    "--nnodes=2", "--no-python", "/bin/sh", "-c",
+                    "[ $GROUP_RANK = 0 ] || sleep 1; echo $WORLD_SIZE > " + dir.File("w-$RANK")});
+  auto other_st = other.Wait(30s);
+  ASSERT_TRUE(other_st.has_value());
+  EXPECT_EQ(other_st->exit_code, 0) << other.err();
+  auto host_st = host->Wait(30s);
+  ASSERT_TRUE(host_st.has_value());
+  EXPECT_EQ(host_st->exit_code, 0) << host->err();
+  EXPECT_EQ(ReadFile(dir.File("w-0")), "2\n");
+  EXPECT_EQ(ReadFile(dir.File("w-1")), "2\n");
+  // Whichever got group rank 0 finished first; if that was the host, it waited.
+  if (ReadFile(dir.File("w-0")).size() > 0 &&
+      host->err().find("(node 0 of 2)") != std::string::npos) {
+    EXPECT_THAT(host->err(), HasSubstr("serving the rendezvous until the other nodes finish"));
+  }
+}
 
 TEST(ElasticHostingTest, UnreachableEndpointExitsThreeNamingIt) {
   Subprocess a({BinPath("ddprun"), "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:1",
