@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
@@ -51,8 +52,14 @@ absl::StatusOr<DistEnv> ReadDistEnv(const EnvGetter& getenv) {
       world_var = "SLURM_NTASKS";
       DDPRUN_ASSIGN_OR_RETURN(world, OptionalInt(getenv, "SLURM_NTASKS", 1, kMaxWorld));
       DDPRUN_ASSIGN_OR_RETURN(local, OptionalInt(getenv, "SLURM_LOCALID", 0, kMaxWorld));
-      DDPRUN_ASSIGN_OR_RETURN(local_world,
-                              OptionalInt(getenv, "SLURM_NTASKS_PER_NODE", 1, kMaxWorld));
+      // Slurm writes e.g. "4" or "2(x3),1"; only the thread default depends on it, so the
+      // leading count is enough and anything else is ignored.
+      int per_node = 0;
+      const std::string tasks = getenv("SLURM_NTASKS_PER_NODE").value_or("");
+      if (absl::SimpleAtoi(tasks.substr(0, tasks.find_first_not_of("0123456789")), &per_node) &&
+          per_node > 0) {
+        local_world = per_node;
+      }
     }
   }
   env.rank = rank.value_or(0);

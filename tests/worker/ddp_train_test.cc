@@ -277,6 +277,34 @@ TEST_F(DdpTrainTest, SigtermCheckpointsThenResumesWithAnotherWorldSize) {
   EXPECT_GT(m[0]["test_acc"].get<double>(), 0.5);
 }
 
+// The newest checkpoint is torn (cut short, as by a crash of an unsynced copy): the next run
+// warns, skips it and resumes from the one before.
+TEST_F(DdpTrainTest, TornNewestCheckpointSkippedOnResume) {
+  const std::string ckpt = dir_.File("ckpt");
+  const std::vector<std::string> args = {"--epochs",           "1",  "--train-subset",     "640",
+                                         "--checkpoint-dir",   ckpt, "--checkpoint-every", "2",
+                                         "--keep-checkpoints", "5"};
+  {
+    Subprocess p(Train(args), Solo());
+    std::optional<ExitStatus> st = p.Wait(seconds(120));
+    ASSERT_TRUE(st.has_value());
+    ASSERT_EQ(st->exit_code, 0) << Describe(p);
+  }
+  const std::string newest = ckpt + "/ckpt-000000000010.ddpt";
+  ASSERT_TRUE(Exists(newest));
+  const std::string bytes = ReadFile(newest);
+  WriteFile(newest, bytes.substr(0, bytes.size() / 3));
+  std::vector<std::string> more = args;
+  more[1] = "2";  // --epochs 2: one more epoch to train after the resume
+  Subprocess p(Train(more), Solo());
+  std::optional<ExitStatus> st = p.Wait(seconds(120));
+  ASSERT_TRUE(st.has_value());
+  ASSERT_EQ(st->exit_code, 0) << Describe(p);
+  EXPECT_THAT(p.out(), HasSubstr("warning: skipping checkpoint: " + newest));
+  EXPECT_THAT(p.out(), HasSubstr("checkpoint: read " + ckpt + "/ckpt-000000000008.ddpt"));
+  EXPECT_THAT(p.out(), HasSubstr("resumed from checkpoint: epoch 1, sample offset 512, step 8"));
+}
+
 class LauncherTest : public DdpTrainTest, public ::testing::WithParamInterface<std::string> {
  protected:
   // The launcher command line up to and including the worker binary's arguments.

@@ -79,6 +79,7 @@ TEST(DistEnvTest, SlurmFallback) {
   absl::StatusOr<DistEnv> env = ReadDistEnv(FakeEnv({{"SLURM_PROCID", "5"},
                                                      {"SLURM_NTASKS", "8"},
                                                      {"SLURM_LOCALID", "1"},
+                                                     {"SLURM_NTASKS_PER_NODE", "2(x4)"},
                                                      {"SLURM_LAUNCH_NODE_IPADDR", "10.1.1.1"}}));
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_TRUE(env->from_slurm);
@@ -87,6 +88,7 @@ TEST(DistEnvTest, SlurmFallback) {
   EXPECT_EQ(env->local_rank, 1);
   EXPECT_EQ(env->master_addr, "10.1.1.1");
   EXPECT_EQ(env->master_port, 29500);
+  EXPECT_EQ(env->local_world_size, 2);
 }
 
 TEST(DistEnvTest, BadValuesNamed) {
