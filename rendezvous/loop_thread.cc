@@ -2,8 +2,6 @@
 
 #include <utility>
 
-#include "absl/time/time.h"
-
 namespace ddprun::rendezvous {
 
 LoopThread::LoopThread() : thread_([this] { Run(); }) {}
@@ -11,23 +9,34 @@ LoopThread::LoopThread() : thread_([this] { Run(); }) {}
 LoopThread::~LoopThread() { Stop(); }
 
 void LoopThread::Post(std::function<void()> fn) {
-  absl::MutexLock lock(&mu_);
-  if (stopping_) return;
-  tasks_.push_back(std::move(fn));
+  bool wake = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return;
+    tasks_.push_back(std::move(fn));
+    wake = sleeping_;
+  }
+  if (wake) wake_.notify_one();
 }
 
 LoopThread::TimerId LoopThread::PostAt(TimePoint when, std::function<void()> fn) {
-  absl::MutexLock lock(&mu_);
-  if (stopping_) return 0;
-  const TimerId id = next_timer_++;
-  timers_.emplace(id, std::make_pair(when, std::move(fn)));
-  timer_order_.emplace(when, id);
-  ++timers_added_;
+  bool wake = false;
+  TimerId id = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return 0;
+    id = next_timer_++;
+    timers_.emplace(id, std::make_pair(when, std::move(fn)));
+    timer_order_.emplace(when, id);
+    ++timers_added_;
+    wake = sleeping_;
+  }
+  if (wake) wake_.notify_one();
   return id;
 }
 
 void LoopThread::Cancel(TimerId id) {
-  absl::MutexLock lock(&mu_);
+  std::lock_guard<std::mutex> lock(mu_);
   auto it = timers_.find(id);
   if (it == timers_.end()) return;
   auto range = timer_order_.equal_range(it->second.first);
@@ -42,22 +51,22 @@ void LoopThread::Cancel(TimerId id) {
 
 void LoopThread::Stop() {
   {
-    absl::MutexLock lock(&mu_);
+    std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return;
     stopping_ = true;
   }
+  wake_.notify_one();
   if (thread_.joinable()) thread_.join();
 }
 
 void LoopThread::Run() {
+  std::deque<std::function<void()>> batch;
   for (;;) {
-    std::function<void()> task;
     {
-      absl::MutexLock lock(&mu_);
+      std::unique_lock<std::mutex> lock(mu_);
       for (;;) {
         if (!tasks_.empty()) {
-          task = std::move(tasks_.front());
-          tasks_.pop_front();
+          batch.swap(tasks_);  // every queued task, in order, for one lock acquisition
           break;
         }
         if (stopping_) return;
@@ -66,25 +75,27 @@ void LoopThread::Run() {
           const TimerId id = timer_order_.begin()->second;
           timer_order_.erase(timer_order_.begin());
           auto it = timers_.find(id);
-          task = std::move(it->second.second);
+          batch.push_back(std::move(it->second.second));
           timers_.erase(it);
           break;
         }
         // Sleeps until a task is posted, Stop() is called, a timer is added (it may be due
         // sooner), or the first timer is due.
         const uint64_t timers_seen = timers_added_;
-        auto ready = [this, timers_seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        auto ready = [this, timers_seen] {
           return !tasks_.empty() || stopping_ || timers_added_ != timers_seen;
         };
+        sleeping_ = true;
         if (timer_order_.empty()) {
-          mu_.Await(absl::Condition(&ready));
+          wake_.wait(lock, ready);
         } else {
-          const auto wait = timer_order_.begin()->first - now;
-          mu_.AwaitWithTimeout(absl::Condition(&ready), absl::FromChrono(wait));
+          wake_.wait_until(lock, timer_order_.begin()->first, ready);
         }
+        sleeping_ = false;
       }
     }
-    task();
+    for (std::function<void()>& task : batch) task();
+    batch.clear();
   }
 }
 

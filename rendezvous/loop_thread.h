@@ -10,15 +10,15 @@
 #ifndef DDPRUN_RENDEZVOUS_LOOP_THREAD_H_
 #define DDPRUN_RENDEZVOUS_LOOP_THREAD_H_
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <string>
 #include <thread>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/executor.h"
 
@@ -47,14 +47,19 @@ class LoopThread final : public Executor {
  private:
   void Run();
 
-  absl::Mutex mu_;
-  std::deque<std::function<void()>> tasks_ ABSL_GUARDED_BY(mu_);
-  std::multimap<TimePoint, TimerId> timer_order_ ABSL_GUARDED_BY(mu_);
-  std::map<TimerId, std::pair<TimePoint, std::function<void()>>> timers_ ABSL_GUARDED_BY(mu_);
-  TimerId next_timer_ ABSL_GUARDED_BY(mu_) = 1;
+  // A std::mutex and condition variable rather than absl::Mutex conditions: posters wake the
+  // loop only when it sleeps, and the loop takes every queued task in one swap, which keeps a
+  // burst of 10,000 joins from costing 10,000 futex wake-ups.
+  std::mutex mu_;
+  std::condition_variable wake_;
+  std::deque<std::function<void()>> tasks_;                                // guarded by mu_
+  std::multimap<TimePoint, TimerId> timer_order_;                          // guarded by mu_
+  std::map<TimerId, std::pair<TimePoint, std::function<void()>>> timers_;  // guarded by mu_
+  TimerId next_timer_ = 1;                                                 // guarded by mu_
   // Bumped by PostAt so that a loop asleep on an older (or no) first deadline wakes up.
-  uint64_t timers_added_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t timers_added_ = 0;  // guarded by mu_
+  bool sleeping_ = false;      // guarded by mu_
+  bool stopping_ = false;      // guarded by mu_
   std::thread thread_;
 };
 
