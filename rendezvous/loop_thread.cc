@@ -65,20 +65,19 @@ void LoopThread::Run() {
     {
       std::unique_lock<std::mutex> lock(mu_);
       for (;;) {
-        if (!tasks_.empty()) {
-          batch.swap(tasks_);  // every queued task, in order, for one lock acquisition
-          break;
-        }
-        if (stopping_) return;
+        // Every queued task, in order, for one lock acquisition; then the timers that are due,
+        // so that a steady stream of posts cannot starve them.
+        batch.swap(tasks_);
         const TimePoint now = std::chrono::steady_clock::now();
-        if (!timer_order_.empty() && timer_order_.begin()->first <= now) {
+        while (!stopping_ && !timer_order_.empty() && timer_order_.begin()->first <= now) {
           const TimerId id = timer_order_.begin()->second;
           timer_order_.erase(timer_order_.begin());
           auto it = timers_.find(id);
           batch.push_back(std::move(it->second.second));
           timers_.erase(it);
-          break;
         }
+        if (!batch.empty()) break;
+        if (stopping_) return;
         // Sleeps until a task is posted, Stop() is called, a timer is added (it may be due
         // sooner), or the first timer is due.
         const uint64_t timers_seen = timers_added_;

@@ -65,6 +65,20 @@ TEST(LoopThreadTest, CancelledTimerNeverRuns) {
   loop.Cancel(id);  // again: a no-op
 }
 
+TEST(LoopThreadTest, BusyLoopStillRunsDueTimers) {
+  LoopThread loop;
+  std::atomic<bool> stop_spinning{false};
+  // A task that keeps re-posting itself: the queue is never empty.
+  std::function<void()> spin = [&] {
+    if (!stop_spinning) loop.Post(spin);
+  };
+  loop.Post(spin);
+  absl::Notification fired;
+  loop.PostAt(std::chrono::steady_clock::now() + milliseconds(20), [&] { fired.Notify(); });
+  EXPECT_TRUE(fired.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  stop_spinning = true;
+}
+
 TEST(LoopThreadTest, StopRunsWhatWasPostedAndDropsLaterPosts) {
   std::atomic<int> ran{0};
   LoopThread loop;
