@@ -77,6 +77,7 @@ TEST(LoopThreadTest, BusyLoopStillRunsDueTimers) {
   loop.PostAt(std::chrono::steady_clock::now() + milliseconds(20), [&] { fired.Notify(); });
   EXPECT_TRUE(fired.WaitForNotificationWithTimeout(absl::Seconds(10)));
   stop_spinning = true;
+  loop.Stop();  // while `spin` and `stop_spinning`, which queued tasks use, still exist
 }
 
 TEST(LoopThreadTest, StopRunsWhatWasPostedAndDropsLaterPosts) {
