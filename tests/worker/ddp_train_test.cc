@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -348,10 +349,24 @@ TEST_P(LauncherTest, TwoRanksTrainTogether) {
 // SIGKILL one worker mid-epoch: the launcher restarts the group (restart budget 1) and the new
 // round resumes from the last checkpoint, not from step 0, and reaches a normal accuracy.
 TEST_P(LauncherTest, KilledWorkerGroupRestartsFromCheckpoint) {
-  const std::string ckpt = dir_.File("ckpt");
-  Subprocess p(Launch(1, {"--epochs", "2", "--train-subset", "3200", "--checkpoint-dir", ckpt,
-                          "--checkpoint-every", "5", "--metrics-file", dir_.File("m.jsonl")}),
-               {{"TORCHELASTIC_ERROR_FILE", "\x01unset"}});
+  auto args = [&](const std::string& name) {
+    return std::vector<std::string>{"--epochs",           "2",
+                                    "--train-subset",     "3200",
+                                    "--checkpoint-dir",   dir_.File(name + "-ckpt"),
+                                    "--checkpoint-every", "5",
+                                    "--metrics-file",     dir_.File(name + ".jsonl")};
+  };
+  // The same run without interruption, for the accuracy to compare with.
+  {
+    Subprocess ref(Launch(0, args("ref")), {{"TORCHELASTIC_ERROR_FILE", "\x01unset"}});
+    std::optional<ExitStatus> st = ref.Wait(seconds(180));
+    ASSERT_TRUE(st.has_value());
+    ASSERT_EQ(st->exit_code, 0) << Describe(ref);
+  }
+  std::vector<nlohmann::json> ref = ReadMetrics(dir_.File("ref.jsonl"));
+  ASSERT_EQ(ref.size(), 2u);
+
+  Subprocess p(Launch(1, args("killed")), {{"TORCHELASTIC_ERROR_FILE", "\x01unset"}});
   // Epoch 2 has begun and a mid-epoch checkpoint exists: kill rank 1 there.
   ASSERT_TRUE(p.WaitForOutputContains("checkpoint: saved step 30 ", seconds(180))) << Describe(p);
   std::optional<pid_t> victim;
@@ -364,12 +379,20 @@ TEST_P(LauncherTest, KilledWorkerGroupRestartsFromCheckpoint) {
   const std::string out = p.out();
   EXPECT_THAT(out, HasSubstr("resumed from checkpoint: epoch 2"));
   EXPECT_THAT(out, HasSubstr("restart 1"));
-  std::vector<nlohmann::json> m = ReadMetrics(dir_.File("m.jsonl"));
-  ASSERT_EQ(m.size(), 2u) << ReadFile(dir_.File("m.jsonl"));
+  std::vector<nlohmann::json> m = ReadMetrics(dir_.File("killed.jsonl"));
+  ASSERT_EQ(m.size(), 2u) << ReadFile(dir_.File("killed.jsonl"));
   EXPECT_EQ(m[1]["epoch"], 2);
   EXPECT_TRUE(m[1]["resumed"].get<bool>());
   // Work done before the kill is not repeated: 2 epochs x 3200 samples / (64 x 2) = 50 steps.
   EXPECT_EQ(m[1]["global_step"], 50);
+  // Same world size, same data order, optimizer state and RNG restored: the resumed run ends
+  // exactly where the uninterrupted one does (bit-identical here; one intra-op thread, a sum of
+  // two values is order-independent), so the tolerance is tight.
+  std::cout << "uninterrupted: " << ref[1].dump() << "\nkilled+resumed: " << m[1].dump()
+            << std::endl;
+  EXPECT_NEAR(m[1]["test_acc"].get<double>(), ref[1]["test_acc"].get<double>(), 0.002);
+  EXPECT_NEAR(m[1]["test_loss"].get<double>(), ref[1]["test_loss"].get<double>(), 1e-4);
+  EXPECT_NEAR(m[1]["train_loss"].get<double>(), ref[1]["train_loss"].get<double>(), 1e-4);
   EXPECT_GT(m[1]["test_acc"].get<double>(), 0.6);
 }
 
