@@ -17,6 +17,7 @@
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
+#include "launcher/slurm_env.h"
 #include "launcher/yaml_config.h"
 
 #ifndef DDPRUN_VERSION
@@ -74,6 +75,8 @@ constexpr FlagDef kFlags[] = {
     {"stop-timeout", "", false,
      "Seconds between SIGTERM and SIGKILL when stopping workers. Default 10."},
     {"quiet", "", true, "Only warnings and errors from ddprun itself."},
+    {"no-slurm", "", true,
+     "Ignore the Slurm job environment (also DDPRUN_NO_SLURM=1); see README, Slurm."},
 };
 
 bool IsStopSignal(int sig) {
@@ -276,6 +279,7 @@ absl::Status Apply(const std::string& flag, const Sourced& s, const HostInfo& ho
     DDPRUN_ASSIGN_OR_RETURN(o->stop_timeout, ParseSeconds(s.where, s.value));
     return absl::OkStatus();
   }
+  if (flag == "no-slurm") return BoolOf(s).status();  // read by SlurmWanted()
   if (flag == "quiet") {
     DDPRUN_ASSIGN_OR_RETURN(bool quiet, BoolOf(s));
     o->verbose = !quiet;
@@ -489,7 +493,7 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
         " (see --help)"));
   }
 
-  // Merge: defaults < PET_* < YAML < command line. Apply in that order; later wins.
+  // Merge: defaults < Slurm < PET_* < YAML < command line. Apply in that order; later wins.
   LaunchOptions& o = result.options;
   std::vector<std::pair<std::string, Sourced>> ordered;
   for (const FlagDef& f : kFlags) {
@@ -522,8 +526,21 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
       ordered.push_back({f.name, {cli_values[f.name], absl::StrCat("--", f.name)}});
     }
   }
+  // Inside a Slurm job step its defaults go first, below every explicit source (slurm_env.h),
+  // and the step's GPUs stand for the host's.
+  HostInfo effective_host = host;
+  std::vector<FlagValue> given;
+  for (const auto& [flag, s] : ordered) given.push_back({flag, s.value, s.where});
+  if (SlurmWanted(env, given)) {
+    DDPRUN_ASSIGN_OR_RETURN(SlurmStep step, ReadSlurmStep(env));
+    DDPRUN_ASSIGN_OR_RETURN(result.slurm, PlanSlurm(step, given));
+    effective_host.gpu_count = step.gpus;
+    std::vector<std::pair<std::string, Sourced>> slurm;
+    for (const FlagValue& f : result.slurm->defaults) slurm.push_back({f.flag, {f.value, f.where}});
+    ordered.insert(ordered.begin(), slurm.begin(), slurm.end());
+  }
   for (const auto& [flag, sourced] : ordered) {
-    DDPRUN_RETURN_IF_ERROR(Apply(flag, sourced, host, &o));
+    DDPRUN_RETURN_IF_ERROR(Apply(flag, sourced, effective_host, &o));
   }
 
   if (!rest.empty()) {

@@ -3,17 +3,20 @@
 //   1. the command line;
 //   2. the YAML file named by --config (every flag has a key, see yaml_config.h);
 //   3. PET_<FLAG> environment variables, as torchrun reads them (PET_NPROC_PER_NODE=4);
-//   4. torchrun's defaults.
+//   4. inside a Slurm job step, what the step implies (slurm_env.h; --no-slurm turns it off);
+//   5. torchrun's defaults.
 // Everything after the training script is passed to it untouched.
 #ifndef DDPRUN_LAUNCHER_CLI_H_
 #define DDPRUN_LAUNCHER_CLI_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "launcher/host_info.h"
 #include "launcher/options.h"
+#include "launcher/slurm_env.h"
 
 namespace ddprun::launcher {
 
@@ -22,6 +25,7 @@ struct CommandLine {
   bool exit_now = false;
   std::string text;
   LaunchOptions options;
+  std::optional<SlurmPlan> slurm;  // set inside a Slurm job (unless --no-slurm)
 };
 
 // `args` excludes argv[0]. Errors are kInvalidArgument with one line naming the flag (or

@@ -5,6 +5,7 @@
 #include "common/log.h"
 #include "launcher/agent.h"
 #include "launcher/cli.h"
+#include "launcher/slurm_per_task.h"
 #include "launcher/status_command.h"
 
 int main(int argc, char** argv) {
@@ -25,6 +26,15 @@ int main(int argc, char** argv) {
     return 0;
   }
   ddprun::SetVerbose(parsed->options.verbose);
+  if (parsed->slurm) {
+    for (const std::string& w : parsed->slurm->warnings) ddprun::LogWarning(w);
+    ddprun::LogInfo(DescribeSlurmPlan(*parsed->slurm, parsed->options));
+    if (parsed->slurm->mode == SlurmMode::kPerTask) {
+      const absl::Status s = ExecPerTask(*parsed->slurm, parsed->options, env);  // on failure
+      ddprun::WriteAll(2, absl::StrCat("ddprun: error: ", s.message(), "\n"));
+      return kExitUsage;
+    }
+  }
   Agent::BlockAgentSignals(parsed->options);
   Agent agent(std::move(parsed->options), env, host);
   return agent.Run();
