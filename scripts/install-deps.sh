@@ -16,6 +16,8 @@ PACKAGES=(
   # real peers and data for tests, demo and benchmarks
   python3-torch python3-torchvision dataset-fashion-mnist
   python3-matplotlib  # scripts/plot_metrics.py (ddp-train metrics plots)
+  openssl                    # TLS test certificates (rendezvous_tls_test)
+  etcd-server etcd-client    # the etcd v3 rendezvous backend's tests
   procps time
 )
 
