@@ -378,6 +378,10 @@ absl::StatusOr<MnistOutcome> MnistTrainer::Run() {
       train_.count, test_.count, options_.batch_size, options_.epochs, env_.restart_count));
 
   bool resumed = state_.global_step > 0;
+  if (state_.epoch > options_.epochs) {
+    Log(absl::StrFormat("nothing to train: the checkpoint is past epoch %d (--epochs %d)",
+                        state_.epoch - 1, options_.epochs));
+  }
   while (state_.epoch <= options_.epochs) {
     int64_t samples = 0;
     double train_s = 0;
