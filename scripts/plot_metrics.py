@@ -42,7 +42,7 @@ def main(argv):
     p.add_argument("--label", action="append", default=[],
                    help="label for the next file (repeatable, in file order)")
     p.add_argument("files", nargs="+", help="metrics files (JSON lines)")
-    a = p.parse_args(argv)
+    a = p.parse_intermixed_args(argv)  # labels may sit between the files
     if a.label and len(a.label) != len(a.files):
         raise SystemExit(f"--label given {len(a.label)} times for {len(a.files)} files")
 

@@ -228,7 +228,8 @@ TEST_F(DdpTrainTest, SingleProcessLearnsAndWritesMetrics) {
   // The plot command draws this run (and the same file again as a second run) into a PNG.
   Subprocess plot({::ddprun::testing::SystemPython(),
                    ::ddprun::testing::SourcePath("scripts/plot_metrics.py"), "-o",
-                   dir_.File("curves.png"), dir_.File("m.jsonl"), dir_.File("m.jsonl")});
+                   dir_.File("curves.png"), "--label", "run a", dir_.File("m.jsonl"), "--label",
+                   "run b", dir_.File("m.jsonl")});
   std::optional<ExitStatus> pst = plot.Wait(seconds(120));
   ASSERT_TRUE(pst.has_value());
   if (pst->exit_code != 0 && absl::StrContains(plot.err(), "No module named 'matplotlib'")) {
