@@ -42,10 +42,15 @@ using ::testing::HasSubstr;
 
 constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
 
-std::string Torchrun() { return ::ddprun::testing::SourcePath("../shared/tools/torchrun113"); }
-
+// The reference torchrun, as tests/integration finds it: $DDPRUN_TORCHRUN, else
+// ../shared/tools/torchrun113 beside the checkout, else the repository's own wrapper of Debian's
+// torchrun with the same Python 3.11 fix. Empty when none is usable.
 std::string FindTorchrun() {
-  for (const std::string& p : {Torchrun(), std::string("/work/shared/tools/torchrun113")}) {
+  const char* env = getenv("DDPRUN_TORCHRUN");
+  if (env != nullptr) return env;
+  for (const std::string& p :
+       {::ddprun::testing::SourcePath("../shared/tools/torchrun113"),
+        ::ddprun::testing::SourcePath("tests/integration/scripts/torchrun_py311.py")}) {
     if (access(p.c_str(), X_OK) == 0) return p;
   }
   return "";
