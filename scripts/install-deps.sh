@@ -18,6 +18,7 @@ PACKAGES=(
   python3-matplotlib  # scripts/plot_metrics.py (ddp-train metrics plots)
   openssl                    # TLS test certificates (rendezvous_tls_test)
   etcd-server etcd-client    # the etcd v3 rendezvous backend's tests
+  slurm-wlm munge            # tests/slurm: a private slurmctld + 2 slurmd on this host
   procps time
 )
 

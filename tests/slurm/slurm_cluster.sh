@@ -142,6 +142,8 @@ InactiveLimit=0
 MinJobAge=30
 KillWait=30
 JobRequeue=1
+# Job ids (and so ddprun's derived ports) differ between clusters that tests run side by side.
+FirstJobId=$((1000 + RANDOM * 8))
 NodeName=n1 NodeHostname=$host NodeAddr=127.0.0.1 Port=${node_ports[0]} CPUs=4 State=UNKNOWN
 NodeName=n2 NodeHostname=$host NodeAddr=127.0.0.1 Port=${node_ports[1]} CPUs=4 State=UNKNOWN
 PartitionName=debug Nodes=n[1-2] Default=YES MaxTime=INFINITE State=UP
