@@ -1,6 +1,7 @@
 #include "common/strings.h"
 
 #include <cmath>
+#include <random>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -84,6 +85,19 @@ absl::StatusOr<HostPort> ParseHostPort(absl::string_view what, absl::string_view
     hp.port = static_cast<int>(port);
   }
   return hp;
+}
+
+std::string RandomHex(int bytes) {
+  std::random_device rd;
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(static_cast<size_t>(bytes) * 2);
+  for (int i = 0; i < bytes; ++i) {
+    const unsigned v = rd() & 0xff;
+    out.push_back(kHex[v >> 4]);
+    out.push_back(kHex[v & 0xf]);
+  }
+  return out;
 }
 
 std::string FormatHostPort(absl::string_view host, int port) {

@@ -31,6 +31,9 @@ struct HostPort {
 absl::StatusOr<HostPort> ParseHostPort(absl::string_view what, absl::string_view value,
                                        int default_port);
 
+// `bytes` random bytes as lowercase hex (run ids, node ids, private tokens).
+std::string RandomHex(int bytes);
+
 // "[::1]:5" for IPv6 hosts, "host:5" otherwise.
 std::string FormatHostPort(absl::string_view host, int port);
 

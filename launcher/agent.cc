@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/strings.h"
 #include "launcher/failure_report.h"
 #include "launcher/worker_env.h"
 
@@ -37,18 +38,6 @@ bool IsStopSignal(int sig) {
     if (s == sig) return true;
   }
   return false;
-}
-
-std::string RandomHex(int bytes) {
-  std::random_device rd;
-  std::string out;
-  static const char kHex[] = "0123456789abcdef";
-  for (int i = 0; i < bytes; ++i) {
-    const unsigned v = rd() & 0xff;
-    out.push_back(kHex[v >> 4]);
-    out.push_back(kHex[v & 0xf]);
-  }
-  return out;
 }
 
 absl::Status MakeDirs(const std::string& path) {

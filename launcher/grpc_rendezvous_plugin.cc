@@ -22,15 +22,27 @@ namespace {
 // Whether something on this host already listens on `port` (another agent of the job, or
 // ddprun-rdzv): then this agent joins that server instead of starting its own. Asked before
 // starting gRPC, whose failed bind would log an error.
-bool PortInUse(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+bool PortInUse(const std::string& host, int port) {
+  // Bind the wildcard of the family the server would bind (see Create), without SO_REUSEADDR:
+  // any listener on that port, on any address of this family, makes it fail.
+  const bool v6 = host.find(':') != std::string::npos;
+  const int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  const bool in_use =
-      bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 && errno == EADDRINUSE;
+  int rc;
+  if (v6) {
+    sockaddr_in6 addr{};
+    addr.sin6_family = AF_INET6;
+    addr.sin6_addr = in6addr_any;
+    addr.sin6_port = htons(static_cast<uint16_t>(port));
+    rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  } else {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  }
+  const bool in_use = rc != 0 && errno == EADDRINUSE;
   close(fd);
   return in_use;
 }
@@ -99,7 +111,7 @@ class PluginImpl final : public GrpcRendezvousPlugin {
     auto client = ClientOptionsFor(s);
     if (!client.ok()) return client.status();
     std::unique_ptr<rendezvous::RendezvousServer> server;
-    if (s.host_here && (s.must_host || !PortInUse(s.endpoint_port))) {
+    if (s.host_here && (s.must_host || !PortInUse(s.endpoint_host, s.endpoint_port))) {
       rendezvous::ServerOptions o;
       o.host = s.endpoint_host.find(':') != std::string::npos ? "::" : "0.0.0.0";
       o.port = s.endpoint_port;
@@ -109,9 +121,13 @@ class PluginImpl final : public GrpcRendezvousPlugin {
       o.tls.client_ca_file = s.tls_client_ca;
       o.default_timeouts = s.timeouts;
       auto started = rendezvous::RendezvousServer::Start(o);
-      if (!started.ok()) return started.status();
-      server = std::move(*started);
-      LogInfo(absl::StrCat("hosting the rendezvous on ", server->address()));
+      if (started.ok()) {
+        server = std::move(*started);
+        LogInfo(absl::StrCat("hosting the rendezvous on ", server->address()));
+      } else if (s.must_host || started.status().code() != absl::StatusCode::kUnavailable) {
+        return started.status();
+      }
+      // else: another process took the port between the check and the bind: join it.
     }
     return std::unique_ptr<GrpcRendezvous>(
         new GrpcRendezvousImpl(std::move(server), *std::move(client), executor));

@@ -20,18 +20,6 @@
 namespace ddprun::launcher {
 namespace {
 
-std::string RandomHex(int bytes) {
-  std::random_device rd;
-  static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (int i = 0; i < bytes; ++i) {
-    const unsigned v = rd() & 0xff;
-    out.push_back(kHex[v >> 4]);
-    out.push_back(kHex[v & 0xf]);
-  }
-  return out;
-}
-
 absl::StatusOr<std::chrono::milliseconds> Seconds(const std::string& key,
                                                   const std::string& value) {
   return ParseSeconds(absl::StrCat("--rdzv-conf ", key), value);

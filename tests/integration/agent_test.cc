@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "tests/testing/reserved_port.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
 
@@ -23,6 +24,7 @@ using testing::BinPath;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::ReadFile;
+using testing::ReservedPort;
 using testing::SourcePath;
 using testing::Subprocess;
 using testing::TempDir;
@@ -310,33 +312,10 @@ TEST(AgentTest, RecordErrorFileShownInSummary) {
   EXPECT_THAT(err, HasSubstr("in check"));
 }
 
-// Holds a port the way ddprun does for its rank-0 worker: bound with SO_REUSEADDR, not
-// listening, so nothing else takes it while the workers' TCPStore can still bind it.
-class ReservedPort {
- public:
-  ReservedPort() {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    const int one = 1;
-    setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    socklen_t len = sizeof(addr);
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-  }
-  ~ReservedPort() { close(fd_); }
-  int port() const { return port_; }
-
- private:
-  int fd_;
-  int port_;
-};
-
 TEST(AgentTest, StaticTwoNodesFormOneWorld) {
   TempDir out;
   ReservedPort port;
+  ASSERT_GT(port.port(), 0);
   std::vector<std::unique_ptr<Subprocess>> nodes;
   for (int node = 0; node < 2; ++node) {
     nodes.push_back(std::make_unique<Subprocess>(

@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 
+#include "tests/testing/reserved_port.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
 
@@ -26,6 +27,7 @@ namespace {
 using testing::BinPath;
 using ::testing::HasSubstr;
 using testing::ReadFile;
+using testing::ReservedPort;
 using testing::SourcePath;
 using testing::Subprocess;
 using testing::TempDir;
@@ -382,34 +384,11 @@ TEST(ElasticAddressTest, LocalAddrOverridesWhatTheServerSaw) {
   EXPECT_EQ(ReadFile(dir.File("addr")), "127.0.0.5\n");
 }
 
-// Holds a port the way ddprun holds its master port: SO_REUSEADDR, bound, not listening, so
-// the agent's gRPC server (which also sets SO_REUSEADDR) can take it and nothing else can.
-class ReservedPort {
- public:
-  ReservedPort() {
-    fd_ = socket(AF_INET, SOCK_STREAM, 0);
-    const int one = 1;
-    setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-    socklen_t len = sizeof(addr);
-    getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
-  }
-  ~ReservedPort() { close(fd_); }
-  int port() const { return port_; }
-
- private:
-  int fd_;
-  int port_;
-};
-
 // torchrun's way: the agent on the endpoint's host serves the rendezvous, and it keeps serving
 // after its own workers are done until the other node has finished.
 TEST(ElasticHostingTest, HostingAgentServesUntilTheOthersFinish) {
   ReservedPort port;
+  ASSERT_GT(port.port(), 0);
   TempDir dir;
   const std::string endpoint = "--rdzv-endpoint=127.0.0.1:" + std::to_string(port.port());
   auto host = std::make_unique<Subprocess>(std::vector<std::string>{
