@@ -44,15 +44,22 @@ free_port() {
 
 pid_alive() { [[ -n "$1" ]] && kill -0 "$1" 2>/dev/null; }
 
-stop_pidfile() {
-  local f=$1 pid
-  [[ -f "$f" ]] || return 0
-  pid=$(cat "$f" 2>/dev/null)
-  if pid_alive "$pid"; then
-    kill -TERM "$pid" 2>/dev/null
+# Stops the daemons whose pid files are given: SIGTERM to all at once (slurmd takes about 2 s
+# to shut down), SIGKILL to any still there after 10 s.
+stop_pidfiles() {
+  local f pid pids=()
+  for f in "$@"; do
+    [[ -f "$f" ]] || continue
+    pid=$(cat "$f" 2>/dev/null)
+    if pid_alive "$pid"; then
+      kill -TERM "$pid" 2>/dev/null
+      pids+=("$pid")
+    fi
+  done
+  for pid in "${pids[@]}"; do
     wait_for 10 bash -c "! kill -0 $pid 2>/dev/null" || kill -KILL "$pid" 2>/dev/null
-  fi
-  rm -f "$f"
+  done
+  rm -f "$@"
 }
 
 # Processes with a file descriptor or working directory under $dir (slurmstepd, tasks).
@@ -175,10 +182,10 @@ stop() {
     scancel --quiet --full --user=root 2>/dev/null
     wait_for 30 bash -c '[[ -z "$(squeue -h -t R,CG,PD 2>/dev/null)" ]]'
   fi
-  local n
-  for n in "${nodes[@]}"; do stop_pidfile "$dir/slurmd-$n.pid"; done
-  stop_pidfile "$dir/slurmctld.pid"
-  stop_pidfile "$dir/munge/munged.pid"
+  local n pidfiles=("$dir/slurmctld.pid")
+  for n in "${nodes[@]}"; do pidfiles+=("$dir/slurmd-$n.pid"); done
+  stop_pidfiles "${pidfiles[@]}"
+  stop_pidfiles "$dir/munge/munged.pid"  # last: the others talk to it while stopping
   local pids
   pids=$(procs_using_dir)
   if [[ -n "$pids" ]]; then
