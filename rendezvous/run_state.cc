@@ -399,9 +399,68 @@ void RunState::CloseRun(const absl::Status& status, const std::optional<WorkerFa
   by_last_seen_.clear();
   members_in_round_ = 0;
   phase_ = RunPhase::kClosed;
+  close_status_ = status;
   close_message_ = status.ok() ? "succeeded" : std::string(status.message());
   join_deadline_.reset();
   last_call_deadline_.reset();
+}
+
+RunSnapshot RunState::Snapshot() const {
+  RunSnapshot s;
+  s.round = round_;
+  s.phase = phase_;
+  s.restarts_used = restarts_used_;
+  s.succeeded_in_round = succeeded_in_round_;
+  for (const auto& [conn, node] : nodes_) {
+    s.members.push_back({node.info.node_id, node.group_rank, node.in_round});
+  }
+  if (phase_ == RunPhase::kClosed) {
+    s.close_status = close_status_;
+  }
+  return s;
+}
+
+void RunState::Restore(const RunSnapshot& s, TimePoint now, Outbox* out) {
+  round_ = s.round;
+  restarts_used_ = s.restarts_used;
+  if (s.phase == RunPhase::kClosed) {
+    CloseRun(s.close_status, std::nullopt, out);
+    return;
+  }
+  std::unordered_map<std::string, const RunSnapshot::Member*> known;
+  for (const RunSnapshot::Member& m : s.members) known[m.node_id] = &m;
+  members_in_round_ = 0;
+  std::string newcomer;
+  for (auto& [conn, node] : nodes_) {
+    auto it = known.find(node.info.node_id);
+    node.group_rank = it != known.end() ? it->second->group_rank : -1;
+    node.in_round = it != known.end() && it->second->in_round && s.phase == RunPhase::kRunning;
+    if (node.in_round) ++members_in_round_;
+    if (it == known.end() && newcomer.empty()) newcomer = Describe(node);
+  }
+  phase_ = s.phase;
+  succeeded_in_round_ = s.succeeded_in_round;
+  join_deadline_.reset();
+  last_call_deadline_.reset();
+  if (phase_ == RunPhase::kJoining) {
+    join_deadline_ = now + timeouts_.join_timeout;
+    MaybeFormRound(now, out);
+    return;
+  }
+  std::string lost;
+  int num_lost = 0;
+  for (const RunSnapshot::Member& m : s.members) {
+    if (m.in_round && by_node_id_.count(m.node_id) == 0 && num_lost++ == 0) {
+      lost = absl::StrCat("node ", m.node_id);
+    }
+  }
+  if (num_lost > 0) {
+    const std::string more = num_lost > 1 ? absl::StrCat(" (and ", num_lost - 1, " more)") : "";
+    RestartRound(absl::StrCat(lost, more, " was lost while the rendezvous changed coordinator"),
+                 /*is_failure=*/true, std::nullopt, now, out);
+  } else if (!newcomer.empty() && members_in_round() < max_nodes_ && succeeded_in_round_ == 0) {
+    RestartRound(absl::StrCat(newcomer, " joined"), /*is_failure=*/false, std::nullopt, now, out);
+  }
 }
 
 RunStatus RunState::Status() const {

@@ -66,6 +66,23 @@ struct RunStatus {
   std::string close_message;
 };
 
+// The durable part of a run: what a new coordinator needs to continue it when the old one is
+// gone (the etcd backend persists it with every change). Connections are not in it: the nodes
+// join the new RunState again and Restore() puts them back in their places.
+struct RunSnapshot {
+  struct Member {
+    std::string node_id;
+    int group_rank = -1;
+    bool in_round = false;
+  };
+  int64_t round = 0;
+  RunPhase phase = RunPhase::kJoining;
+  int restarts_used = 0;
+  int succeeded_in_round = 0;
+  std::vector<Member> members;  // every connected node, members of the round and waiting
+  absl::Status close_status;    // when closed
+};
+
 class RunState {
  public:
   // `first` creates the run and sets what every later agent must agree with.
@@ -85,6 +102,13 @@ class RunState {
   void StreamBroken(ConnId conn, TimePoint now, Outbox* out);
   // Time passed: last call, join timeout and leases.
   void Tick(TimePoint now, Outbox* out);
+
+  RunSnapshot Snapshot() const;
+  // Continues the run of `snapshot` with the nodes that joined this RunState since it was made
+  // (their join messages are not to be sent again). Members of the snapshot's round that did
+  // not join again are lost (a failure, as with a broken stream); nodes the snapshot does not
+  // know are newcomers.
+  void Restore(const RunSnapshot& snapshot, TimePoint now, Outbox* out);
 
   // When Tick next has something to do; nullopt: nothing pending.
   std::optional<TimePoint> NextDeadline() const;
@@ -148,6 +172,7 @@ class RunState {
   std::optional<TimePoint> join_deadline_;       // set while joining
   std::optional<TimePoint> last_call_deadline_;  // set while joining with >= min nodes
   std::string close_message_;
+  absl::Status close_status_;  // what CloseRun was given
 };
 
 }  // namespace ddprun::rendezvous
