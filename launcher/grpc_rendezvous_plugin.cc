@@ -8,10 +8,13 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/strings.h"
+#include "rendezvous/etcd_rendezvous.h"
 #include "rendezvous/rendezvous_client.h"
 #include "rendezvous/rendezvous_server.h"
 #include "rendezvous/security.h"
@@ -104,8 +107,71 @@ class GrpcRendezvousImpl final : public GrpcRendezvous {
   std::unique_ptr<rendezvous::RendezvousClient> client_;
 };
 
+// The etcd backend behind the plugin's interface: it never hosts anything.
+class EtcdRendezvousImpl final : public GrpcRendezvous {
+ public:
+  explicit EtcdRendezvousImpl(std::unique_ptr<rendezvous::EtcdRendezvous> impl)
+      : impl_(std::move(impl)) {}
+  void Join(const rendezvous::NodeInfo& node, rendezvous::RendezvousEvents* events) override {
+    impl_->Join(node, events);
+  }
+  void ReportGroupState(int64_t round, rendezvous::GroupState state,
+                        const std::optional<rendezvous::WorkerFailure>& failure) override {
+    impl_->ReportGroupState(round, state, failure);
+  }
+  void Leave(const std::string& reason) override { impl_->Leave(reason); }
+  bool hosting() const override { return false; }
+  int OtherAgents(const std::string&) override { return 0; }
+
+ private:
+  std::unique_ptr<rendezvous::EtcdRendezvous> impl_;
+};
+
+// The etcd password: from a file (first line) or $DDPRUN_ETCD_PASSWORD, never the command line.
+absl::StatusOr<std::string> LoadEtcdPassword(const std::string& file) {
+  if (file.empty()) {
+    const char* env = std::getenv("DDPRUN_ETCD_PASSWORD");
+    if (env == nullptr || *env == '\0') {
+      return absl::InvalidArgumentError(
+          "--rdzv-conf etcd_user needs a password: set DDPRUN_ETCD_PASSWORD or --rdzv-conf "
+          "etcd_password_file=FILE");
+    }
+    return std::string(env);
+  }
+  std::ifstream in(file);
+  std::string line;
+  if (!in || !std::getline(in, line) || line.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rdzv-conf etcd_password_file=", file, ": cannot read a password from it"));
+  }
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  return line;
+}
+
 class PluginImpl final : public GrpcRendezvousPlugin {
  public:
+  absl::StatusOr<std::unique_ptr<GrpcRendezvous>> CreateEtcd(const EtcdSettings& s,
+                                                             Executor* executor) override {
+    rendezvous::EtcdRendezvousOptions o;
+    o.etcd.endpoints = s.endpoints;
+    o.etcd.user = s.user;
+    if (!s.user.empty()) {
+      auto password = LoadEtcdPassword(s.password_file);
+      if (!password.ok()) return password.status();
+      o.etcd.password = *password;
+    }
+    o.etcd.tls.ca_file = s.tls_ca;
+    o.etcd.tls.cert_file = s.tls_cert;
+    o.etcd.tls.key_file = s.tls_key;
+    o.etcd.tls.server_name_override = s.tls_server_name;
+    o.prefix = s.prefix;
+    o.timeouts = s.timeouts;
+    o.read_timeout = s.read_timeout;
+    auto impl = rendezvous::EtcdRendezvous::Create(std::move(o), executor);
+    if (!impl.ok()) return impl.status();
+    return std::unique_ptr<GrpcRendezvous>(new EtcdRendezvousImpl(*std::move(impl)));
+  }
+
   absl::StatusOr<std::unique_ptr<GrpcRendezvous>> Create(const C10dSettings& s,
                                                          Executor* executor) override {
     auto client = ClientOptionsFor(s);

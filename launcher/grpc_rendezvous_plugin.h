@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/executor.h"
@@ -34,6 +35,18 @@ struct C10dSettings {
   std::chrono::milliseconds rpc_timeout{10000};
 };
 
+// Everything the etcd v3 backend needs (--rdzv-backend=etcd), parsed from the options.
+struct EtcdSettings {
+  std::vector<std::string> endpoints;  // "host:port" of any members of the cluster
+  std::string prefix = "/ddprun";      // --rdzv-conf etcd_prefix
+  std::string user;                    // --rdzv-conf etcd_user; empty: no authentication
+  // --rdzv-conf etcd_password_file (first line); empty: $DDPRUN_ETCD_PASSWORD.
+  std::string password_file;
+  std::string tls_cert, tls_key, tls_ca, tls_server_name;
+  rendezvous::RunTimeouts timeouts;
+  std::chrono::milliseconds read_timeout{60000};
+};
+
 // A rendezvous client, and the server too when this agent hosts it.
 class GrpcRendezvous : public rendezvous::Rendezvous {
  public:
@@ -48,6 +61,9 @@ class GrpcRendezvousPlugin {
   virtual ~GrpcRendezvousPlugin() = default;
   virtual absl::StatusOr<std::unique_ptr<GrpcRendezvous>> Create(const C10dSettings& settings,
                                                                  Executor* executor) = 0;
+  // The etcd v3 backend (never hosting).
+  virtual absl::StatusOr<std::unique_ptr<GrpcRendezvous>> CreateEtcd(const EtcdSettings& settings,
+                                                                     Executor* executor) = 0;
   // `ddprun status`: the run's round, members, ranks and addresses, restarts used, as text.
   virtual absl::StatusOr<std::string> DescribeRun(const C10dSettings& settings,
                                                   const std::string& run_id) = 0;

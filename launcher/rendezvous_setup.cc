@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
@@ -82,6 +83,12 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
       c.tls_client_ca = value;
     } else if (key == "tls_server_name") {
       c.tls_server_name = value;
+    } else if (key == "etcd_prefix") {
+      c.etcd_prefix = value;
+    } else if (key == "etcd_user") {
+      c.etcd_user = value;
+    } else if (key == "etcd_password_file") {
+      c.etcd_password_file = value;
     } else if (key == "store_type" || key == "use_libuv") {
       // torch 2.x store options; meaningless without an agent store, accepted and ignored.
     } else {
@@ -89,7 +96,7 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
           "--rdzv-conf ", key, "=", value,
           ": unknown key (known: join_timeout, last_call_timeout, close_timeout, read_timeout, "
           "keep_alive_interval, keep_alive_max_attempt, is_host, token_file, tls_cert, tls_key, "
-          "tls_ca, tls_client_ca, tls_server_name)"));
+          "tls_ca, tls_client_ca, tls_server_name, etcd_prefix, etcd_user, etcd_password_file)"));
     }
   }
   return c;
@@ -149,6 +156,39 @@ absl::StatusOr<C10dSettings> MakeC10dSettings(const LaunchOptions& options, cons
   return s;
 }
 
+absl::StatusOr<EtcdSettings> MakeEtcdSettings(const LaunchOptions& options) {
+  if (options.rdzv_endpoint.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rdzv-backend=", options.rdzv_backend,
+                     " needs --rdzv-endpoint=HOST:PORT[,HOST:PORT...]"));
+  }
+  DDPRUN_ASSIGN_OR_RETURN(RdzvConf conf, ParseRdzvConf(options.rdzv_conf));
+  EtcdSettings s;
+  for (absl::string_view part : absl::StrSplit(options.rdzv_endpoint, ',', absl::SkipEmpty())) {
+    DDPRUN_ASSIGN_OR_RETURN(HostPort endpoint, ParseHostPort("--rdzv-endpoint", part, 2379));
+    s.endpoints.push_back(FormatHostPort(endpoint.host, endpoint.port));
+  }
+  if (!conf.etcd_prefix.empty()) {
+    if (conf.etcd_prefix.front() != '/') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--rdzv-conf etcd_prefix=", conf.etcd_prefix, ": must start with '/'"));
+    }
+    s.prefix = conf.etcd_prefix;
+  }
+  s.user = conf.etcd_user;
+  s.password_file = conf.etcd_password_file;
+  s.tls_cert = conf.tls_cert;
+  s.tls_key = conf.tls_key;
+  s.tls_ca = conf.tls_ca;
+  s.tls_server_name = conf.tls_server_name;
+  if (s.tls_cert.empty() != s.tls_key.empty()) {
+    return absl::InvalidArgumentError("--rdzv-conf: tls_cert and tls_key go together");
+  }
+  s.timeouts = conf.timeouts;
+  s.read_timeout = conf.read_timeout;
+  return s;
+}
+
 absl::StatusOr<RendezvousSetup> SetUpRendezvous(const LaunchOptions& options, const HostInfo& host,
                                                 Executor* executor) {
   RendezvousSetup setup;
@@ -173,10 +213,16 @@ absl::StatusOr<RendezvousSetup> SetUpRendezvous(const LaunchOptions& options, co
     return setup;
   }
   if (options.rdzv_backend == "etcd" || options.rdzv_backend == "etcd-v3") {
-    return absl::UnimplementedError(absl::StrCat(
-        "--rdzv-backend=", options.rdzv_backend,
-        ": the etcd v3 backend is not in this build yet; use c10d (ddprun's gRPC rendezvous, "
-        "optionally served by ddprun-rdzv on a service node)"));
+    DDPRUN_ASSIGN_OR_RETURN(EtcdSettings settings, MakeEtcdSettings(options));
+    setup.run_id = options.rdzv_id;
+    DDPRUN_ASSIGN_OR_RETURN(PortReservation reservation, PortReservation::Reserve(0));
+    setup.master_port.emplace(std::move(reservation));
+    DDPRUN_ASSIGN_OR_RETURN(GrpcRendezvousPlugin * plugin, LoadGrpcRendezvousPlugin());
+    DDPRUN_ASSIGN_OR_RETURN(std::unique_ptr<GrpcRendezvous> etcd,
+                            plugin->CreateEtcd(settings, executor));
+    setup.grpc = etcd.get();
+    setup.rendezvous = std::move(etcd);
+    return setup;
   }
   DDPRUN_ASSIGN_OR_RETURN(C10dSettings settings, MakeC10dSettings(options, host));
   setup.run_id = options.rdzv_id;

@@ -6,6 +6,8 @@
 //   --rdzv-backend=c10d     the gRPC client of the server at --rdzv-endpoint; the agent on the
 //                           endpoint's host (or with is_host=1) also runs the server, unless
 //                           another process on this host already serves that port.
+//   --rdzv-backend=etcd     (alias etcd-v3) the etcd v3 rendezvous of the same plugin, on the
+//                           cluster of --rdzv-endpoint=h1:p1[,h2:p2...].
 #ifndef DDPRUN_LAUNCHER_RENDEZVOUS_SETUP_H_
 #define DDPRUN_LAUNCHER_RENDEZVOUS_SETUP_H_
 
@@ -41,11 +43,15 @@ struct RdzvConf {
   std::optional<bool> is_host;
   std::string token_file;
   std::string tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name;
+  std::string etcd_prefix, etcd_user, etcd_password_file;  // --rdzv-backend=etcd
 };
 absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>& conf);
 
 // The c10d settings from the options (token loaded, is_host decided); no gRPC involved.
 absl::StatusOr<C10dSettings> MakeC10dSettings(const LaunchOptions& options, const HostInfo& host);
+
+// The etcd settings from the options: --rdzv-endpoint=h1:p1,h2:p2,... (port 2379 by default).
+absl::StatusOr<EtcdSettings> MakeEtcdSettings(const LaunchOptions& options);
 
 // True when `host` names this machine: localhost, a loopback address, its hostname, or one of
 // its interface addresses.
