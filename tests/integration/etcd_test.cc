@@ -1,0 +1,235 @@
+// The etcd v3 rendezvous against a real 3-member etcd cluster on loopback: failures of the
+// cluster itself (its leader killed, all of it gone), of the agent that coordinates the run, and
+// etcd authentication. The agent-level behaviours shared with the built-in server run in
+// elastic_test.cc against both backends.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "tests/testing/etcd_cluster.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/test_env.h"
+
+namespace ddprun {
+namespace {
+
+using testing::EtcdCluster;
+using ::testing::HasSubstr;
+using testing::ReadFile;
+using testing::Subprocess;
+using testing::TempDir;
+using testing::WaitUntil;
+using testing::WriteFile;
+using namespace std::chrono_literals;
+
+int CountMatches(const std::string& text, const std::string& pattern) {
+  const std::regex re(pattern);
+  return static_cast<int>(
+      std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
+}
+
+class EtcdTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const std::string why = EtcdCluster::Unavailable(); !why.empty()) GTEST_SKIP() << why;
+    cluster_ = std::make_unique<EtcdCluster>(3);
+    ASSERT_TRUE(cluster_->WaitHealthy(20s)) << cluster_->log(0);
+    endpoints_ = cluster_->endpoints();
+  }
+
+  // A worker that logs its world, writes its pid, then runs `then` (shell).
+  std::string Worker(const std::string& then) {
+    const std::string path = dir_.File("w.sh");
+    WriteFile(path,
+              "#!/bin/sh\necho \"world=$WORLD_SIZE rank=$RANK restart=$TORCHELASTIC_RESTART_COUNT\""
+              " >> " +
+                  dir_.File("log") + "\necho $$ > " + dir_.File("pid-$RANK-$DDPRUN_ROUND") + "\n" +
+                  then + "\n",
+              0755);
+    return path;
+  }
+
+  std::unique_ptr<Subprocess> Agent(const std::vector<std::string>& flags,
+                                    const std::string& worker, const std::string& conf = "",
+                                    std::map<std::string, std::string> env = {}) {
+    std::vector<std::string> argv = {testing::BinPath("ddprun"), "--rdzv-backend=etcd",
+                                     "--rdzv-endpoint=" + endpoints_,
+                                     "--rdzv-conf=etcd_prefix=/etcd-test,keep_alive_interval=0.5,"
+                                     "keep_alive_max_attempt=3" +
+                                         conf};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.push_back("--no-python");
+    argv.push_back(worker);
+    return std::make_unique<Subprocess>(argv, env);
+  }
+
+  std::string Log() const { return ReadFile(dir_.File("log")); }
+  int Pid(int rank, int round) const {
+    return std::atoi(
+        ReadFile(dir_.File("pid-" + std::to_string(rank) + "-" + std::to_string(round))).c_str());
+  }
+  // Keys left under the test's prefix.
+  std::string Keys() { return cluster_->Ctl({"get", "--prefix", "/etcd-test", "--keys-only"}); }
+
+  TempDir dir_;
+  std::unique_ptr<EtcdCluster> cluster_;
+  std::string endpoints_;
+};
+
+TEST_F(EtcdTest, JobRunsAndLeavesNoKeys) {
+  const std::string worker = Worker("exit 0");
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int i = 0; i < 3; ++i) {
+    agents.push_back(Agent({"--nnodes=3", "--nproc-per-node=2", "--rdzv-id=job"}, worker));
+  }
+  for (auto& a : agents) {
+    auto st = a->Wait(30s);
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->exit_code, 0) << a->err();
+  }
+  EXPECT_EQ(CountMatches(Log(), "world=6 rank=\\d restart=0"), 6) << Log();
+  EXPECT_EQ(Keys(), "") << "the last agent of a finished run removes its keys";
+}
+
+TEST_F(EtcdTest, LeaderKilledMidRunJobContinuesAndCompletes) {
+  // The agents talk to the leader first, so killing it also makes them fail over.
+  int leader = -1;
+  ASSERT_TRUE(WaitUntil([&] { return (leader = cluster_->Leader()) >= 0; }, 10s));
+  endpoints_ = cluster_->endpoint(leader);
+  for (int i = 0; i < 3; ++i) {
+    if (i != leader) endpoints_ += "," + cluster_->endpoint(i);
+  }
+  const std::string go = dir_.File("go");
+  // Bounded wait (30 s) for the test to say go, then success.
+  const std::string worker =
+      Worker("i=0; while [ ! -e " + go + " ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done");
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int i = 0; i < 2; ++i) {
+    agents.push_back(Agent(
+        {"--nnodes=2", "--nproc-per-node=1", "--max-restarts=0", "--rdzv-id=leader"}, worker));
+  }
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "world=2") == 2; }, 30s)) << Log();
+  cluster_->Kill(leader);
+  int new_leader = -1;
+  ASSERT_TRUE(WaitUntil([&] { return (new_leader = cluster_->Leader()) >= 0; }, 10s));
+  EXPECT_NE(new_leader, leader);
+  // The cluster commits again (a quorum of two); the agents' lease renewals, status reports and
+  // the coordinator's writes from now on go through the surviving members.
+  ASSERT_TRUE(WaitUntil([&] { return cluster_->Ctl({"put", "/probe", "x"}) != ""; }, 10s));
+  cluster_->Ctl({"del", "/probe"});
+  WriteFile(go, "");
+  for (auto& a : agents) {
+    auto st = a->Wait(30s);
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->exit_code, 0) << a->err();
+  }
+  EXPECT_EQ(CountMatches(Log(), "restart=0"), 2) << Log();
+  EXPECT_EQ(CountMatches(Log(), "restart=[1-9]"), 0) << "losing an etcd member is no failure";
+  EXPECT_EQ(Keys(), "");
+}
+
+TEST_F(EtcdTest, KilledCoordinatorAgentIsLostAndSurvivorsRestartUnderANewOne) {
+  const std::string worker = Worker("[ \"$WORLD_SIZE\" = 2 ] && exit 0\nsleep 60 & wait $!");
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int i = 0; i < 3; ++i) {
+    agents.push_back(
+        Agent({"--nnodes=2:3", "--nproc-per-node=1", "--max-restarts=1", "--rdzv-id=coord"}, worker,
+              ",last_call_timeout=1"));
+  }
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "world=3") == 3; }, 30s)) << Log();
+  int coordinator = -1;
+  for (int i = 0; i < 3; ++i) {
+    if (agents[i]->err().find("now coordinates") != std::string::npos) coordinator = i;
+  }
+  ASSERT_GE(coordinator, 0);
+  const auto killed_at = std::chrono::steady_clock::now();
+  agents[coordinator]->Signal(SIGKILL);
+  for (int i = 0; i < 3; ++i) {
+    if (i == coordinator) continue;
+    auto st = agents[i]->Wait(30s);
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->exit_code, 0) << agents[i]->err();
+    EXPECT_THAT(agents[i]->err(), HasSubstr("was lost"));
+  }
+  // Lease 2 s (1.5 s rounded up by etcd), then the election, the rebuild and the new round.
+  EXPECT_LT(std::chrono::steady_clock::now() - killed_at, 10s);
+  EXPECT_EQ(CountMatches(Log(), "world=2 rank=\\d restart=1"), 2) << Log();
+  // The dead agent's workers went with it (the agent's orphan guard).
+  for (int rank = 0; rank < 3; ++rank) {
+    const int pid = Pid(rank, 1);
+    if (pid > 0) {
+      EXPECT_TRUE(WaitUntil([&] { return !testing::ProcessAlive(pid); }, 5s)) << pid;
+    }
+  }
+}
+
+TEST_F(EtcdTest, EtcdDownStopsTheWorkersAndExitsThree) {
+  const std::string worker = Worker("sleep 60 & wait $!");
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int i = 0; i < 2; ++i) {
+    agents.push_back(Agent({"--nnodes=2", "--nproc-per-node=2", "--rdzv-id=down"}, worker));
+  }
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "world=4") == 4; }, 30s)) << Log();
+  std::vector<int> workers;
+  for (int rank = 0; rank < 4; ++rank) workers.push_back(Pid(rank, 1));
+  const auto down_at = std::chrono::steady_clock::now();
+  cluster_->KillAll();
+  for (auto& a : agents) {
+    auto st = a->Wait(30s);
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->exit_code, 3) << a->err();
+    EXPECT_THAT(a->err(), HasSubstr("lost the etcd rendezvous"));
+  }
+  // The lease (2 s) plus the shutdown of the workers.
+  EXPECT_LT(std::chrono::steady_clock::now() - down_at, 15s);
+  for (int pid : workers) {
+    ASSERT_GT(pid, 0);
+    EXPECT_FALSE(testing::ProcessAlive(pid)) << pid;
+  }
+}
+
+TEST_F(EtcdTest, UnreachableClusterAtStartExitsThreeNamingIt) {
+  cluster_->KillAll();
+  auto a = Agent({"--nnodes=1", "--rdzv-id=nobody"}, Worker("exit 0"), ",read_timeout=1");
+  auto st = a->Wait(30s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 3) << a->err();
+  EXPECT_THAT(a->err(), HasSubstr(endpoints_));
+}
+
+TEST_F(EtcdTest, UserAndPasswordAuthentication) {
+  ASSERT_NE(cluster_->Ctl({"user", "add", "root:s3cret"}), "");
+  ASSERT_NE(cluster_->Ctl({"auth", "enable"}), "");
+  const std::string worker = Worker("exit 0");
+  auto good = Agent({"--nnodes=1", "--rdzv-id=auth"}, worker, ",etcd_user=root",
+                    {{"DDPRUN_ETCD_PASSWORD", "s3cret"}});
+  auto st = good->Wait(30s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 0) << good->err();
+
+  const std::string password_file = dir_.File("password");
+  WriteFile(password_file, "wrong\n", 0600);
+  auto bad = Agent({"--nnodes=1", "--rdzv-id=auth2"}, worker,
+                   ",etcd_user=root,etcd_password_file=" + password_file);
+  st = bad->Wait(30s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 3) << bad->err();
+  EXPECT_THAT(bad->err(), HasSubstr("authenticate"));
+
+  auto none = Agent({"--nnodes=1", "--rdzv-id=auth3"}, worker, ",etcd_user=root",
+                    {{"DDPRUN_ETCD_PASSWORD", "\x01unset"}});
+  st = none->Wait(30s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 2) << none->err();
+  EXPECT_THAT(none->err(), HasSubstr("DDPRUN_ETCD_PASSWORD"));
+}
+
+}  // namespace
+}  // namespace ddprun
