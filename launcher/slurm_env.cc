@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
@@ -305,6 +306,20 @@ absl::StatusOr<SlurmPlan> PlanSlurm(const SlurmStep& step,
   }
 
   if (plan.mode == SlurmMode::kPerTask) {
+    // No agent runs, so its flags would be silently dropped; say so once.
+    std::vector<std::string> unused;
+    for (const char* flag :
+         {"max-restarts", "rdzv-backend", "rdzv-endpoint", "rdzv-conf", "log-dir", "redirects",
+          "tee", "local-ranks-filter", "signals-to-handle", "stop-timeout"}) {
+      if (const FlagValue* f = Last(explicit_flags, flag)) {
+        unused.push_back(absl::StrCat(f->where, "=", f->value));
+      }
+    }
+    if (!unused.empty()) {
+      plan.warnings.push_back(absl::StrCat(
+          "per-task mode runs no agent; ignored: ", absl::StrJoin(unused, ", "),
+          " (Slurm delivers signals and requeues; run one task per node for the agent)"));
+    }
     d.push_back({"master-addr", plan.first_host, list_var});
     d.push_back({"master-port", absl::StrCat(plan.master_port), "SLURM_JOB_ID"});
   } else {

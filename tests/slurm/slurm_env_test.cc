@@ -323,6 +323,17 @@ TEST_F(SlurmEnvTest, PerTaskRefusesSeveralWorkersPerTask) {
   EXPECT_TRUE(Parse({"--nproc-per-node=1", script_}).ok());
 }
 
+TEST_F(SlurmEnvTest, PerTaskWarnsAboutAgentFlagsItIgnores) {
+  PerTask(0);
+  auto r = Parse({"--max-restarts=3", "--log-dir=/tmp/x", script_});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(r->slurm->warnings,
+              ElementsAre("per-task mode runs no agent; ignored: --max-restarts=3, "
+                          "--log-dir=/tmp/x (Slurm delivers signals and requeues; run one task "
+                          "per node for the agent)"));
+  EXPECT_TRUE(Parse({script_})->slurm->warnings.empty());
+}
+
 TEST_F(SlurmEnvTest, PerTaskEnvironmentIsTorchruns) {
   PerTask(3);
   env_["SLURM_RESTART_COUNT"] = "2";
