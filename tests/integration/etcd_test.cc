@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <regex>
@@ -229,6 +230,40 @@ TEST_F(EtcdTest, UserAndPasswordAuthentication) {
   ASSERT_TRUE(st.has_value());
   EXPECT_EQ(st->exit_code, 2) << none->err();
   EXPECT_THAT(none->err(), HasSubstr("DDPRUN_ETCD_PASSWORD"));
+}
+
+// TLS through --rdzv-conf tls_ca: a TLS cluster is reached with the CA, and not without it.
+TEST(EtcdTlsTest, AgentsReachATlsClusterOnlyWithTls) {
+  if (const std::string why = EtcdCluster::Unavailable(); !why.empty()) GTEST_SKIP() << why;
+  if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "the openssl command (Debian package openssl) makes this test's certificates";
+  }
+  TempDir dir;
+  WriteFile(dir.File("certs.sh"),
+            "set -e\ncd \"$(dirname \"$0\")\"\n"
+            "K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'\n"
+            "openssl req -x509 $K -keyout ca.key -out ca.crt -subj /CN=test-ca -days 1\n"
+            "openssl req $K -keyout server.key -out server.csr -subj /CN=server\n"
+            "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > server.ext\n"
+            "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 "
+            "-extfile server.ext -out server.crt\n");
+  ASSERT_EQ(std::system(("bash " + dir.File("certs.sh") + " >/dev/null 2>&1").c_str()), 0);
+  EtcdCluster cluster(1, dir.File("server.crt"), dir.File("server.key"), dir.File("ca.crt"));
+  ASSERT_TRUE(cluster.WaitHealthy(20s)) << cluster.log(0);
+  auto agent = [&](const std::string& conf) {
+    return std::make_unique<Subprocess>(std::vector<std::string>{
+        testing::BinPath("ddprun"), "--rdzv-backend=etcd", "--rdzv-endpoint=" + cluster.endpoints(),
+        "--rdzv-conf=etcd_prefix=/tls-test,read_timeout=1" + conf, "--nnodes=1", "--rdzv-id=tls",
+        "--no-python", "true"});
+  };
+  auto with_tls = agent(",tls_ca=" + dir.File("ca.crt"));
+  auto st = with_tls->Wait(30s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 0) << with_tls->err();
+  auto plaintext = agent("");
+  st = plaintext->Wait(30s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 3) << plaintext->err();
 }
 
 }  // namespace

@@ -28,7 +28,9 @@ std::string EtcdCluster::Unavailable() {
   return "";
 }
 
-EtcdCluster::EtcdCluster(int members) {
+EtcdCluster::EtcdCluster(int members, std::string tls_cert, std::string tls_key, std::string tls_ca)
+    : tls_cert_(std::move(tls_cert)), tls_key_(std::move(tls_key)), tls_ca_(std::move(tls_ca)) {
+  const std::string scheme = tls_cert_.empty() ? "http://" : "https://";
   std::vector<std::string> initial;
   for (int i = 0; i < members; ++i) {
     client_ports_.push_back(std::make_unique<ReservedPort>());
@@ -37,16 +39,20 @@ EtcdCluster::EtcdCluster(int members) {
   }
   const std::string token = absl::StrCat("ddprun-test-", getpid(), "-", client_ports_[0]->port());
   for (int i = 0; i < members; ++i) {
-    const std::string client = absl::StrCat("http://127.0.0.1:", client_ports_[i]->port());
+    const std::string client = absl::StrCat(scheme, "127.0.0.1:", client_ports_[i]->port());
     const std::string peer = absl::StrCat("http://127.0.0.1:", peer_ports_[i]->port());
-    members_.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
+    std::vector<std::string> argv = {
         Find("etcd"), "--name", absl::StrCat("m", i), "--data-dir", dir_.File(absl::StrCat("m", i)),
         "--listen-client-urls", client, "--advertise-client-urls", client, "--listen-peer-urls",
         peer, "--initial-advertise-peer-urls", peer, "--initial-cluster",
         absl::StrJoin(initial, ","), "--initial-cluster-state", "new", "--initial-cluster-token",
         token,
         // A leader is elected, and a dead one replaced, within about half a second.
-        "--heartbeat-interval", "50", "--election-timeout", "500"}));
+        "--heartbeat-interval", "50", "--election-timeout", "500"};
+    if (!tls_cert_.empty()) {
+      argv.insert(argv.end(), {"--cert-file", tls_cert_, "--key-file", tls_key_});
+    }
+    members_.push_back(std::make_unique<Subprocess>(argv));
   }
 }
 
@@ -62,13 +68,19 @@ std::string EtcdCluster::endpoints() const {
   return absl::StrJoin(all, ",");
 }
 
+std::vector<std::string> EtcdCluster::CtlBase(const std::vector<std::string>& endpoints) const {
+  std::vector<std::string> argv = {Find("etcdctl"), "--endpoints=" + absl::StrJoin(endpoints, ","),
+                                   "--dial-timeout=1s", "--command-timeout=2s"};
+  if (!tls_ca_.empty()) argv.push_back("--cacert=" + tls_ca_);
+  return argv;
+}
+
 std::string EtcdCluster::Ctl(const std::vector<std::string>& args) {
   std::vector<std::string> live;
   for (size_t i = 0; i < members_.size(); ++i) {
     if (members_[i] != nullptr) live.push_back(endpoint(static_cast<int>(i)));
   }
-  std::vector<std::string> argv = {Find("etcdctl"), "--endpoints=" + absl::StrJoin(live, ","),
-                                   "--dial-timeout=1s", "--command-timeout=2s"};
+  std::vector<std::string> argv = CtlBase(live);
   argv.insert(argv.end(), args.begin(), args.end());
   Subprocess ctl(argv, {{"ETCDCTL_API", "3"}});
   auto st = ctl.Wait(std::chrono::seconds(10));
@@ -83,9 +95,9 @@ bool EtcdCluster::WaitHealthy(std::chrono::milliseconds timeout) {
         for (size_t i = 0; i < members_.size(); ++i) {
           if (members_[i] != nullptr) live.push_back(endpoint(static_cast<int>(i)));
         }
-        Subprocess ctl({Find("etcdctl"), "--endpoints=" + absl::StrJoin(live, ","),
-                        "--dial-timeout=1s", "--command-timeout=2s", "endpoint", "health"},
-                       {{"ETCDCTL_API", "3"}});
+        std::vector<std::string> argv = CtlBase(live);
+        argv.insert(argv.end(), {"endpoint", "health"});
+        Subprocess ctl(argv, {{"ETCDCTL_API", "3"}});
         auto st = ctl.Wait(std::chrono::seconds(10));
         return st.has_value() && st->exit_code == 0;
       },

@@ -21,7 +21,10 @@ class EtcdCluster {
   // Empty when /usr/bin/etcd and etcdctl are there; else why the tests must skip.
   static std::string Unavailable();
 
-  explicit EtcdCluster(int members = 3);
+  // With `tls_cert`/`tls_key` (PEM) the members serve clients over TLS only (https URLs);
+  // `tls_ca` is what etcdctl then trusts.
+  explicit EtcdCluster(int members = 3, std::string tls_cert = "", std::string tls_key = "",
+                       std::string tls_ca = "");
   ~EtcdCluster();  // SIGKILLs the members (Subprocess)
 
   // Waits until every live member answers a health check (a committed proposal).
@@ -40,6 +43,9 @@ class EtcdCluster {
   std::string log(int member);
 
  private:
+  std::vector<std::string> CtlBase(const std::vector<std::string>& endpoints) const;
+
+  const std::string tls_cert_, tls_key_, tls_ca_;
   TempDir dir_;
   std::vector<std::unique_ptr<ReservedPort>> client_ports_, peer_ports_;
   std::vector<std::unique_ptr<Subprocess>> members_;
