@@ -171,6 +171,22 @@ TEST_F(SlurmClusterTest, PerTaskModeMapsSlurmIdsAndExecsInPlace) {
   }
 }
 
+// The same layout with ddp-train: the four tasks meet at MASTER_ADDR (the step's first host)
+// and the derived MASTER_PORT and train as one gloo world.
+TEST_F(SlurmClusterTest, PerTaskModeTrainsOneGlooWorld) {
+  if (!Exists(std::string(kData) + "/train-images-idx3-ubyte.gz")) {
+    GTEST_SKIP() << kData << " missing (apt-get install dataset-fashion-mnist)";
+  }
+  Result r =
+      Run({"srun", "-N2", "--ntasks-per-node=2", BinPath("ddprun"), "--no-python",
+           BinPath("ddp-train"), "mnist", "--data", kData, "--train-subset", "512", "--test-subset",
+           "128", "--epochs", "1", "--batch-size", "16", "--no-progress-bar"},
+          120s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("world_size 4 rank 0 backend gloo")) << r.out;
+  EXPECT_THAT(r.out, HasSubstr("test_acc")) << r.out;
+}
+
 // scancel sends SIGTERM to the step; ddprun stops its workers (one ignores SIGTERM and needs
 // ddprun's SIGKILL after --stop-timeout, 10 s by default) well within Slurm's KillWait (30 s), and
 // no agent, worker or worker child is left.
