@@ -328,10 +328,14 @@ absl::StatusOr<SlurmPlan> PlanSlurm(const SlurmStep& step,
     // A --signal=USR1@N warning must reach the workers (so they can checkpoint) rather than
     // kill the agent, whose default action for SIGUSR1 would be to die.
     d.push_back({"signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2", "Slurm"});
-    const FlagValue* standalone = Last(explicit_flags, "standalone");
+    const FlagValue* standalone_flag = Last(explicit_flags, "standalone");
+    absl::StatusOr<bool> standalone_on =
+        standalone_flag == nullptr ? absl::StatusOr<bool>(false)
+                                   : ParseBool(standalone_flag->where, standalone_flag->value);
+    const bool standalone = standalone_on.ok() && *standalone_on;
     const FlagValue* backend = Last(explicit_flags, "rdzv-backend");
     const std::string b = backend == nullptr ? "c10d" : Lower(backend->value);
-    if (standalone != nullptr) {
+    if (standalone) {
       // --standalone in a one-node step: nothing to agree on; keep the GPU default only.
     } else if (b == "c10d") {
       d.push_back({"rdzv-backend", "c10d", "Slurm"});

@@ -223,6 +223,14 @@ TEST_F(SlurmEnvTest, StandaloneInAOneNodeStep) {
               HasSubstr("4 workers per node, standalone"));
 }
 
+TEST_F(SlurmEnvTest, StandaloneFalseIsNotStandalone) {
+  env_["PET_STANDALONE"] = "0";
+  auto r = Parse({script_});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->options.standalone);
+  EXPECT_EQ(r->options.rdzv_backend, "c10d");
+}
+
 TEST_F(SlurmEnvTest, StaticBackendGetsMasterFromTheStep) {
   auto r = Parse({"--rdzv-backend=static", script_});
   ASSERT_TRUE(r.ok()) << r.status();
