@@ -81,7 +81,7 @@ date +%%s.%%N > $d/start-$DDPRUN_ROUND-$RANK.tmp && mv $d/start-$DDPRUN_ROUND-$R
 [ "$MODE" = start ] && exit 0
 if [ "$MODE" = fail ] && [ "$RANK" = 1 ]; then
   i=0; while [ $(ls $d | grep -c "^start-$DDPRUN_ROUND-") -lt $WORLD_SIZE ] && [ $i -lt 3000 ]; do sleep 0.01; i=$((i+1)); done
-  date +%%s.%%N > $d/failed; exit 1
+  date +%%s.%%N > $d/failed.tmp && mv $d/failed.tmp $d/failed; exit 1
 fi
 sleep 60 & wait $!
 """
