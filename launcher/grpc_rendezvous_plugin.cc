@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/strings.h"
 #include "rendezvous/etcd_rendezvous.h"
+#include "rendezvous/etcd_status.h"
 #include "rendezvous/rendezvous_client.h"
 #include "rendezvous/rendezvous_server.h"
 #include "rendezvous/security.h"
@@ -107,6 +108,22 @@ class GrpcRendezvousImpl final : public GrpcRendezvous {
   std::unique_ptr<rendezvous::RendezvousClient> client_;
 };
 
+std::string FormatRunStatus(const rendezvous::RunStatus& status) {
+  std::string out =
+      absl::StrCat("run ", status.run_id, ": ", rendezvous::RunPhaseName(status.phase), ", round ",
+                   status.round, ", nodes ", status.min_nodes, ":", status.max_nodes,
+                   ", restarts used ", status.restarts_used, " of ", status.max_restarts, "\n");
+  if (!status.close_message.empty()) absl::StrAppend(&out, "closed: ", status.close_message, "\n");
+  for (const auto& m : status.members) {
+    absl::StrAppend(
+        &out, "  ",
+        m.group_rank >= 0 ? absl::StrCat("node rank ", m.group_rank) : std::string("waiting    "),
+        "  ", m.hostname, "  ", m.addr, "  nproc ", m.nproc_per_node, "  ", m.state, "  ",
+        m.node_id, "\n");
+  }
+  return out;
+}
+
 // The etcd backend behind the plugin's interface: it never hosts anything.
 class EtcdRendezvousImpl final : public GrpcRendezvous {
  public:
@@ -148,26 +165,44 @@ absl::StatusOr<std::string> LoadEtcdPassword(const std::string& file) {
   return line;
 }
 
+absl::StatusOr<rendezvous::EtcdRendezvousOptions> EtcdOptionsFor(const EtcdSettings& s) {
+  rendezvous::EtcdRendezvousOptions o;
+  o.etcd.endpoints = s.endpoints;
+  o.etcd.user = s.user;
+  if (!s.user.empty()) {
+    auto password = LoadEtcdPassword(s.password_file);
+    if (!password.ok()) return password.status();
+    o.etcd.password = *password;
+  }
+  o.etcd.tls.ca_file = s.tls_ca;
+  o.etcd.tls.cert_file = s.tls_cert;
+  o.etcd.tls.key_file = s.tls_key;
+  o.etcd.tls.server_name_override = s.tls_server_name;
+  o.prefix = s.prefix;
+  o.timeouts = s.timeouts;
+  o.read_timeout = s.read_timeout;
+  return o;
+}
+
 class PluginImpl final : public GrpcRendezvousPlugin {
  public:
+  absl::StatusOr<std::string> DescribeEtcdRun(const EtcdSettings& s,
+                                              const std::string& run_id) override {
+    auto o = EtcdOptionsFor(s);
+    if (!o.ok()) return o.status();
+    auto client = rendezvous::EtcdClient::Create(o->etcd);
+    if (!client.ok()) return client.status();
+    auto status = rendezvous::QueryEtcdRunStatus(client->get(), o->prefix, run_id,
+                                                 std::chrono::milliseconds(10000));
+    if (!status.ok()) return status.status();
+    return FormatRunStatus(*status);
+  }
+
   absl::StatusOr<std::unique_ptr<GrpcRendezvous>> CreateEtcd(const EtcdSettings& s,
                                                              Executor* executor) override {
-    rendezvous::EtcdRendezvousOptions o;
-    o.etcd.endpoints = s.endpoints;
-    o.etcd.user = s.user;
-    if (!s.user.empty()) {
-      auto password = LoadEtcdPassword(s.password_file);
-      if (!password.ok()) return password.status();
-      o.etcd.password = *password;
-    }
-    o.etcd.tls.ca_file = s.tls_ca;
-    o.etcd.tls.cert_file = s.tls_cert;
-    o.etcd.tls.key_file = s.tls_key;
-    o.etcd.tls.server_name_override = s.tls_server_name;
-    o.prefix = s.prefix;
-    o.timeouts = s.timeouts;
-    o.read_timeout = s.read_timeout;
-    auto impl = rendezvous::EtcdRendezvous::Create(std::move(o), executor);
+    auto o = EtcdOptionsFor(s);
+    if (!o.ok()) return o.status();
+    auto impl = rendezvous::EtcdRendezvous::Create(*std::move(o), executor);
     if (!impl.ok()) return impl.status();
     return std::unique_ptr<GrpcRendezvous>(new EtcdRendezvousImpl(*std::move(impl)));
   }
@@ -205,20 +240,7 @@ class PluginImpl final : public GrpcRendezvousPlugin {
     if (!client.ok()) return client.status();
     auto status = rendezvous::QueryRunStatus(*client, run_id);
     if (!status.ok()) return status.status();
-    std::string out = absl::StrCat(
-        "run ", status->run_id, ": ", rendezvous::RunPhaseName(status->phase), ", round ",
-        status->round, ", nodes ", status->min_nodes, ":", status->max_nodes, ", restarts used ",
-        status->restarts_used, " of ", status->max_restarts, "\n");
-    if (!status->close_message.empty())
-      absl::StrAppend(&out, "closed: ", status->close_message, "\n");
-    for (const auto& m : status->members) {
-      absl::StrAppend(
-          &out, "  ",
-          m.group_rank >= 0 ? absl::StrCat("node rank ", m.group_rank) : std::string("waiting    "),
-          "  ", m.hostname, "  ", m.addr, "  nproc ", m.nproc_per_node, "  ", m.state, "  ",
-          m.node_id, "\n");
-    }
-    return out;
+    return FormatRunStatus(*status);
   }
 };
 

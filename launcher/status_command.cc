@@ -11,11 +11,38 @@
 
 namespace ddprun::launcher {
 
+namespace {
+
+int EtcdStatus(const LaunchOptions& options) {
+  auto settings = MakeEtcdSettings(options);
+  if (!settings.ok()) {
+    WriteAll(2, absl::StrCat("ddprun status: error: ", settings.status().message(), "\n"));
+    return kExitUsage;
+  }
+  auto plugin = LoadGrpcRendezvousPlugin();
+  if (!plugin.ok()) {
+    WriteAll(2, absl::StrCat("ddprun status: error: ", plugin.status().message(), "\n"));
+    return kExitRendezvous;
+  }
+  auto text = (*plugin)->DescribeEtcdRun(*settings, options.rdzv_id);
+  if (!text.ok()) {
+    WriteAll(2, absl::StrCat("ddprun status: ", options.rdzv_endpoint, ": ",
+                             text.status().message(), "\n"));
+    return kExitRendezvous;
+  }
+  WriteAll(1, *text);
+  return 0;
+}
+
+}  // namespace
+
 int RunStatusCommand(const std::vector<std::string>& args, const HostInfo& host) {
-  CLI::App app("ddprun status: show a run of the c10d rendezvous");
+  CLI::App app("ddprun status: show a run of the c10d or etcd rendezvous");
   LaunchOptions options;
   options.rdzv_backend = "c10d";
   std::string conf;
+  app.add_option("--rdzv-backend,--rdzv_backend", options.rdzv_backend, "c10d (default) or etcd")
+      ->check(CLI::IsMember({"c10d", "etcd", "etcd-v3"}));
   app.add_option("--rdzv-endpoint,--rdzv_endpoint", options.rdzv_endpoint)->required();
   app.add_option("--rdzv-id,--rdzv_id", options.rdzv_id)->required();
   app.add_option("--rdzv-conf,--rdzv_conf", conf, "token_file=..., tls_ca=..., read_timeout=S");
@@ -39,6 +66,7 @@ int RunStatusCommand(const std::vector<std::string>& args, const HostInfo& host)
     }
     options.rdzv_conf = parsed->options.rdzv_conf;
   }
+  if (options.rdzv_backend != "c10d") return EtcdStatus(options);
   auto settings = MakeC10dSettings(options, host);
   if (!settings.ok()) {
     WriteAll(2, absl::StrCat("ddprun status: error: ", settings.status().message(), "\n"));
