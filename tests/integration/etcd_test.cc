@@ -171,6 +171,33 @@ TEST_F(EtcdTest, KilledCoordinatorAgentIsLostAndSurvivorsRestartUnderANewOne) {
   }
 }
 
+TEST_F(EtcdTest, CoordinatorStoppedBySignalLeavesCleanlyWithoutSpendingTheBudget) {
+  const std::string worker = Worker("[ \"$WORLD_SIZE\" = 1 ] && exit 0\nsleep 60 & wait $!");
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int i = 0; i < 2; ++i) {
+    agents.push_back(
+        Agent({"--nnodes=1:2", "--nproc-per-node=1", "--max-restarts=0", "--rdzv-id=sigterm"},
+              worker, ",last_call_timeout=0.5"));
+  }
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "world=2") == 2; }, 30s)) << Log();
+  int coordinator = -1;
+  for (int i = 0; i < 2; ++i) {
+    if (agents[i]->err().find("now coordinates") != std::string::npos) coordinator = i;
+  }
+  ASSERT_GE(coordinator, 0);
+  agents[coordinator]->Signal(SIGTERM);
+  auto st = agents[coordinator]->Wait(30s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 128 + SIGTERM) << agents[coordinator]->err();
+  // A clean leave is a membership change: the survivor restarts alone, the budget (0) unspent.
+  st = agents[1 - coordinator]->Wait(30s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 0) << agents[1 - coordinator]->err();
+  EXPECT_THAT(agents[1 - coordinator]->err(), HasSubstr("left"));
+  EXPECT_EQ(CountMatches(Log(), "world=1 rank=0 restart=0"), 1) << Log();
+  EXPECT_EQ(Keys(), "");
+}
+
 TEST_F(EtcdTest, EtcdDownStopsTheWorkersAndExitsThree) {
   const std::string worker = Worker("sleep 60 & wait $!");
   std::vector<std::unique_ptr<Subprocess>> agents;
