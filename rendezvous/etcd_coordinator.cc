@@ -1,6 +1,7 @@
 #include "rendezvous/etcd_coordinator.h"
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +25,23 @@ RunSnapshot FromRecord(const RunSnapshotRecord& r) {
     s.members.push_back({m.node_id(), m.group_rank(), m.in_round()});
   s.close_status = absl::Status(static_cast<absl::StatusCode>(r.close_code()), r.close_message());
   return s;
+}
+
+// True when no node the snapshot knows (member, waiting or closed) still has a live key.
+bool IsStale(const RunSnapshotRecord& snapshot, const std::vector<const mvccpb::KeyValue*>& nodes,
+             const EtcdKeys& keys) {
+  std::set<std::string> alive;
+  for (const mvccpb::KeyValue* kv : nodes) {
+    std::string id;
+    if (keys.Parse(kv->key(), "nodes", &id)) alive.insert(id);
+  }
+  for (const auto& m : snapshot.members()) {
+    if (alive.count(m.node_id()) > 0) return false;
+  }
+  for (const auto& id : snapshot.closed_nodes()) {
+    if (alive.count(id) > 0) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -50,6 +68,13 @@ void EtcdCoordinator::Rebuild(const std::vector<mvccpb::KeyValue>& kvs, int64_t 
   std::sort(nodes.begin(), nodes.end(), [](const auto* a, const auto* b) {
     return a->create_revision() < b->create_revision();
   });
+  if (snapshot && IsStale(*snapshot, nodes, keys_)) {
+    // Left by an earlier job with this run id whose agents all died (nobody cleaned up): no
+    // agent of it is alive, so it is over. This job starts afresh rather than inherit its
+    // spent budget or its closed state; the first write removes its `closed` mark.
+    snapshot.reset();
+    drop_closed_mark_ = true;
+  }
   if (snapshot) {
     first_ = snapshot->first();
     closed_nodes_.insert(snapshot->closed_nodes().begin(), snapshot->closed_nodes().end());
@@ -192,6 +217,9 @@ std::optional<etcdserverpb::TxnRequest> EtcdCoordinator::PendingWrite() const {
     return std::nullopt;
   }
   etcdserverpb::TxnRequest txn;
+  if (drop_closed_mark_ && !run_closed()) {  // (a closing run puts the mark itself)
+    txn.add_success()->mutable_request_delete_range()->set_key(keys_.closed());
+  }
   // Only while this agent holds the coordinator key: a deposed coordinator writes nothing.
   auto* cmp = txn.add_compare();
   cmp->set_key(keys_.coordinator());
@@ -239,6 +267,7 @@ std::optional<etcdserverpb::TxnRequest> EtcdCoordinator::PendingWrite() const {
 }
 
 void EtcdCoordinator::WriteConfirmed() {
+  drop_closed_mark_ = false;
   for (auto& [id, inbox] : inboxes_) inbox.pending.clear();
   dirty_ = false;
 }

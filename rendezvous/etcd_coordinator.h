@@ -7,7 +7,8 @@
 //
 // A coordinator that takes over rebuilds the RunState from a range read of the run's keys (the
 // durable state plus the nodes alive) and applies the status records written after the old
-// coordinator's last state, so the run continues where it stopped.
+// coordinator's last state, so the run continues where it stopped. A state none of whose nodes
+// is alive any more is an earlier job's (all its agents died): it is ignored.
 //
 // No I/O of its own (the etcd rendezvous does the reads and writes); not thread-safe.
 #ifndef DDPRUN_RENDEZVOUS_ETCD_COORDINATOR_H_
@@ -73,7 +74,8 @@ class EtcdCoordinator {
     std::vector<ddprun::proto::ServerMessage> pending;  // not yet confirmed written
   };
   std::map<std::string, Inbox> inboxes_;
-  bool dirty_ = false;  // the state changed since the last confirmed write
+  bool dirty_ = false;             // the state changed since the last confirmed write
+  bool drop_closed_mark_ = false;  // a stale run's `closed` key is to be deleted
 };
 
 }  // namespace ddprun::rendezvous

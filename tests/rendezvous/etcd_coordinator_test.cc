@@ -44,7 +44,11 @@ class FakeStore {
   std::vector<mvccpb::Event> Apply(const etcdserverpb::TxnRequest& txn) {
     std::vector<mvccpb::Event> events;
     for (const auto& op : txn.success()) {
-      events.push_back(Put(op.request_put().key(), op.request_put().value()));
+      if (op.has_request_delete_range()) {
+        events.push_back(Delete(op.request_delete_range().key()));
+      } else {
+        events.push_back(Put(op.request_put().key(), op.request_put().value()));
+      }
     }
     return events;
   }
@@ -55,6 +59,7 @@ class FakeStore {
   }
   int64_t revision() const { return revision_; }
   const std::string& value(const std::string& key) { return kvs_[key].value(); }
+  bool has(const std::string& key) const { return kvs_.count(key) > 0; }
 
  private:
   std::map<std::string, mvccpb::KeyValue> kvs_;
@@ -166,6 +171,33 @@ TEST_F(EtcdCoordinatorTest, NewCoordinatorAppliesStatusWrittenAfterTheLastState)
   EXPECT_EQ(msgs.back().close().code(), 0);
   EXPECT_TRUE(second.run_closed());
   EXPECT_EQ(store_.value(keys_.closed()), "1");
+}
+
+TEST_F(EtcdCoordinatorTest, StateOfAnEarlierJobWhoseAgentsAllDiedIsIgnored) {
+  EtcdCoordinator old(keys_, "1", "1/7");
+  old.Rebuild(store_.All(), store_.revision(), now_);
+  JoinNode(old, "1", 2, 2);
+  JoinNode(old, "2", 2, 2);
+  Write(old);
+  proto::etcd::AgentRecord failed;
+  failed.mutable_group_status()->set_round(1);
+  failed.mutable_group_status()->set_state(proto::GroupStatus::FAILED);
+  old.OnEvent(store_.Put(keys_.status("2"), failed.SerializeAsString()), now_);
+  Write(old);
+  store_.Put(keys_.closed(), "1");
+  store_.Delete(keys_.node("1"));  // every agent of that job died
+  store_.Delete(keys_.node("2"));
+  // A new job with the same run id: its agents 3 and 4 join.
+  store_.Put(keys_.node("3"), NodeValue("3", 2, 2));
+  EtcdCoordinator c(keys_, "3", "3/9");
+  c.Rebuild(store_.All(), store_.revision(), now_);
+  JoinNode(c, "4", 2, 2);
+  Write(c);
+  auto msgs = Inbox(store_, keys_, "3");
+  ASSERT_TRUE(msgs.back().has_assignment());
+  EXPECT_EQ(msgs.back().assignment().round(), 1);
+  EXPECT_EQ(msgs.back().assignment().restart_count(), 0) << "no budget inherited";
+  EXPECT_FALSE(store_.has(keys_.closed()));
 }
 
 TEST_F(EtcdCoordinatorTest, EventsBeforeTheRebuildRevisionAreIgnored) {
