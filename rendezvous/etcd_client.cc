@@ -112,6 +112,7 @@ absl::Status EtcdClient::Call(
   grpc::Status last;
   bool authenticated_once = false;
   do {
+    if (aborted_.load()) return absl::CancelledError(absl::StrCat("etcd ", what, ": aborted"));
     size_t index = 0;
     std::shared_ptr<grpc::Channel> channel = CurrentChannel(&index);
     bool need_auth = false;

@@ -58,6 +58,11 @@ class EtcdClient {
   // One round trip on a LeaseKeepAlive stream. kNotFound when the lease is gone.
   absl::StatusOr<int64_t> KeepAliveOnce(int64_t lease, Duration budget);
 
+  // Makes calls in progress give up at their next attempt (within attempt_timeout) and fail
+  // with kCancelled until Resume(): an agent that leaves must not wait out a long budget.
+  void Abort() { aborted_.store(true); }
+  void Resume() { aborted_.store(false); }
+
   // For the watcher: the channel to use next and the metadata every call carries.
   std::shared_ptr<grpc::Channel> CurrentChannel(size_t* index);
   // The endpoint at `index` failed: later calls start at the next one.
@@ -78,6 +83,7 @@ class EtcdClient {
   std::string endpoints_text_;
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::atomic<size_t> current_{0};
+  std::atomic<bool> aborted_{false};
   absl::Mutex mu_;
   std::string token_ ABSL_GUARDED_BY(mu_);
 };

@@ -85,6 +85,7 @@ EtcdRendezvous::~EtcdRendezvous() {
   // An agent that exits without Leave() (its group succeeded, or the rendezvous failed) still
   // hands over cleanly: a crash is the only way to leave the others waiting for a lease.
   silenced_->store(true);
+  client_->Abort();
   keepalive_loop_->Stop();
   loop_->Post([this] { LeaveNow("the agent exited"); });
   loop_->Stop();
@@ -317,6 +318,8 @@ void EtcdRendezvous::ReportGroupState(int64_t round, GroupState state,
 
 void EtcdRendezvous::Leave(const std::string& reason) {
   silenced_->store(true);
+  // Whatever the loop is waiting for (a join while etcd is unreachable) gives up first.
+  client_->Abort();
   keepalive_loop_->Stop();
   absl::Notification done;
   loop_->Post([this, reason, &done] {
@@ -329,6 +332,7 @@ void EtcdRendezvous::Leave(const std::string& reason) {
 void EtcdRendezvous::LeaveNow(const std::string& reason) {
   if (left_) return;
   left_ = true;
+  client_->Resume();  // our own last calls, bounded by close_timeout
   StopBackground();
   if (lease_ == 0 || lease_lost_) {
     coordinator_.reset();

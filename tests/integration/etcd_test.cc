@@ -232,6 +232,25 @@ TEST_F(EtcdTest, UnreachableClusterAtStartExitsThreeNamingIt) {
   EXPECT_THAT(a->err(), HasSubstr(endpoints_));
 }
 
+TEST_F(EtcdTest, SignalWhileEtcdIsUnreachableExitsPromptly) {
+  cluster_->KillAll();
+  auto a = Agent({"--nnodes=1", "--rdzv-id=unreachable"}, Worker("exit 0"), ",read_timeout=60");
+  // Joining once the plugin is loaded (the join itself says nothing while it retries).
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return ReadFile("/proc/" + std::to_string(a->pid()) + "/maps").find("libddprun_grpc") !=
+               std::string::npos;
+      },
+      10s));
+  const auto signalled_at = std::chrono::steady_clock::now();
+  a->Signal(SIGTERM);
+  auto st = a->Wait(30s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 128 + SIGTERM) << a->err();
+  // Not the 60 s read_timeout: the join in progress gives up (an attempt lasts at most 2 s).
+  EXPECT_LT(std::chrono::steady_clock::now() - signalled_at, 5s);
+}
+
 TEST_F(EtcdTest, UserAndPasswordAuthentication) {
   ASSERT_NE(cluster_->Ctl({"user", "add", "root:s3cret"}), "");
   ASSERT_NE(cluster_->Ctl({"auth", "enable"}), "");
