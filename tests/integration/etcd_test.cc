@@ -278,6 +278,28 @@ TEST_F(EtcdTest, UserAndPasswordAuthentication) {
   EXPECT_THAT(none->err(), HasSubstr("DDPRUN_ETCD_PASSWORD"));
 }
 
+// Bad etcd settings are configuration errors (exit 2) naming what is wrong, before any etcd call.
+TEST(EtcdConfigTest, BadSettingsExitTwoNamingThem) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--rdzv-backend=etcd"}, "needs --rdzv-endpoint"},
+      {{"--rdzv-backend=etcd", "--rdzv-endpoint=127.0.0.1:2379", "--rdzv-conf=etcd_prefix=x"},
+       "etcd_prefix=x: must start with '/'"},
+      {{"--rdzv-backend=etcd", "--rdzv-endpoint=127.0.0.1:2379", "--rdzv-conf=tls_ca=/nonexistent"},
+       "/nonexistent"},
+      {{"--rdzv-backend=etcd-v3", "--rdzv-endpoint=127.0.0.1:2379,127.0.0.1:0"}, "port"},
+  };
+  for (const auto& [flags, message] : cases) {
+    std::vector<std::string> argv = {testing::BinPath("ddprun")};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.insert(argv.end(), {"--nnodes=1", "--rdzv-id=bad", "--no-python", "true"});
+    Subprocess agent(argv);
+    auto st = agent.Wait(30s);
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->exit_code, 2) << flags.back() << ": " << agent.err();
+    EXPECT_THAT(agent.err(), HasSubstr(message)) << flags.back();
+  }
+}
+
 // TLS through --rdzv-conf tls_ca: a TLS cluster is reached with the CA, and not without it.
 TEST(EtcdTlsTest, AgentsReachATlsClusterOnlyWithTls) {
   if (const std::string why = EtcdCluster::Unavailable(); !why.empty()) GTEST_SKIP() << why;
