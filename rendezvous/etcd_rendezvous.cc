@@ -104,7 +104,9 @@ void EtcdRendezvous::Closed(absl::Status status) {
 }
 
 void EtcdRendezvous::StopBackground() {
-  watcher_.reset();  // joins its thread; its last events may still be queued: closed_ guards
+  // Joins the watcher thread; events it already posted may still run: OnEvents checks left_, and
+  // a coordinator that is gone ignores them.
+  watcher_.reset();
   if (tick_timer_ != 0) loop_->Cancel(tick_timer_);
   tick_timer_ = 0;
 }
