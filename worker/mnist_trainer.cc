@@ -85,6 +85,8 @@ class MnistTrainer {
   // Trains the rest of the current epoch. True when a stop was requested.
   absl::StatusOr<bool> TrainEpoch(int64_t* samples, double* train_s);
   absl::Status EvaluateAndReport(int64_t samples, double train_s, bool resumed);
+  // DDP's invariant, checked once per epoch: every rank holds rank 0's parameters.
+  absl::Status CheckReplicasInSync();
 
   const MnistOptions& options_;
   const DistEnv& env_;
@@ -330,6 +332,48 @@ absl::Status MnistTrainer::EvaluateAndReport(int64_t samples, double train_s, bo
   return absl::OkStatus();
 }
 
+absl::Status MnistTrainer::CheckReplicasInSync() {
+  if (world() == 1) return absl::OkStatus();
+  // Per-tensor sums and sums of squares (float64): a cheap fingerprint, 2 numbers per tensor.
+  std::vector<std::string> names;
+  std::vector<torch::Tensor> parts;
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& item : model_->named_parameters()) {
+      torch::Tensor p = item.value().detach().to(torch::kFloat64);
+      names.push_back(item.key());
+      parts.push_back(p.sum().reshape({1}));
+      parts.push_back(p.pow(2).sum().reshape({1}));
+    }
+  }
+  torch::Tensor mine = torch::cat(parts).to(torch::kCPU);
+  torch::Tensor leader = mine.clone().to(device_);
+  DDPRUN_RETURN_IF_ERROR(comm_->Broadcast(leader, 0));
+  leader = leader.to(torch::kCPU);
+  // Identical updates from an identical all-reduced buffer keep replicas bit-identical; the
+  // tolerance only forgives a summation-order difference in this fingerprint itself.
+  torch::Tensor bad = (mine - leader).abs() > 1e-9 * (1 + leader.abs());
+  const bool diverged = bad.any().item<bool>();
+  // Agree on the verdict, so that every rank stops with the same story.
+  torch::Tensor count = torch::tensor({diverged ? 1.0f : 0.0f}).to(device_);
+  DDPRUN_RETURN_IF_ERROR(comm_->AllReduceSum(count));
+  if (diverged) {
+    const int64_t i = bad.nonzero()[0][0].item<int64_t>();
+    return absl::InternalError(absl::StrFormat(
+        "rank %d: parameter %s differs from rank 0 after epoch %d: the replicas diverged",
+        comm_->rank(), names[i / 2], state_.epoch));
+  }
+  if (count.item<float>() > 0) {
+    return absl::InternalError(
+        absl::StrFormat("%d rank(s) hold parameters that differ from rank 0's after epoch %d: "
+                        "the replicas diverged",
+                        static_cast<int>(count.item<float>()), state_.epoch));
+  }
+  Log(absl::StrFormat("replicas in sync: %d parameter tensors identical on %d ranks", names.size(),
+                      world()));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<MnistOutcome> MnistTrainer::Run() {
   const bool cuda = torch::cuda::is_available();
   if (options_.device == "cuda" && !cuda) {
@@ -399,6 +443,7 @@ absl::StatusOr<MnistOutcome> MnistTrainer::Run() {
       outcome_.global_step = state_.global_step;
       return outcome_;
     }
+    DDPRUN_RETURN_IF_ERROR(CheckReplicasInSync());
     DDPRUN_RETURN_IF_ERROR(EvaluateAndReport(samples, train_s, resumed));
     resumed = false;
     state_.epoch += 1;

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <sstream>
@@ -312,6 +313,32 @@ TEST_F(DdpTrainTest, TornNewestCheckpointSkippedOnResume) {
   EXPECT_THAT(p.out(), HasSubstr("resumed from checkpoint: epoch 1, sample offset 512, step 8"));
 }
 
+// Two ranks started by hand with different learning rates: the per-epoch replica check must
+// catch the divergence on every rank (exit 1, the same story on both).
+TEST_F(DdpTrainTest, DivergedReplicasDetected) {
+  const std::string port = std::to_string(EphemeralPort());
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    std::map<std::string, std::string> env = Solo();
+    env["RANK"] = std::to_string(r);
+    env["WORLD_SIZE"] = "2";
+    env["MASTER_ADDR"] = "127.0.0.1";
+    env["MASTER_PORT"] = port;
+    env["TORCHELASTIC_ERROR_FILE"] = dir_.File("error" + std::to_string(r) + ".json");
+    ranks.push_back(std::make_unique<Subprocess>(
+        Train({"--epochs", "1", "--train-subset", "640", "--lr", r == 0 ? "1.0" : "0.5"}), env));
+  }
+  for (int r = 0; r < 2; ++r) {
+    std::optional<ExitStatus> st = ranks[r]->Wait(seconds(120));
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->exit_code, 1) << Describe(*ranks[r]);
+    EXPECT_THAT(ranks[r]->err(), HasSubstr("the replicas diverged"));
+    EXPECT_THAT(ReadFile(dir_.File("error" + std::to_string(r) + ".json")),
+                HasSubstr("replicas diverged"));
+  }
+  EXPECT_THAT(ranks[1]->err(), HasSubstr("parameter conv1.weight differs from rank 0"));
+}
+
 class LauncherTest : public DdpTrainTest, public ::testing::WithParamInterface<std::string> {
  protected:
   // The launcher command line up to and including the worker binary's arguments.
@@ -350,6 +377,8 @@ TEST_P(LauncherTest, TwoRanksTrainTogether) {
   EXPECT_EQ(m[0]["samples"], 2560);
   EXPECT_GT(m[0]["test_acc"].get<double>(), 0.5);
   EXPECT_THAT(p.out(), HasSubstr("world_size 2"));
+  // Both ranks compared their parameters with rank 0's after the epoch.
+  EXPECT_THAT(p.out(), HasSubstr("replicas in sync: 8 parameter tensors identical on 2 ranks"));
 }
 
 // SIGKILL one worker mid-epoch: the launcher restarts the group (restart budget 1) and the new
