@@ -61,18 +61,6 @@ absl::StatusOr<RgbImage> DecodeJpeg(absl::string_view bytes, int shrink) {
   return img;
 }
 
-struct PngReader {
-  absl::string_view bytes;
-  size_t pos = 0;
-};
-
-void PngRead(png_structp png, png_bytep out, png_size_t n) {
-  auto* r = static_cast<PngReader*>(png_get_io_ptr(png));
-  if (r->bytes.size() - r->pos < n) png_error(png, "truncated PNG");
-  std::memcpy(out, r->bytes.data() + r->pos, n);
-  r->pos += n;
-}
-
 absl::StatusOr<RgbImage> DecodePng(absl::string_view bytes) {
   // libpng's simplified API does the conversions (palette, grey, 16-bit, alpha composited on
   // black, which PIL's convert('RGB') drops the same way) and reports errors without longjmp.

@@ -129,9 +129,9 @@ absl::StatusOr<ImageFolder> Scan(const std::string& root,
     if (found == 0) empty.push_back((*classes)[c]);
   }
   if (!empty.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("image directory ", root, ": ", empty.size(),
-                                                   " class folder(s) without a JPEG or PNG image: ",
-                                                   absl::StrJoin(empty, ", ")));
+    return absl::InvalidArgumentError(
+        absl::StrCat("image directory ", root, ": ", empty.size(),
+                     " class folder(s) without a JPEG or PNG image: ", absl::StrJoin(empty, ", ")));
   }
   if (folder.skipped > 0) {
     folder.warnings.push_back(absl::StrCat(root, ": skipped ", folder.skipped,
@@ -143,9 +143,7 @@ absl::StatusOr<ImageFolder> Scan(const std::string& root,
 
 }  // namespace
 
-absl::StatusOr<ImageFolder> ScanImageFolder(const std::string& root) {
-  return Scan(root, nullptr);
-}
+absl::StatusOr<ImageFolder> ScanImageFolder(const std::string& root) { return Scan(root, nullptr); }
 
 absl::StatusOr<ImageFolder> ScanValidationFolder(const std::string& root,
                                                  const std::vector<std::string>& train_classes) {

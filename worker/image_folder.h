@@ -27,9 +27,9 @@ struct ImageSample {
 
 struct ImageFolder {
   std::string root;
-  std::vector<std::string> classes;  // index = label
-  std::vector<ImageSample> samples;  // sorted by class, then file name
-  int64_t skipped = 0;               // non-image or corrupt files left out
+  std::vector<std::string> classes;   // index = label
+  std::vector<ImageSample> samples;   // sorted by class, then file name
+  int64_t skipped = 0;                // non-image or corrupt files left out
   std::vector<std::string> warnings;  // one line per skipped file (capped), then a summary
 };
 

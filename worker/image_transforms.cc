@@ -46,8 +46,10 @@ CropBox RandomResizedCropBox(int width, int height, std::mt19937_64& rng, double
 CropBox CenterCropBox(int width, int height, int resize, int size) {
   // Resize: the short side becomes `resize` (the long side truncated, as torchvision does).
   const double scale = static_cast<double>(resize) / std::min(width, height);
-  const int rw = width <= height ? resize : static_cast<int>(resize * static_cast<double>(width) / height);
-  const int rh = height <= width ? resize : static_cast<int>(resize * static_cast<double>(height) / width);
+  const int rw =
+      width <= height ? resize : static_cast<int>(resize * static_cast<double>(width) / height);
+  const int rh =
+      height <= width ? resize : static_cast<int>(resize * static_cast<double>(height) / width);
   // CenterCrop: offsets rounded like torchvision's int(round((h - size) / 2)).
   const double top = std::round((rh - size) / 2.0), left = std::round((rw - size) / 2.0);
   return {left / scale, top / scale, size / scale, size / scale, false};
@@ -108,14 +110,12 @@ std::mt19937_64 SampleRng(uint64_t seed, int64_t epoch, int64_t index) {
 }
 
 absl::Status DecodeAndTransform(absl::string_view bytes, ImageFormat format,
-                                const TransformOptions& options, std::mt19937_64& rng,
-                                float* out) {
+                                const TransformOptions& options, std::mt19937_64& rng, float* out) {
   DDPRUN_ASSIGN_OR_RETURN(ImageSize full, ReadImageSize(bytes, format));
   if (full.width <= 0 || full.height <= 0) return absl::DataLossError("image of size 0");
-  const CropBox box =
-      options.train
-          ? RandomResizedCropBox(full.width, full.height, rng)
-          : CenterCropBox(full.width, full.height, options.size * 256 / 224, options.size);
+  const CropBox box = options.train ? RandomResizedCropBox(full.width, full.height, rng)
+                                    : CenterCropBox(full.width, full.height,
+                                                    options.size * 256 / 224, options.size);
   const int shrink = format == ImageFormat::kJpeg ? ShrinkFor(box, options.size) : 1;
   DDPRUN_ASSIGN_OR_RETURN(RgbImage img, DecodeImage(bytes, format, shrink));
   // The decoded size is the full size divided by `shrink`, rounded up: scale the box exactly.

@@ -24,10 +24,10 @@
 namespace ddprun::worker {
 
 struct ImageBatch {
-  int64_t index = 0;            // batch number within this epoch's list
-  int64_t size = 0;             // images in it (fewer than requested when some failed)
-  std::vector<float> images;    // size * 3 * S * S, NCHW
-  std::vector<int64_t> labels;  // size
+  int64_t index = 0;                // batch number within this epoch's list
+  int64_t size = 0;                 // images in it (fewer than requested when some failed)
+  std::vector<float> images;        // size * 3 * S * S, NCHW
+  std::vector<int64_t> labels;      // size
   std::vector<std::string> errors;  // "path: why" for each image dropped
 };
 
@@ -63,8 +63,8 @@ class InputPipeline {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  int64_t next_to_build_ = 0;  // guarded by mu_
-  int64_t next_to_hand_ = 0;   // guarded by mu_
+  int64_t next_to_build_ = 0;            // guarded by mu_
+  int64_t next_to_hand_ = 0;             // guarded by mu_
   std::map<int64_t, ImageBatch> ready_;  // guarded by mu_
   bool stopping_ = false;                // guarded by mu_
   std::vector<std::thread> threads_;

@@ -41,8 +41,7 @@ std::string MakeJpeg(int w, int h, int quality = 90) {
   tjhandle tj = tjInitCompress();
   unsigned char* buf = nullptr;
   unsigned long size = 0;
-  EXPECT_EQ(tjCompress2(tj, rgb.data(), w, 0, h, TJPF_RGB, &buf, &size, TJSAMP_420, quality, 0),
-            0);
+  EXPECT_EQ(tjCompress2(tj, rgb.data(), w, 0, h, TJPF_RGB, &buf, &size, TJSAMP_420, quality, 0), 0);
   std::string out(reinterpret_cast<char*>(buf), size);
   tjFree(buf);
   tjDestroy(tj);
@@ -226,7 +225,8 @@ TEST(ImageFolderTest, MissingUnreadableAndClasslessDirectories) {
 TEST(ImageFolderTest, ValidationClassesMustExistInTraining) {
   TempDir dir;
   for (const char* c : {"b", "x", "y"}) Mkdir(dir.File(c));
-  for (const char* c : {"b", "x", "y"}) WriteFile(dir.File(absl::StrCat(c, "/1.jpg")), MakeJpeg(8, 8));
+  for (const char* c : {"b", "x", "y"})
+    WriteFile(dir.File(absl::StrCat(c, "/1.jpg")), MakeJpeg(8, 8));
   absl::StatusOr<ImageFolder> bad = ScanValidationFolder(dir.path(), {"a", "b"});
   ASSERT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("lacks: x, y"));
