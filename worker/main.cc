@@ -1,4 +1,5 @@
-// ddp-train: the bundled LibTorch worker. `ddp-train mnist --data DIR [...]`.
+// ddp-train: the bundled LibTorch worker. `ddp-train mnist --data DIR [...]`,
+// `ddp-train imagenet --data DIR [--val-path DIR] [...]`.
 //
 // Exit codes:
 //   0        training finished
@@ -18,6 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "worker/dist_env.h"
 #include "worker/error_file.h"
+#include "worker/imagenet_options.h"
+#include "worker/imagenet_trainer.h"
 #include "worker/mnist_options.h"
 #include "worker/mnist_trainer.h"
 #include "worker/stop_signal.h"
@@ -125,6 +128,80 @@ void AddMnistFlags(CLI::App* cmd, MnistOptions* o, bool* resume, bool* no_resume
   cmd->add_flag("!--no-progress-bar", o->progress_bar, "plain progress lines even on a terminal");
 }
 
+void AddImageNetFlags(CLI::App* cmd, ImageNetOptions* o, bool* resume, bool* no_resume) {
+  cmd->add_option("--data", o->data_dir, "training ImageFolder: <dir>/<class>/<image.jpg|png>")
+      ->required();
+  cmd->add_option("--val-path", o->val_dir, "validation ImageFolder (none: no validation)");
+  cmd->add_option("--arch", o->arch, "model")
+      ->check(CLI::IsMember({"resnet18", "resnet50"}))
+      ->capture_default_str();
+  cmd->add_option("--epochs", o->epochs, "number of epochs")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--batch-size", o->batch_size, "batch size per process")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--lr", o->lr, "peak learning rate")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--momentum", o->momentum, "SGD momentum")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--weight-decay,--wd", o->weight_decay, "SGD weight decay")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--lr-schedule", o->lr_schedule, "step (x0.1 every --lr-step-epochs) or cosine")
+      ->check(CLI::IsMember({"step", "cosine"}))
+      ->capture_default_str();
+  cmd->add_option("--lr-step-epochs", o->lr_step_epochs, "epochs between x0.1 steps")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--warmup-epochs", o->warmup_epochs, "linear warm-up (fractions allowed)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--workers,-j", o->workers, "decoding threads per process")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  cmd->add_option("--print-freq,-p", o->print_freq, "steps between progress lines")
+      ->check(CLI::Range(1, 1 << 30))
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "model init, sampler order and augmentation")
+      ->capture_default_str();
+  cmd->add_option("--image-size", o->image_size,
+                  "crop side (validation resizes to size*256/224 first)")
+      ->check(CLI::Range(16, 4096))
+      ->capture_default_str();
+  cmd->add_option("--max-steps", o->max_steps, "at most N steps per epoch (0: all)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_flag("--evaluate,-e", o->evaluate, "validate the (resumed) model once and exit");
+  cmd->add_option("--checkpoints-path", o->checkpoints_path,
+                  "directory for checkpoints; the best model goes to its best/ folder");
+  cmd->add_option("--keep-checkpoints", o->keep_checkpoints, "checkpoints kept")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  auto* r = cmd->add_flag("--resume", *resume,
+                          "require resuming from the newest valid checkpoint (default: resume "
+                          "when the directory holds one)");
+  cmd->add_flag("--no-resume", *no_resume, "start fresh; refuse a directory with checkpoints")
+      ->excludes(r);
+  cmd->add_option("--metrics-file", o->metrics_file, "append one JSON line per epoch");
+  cmd->add_option("--backend", o->backend, "gloo, nccl or auto")
+      ->check(CLI::IsMember({"gloo", "nccl", "auto"}))
+      ->capture_default_str();
+  cmd->add_option("--device", o->device, "cpu, cuda or auto")
+      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+      ->capture_default_str();
+  cmd->add_option("--comm-timeout", o->comm_timeout_s, "seconds for store and collectives")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--threads", o->threads, "intra-op threads (0: as mnist)")
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str();
+  cmd->add_flag("--amp", o->amp, "bf16 autocast (CUDA builds, CUDA device)");
+  cmd->add_flag("--channels-last", o->channels_last, "NHWC memory format");
+}
+
 int Main(int argc, char** argv) {
   // Before anything starts a thread: every thread inherits the blocked stop signals.
   StopSignal stop;
@@ -135,6 +212,10 @@ int Main(int argc, char** argv) {
   bool resume = false, no_resume = false;
   CLI::App* mnist = app.add_subcommand("mnist", "the classic MNIST CNN on MNIST-format data");
   AddMnistFlags(mnist, &options, &resume, &no_resume);
+  ImageNetOptions imagenet_options;
+  CLI::App* imagenet =
+      app.add_subcommand("imagenet", "ResNet-18/50 on ImageFolder data (JPEG, PNG)");
+  AddImageNetFlags(imagenet, &imagenet_options, &resume, &no_resume);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -147,9 +228,15 @@ int Main(int argc, char** argv) {
   }
   if (resume) options.resume = ResumeMode::kAlways;
   if (no_resume) options.resume = ResumeMode::kNever;
+  imagenet_options.resume = options.resume;
 
   absl::StatusOr<DistEnv> env = ReadDistEnv(ProcessEnv());
   if (!env.ok()) return Fail(DistEnv(), env.status());
+  if (imagenet->parsed()) {
+    absl::StatusOr<ImageNetOutcome> outcome = RunImageNet(imagenet_options, *env, &stop, std::cout);
+    if (!outcome.ok()) return Fail(*env, outcome.status());
+    return outcome->stop_signal != 0 ? 128 + outcome->stop_signal : 0;
+  }
   absl::StatusOr<MnistOutcome> outcome = RunMnist(options, *env, &stop, std::cout);
   if (!outcome.ok()) return Fail(*env, outcome.status());
   if (outcome->stop_signal != 0) return 128 + outcome->stop_signal;
