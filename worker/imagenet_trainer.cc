@@ -17,6 +17,7 @@
 #include "worker/grad_sync.h"
 #include "worker/image_folder.h"
 #include "worker/input_pipeline.h"
+#include "worker/lr_schedule.h"
 #include "worker/metrics.h"
 #include "worker/resnet.h"
 
@@ -47,7 +48,7 @@ struct ImageNetProgress {
 };
 
 // Control floats summed across ranks with the last gradient bucket.
-enum Control { kStop = 0, kLossSum, kCount, kNumControls };
+enum Control { kStop = 0, kLossSum, kCount, kSkipped, kNumControls };
 
 class ImageNetTrainer {
  public:
@@ -93,7 +94,7 @@ class ImageNetTrainer {
   ImageNetProgress state_;
   ImageNetOutcome outcome_;
   int peer_stop_ = 0;
-  int64_t skipped_images_ = 0;
+  int64_t skipped_images_ = 0;  // failed to decode, all ranks, since this run started
 };
 
 absl::Status ImageNetTrainer::SetupLocal() {
@@ -261,14 +262,14 @@ absl::Status ImageNetTrainer::SaveCheckpoint(const char* why, bool best) {
 }
 
 double ImageNetTrainer::LearningRate(double done) const {
-  if (done < options_.warmup_epochs) return options_.lr * done / options_.warmup_epochs;
-  if (options_.lr_schedule == "cosine") {
-    const double span = std::max(1e-9, options_.epochs - options_.warmup_epochs);
-    const double t = std::min(1.0, (done - options_.warmup_epochs) / span);
-    return 0.5 * options_.lr * (1 + std::cos(M_PI * t));
-  }
-  return options_.lr *
-         std::pow(0.1, std::floor(done / static_cast<double>(options_.lr_step_epochs)));
+  LrSchedule schedule;
+  schedule.kind =
+      options_.lr_schedule == "cosine" ? LrSchedule::Kind::kCosine : LrSchedule::Kind::kStep;
+  schedule.base_lr = options_.lr;
+  schedule.step_epochs = options_.lr_step_epochs;
+  schedule.warmup_epochs = options_.warmup_epochs;
+  schedule.total_epochs = options_.epochs;
+  return LearningRateAt(schedule, done);
 }
 
 void ImageNetTrainer::ReportSkipped(const ImageBatch& batch) {
@@ -276,7 +277,6 @@ void ImageNetTrainer::ReportSkipped(const ImageBatch& batch) {
   for (const std::string& e : batch.errors) {
     log_ << "warning: rank " << comm_->rank() << ": skipped image " << e << std::endl;
   }
-  skipped_images_ += batch.errors.size();
 }
 
 absl::StatusOr<bool> ImageNetTrainer::TrainEpoch(int64_t* samples, double* train_s) {
@@ -337,7 +337,8 @@ absl::StatusOr<bool> ImageNetTrainer::TrainEpoch(int64_t* samples, double* train
     // A rank whose whole batch failed to decode still takes part in the gradient all-reduce
     // (with zero gradients), so the collectives stay matched.
     const float local_loss = loss.defined() ? loss.item<float>() * batch->size : 0.0f;
-    sync_->Begin({local_signal != 0 ? 1.0f : 0.0f, local_loss, static_cast<float>(batch->size)});
+    sync_->Begin({local_signal != 0 ? 1.0f : 0.0f, local_loss, static_cast<float>(batch->size),
+                  static_cast<float>(batch->errors.size())});
     if (loss.defined()) loss.backward();
     std::vector<float> control;
     DDPRUN_RETURN_IF_ERROR(sync_->Finish(&control));
@@ -351,6 +352,7 @@ absl::StatusOr<bool> ImageNetTrainer::TrainEpoch(int64_t* samples, double* train
     state_.epoch_loss_sum += mean_loss;
     state_.epoch_loss_steps += 1;
     *samples += static_cast<int64_t>(control[kCount]);
+    skipped_images_ += static_cast<int64_t>(control[kSkipped]);
     stop = control[kStop] > 0;
     if (stop && local_signal == 0) peer_stop_ = SIGTERM;
     if (state_.epoch_loss_steps % options_.print_freq == 0 ||
@@ -376,12 +378,13 @@ absl::Status ImageNetTrainer::Validate(double* acc1, double* acc5, double* loss)
   InputPipeline pipeline(&val_, sampler.IndicesWithoutPadding(0), popt);
   const int S = options_.image_size;
   const int64_t k = std::min<int64_t>(5, static_cast<int64_t>(train_.classes.size()));
-  double loss_sum = 0, top1 = 0, top5 = 0, count = 0;
+  double loss_sum = 0, top1 = 0, top5 = 0, count = 0, skipped = 0;
   model_->eval();
   {
     torch::NoGradGuard no_grad;
     while (std::optional<ImageBatch> batch = pipeline.Next()) {
       ReportSkipped(*batch);
+      skipped += batch->errors.size();
       if (batch->size == 0) continue;
       torch::Tensor x = torch::from_blob(batch->images.data(), {batch->size, 3, S, S}).to(device_);
       torch::Tensor y =
@@ -396,13 +399,15 @@ absl::Status ImageNetTrainer::Validate(double* acc1, double* acc5, double* loss)
       count += batch->size;
     }
   }
-  torch::Tensor totals = torch::tensor({loss_sum, top1, top5, count}, torch::kFloat64).to(device_);
+  torch::Tensor totals =
+      torch::tensor({loss_sum, top1, top5, count, skipped}, torch::kFloat64).to(device_);
   DDPRUN_RETURN_IF_ERROR(comm_->AllReduceSum(totals));
   totals = totals.to(torch::kCPU);
   auto t = totals.accessor<double, 1>();
   *acc1 = t[3] > 0 ? t[1] / t[3] : 0;
   *acc5 = t[3] > 0 ? t[2] / t[3] : 0;
   *loss = t[3] > 0 ? t[0] / t[3] : 0;
+  skipped_images_ += static_cast<int64_t>(t[4]);
   Log(absl::StrFormat(" * Acc@1 %.3f Acc@5 %.3f loss %.4f (%d images)", 100 * *acc1, 100 * *acc5,
                       *loss, static_cast<int64_t>(t[3])));
   return absl::OkStatus();
@@ -515,7 +520,7 @@ absl::StatusOr<ImageNetOutcome> ImageNetTrainer::Run() {
     m.train_loss =
         state_.epoch_loss_steps > 0 ? state_.epoch_loss_sum / state_.epoch_loss_steps : 0;
     m.wall_s = SecondsSince(start_);
-    m.lr = LearningRate(state_.epoch);
+    m.lr = LearningRate(state_.epoch - 1);  // at the epoch's start
     m.global_step = state_.global_step;
     m.resumed = resumed;
     Log(absl::StrFormat(

@@ -68,6 +68,9 @@ class ImageNetTrainTest : public ::testing::Test {
       }
     }
     WriteFile(dir_.File("train/dog/corrupt.jpg"), "definitely not a JPEG");
+    // A valid signature but cut in half: found only when decoded, in validation (every image).
+    const std::string jpeg = MakeJpeg(1, 99);
+    WriteFile(dir_.File("val/dog/truncated.jpg"), jpeg.substr(0, jpeg.size() / 2));
   }
 
   std::vector<std::string> Train(const std::vector<std::string>& extra) {
@@ -155,19 +158,23 @@ TEST_F(ImageNetTrainTest, TwoRanksUnderDdprunCheckpointAndResume) {
     EXPECT_THAT(p.out(), HasSubstr("skipped 1 non-image or corrupt file"));
     EXPECT_THAT(p.out(), HasSubstr("Epoch: [1][3/4]"));  // 30 images / 2 ranks / batch 4
     EXPECT_THAT(p.out(), HasSubstr("Acc@5 100.000"));    // 3 classes: top-5 is everything
-    EXPECT_THAT(p.out(), HasSubstr("(9 images)"));
+    EXPECT_THAT(p.out(), HasSubstr("(9 images)"));       // the truncated one dropped
+    EXPECT_THAT(p.out(), HasSubstr("skipped image " + dir_.File("val/dog/truncated.jpg")));
+    EXPECT_THAT(p.out(), HasSubstr("skipped_images 1 "));
     EXPECT_THAT(p.out(), HasSubstr("checkpoint: saved step 3 (end of epoch, best so far"));
   }
   EXPECT_EQ(ReadFile(dir_.File("ckpt/LATEST")), "ckpt-000000000003.ddpt\n");
   EXPECT_EQ(ReadFile(dir_.File("ckpt/best/LATEST")), "ckpt-000000000003.ddpt\n");
   {
-    Subprocess p(launch({"--epochs", "2", "--resume"}), {{"TORCHELASTIC_ERROR_FILE", "\x01unset"}});
+    Subprocess p(launch({"--epochs", "2", "--resume", "--channels-last"}),
+                 {{"TORCHELASTIC_ERROR_FILE", "\x01unset"}});
     std::optional<ExitStatus> st = p.Wait(seconds(120));
     ASSERT_TRUE(st.has_value());
     ASSERT_EQ(st->exit_code, 0) << Describe(p);
     EXPECT_THAT(p.out(), HasSubstr("resumed from checkpoint: epoch 2, sample offset 0, step 3"));
     EXPECT_THAT(p.out(), HasSubstr("Epoch: [2][1/4]"));
     EXPECT_THAT(p.out(), HasSubstr("checkpoint: saved step 6"));
+    EXPECT_THAT(p.out(), HasSubstr("skipped_images 1 "));
   }
   std::vector<nlohmann::json> m = Metrics();
   ASSERT_EQ(m.size(), 2u);
