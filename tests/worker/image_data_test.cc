@@ -84,6 +84,31 @@ TEST(ImageDecoderTest, DecodesJpegAtFullAndReducedSize) {
   EXPECT_EQ(size->width, 64);
 }
 
+TEST(ImageDecoderTest, DecodesCmykJpegToRgb) {
+  // A few ImageNet files are CMYK; TurboJPEG cannot convert those to RGB itself. Pure red is
+  // C=0 M=255 Y=255 K=0, stored inverted (Adobe) as 255, 0, 0, 255.
+  std::vector<uint8_t> cmyk(16 * 16 * 4);
+  for (size_t i = 0; i < cmyk.size(); i += 4) {
+    cmyk[i] = 255;
+    cmyk[i + 1] = 0;
+    cmyk[i + 2] = 0;
+    cmyk[i + 3] = 255;
+  }
+  tjhandle tj = tjInitCompress();
+  unsigned char* buf = nullptr;
+  unsigned long size = 0;
+  ASSERT_EQ(tjCompress2(tj, cmyk.data(), 16, 0, 16, TJPF_CMYK, &buf, &size, TJSAMP_444, 95, 0), 0);
+  const std::string jpeg(reinterpret_cast<char*>(buf), size);
+  tjFree(buf);
+  tjDestroy(tj);
+  absl::StatusOr<RgbImage> img = DecodeImage(jpeg, ImageFormat::kJpeg);
+  ASSERT_TRUE(img.ok()) << img.status();
+  ASSERT_EQ(img->pixels.size(), 16u * 16 * 3);
+  EXPECT_GT(img->pixels[0], 240);
+  EXPECT_LT(img->pixels[1], 15);
+  EXPECT_LT(img->pixels[2], 15);
+}
+
 TEST(ImageDecoderTest, DecodesPng) {
   absl::StatusOr<RgbImage> img = DecodeImage(MakePng(10, 7), ImageFormat::kPng);
   ASSERT_TRUE(img.ok()) << img.status();
