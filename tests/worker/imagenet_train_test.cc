@@ -2,14 +2,17 @@
 // 40x36 JPEGs written with libjpeg-turbo, one corrupt file): bad input exits 2 naming the
 // problem; two ranks under ddprun train resnet18 on 32x32 crops, write a checkpoint and the
 // best model, and a second run resumes from it.
+#include <signal.h>
 #include <turbojpeg.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -186,6 +189,52 @@ TEST_F(ImageNetTrainTest, TwoRanksUnderDdprunCheckpointAndResume) {
   EXPECT_EQ(m[1]["resumed"], true);
   EXPECT_EQ(m[1]["world_size"], 2);
   EXPECT_EQ(ReadFile(dir_.File("ckpt/LATEST")), "ckpt-000000000006.ddpt\n");
+}
+
+// SIGTERM mid-epoch: the worker finishes its step, saves a checkpoint that records how far into
+// the epoch it got, exits 143; the next run continues from exactly that step and offset.
+TEST_F(ImageNetTrainTest, SigtermCheckpointsMidEpochAndResumesThere) {
+  const std::map<std::string, std::string> solo = {{"RANK", "\x01unset"},
+                                                   {"WORLD_SIZE", "\x01unset"},
+                                                   {"SLURM_PROCID", "\x01unset"},
+                                                   {"OMP_NUM_THREADS", "1"}};
+  const std::vector<std::string> args = Train({"--checkpoints-path", dir_.File("ckpt"), "--epochs",
+                                               "1000", "--metrics-file", dir_.File("m.jsonl")});
+  std::string saved_step, saved_epoch;
+  {
+    Subprocess p(args, solo);
+    ASSERT_TRUE(p.WaitForOutputContains("Epoch: [1][2/8]", seconds(60))) << Describe(p);
+    p.Signal(SIGTERM);
+    std::optional<ExitStatus> st = p.Wait(seconds(60));
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->exit_code, 143) << Describe(p);
+    EXPECT_THAT(p.out(), HasSubstr("stop requested (signal 15)"));
+    std::smatch match;
+    const std::string out = p.out();
+    ASSERT_TRUE(std::regex_search(
+        out, match, std::regex(R"(saved step (\d+) \(stop, epoch (\d+) offset (\d+))")))
+        << out;
+    saved_step = match[1];
+    saved_epoch = match[2];
+    // Within the first epoch (30 images, 8 steps of 4) unless the whole epoch ran first.
+    if (match[2] == "1") EXPECT_EQ(std::stoi(match[3]), 4 * std::stoi(saved_step));
+  }
+  Subprocess p(args, solo);
+  ASSERT_TRUE(p.WaitForOutputContains("resumed from checkpoint", seconds(60))) << Describe(p);
+  ASSERT_TRUE(p.WaitForOutputContains("ddp-train imagenet:", seconds(60))) << Describe(p);
+  EXPECT_THAT(p.out(), HasSubstr(", step " + saved_step + ","));
+  // The next progress line is the step after the saved one.
+  const int next = std::stoi(saved_step) + 1;
+  if (saved_epoch == "1" && next <= 8) {
+    ASSERT_TRUE(p.WaitForOutputContains(absl::StrCat("Epoch: [1][", next, "/8]"), seconds(60)))
+        << Describe(p);
+    EXPECT_THAT(p.out(), ::testing::Not(HasSubstr("Epoch: [1][1/8]")));
+  }
+  ASSERT_TRUE(p.WaitForOutputContains("Epoch: [", seconds(60))) << Describe(p);
+  p.Signal(SIGTERM);
+  std::optional<ExitStatus> st = p.Wait(seconds(60));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 143) << Describe(p);
 }
 
 }  // namespace
