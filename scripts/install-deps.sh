@@ -11,6 +11,7 @@ PACKAGES=(
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
   # worker (LibTorch CPU with gloo) and its JPEG decoder
   libtorch-dev libgloo-dev libgoogle-glog-dev libturbojpeg0-dev libjpeg62-turbo-dev
+  libpng-dev                 # ddp-train imagenet: PNG images in ImageFolder data
   # tests and micro-benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # real peers and data for tests, demo and benchmarks
