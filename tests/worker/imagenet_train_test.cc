@@ -189,6 +189,20 @@ TEST_F(ImageNetTrainTest, TwoRanksUnderDdprunCheckpointAndResume) {
   EXPECT_EQ(m[1]["resumed"], true);
   EXPECT_EQ(m[1]["world_size"], 2);
   EXPECT_EQ(ReadFile(dir_.File("ckpt/LATEST")), "ckpt-000000000006.ddpt\n");
+
+  // --evaluate: one process validates the latest checkpoint and trains nothing.
+  Subprocess p({BinPath("ddp-train"), "imagenet", "--data", dir_.File("train"), "--val-path",
+                dir_.File("val"), "--image-size", "32", "--checkpoints-path", dir_.File("ckpt"),
+                "--resume", "--evaluate"},
+               {{"RANK", "\x01unset"}, {"WORLD_SIZE", "\x01unset"}, {"SLURM_PROCID", "\x01unset"}});
+  std::optional<ExitStatus> st = p.Wait(seconds(60));
+  ASSERT_TRUE(st.has_value());
+  ASSERT_EQ(st->exit_code, 0) << Describe(p);
+  EXPECT_THAT(p.out(), HasSubstr("resumed from checkpoint: epoch 3, sample offset 0, step 6"));
+  EXPECT_THAT(p.out(), HasSubstr(" * Acc@1 "));
+  EXPECT_THAT(p.out(), HasSubstr("(9 images)"));
+  EXPECT_THAT(p.out(), ::testing::Not(HasSubstr("Epoch: [")));
+  EXPECT_EQ(ReadFile(dir_.File("ckpt/LATEST")), "ckpt-000000000006.ddpt\n");
 }
 
 // SIGTERM mid-epoch: the worker finishes its step, saves a checkpoint that records how far into
