@@ -6,6 +6,11 @@ BUILD_DIR=${1:-build}
 HERE=$(cd "$(dirname "$0")" && pwd)
 TORCHRUN=${TORCHRUN:-$HERE/../../shared/tools/torchrun113}
 /usr/bin/python3 "$HERE/launcher_bench.py" --ddprun "$BUILD_DIR/bin/ddprun" --torchrun "$TORCHRUN"
+/usr/bin/python3 "$HERE/multinode_bench.py" --ddprun "$BUILD_DIR/bin/ddprun" \
+    --rdzv "$BUILD_DIR/bin/ddprun-rdzv" --torchrun "$TORCHRUN"
+if [ -f "$HERE/etcd/etcd_bench.py" ]; then
+  /usr/bin/python3 "$HERE/etcd/etcd_bench.py" --build "$BUILD_DIR"
+fi
 for extra in "$HERE"/*/run.sh; do
   [ -x "$extra" ] && "$extra" "$BUILD_DIR"
 done
