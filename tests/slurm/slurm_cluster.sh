@@ -134,6 +134,9 @@ TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 SchedulerType=sched/builtin
+# Run the scheduler every second, not every 60 s: a job whose begin time passes (a released
+# requeue) starts at once.
+SchedulerParameters=sched_interval=1
 MpiDefault=none
 SwitchType=switch/none
 AccountingStorageType=accounting_storage/none

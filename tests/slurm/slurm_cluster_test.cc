@@ -280,21 +280,22 @@ TEST_F(SlurmClusterTest, Usr1PreemptionCheckpointsAndTheRequeuedRunResumes) {
   ASSERT_TRUE(std::regex_search(first, m, std::regex("checkpoint: saved step (\\d+)"))) << first;
   const std::string saved_step = m[1];
 
-  // Slurm holds a requeued job for 120 s (BeginTime); release it, as an operator would. The
-  // release only takes once the job is back in the queue (the batch script may still be
-  // finishing), so it is repeated, at most twice a second, until the second run starts.
-  auto last_release = std::chrono::steady_clock::now() - 1s;
+  // Slurm holds a requeued job for 120 s (BeginTime), not least so that the new run's job
+  // credential postdates the one revoked at the requeue (a start in the same second is refused:
+  // "Job credential revoked"). Once the job is back in the queue, move its start to 2 s from
+  // now, as an operator would.
   ASSERT_TRUE(WaitUntil(
       [&] {
-        if (ReadFile(runs).find("start restart=1") != std::string::npos) return true;
-        if (std::chrono::steady_clock::now() - last_release >= 500ms) {
-          last_release = std::chrono::steady_clock::now();
-          Run({"scontrol", "update", "JobId=" + job, "StartTime=now"});
-        }
-        return false;
+        return Run({"squeue", "-h", "-j", job, "-o", "%T"}).out.find("PENDING") !=
+               std::string::npos;
       },
-      60s))
+      30s))
       << ReadFile(runs);
+  ASSERT_EQ(Run({"scontrol", "update", "JobId=" + job, "StartTime=now+2"}).exit_code, 0);
+  ASSERT_TRUE(
+      WaitUntil([&] { return ReadFile(runs).find("start restart=1") != std::string::npos; }, 60s))
+      << ReadFile(runs) << Run({"scontrol", "show", "job", job}).out << Run({"sinfo", "-N"}).out
+      << ReadFile(out) << ReadFile(cluster_dir_.File("log/slurmctld.log"));
   ASSERT_TRUE(
       WaitUntil([&] { return ReadFile(runs).find("end restart=1") != std::string::npos; }, 120s))
       << ReadFile(out);
