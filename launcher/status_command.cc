@@ -1,6 +1,7 @@
 #include "launcher/status_command.h"
 
 #include <CLI/CLI.hpp>
+#include <functional>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -13,10 +14,12 @@ namespace ddprun::launcher {
 
 namespace {
 
-int EtcdStatus(const LaunchOptions& options) {
-  auto settings = MakeEtcdSettings(options);
+// Settings errors are usage errors (exit 2); a missing plugin or a rendezvous that cannot be
+// reached or refuses is a rendezvous failure (exit 3).
+int PrintRun(const LaunchOptions& options, const absl::Status& settings,
+             const std::function<absl::StatusOr<std::string>(GrpcRendezvousPlugin*)>& describe) {
   if (!settings.ok()) {
-    WriteAll(2, absl::StrCat("ddprun status: error: ", settings.status().message(), "\n"));
+    WriteAll(2, absl::StrCat("ddprun status: error: ", settings.message(), "\n"));
     return kExitUsage;
   }
   auto plugin = LoadGrpcRendezvousPlugin();
@@ -24,7 +27,7 @@ int EtcdStatus(const LaunchOptions& options) {
     WriteAll(2, absl::StrCat("ddprun status: error: ", plugin.status().message(), "\n"));
     return kExitRendezvous;
   }
-  auto text = (*plugin)->DescribeEtcdRun(*settings, options.rdzv_id);
+  auto text = describe(*plugin);
   if (!text.ok()) {
     WriteAll(2, absl::StrCat("ddprun status: ", options.rdzv_endpoint, ": ",
                              text.status().message(), "\n"));
@@ -66,26 +69,17 @@ int RunStatusCommand(const std::vector<std::string>& args, const HostInfo& host)
     }
     options.rdzv_conf = parsed->options.rdzv_conf;
   }
-  if (options.rdzv_backend != "c10d") return EtcdStatus(options);
+  if (options.rdzv_backend != "c10d") {
+    auto settings = MakeEtcdSettings(options);
+    return PrintRun(options, settings.status(), [&](GrpcRendezvousPlugin* plugin) {
+      return plugin->DescribeEtcdRun(*settings, options.rdzv_id);
+    });
+  }
   auto settings = MakeC10dSettings(options, host);
-  if (!settings.ok()) {
-    WriteAll(2, absl::StrCat("ddprun status: error: ", settings.status().message(), "\n"));
-    return kExitUsage;
-  }
-  settings->host_here = false;
-  auto plugin = LoadGrpcRendezvousPlugin();
-  if (!plugin.ok()) {
-    WriteAll(2, absl::StrCat("ddprun status: error: ", plugin.status().message(), "\n"));
-    return kExitRendezvous;
-  }
-  auto text = (*plugin)->DescribeRun(*settings, options.rdzv_id);
-  if (!text.ok()) {
-    WriteAll(2, absl::StrCat("ddprun status: ", options.rdzv_endpoint, ": ",
-                             text.status().message(), "\n"));
-    return kExitRendezvous;
-  }
-  WriteAll(1, *text);
-  return 0;
+  if (settings.ok()) settings->host_here = false;
+  return PrintRun(options, settings.status(), [&](GrpcRendezvousPlugin* plugin) {
+    return plugin->DescribeRun(*settings, options.rdzv_id);
+  });
 }
 
 }  // namespace ddprun::launcher

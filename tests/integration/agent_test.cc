@@ -325,11 +325,7 @@ TEST(AgentTest, StaticTwoNodesFormOneWorld) {
                                  "--nproc-per-node=2", Script("gloo_allreduce.py"), out.path()},
         Env()));
   }
-  for (auto& n : nodes) {
-    auto st = n->Wait(90s);
-    ASSERT_TRUE(st.has_value());
-    EXPECT_EQ(st->exit_code, 0) << n->err();
-  }
+  ASSERT_TRUE(testing::ExpectAllExit(nodes, 0, 90s));
   for (int rank = 0; rank < 4; ++rank) {
     EXPECT_EQ(ReadFile(out.File("rank" + std::to_string(rank) + ".txt")), "4 6\n") << rank;
   }

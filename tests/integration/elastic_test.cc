@@ -169,11 +169,7 @@ TEST_P(ElasticTest, TwoAgentsFormOneGlooWorld) {
               {testing::SystemPython(), SourcePath("tests/integration/scripts/gloo_allreduce.py"),
                out.path()}));
   }
-  for (auto& a : agents) {
-    auto st = a->Wait(90s);
-    ASSERT_TRUE(st.has_value());
-    EXPECT_EQ(st->exit_code, 0) << a->err();
-  }
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 90s));
   for (int rank = 0; rank < 4; ++rank) {
     EXPECT_EQ(ReadFile(out.File("rank" + std::to_string(rank) + ".txt")), "4 6\n") << rank;
   }
@@ -185,11 +181,7 @@ TEST_P(ElasticTest, FourAgentsGetUniqueRanks) {
   for (int i = 0; i < 4; ++i) {
     agents.push_back(Agent({"--nnodes=4", "--nproc-per-node=2", "--rdzv-id=four"}, {worker}));
   }
-  for (auto& a : agents) {
-    auto st = a->Wait(30s);
-    ASSERT_TRUE(st.has_value());
-    EXPECT_EQ(st->exit_code, 0) << a->err();
-  }
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s));
   const std::string log = Log();
   std::set<int> ranks, groups;
   std::regex re("world=(\\d+) rank=(\\d+) group=(\\d+)");
@@ -301,11 +293,7 @@ TEST_P(ElasticTest, WorkerFailureOnOneNodeRestartsEveryNodeAndSpendsTheBudgetOnc
     agents.push_back(Agent(
         {"--nnodes=2", "--nproc-per-node=2", "--max-restarts=1", "--rdzv-id=failone"}, {worker}));
   }
-  for (auto& a : agents) {
-    auto st = a->Wait(30s);
-    ASSERT_TRUE(st.has_value());
-    EXPECT_EQ(st->exit_code, 0) << a->err();
-  }
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s));
   const std::string log = Log();
   EXPECT_EQ(CountMatches(log, "restart=0"), 4) << log;
   EXPECT_EQ(CountMatches(log, "restart=1"), 4) << log;  // every node restarted, once
@@ -370,11 +358,7 @@ TEST_P(ElasticTest, ThirtyTwoAgents) {
     agents.push_back(
         Agent({"--nnodes=32", "--nproc-per-node=2", "--rdzv-id=many", "--quiet"}, {"true"}));
   }
-  for (auto& a : agents) {
-    auto st = a->Wait(60s);
-    ASSERT_TRUE(st.has_value());
-    EXPECT_EQ(st->exit_code, 0) << a->err();
-  }
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 60s));
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, ElasticTest, ::testing::Values("builtin", "etcd"),
@@ -397,11 +381,7 @@ TEST(ElasticAddressTest, MasterAddrOverIpv6) {
     agents.push_back(std::make_unique<Subprocess>(
         argv, std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", kToken}}));
   }
-  for (auto& a : agents) {
-    auto st = a->Wait(30s);
-    ASSERT_TRUE(st.has_value());
-    EXPECT_EQ(st->exit_code, 0) << a->err();
-  }
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s));
   EXPECT_THAT(ReadFile(dir.File("addr-0")), ::testing::StartsWith("::1 "));
   EXPECT_EQ(ReadFile(dir.File("addr-0")), ReadFile(dir.File("addr-1")));
 }

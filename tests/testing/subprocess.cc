@@ -1,6 +1,7 @@
 #include "tests/testing/subprocess.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -157,6 +158,22 @@ bool Subprocess::WaitForOutputContains(const std::string& needle,
                                        std::chrono::milliseconds timeout) {
   return WaitForOutput([&](const std::string& s) { return s.find(needle) != std::string::npos; },
                        timeout);
+}
+
+bool ExpectAllExit(const std::vector<std::unique_ptr<Subprocess>>& processes, int code,
+                   std::chrono::milliseconds timeout) {
+  bool all = true;
+  for (const auto& p : processes) {
+    auto st = p->Wait(timeout);
+    EXPECT_TRUE(st.has_value()) << "still running after " << timeout.count() << " ms: " << p->err();
+    if (!st.has_value()) {
+      all = false;
+      continue;
+    }
+    EXPECT_EQ(st->exit_code, code) << p->err();
+    all = all && st->exit_code == code;
+  }
+  return all;
 }
 
 bool WaitUntil(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {

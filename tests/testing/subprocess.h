@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -62,6 +63,11 @@ class Subprocess {
   std::string out_, err_;
   std::thread reader_;
 };
+
+// Waits for every process (up to `timeout` each) and expects each to exit with `code`; a
+// failure message carries that process's stderr. Returns true when all did.
+bool ExpectAllExit(const std::vector<std::unique_ptr<Subprocess>>& processes, int code,
+                   std::chrono::milliseconds timeout);
 
 // Polls `pred` every few milliseconds until true or `timeout`; returns the last value.
 bool WaitUntil(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
