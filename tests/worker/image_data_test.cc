@@ -332,6 +332,9 @@ TEST(InputPipelineTest, BatchesInOrderDecodeFailuresDroppedAndCounted) {
     return out;
   };
   std::vector<ImageBatch> first = run(), second = run();
+  opt.workers = 1;
+  opt.prefetch = 3;
+  std::vector<ImageBatch> single = run();
   ASSERT_EQ(first.size(), 3u);
   int64_t total = 0, errors = 0;
   for (size_t i = 0; i < first.size(); ++i) {
@@ -339,6 +342,9 @@ TEST(InputPipelineTest, BatchesInOrderDecodeFailuresDroppedAndCounted) {
     EXPECT_EQ(first[i].images.size(), static_cast<size_t>(first[i].size) * 3 * 16 * 16);
     EXPECT_EQ(first[i].labels.size(), static_cast<size_t>(first[i].size));
     EXPECT_EQ(first[i].images, second[i].images);  // deterministic whatever thread decoded it
+    EXPECT_EQ(first[i].images, single[i].images);
+    EXPECT_EQ(first[i].labels, single[i].labels);
+    EXPECT_EQ(first[i].errors, single[i].errors);
     total += first[i].size;
     errors += first[i].errors.size();
     for (const std::string& e : first[i].errors) EXPECT_THAT(e, HasSubstr("truncated.jpg"));
