@@ -57,7 +57,7 @@ def main(argv):
         epochs = [r["epoch"] for r in rows]
         line, = ax_loss.plot(epochs, [r["test_loss"] for r in rows], marker="o", label=f"{label} test")
         if all("train_loss" in r for r in rows):
-            ax_loss.plot(epochs, [r["train_loss"] for r in rows], linestyle="--", color=line.get_color(),
+            ax_loss.plot(epochs, [r["train_loss"] for r in rows], linestyle="--", marker="x", color=line.get_color(),
                          label=f"{label} train")
         ax_acc.plot(epochs, [100.0 * r["test_acc"] for r in rows], marker="o", color=line.get_color(),
                     label=label)
