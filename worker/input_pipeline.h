@@ -1,8 +1,7 @@
-// One epoch's batches for one rank: `workers` threads read, decode and transform images ahead
-// of the train loop, image by image (so all threads help with the next batch and memory stays
-// at `prefetch` batches however many threads there are), handed out as batches in order. Which
-// samples a rank sees (DistributedSampler sharding) is the caller's choice: it passes this rank's
-// index list.
+// One epoch's batches for one rank: `workers` threads read, decode and transform whole batches
+// ahead of the train loop, at most `prefetch` batches in flight or waiting, handed out in
+// order. Which samples a rank sees (DistributedSampler sharding) is the caller's choice: it
+// passes this rank's index list.
 //
 // A file that fails to decode (truncated, corrupt despite a valid signature) is dropped from
 // its batch, counted and reported once as a warning, never fatal; such a batch is smaller.
@@ -34,7 +33,7 @@ struct ImageBatch {
 
 struct PipelineOptions {
   int workers = 4;
-  int prefetch = 2;  // batches being decoded or waiting (at least 1)
+  int prefetch = 2;  // batches decoded ahead per worker
   int64_t batch_size = 32;
   TransformOptions transform;
   uint64_t seed = 0;  // with the epoch and the sample index: the augmentation's randomness
@@ -54,18 +53,8 @@ class InputPipeline {
   std::optional<ImageBatch> Next();
 
  private:
-  // A batch being filled: images land at their position; failures are compacted away when it
-  // is handed out, so the order never depends on thread timing.
-  struct Slot {
-    ImageBatch batch;
-    std::vector<char> ok;
-    std::vector<std::string> errors;  // by position, empty when fine
-    int64_t remaining = 0;
-  };
-
   void Work();
-  // Decodes position `i` of the index list into `out`; the error, empty when fine.
-  std::string Decode(int64_t i, float* out) const;
+  ImageBatch Build(int64_t b) const;
 
   const ImageFolder* folder_;
   const std::vector<int64_t> indices_;
@@ -74,10 +63,10 @@ class InputPipeline {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  int64_t next_image_ = 0;         // position in indices_; guarded by mu_
-  int64_t next_to_hand_ = 0;       // guarded by mu_
-  std::map<int64_t, Slot> slots_;  // by batch number; guarded by mu_ (node addresses stable)
-  bool stopping_ = false;          // guarded by mu_
+  int64_t next_to_build_ = 0;            // guarded by mu_
+  int64_t next_to_hand_ = 0;             // guarded by mu_
+  std::map<int64_t, ImageBatch> ready_;  // guarded by mu_
+  bool stopping_ = false;                // guarded by mu_
   std::vector<std::thread> threads_;
 };
 
