@@ -22,8 +22,6 @@
 namespace ddprun::launcher {
 namespace {
 
-constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-
 sigset_t AgentSignalSet(const LaunchOptions& options) {
   sigset_t set;
   sigemptyset(&set);
@@ -31,13 +29,6 @@ sigset_t AgentSignalSet(const LaunchOptions& options) {
   for (int sig : kStopSignals) sigaddset(&set, sig);
   for (int sig : options.extra_signals) sigaddset(&set, sig);
   return set;
-}
-
-bool IsStopSignal(int sig) {
-  for (int s : kStopSignals) {
-    if (s == sig) return true;
-  }
-  return false;
 }
 
 absl::Status MakeDirs(const std::string& path) {

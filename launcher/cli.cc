@@ -79,10 +79,6 @@ constexpr FlagDef kFlags[] = {
      "Ignore the Slurm job environment (also DDPRUN_NO_SLURM=1); see README, Slurm."},
 };
 
-bool IsStopSignal(int sig) {
-  return sig == SIGINT || sig == SIGTERM || sig == SIGHUP || sig == SIGQUIT;
-}
-
 // A raw value and where it came from, for messages: "--nnodes", "PET_NNODES",
 // "job.yaml:3: nnodes".
 struct Sourced {

@@ -4,6 +4,7 @@
 #define DDPRUN_LAUNCHER_OPTIONS_H_
 
 #include <chrono>
+#include <csignal>
 #include <map>
 #include <set>
 #include <string>
@@ -23,6 +24,16 @@ struct StdSpec {
 };
 inline constexpr int kStdOut = 1;
 inline constexpr int kStdErr = 2;
+
+// The signals that stop the workers and then ddprun (exit 128+N), as torchrun handles them;
+// --signals-to-handle adds others, which ddprun forwards to the workers instead.
+inline constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+inline bool IsStopSignal(int sig) {
+  for (int s : kStopSignals) {
+    if (s == sig) return true;
+  }
+  return false;
+}
 
 enum class EntrypointKind {
   kPythonScript,  // python3 -u script args...
