@@ -311,7 +311,8 @@ void Agent::StopLoopWhenServerIdle() {
     waiting_for_peers_ = true;
     LogInfo("this node is done; serving the rendezvous until the other nodes finish");
   }
-  loop_.AddTimerAfter(std::chrono::milliseconds(50), [this] { StopLoopWhenServerIdle(); });
+  // Peers may run for hours after this node: ask a few times a second, not continuously.
+  loop_.AddTimerAfter(std::chrono::milliseconds(200), [this] { StopLoopWhenServerIdle(); });
 }
 
 void Agent::OnAssignment(const rendezvous::Assignment& assignment) {
