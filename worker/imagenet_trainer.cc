@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "worker/checkpoint_broadcast.h"
 #include "worker/checkpoint_store.h"
 #include "worker/comm.h"
 #include "worker/distributed_sampler.h"
@@ -199,38 +200,16 @@ absl::Status ImageNetTrainer::Deserialize(const char* data, size_t size) {
 }
 
 absl::Status ImageNetTrainer::ResumeOrBroadcast() {
-  // Rank 0 reads and sends the bytes, so a directory that is not shared between nodes works.
-  std::string payload;
-  absl::Status leader_status;
-  if (leader() && store_ != nullptr && options_.resume != ResumeMode::kNever) {
-    absl::StatusOr<std::optional<LoadedCheckpoint>> loaded = store_->LoadLatest();
-    if (!loaded.ok()) {
-      leader_status = loaded.status();
-    } else if (loaded->has_value()) {
-      for (const std::string& w : (*loaded)->warnings) log_ << "warning: " << w << std::endl;
-      payload = std::move((*loaded)->payload);
-      Log(absl::StrFormat("checkpoint: read %s (step %d, %.1f MB)", (*loaded)->path,
-                          (*loaded)->step, payload.size() / 1e6));
-    }
-  }
-  torch::Tensor size =
-      torch::tensor({leader_status.ok() ? static_cast<int64_t>(payload.size()) : int64_t{-1}})
-          .to(device_);
-  DDPRUN_RETURN_IF_ERROR(comm_->Broadcast(size, 0));
-  const int64_t n = size.item<int64_t>();
-  DDPRUN_RETURN_IF_ERROR(leader_status);
-  if (n < 0) return absl::DataLossError("rank 0 could not read a valid checkpoint");
-  if (n == 0) {
+  DDPRUN_ASSIGN_OR_RETURN(
+      std::optional<std::string> payload,
+      ReadCheckpointOnAllRanks(store_.get(), options_.resume != ResumeMode::kNever, comm_.get(),
+                               device_, log_));
+  if (!payload.has_value()) {
     std::vector<torch::Tensor> tensors = model_->parameters();
     for (const torch::Tensor& b : model_->buffers()) tensors.push_back(b);
     return GradientSynchronizer::BroadcastFromRankZero(tensors, comm_.get());
   }
-  torch::Tensor bytes = torch::empty({n}, torch::kUInt8);
-  if (leader()) std::memcpy(bytes.data_ptr<uint8_t>(), payload.data(), n);
-  bytes = bytes.to(device_);
-  DDPRUN_RETURN_IF_ERROR(comm_->Broadcast(bytes, 0));
-  bytes = bytes.to(torch::kCPU);
-  absl::Status s = Deserialize(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), n);
+  absl::Status s = Deserialize(payload->data(), payload->size());
   if (!s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint in ", options_.checkpoints_path, ": ", s.message()));

@@ -12,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "worker/adadelta.h"
+#include "worker/checkpoint_broadcast.h"
 #include "worker/checkpoint_store.h"
 #include "worker/comm.h"
 #include "worker/distributed_sampler.h"
@@ -160,41 +161,15 @@ absl::Status MnistTrainer::AgreeOnSetup(const absl::Status& local) {
 }
 
 absl::Status MnistTrainer::ResumeOrBroadcast() {
-  // Rank 0 reads the checkpoint and sends its bytes, so all ranks load the same state even when
-  // the directory is not shared between nodes. Size -1 means "rank 0 failed".
-  std::string payload;
-  absl::Status leader_status;
-  if (leader() && store_ != nullptr && options_.resume != ResumeMode::kNever) {
-    const auto t0 = Clock::now();
-    absl::StatusOr<std::optional<LoadedCheckpoint>> loaded = store_->LoadLatest();
-    if (!loaded.ok()) {
-      leader_status = loaded.status();
-    } else if (loaded->has_value()) {
-      for (const std::string& w : (*loaded)->warnings) log_ << "warning: " << w << std::endl;
-      payload = std::move((*loaded)->payload);
-      Log(absl::StrFormat("checkpoint: read %s (step %d, %.1f MB) in %.1f ms", (*loaded)->path,
-                          (*loaded)->step, payload.size() / 1e6, SecondsSince(t0) * 1e3));
-    }
-  }
-  torch::Tensor size =
-      torch::tensor({leader_status.ok() ? static_cast<int64_t>(payload.size()) : int64_t{-1}})
-          .to(device_);
-  DDPRUN_RETURN_IF_ERROR(comm_->Broadcast(size, 0));
-  const int64_t n = size.item<int64_t>();
-  DDPRUN_RETURN_IF_ERROR(leader_status);
-  if (n < 0) return absl::DataLossError("rank 0 could not read a valid checkpoint");
-  if (n == 0) {
+  DDPRUN_ASSIGN_OR_RETURN(
+      std::optional<std::string> payload,
+      ReadCheckpointOnAllRanks(store_.get(), options_.resume != ResumeMode::kNever, comm_.get(),
+                               device_, log_));
+  if (!payload.has_value()) {
     return GradientSynchronizer::BroadcastFromRankZero(model_->parameters(), comm_.get());
   }
-  torch::Tensor bytes = torch::empty({n}, torch::kUInt8);
-  if (leader()) std::memcpy(bytes.data_ptr<uint8_t>(), payload.data(), n);
-  bytes = bytes.to(device_);
-  DDPRUN_RETURN_IF_ERROR(comm_->Broadcast(bytes, 0));
-  bytes = bytes.to(torch::kCPU);
   const auto t0 = Clock::now();
-  absl::Status s = DeserializeTrainState(
-      absl::string_view(reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), n), model_,
-      *optimizer_, &state_);
+  absl::Status s = DeserializeTrainState(*payload, model_, *optimizer_, &state_);
   if (!s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint in ", options_.checkpoint_dir, ": ", s.message()));

@@ -1,0 +1,31 @@
+// The distributed half of resuming, shared by every trainer: rank 0 reads the newest valid
+// checkpoint from its CheckpointStore and broadcasts the bytes, so all ranks load the same state
+// even when the checkpoint directory is not shared between nodes. What the bytes mean (which
+// model, which optimizer) stays with each trainer.
+#ifndef DDPRUN_WORKER_CHECKPOINT_BROADCAST_H_
+#define DDPRUN_WORKER_CHECKPOINT_BROADCAST_H_
+
+#include <torch/types.h>
+
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/checkpoint_store.h"
+#include "worker/comm.h"
+
+namespace ddprun::worker {
+
+// Collective: every rank calls it. `store` and `read` matter on rank 0 only (nullptr or false:
+// nothing to read). Returns the payload on every rank, nullopt when there is no checkpoint, or
+// an error on every rank when rank 0 could not read one (kDataLoss on the others). Rank 0 logs
+// what it read and any skipped (torn, corrupt) file to `log`.
+absl::StatusOr<std::optional<std::string>> ReadCheckpointOnAllRanks(CheckpointStore* store,
+                                                                    bool read, Communicator* comm,
+                                                                    const torch::Device& device,
+                                                                    std::ostream& log);
+
+}  // namespace ddprun::worker
+
+#endif  // DDPRUN_WORKER_CHECKPOINT_BROADCAST_H_
