@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 
@@ -48,6 +49,20 @@ absl::StatusOr<std::optional<std::string>> ReadCheckpointOnAllRanks(CheckpointSt
   bytes = bytes.to(torch::kCPU);
   return std::optional<std::string>(std::string(
       reinterpret_cast<const char*>(bytes.data_ptr<uint8_t>()), static_cast<size_t>(n)));
+}
+
+absl::Status CheckCheckpointDirectory(CheckpointStore* store, const std::string& dir,
+                                      ResumeMode mode) {
+  DDPRUN_RETURN_IF_ERROR(store->CheckWritable());
+  if (mode == ResumeMode::kNever && store->HasCheckpoint()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--no-resume but ", dir, " already holds checkpoints; use an empty directory"));
+  }
+  if (mode == ResumeMode::kAlways && !store->HasCheckpoint()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--resume but ", dir, " holds no checkpoint"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ddprun::worker

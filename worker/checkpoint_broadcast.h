@@ -1,4 +1,4 @@
-// The distributed half of resuming, shared by every trainer: rank 0 reads the newest valid
+// Resuming, shared by every trainer. The distributed half: rank 0 reads the newest valid
 // checkpoint from its CheckpointStore and broadcasts the bytes, so all ranks load the same state
 // even when the checkpoint directory is not shared between nodes. What the bytes mean (which
 // model, which optimizer) stays with each trainer.
@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "worker/checkpoint_store.h"
 #include "worker/comm.h"
+#include "worker/mnist_options.h"  // ResumeMode
 
 namespace ddprun::worker {
 
@@ -25,6 +26,12 @@ absl::StatusOr<std::optional<std::string>> ReadCheckpointOnAllRanks(CheckpointSt
                                                                     bool read, Communicator* comm,
                                                                     const torch::Device& device,
                                                                     std::ostream& log);
+
+// Rank 0's checks before the first step, shared by every trainer: the directory `dir` of
+// `store` is writable (a run must not train for hours towards a save that cannot happen), and
+// it agrees with --resume (a checkpoint must be there) or --no-resume (none may be).
+absl::Status CheckCheckpointDirectory(CheckpointStore* store, const std::string& dir,
+                                      ResumeMode mode);
 
 }  // namespace ddprun::worker
 

@@ -119,17 +119,9 @@ absl::Status ImageNetTrainer::SetupLocal() {
         std::make_unique<CheckpointStore>(options_.checkpoints_path, options_.keep_checkpoints);
     best_store_ = std::make_unique<CheckpointStore>(options_.checkpoints_path + "/best", 1);
     if (leader()) {
-      DDPRUN_RETURN_IF_ERROR(store_->CheckWritable());
+      DDPRUN_RETURN_IF_ERROR(
+          CheckCheckpointDirectory(store_.get(), options_.checkpoints_path, options_.resume));
       DDPRUN_RETURN_IF_ERROR(best_store_->CheckWritable());
-      if (options_.resume == ResumeMode::kNever && store_->HasCheckpoint()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("--no-resume but ", options_.checkpoints_path,
-                         " already holds checkpoints; use an empty directory"));
-      }
-      if (options_.resume == ResumeMode::kAlways && !store_->HasCheckpoint()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("--resume but ", options_.checkpoints_path, " holds no checkpoint"));
-      }
     }
   } else if (options_.resume == ResumeMode::kAlways) {
     return absl::InvalidArgumentError("--resume needs --checkpoints-path");

@@ -130,16 +130,8 @@ absl::Status MnistTrainer::SetupLocal() {
   if (!options_.checkpoint_dir.empty()) {
     store_ = std::make_unique<CheckpointStore>(options_.checkpoint_dir, options_.keep_checkpoints);
     if (leader()) {
-      DDPRUN_RETURN_IF_ERROR(store_->CheckWritable());
-      if (options_.resume == ResumeMode::kNever && store_->HasCheckpoint()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("--no-resume but ", options_.checkpoint_dir,
-                         " already holds checkpoints; use an empty directory"));
-      }
-      if (options_.resume == ResumeMode::kAlways && !store_->HasCheckpoint()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("--resume but ", options_.checkpoint_dir, " holds no checkpoint"));
-      }
+      DDPRUN_RETURN_IF_ERROR(
+          CheckCheckpointDirectory(store_.get(), options_.checkpoint_dir, options_.resume));
     }
   }
   if (leader() && !options_.metrics_file.empty()) {
