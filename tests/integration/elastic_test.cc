@@ -95,18 +95,19 @@ std::unique_ptr<Backend> MakeBackend(const std::string& name) {
   return nullptr;
 }
 
-// Logs "round=R world=W rank=R group=G restart=N" for every worker start into DIR/log, writes
-// DIR/pid-<RANK>-<ROUND>, then runs `then` (shell).
+// Writes DIR/pid-<RANK>-<ROUND> (complete before the log line, so a test that saw the line can
+// read the pid), logs "round=R world=W rank=R group=G restart=N" for every worker start into
+// DIR/log, then runs `then` (shell).
 std::string LoggingWorker(const TempDir& dir, const std::string& name, const std::string& then) {
   const std::string path = dir.File(name);
+  const std::string pid = dir.File("pid-$RANK-$DDPRUN_ROUND");
   WriteFile(path,
             "#!/bin/sh\n"
-            "echo \"round=$DDPRUN_ROUND world=$WORLD_SIZE rank=$RANK group=$GROUP_RANK "
-            "restart=$TORCHELASTIC_RESTART_COUNT host=$TORCHELASTIC_RUN_ID\" >> " +
-                dir.File("log") +
-                "\n"
-                "echo $$ > " +
-                dir.File("pid-$RANK-$DDPRUN_ROUND") + "\n" + then + "\n",
+            "echo $$ > " +
+                pid + ".tmp && mv " + pid + ".tmp " + pid + "\n" +
+                "echo \"round=$DDPRUN_ROUND world=$WORLD_SIZE rank=$RANK group=$GROUP_RANK "
+                "restart=$TORCHELASTIC_RESTART_COUNT host=$TORCHELASTIC_RUN_ID\" >> " +
+                dir.File("log") + "\n" + then + "\n",
             0755);
   return path;
 }

@@ -48,12 +48,15 @@ class EtcdTest : public ::testing::Test {
   // A worker that logs its world, writes its pid, then runs `then` (shell).
   std::string Worker(const std::string& then) {
     const std::string path = dir_.File("w.sh");
-    WriteFile(path,
-              "#!/bin/sh\necho \"world=$WORLD_SIZE rank=$RANK restart=$TORCHELASTIC_RESTART_COUNT\""
-              " >> " +
-                  dir_.File("log") + "\necho $$ > " + dir_.File("pid-$RANK-$DDPRUN_ROUND") + "\n" +
-                  then + "\n",
-              0755);
+    // The pid file is complete (written, then renamed) before the log line that tests wait
+    // for, so a test that saw the line can read the pid.
+    const std::string pid = dir_.File("pid-$RANK-$DDPRUN_ROUND");
+    WriteFile(
+        path,
+        "#!/bin/sh\necho $$ > " + pid + ".tmp && mv " + pid + ".tmp " + pid +
+            "\necho \"world=$WORLD_SIZE rank=$RANK restart=$TORCHELASTIC_RESTART_COUNT\" >> " +
+            dir_.File("log") + "\n" + then + "\n",
+        0755);
     return path;
   }
 
