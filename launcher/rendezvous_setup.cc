@@ -26,22 +26,25 @@ absl::StatusOr<std::chrono::milliseconds> Seconds(const std::string& key,
   return ParseSeconds(absl::StrCat("--rdzv-conf ", key), value);
 }
 
+// The numeric text of an IPv4 or IPv6 socket address; empty for other families.
+std::string AddressText(const sockaddr* addr) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (addr->sa_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(addr)->sin_addr, buf, sizeof(buf));
+  } else if (addr->sa_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr, buf, sizeof(buf));
+  }
+  return buf;
+}
+
 std::set<std::string> LocalAddresses() {
   std::set<std::string> out;
   ifaddrs* list = nullptr;
   if (getifaddrs(&list) != 0) return out;
   for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
     if (a->ifa_addr == nullptr) continue;
-    char buf[INET6_ADDRSTRLEN] = {};
-    if (a->ifa_addr->sa_family == AF_INET) {
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof(buf));
-    } else if (a->ifa_addr->sa_family == AF_INET6) {
-      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr, buf,
-                sizeof(buf));
-    } else {
-      continue;
-    }
-    out.insert(buf);
+    std::string text = AddressText(a->ifa_addr);
+    if (!text.empty()) out.insert(std::move(text));
   }
   freeifaddrs(list);
   return out;
@@ -117,14 +120,8 @@ bool IsLocalHost(const std::string& host, const HostInfo& info) {
   if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
   bool found = false;
   for (addrinfo* a = res; a != nullptr && !found; a = a->ai_next) {
-    char buf[INET6_ADDRSTRLEN] = {};
-    if (a->ai_family == AF_INET) {
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_addr, buf, sizeof(buf));
-    } else if (a->ai_family == AF_INET6) {
-      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_addr, buf,
-                sizeof(buf));
-    }
-    found = local.count(buf) > 0 || absl::StartsWith(buf, "127.");
+    const std::string text = AddressText(a->ai_addr);
+    found = local.count(text) > 0 || absl::StartsWith(text, "127.");
   }
   freeaddrinfo(res);
   return found;
