@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "worker/checkpoint_store.h"
 #include "worker/comm.h"
-#include "worker/mnist_options.h"  // ResumeMode
+#include "worker/train_options.h"  // ResumeMode
 
 namespace ddprun::worker {
 

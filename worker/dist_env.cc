@@ -100,6 +100,7 @@ absl::StatusOr<DistEnv> ReadDistEnv(const EnvGetter& getenv) {
   env.error_file = getenv("TORCHELASTIC_ERROR_FILE").value_or("");
   DDPRUN_ASSIGN_OR_RETURN(env.omp_num_threads, OptionalInt(getenv, "OMP_NUM_THREADS", 1, 4096));
   env.gloo_socket_ifname = getenv("GLOO_SOCKET_IFNAME").value_or("");
+  env.progress_file = getenv("DDPRUN_PROGRESS_FILE").value_or("");
   return env;
 }
 

@@ -16,6 +16,8 @@
 //   OMP_NUM_THREADS                                 intra-op threads (default 1 when >1 local
 //                                                   processes)
 //   GLOO_SOCKET_IFNAME                              network interface for gloo (torch's rule)
+//   DDPRUN_PROGRESS_FILE                            FIFO for per-step reports to ddprun
+//                                                   (step_report.h); empty or unset: none
 // No variable set at all means a single process (world size 1, no communication).
 #ifndef DDPRUN_WORKER_DIST_ENV_H_
 #define DDPRUN_WORKER_DIST_ENV_H_
@@ -41,6 +43,7 @@ struct DistEnv {
   std::string error_file;    // empty: none
   std::optional<int> omp_num_threads;
   std::string gloo_socket_ifname;
+  std::string progress_file;  // empty: no step reports
   bool from_slurm = false;
 };
 

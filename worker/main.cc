@@ -19,11 +19,13 @@
 #include "absl/strings/str_cat.h"
 #include "worker/dist_env.h"
 #include "worker/error_file.h"
+#include "worker/fault_injection.h"
 #include "worker/imagenet_options.h"
 #include "worker/imagenet_trainer.h"
 #include "worker/mnist_options.h"
 #include "worker/mnist_trainer.h"
 #include "worker/stop_signal.h"
+#include "worker/train_options.h"
 
 namespace ddprun::worker {
 namespace {
@@ -55,39 +57,32 @@ int Fail(const DistEnv& env, const absl::Status& s) {
   return input ? kExitUsage : kExitRuntime;
 }
 
-void AddMnistFlags(CLI::App* cmd, MnistOptions* o, bool* resume, bool* no_resume) {
-  cmd->add_option("--data", o->data_dir,
-                  "directory with train-images-idx3-ubyte[.gz] etc. (also raw/, "
-                  "FashionMNIST/raw/, MNIST/raw/)")
-      ->required();
+// The flags every subcommand has, declared once; `data_help` says what --data holds.
+void AddCommonFlags(CLI::App* cmd, const std::string& data_help, TrainOptions* o) {
+  cmd->add_option("--data", o->data_dir, data_help)->required();
   cmd->add_option("--batch-size", o->batch_size, "input batch size per process")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
-      ->capture_default_str();
-  cmd->add_option("--test-batch-size", o->test_batch_size, "test batch size per process")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
   cmd->add_option("--epochs", o->epochs, "number of epochs")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
-  cmd->add_option("--lr", o->lr, "learning rate")
+  cmd->add_option("--lr", o->lr, "learning rate (imagenet: the peak of its schedule)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--gamma", o->gamma, "learning rate step gamma (per epoch)")
-      ->check(CLI::Range(0.0, 1.0))
+  cmd->add_option("--seed", o->seed,
+                  "random seed: model init, dropout (mnist), sampler order and augmentation "
+                  "(imagenet)")
       ->capture_default_str();
-  cmd->add_option("--seed", o->seed, "random seed (model init, dropout)")->capture_default_str();
-  cmd->add_option("--sampler-seed", o->sampler_seed,
-                  "DistributedSampler seed; epoch e shuffles with seed+e")
-      ->capture_default_str();
-  cmd->add_option("--log-interval", o->log_interval, "steps between progress lines")
+  cmd->add_option("--log-interval,--print-freq,-p", o->log_interval,
+                  "steps between progress lines")
       ->check(CLI::Range(1, 1 << 30))
       ->capture_default_str();
-  cmd->add_flag("--dry-run", o->dry_run, "one step per epoch");
-  cmd->add_flag("--save-model", o->save_model, "rank 0 saves the final model");
-  cmd->add_option("--save-model-path", o->save_model_path, "where --save-model writes")
+  cmd->add_option("--max-steps", o->max_steps, "at most N steps per epoch (0: all)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
-  cmd->add_option("--checkpoint-dir", o->checkpoint_dir,
-                  "directory for checkpoints (created; must be writable)");
+  cmd->add_option("--checkpoint-dir,--checkpoints-path", o->checkpoint_dir,
+                  "directory for checkpoints (created; must be writable); imagenet keeps the "
+                  "best model in its best/ folder");
   cmd->add_option("--checkpoint-every", o->checkpoint_every,
                   "also checkpoint every N optimizer steps (0: end of epoch only)")
       ->check(CLI::NonNegativeNumber)
@@ -95,11 +90,14 @@ void AddMnistFlags(CLI::App* cmd, MnistOptions* o, bool* resume, bool* no_resume
   cmd->add_option("--keep-checkpoints", o->keep_checkpoints, "checkpoints kept")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
-  auto* r = cmd->add_flag("--resume", *resume,
-                          "require resuming from the newest valid checkpoint (default: resume "
-                          "when the directory holds one)");
-  cmd->add_flag("--no-resume", *no_resume, "start fresh; refuse a directory with checkpoints")
-      ->excludes(r);
+  auto* resume = cmd->add_flag_callback(
+      "--resume", [o] { o->resume = ResumeMode::kAlways; },
+      "require resuming from the newest valid checkpoint (default: resume when the directory "
+      "holds one)");
+  cmd->add_flag_callback(
+         "--no-resume", [o] { o->resume = ResumeMode::kNever; },
+         "start fresh; refuse a directory with checkpoints")
+      ->excludes(resume);
   cmd->add_option("--metrics-file", o->metrics_file, "append one JSON line per epoch");
   cmd->add_option("--backend", o->backend, "gloo, nccl or auto")
       ->check(CLI::IsMember({"gloo", "nccl", "auto"}))
@@ -111,13 +109,6 @@ void AddMnistFlags(CLI::App* cmd, MnistOptions* o, bool* resume, bool* no_resume
   cmd->add_option("--comm-timeout", o->comm_timeout_s, "seconds for store and collectives")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd->add_option("--max-steps", o->max_steps, "at most N steps per epoch (0: all)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
-  cmd->add_option("--train-subset", o->train_subset, "use the first N training images (0: all)")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--test-subset", o->test_subset, "use the first N test images (0: all)")
-      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--threads", o->threads,
                   "intra-op threads (0: OMP_NUM_THREADS, else 1 with several local processes)")
       ->check(CLI::Range(0, 4096))
@@ -125,24 +116,48 @@ void AddMnistFlags(CLI::App* cmd, MnistOptions* o, bool* resume, bool* no_resume
   cmd->add_option("--bucket-cap-bytes", o->bucket_cap_bytes, "gradient bucket size")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30))
       ->capture_default_str();
+  // Hidden (group ""): a test hook for launchers' hang detection, not a training option.
+  cmd->add_option_function<std::string>(
+         "--fault",
+         [o](const std::string& text) {
+           absl::StatusOr<HangFault> fault = ParseFault(text);
+           if (!fault.ok()) throw CLI::ValidationError(std::string(fault.status().message()));
+           o->fault = *fault;
+         },
+         "hang@STEP:RANK: rank RANK hangs after step STEP (first attempt only)")
+      ->group("");
+}
+
+void AddMnistFlags(CLI::App* cmd, MnistOptions* o) {
+  AddCommonFlags(cmd,
+                 "directory with train-images-idx3-ubyte[.gz] etc. (also raw/, "
+                 "FashionMNIST/raw/, MNIST/raw/)",
+                 o);
+  cmd->add_option("--test-batch-size", o->test_batch_size, "test batch size per process")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--gamma", o->gamma, "learning rate step gamma (per epoch)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  cmd->add_option("--sampler-seed", o->sampler_seed,
+                  "DistributedSampler seed; epoch e shuffles with seed+e")
+      ->capture_default_str();
+  cmd->add_flag("--dry-run", o->dry_run, "one step per epoch");
+  cmd->add_flag("--save-model", o->save_model, "rank 0 saves the final model");
+  cmd->add_option("--save-model-path", o->save_model_path, "where --save-model writes")
+      ->capture_default_str();
+  cmd->add_option("--train-subset", o->train_subset, "use the first N training images (0: all)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--test-subset", o->test_subset, "use the first N test images (0: all)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_flag("!--no-progress-bar", o->progress_bar, "plain progress lines even on a terminal");
 }
 
-void AddImageNetFlags(CLI::App* cmd, ImageNetOptions* o, bool* resume, bool* no_resume) {
-  cmd->add_option("--data", o->data_dir, "training ImageFolder: <dir>/<class>/<image.jpg|png>")
-      ->required();
+void AddImageNetFlags(CLI::App* cmd, ImageNetOptions* o) {
+  AddCommonFlags(cmd, "training ImageFolder: <dir>/<class>/<image.jpg|png>", o);
   cmd->add_option("--val-path", o->val_dir, "validation ImageFolder (none: no validation)");
   cmd->add_option("--arch", o->arch, "model")
       ->check(CLI::IsMember({"resnet18", "resnet50"}))
-      ->capture_default_str();
-  cmd->add_option("--epochs", o->epochs, "number of epochs")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
-      ->capture_default_str();
-  cmd->add_option("--batch-size", o->batch_size, "batch size per process")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
-      ->capture_default_str();
-  cmd->add_option("--lr", o->lr, "peak learning rate")
-      ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--momentum", o->momentum, "SGD momentum")
       ->check(CLI::Range(0.0, 1.0))
@@ -162,42 +177,11 @@ void AddImageNetFlags(CLI::App* cmd, ImageNetOptions* o, bool* resume, bool* no_
   cmd->add_option("--workers,-j", o->workers, "decoding threads per process")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
-  cmd->add_option("--print-freq,-p", o->print_freq, "steps between progress lines")
-      ->check(CLI::Range(1, 1 << 30))
-      ->capture_default_str();
-  cmd->add_option("--seed", o->seed, "model init, sampler order and augmentation")
-      ->capture_default_str();
   cmd->add_option("--image-size", o->image_size,
                   "crop side (validation resizes to size*256/224 first)")
       ->check(CLI::Range(16, 4096))
       ->capture_default_str();
-  cmd->add_option("--max-steps", o->max_steps, "at most N steps per epoch (0: all)")
-      ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
   cmd->add_flag("--evaluate,-e", o->evaluate, "validate the (resumed) model once and exit");
-  cmd->add_option("--checkpoints-path", o->checkpoints_path,
-                  "directory for checkpoints; the best model goes to its best/ folder");
-  cmd->add_option("--keep-checkpoints", o->keep_checkpoints, "checkpoints kept")
-      ->check(CLI::Range(1, 1000))
-      ->capture_default_str();
-  auto* r = cmd->add_flag("--resume", *resume,
-                          "require resuming from the newest valid checkpoint (default: resume "
-                          "when the directory holds one)");
-  cmd->add_flag("--no-resume", *no_resume, "start fresh; refuse a directory with checkpoints")
-      ->excludes(r);
-  cmd->add_option("--metrics-file", o->metrics_file, "append one JSON line per epoch");
-  cmd->add_option("--backend", o->backend, "gloo, nccl or auto")
-      ->check(CLI::IsMember({"gloo", "nccl", "auto"}))
-      ->capture_default_str();
-  cmd->add_option("--device", o->device, "cpu, cuda or auto")
-      ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
-      ->capture_default_str();
-  cmd->add_option("--comm-timeout", o->comm_timeout_s, "seconds for store and collectives")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  cmd->add_option("--threads", o->threads, "intra-op threads (0: as mnist)")
-      ->check(CLI::Range(0, 4096))
-      ->capture_default_str();
   cmd->add_flag("--amp", o->amp, "bf16 autocast (CUDA builds, CUDA device)");
   cmd->add_flag("--channels-last", o->channels_last, "NHWC memory format");
 }
@@ -209,13 +193,12 @@ int Main(int argc, char** argv) {
   CLI::App app{"ddp-train: data-parallel LibTorch training (run under ddprun or torchrun)"};
   app.require_subcommand(1);
   MnistOptions options;
-  bool resume = false, no_resume = false;
   CLI::App* mnist = app.add_subcommand("mnist", "the classic MNIST CNN on MNIST-format data");
-  AddMnistFlags(mnist, &options, &resume, &no_resume);
+  AddMnistFlags(mnist, &options);
   ImageNetOptions imagenet_options;
   CLI::App* imagenet =
       app.add_subcommand("imagenet", "ResNet-18/50 on ImageFolder data (JPEG, PNG)");
-  AddImageNetFlags(imagenet, &imagenet_options, &resume, &no_resume);
+  AddImageNetFlags(imagenet, &imagenet_options);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -226,10 +209,6 @@ int Main(int argc, char** argv) {
         .IgnoreError();
     return kExitUsage;
   }
-  if (resume) options.resume = ResumeMode::kAlways;
-  if (no_resume) options.resume = ResumeMode::kNever;
-  imagenet_options.resume = options.resume;
-
   absl::StatusOr<DistEnv> env = ReadDistEnv(ProcessEnv());
   if (!env.ok()) return Fail(DistEnv(), env.status());
   if (imagenet->parsed()) {

@@ -12,17 +12,9 @@
 #include "absl/strings/string_view.h"
 #include "worker/adadelta.h"
 #include "worker/mnist_net.h"
+#include "worker/train_progress.h"
 
 namespace ddprun::worker {
-
-struct TrainProgress {
-  int64_t epoch = 1;          // 1-based epoch in progress (or next to start)
-  int64_t epoch_offset = 0;   // samples of this epoch's global order already consumed
-  int64_t global_step = 0;    // optimizer steps so far
-  double epoch_loss_sum = 0;  // sum over this epoch's steps of the global mean batch loss
-  int64_t epoch_loss_steps = 0;
-  int world_size = 1;  // of the run that saved (informational)
-};
 
 // Throws nothing; LibTorch errors become kInternal.
 absl::StatusOr<std::string> SerializeTrainState(MnistNet& model, const Adadelta& optimizer,

@@ -29,6 +29,7 @@ TEST(DistEnvTest, NothingSetIsSingleProcess) {
   EXPECT_EQ(env->world_size, 1);
   EXPECT_EQ(env->rank, 0);
   EXPECT_EQ(env->store_prefix, "/ddp-train/restart_0");
+  EXPECT_EQ(env->progress_file, "");
 }
 
 TEST(DistEnvTest, TorchrunVariables) {
@@ -39,7 +40,8 @@ TEST(DistEnvTest, TorchrunVariables) {
                                                      {"MASTER_ADDR", "10.0.0.1"},
                                                      {"MASTER_PORT", "1234"},
                                                      {"TORCHELASTIC_RESTART_COUNT", "2"},
-                                                     {"TORCHELASTIC_ERROR_FILE", "/e.json"}}));
+                                                     {"TORCHELASTIC_ERROR_FILE", "/e.json"},
+                                                     {"DDPRUN_PROGRESS_FILE", "/run/p.fifo"}}));
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(env->rank, 3);
   EXPECT_EQ(env->world_size, 4);
@@ -50,6 +52,7 @@ TEST(DistEnvTest, TorchrunVariables) {
   EXPECT_EQ(env->restart_count, 2);
   EXPECT_EQ(env->store_prefix, "/ddp-train/restart_2");
   EXPECT_EQ(env->error_file, "/e.json");
+  EXPECT_EQ(env->progress_file, "/run/p.fifo");
   EXPECT_FALSE(env->use_agent_store);
 }
 
