@@ -1,6 +1,7 @@
 // --fault=hang@STEP:RANK, a hidden flag for testing launchers: rank RANK stops making progress
-// right after step STEP (its optimizer update and step report done), forever, as a rank stuck
-// in a collective would. It ignores stop signals from then on; only SIGKILL ends it. It fires
+// once the global step counter is at STEP: right after step STEP (its optimizer update and step
+// report done; for STEP 0 or a run resumed at STEP, after the start report), forever, as a rank
+// stuck in a collective would. It ignores stop signals from then on; only SIGKILL ends it. It fires
 // on a group's first attempt only (TORCHELASTIC_RESTART_COUNT unset or 0), so a restarted
 // group can finish.
 #ifndef DDPRUN_WORKER_FAULT_INJECTION_H_

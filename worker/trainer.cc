@@ -225,6 +225,7 @@ absl::StatusOr<int> Trainer::TrainEpochs() {
                         state_.epoch - 1, options_.epochs));
   }
   step_reports_.Report(state_.global_step);  // a resumed run shows its step at once
+  MaybeInjectFault();                        // hang@0, or at the step a run resumes from
   while (state_.epoch <= options_.epochs) {
     int64_t samples = 0;
     double train_s = 0;

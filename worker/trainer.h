@@ -109,7 +109,7 @@ class Trainer {
   absl::Status ResumeOrBroadcast();
   // True when a stop was requested. Adds the epoch's samples and seconds to the arguments.
   absl::StatusOr<bool> TrainEpoch(int64_t* samples, double* train_s);
-  void MaybeInjectFault();  // --fault, after the step's report
+  void MaybeInjectFault();  // --fault, after a step's report (or the start report)
   // Metrics of the finished epoch; `best` from Evaluate.
   absl::Status FinishEpoch(int64_t samples, double train_s, bool resumed, bool* best);
   absl::StatusOr<int> StopWithCheckpoint();

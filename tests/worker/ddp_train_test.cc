@@ -3,7 +3,9 @@
 // SIGTERM-and-resume with another world size, SIGKILL of a worker mid-run with the group
 // restarting from the last checkpoint.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -160,7 +162,19 @@ class DdpTrainTest : public ::testing::Test {
             {"WORLD_SIZE", "\x01unset"},
             {"SLURM_PROCID", "\x01unset"},
             {"TORCHELASTIC_ERROR_FILE", dir_.File("error.json")},
+            {"TORCHELASTIC_RESTART_COUNT", "\x01unset"},
+            {"DDPRUN_PROGRESS_FILE", "\x01unset"},
             {"OMP_NUM_THREADS", "1"}};
+  }
+
+  // Rank `rank` of two started by hand (no launcher), meeting at 127.0.0.1:`port`.
+  std::map<std::string, std::string> RankOfTwo(int rank, const std::string& port) {
+    std::map<std::string, std::string> env = Solo();
+    env["RANK"] = std::to_string(rank);
+    env["WORLD_SIZE"] = "2";
+    env["MASTER_ADDR"] = "127.0.0.1";
+    env["MASTER_PORT"] = port;
+    return env;
   }
 
   TempDir dir_;
@@ -212,6 +226,110 @@ TEST_F(DdpTrainTest, BadFlagIsUsageError) {
   EXPECT_THAT(p.err(), HasSubstr("--batch-size"));
   nlohmann::json j = nlohmann::json::parse(ReadFile(dir_.File("error.json")));
   EXPECT_THAT(j["message"]["message"].get<std::string>(), HasSubstr("--batch-size"));
+}
+
+TEST_F(DdpTrainTest, BadFaultIsUsageError) {
+  Subprocess p(Train({"--fault=hang@3:-1"}), Solo());
+  std::optional<ExitStatus> st = p.Wait(seconds(30));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 2) << Describe(p);
+  EXPECT_THAT(p.err(), HasSubstr("--fault: 'hang@3:-1' is not hang@STEP:RANK"));
+  // A test hook, not a training option: --help does not list it.
+  Subprocess help({BinPath("ddp-train"), "mnist", "--help"}, Solo());
+  ASSERT_TRUE(help.Wait(seconds(30)).has_value());
+  EXPECT_THAT(help.out(), HasSubstr("--max-steps"));
+  EXPECT_THAT(help.out(), ::testing::Not(HasSubstr("--fault")));
+}
+
+// The fault fires on a group's first attempt only: a restarted one trains to the end.
+TEST_F(DdpTrainTest, FaultIgnoredAfterARestart) {
+  std::map<std::string, std::string> env = Solo();
+  env["TORCHELASTIC_RESTART_COUNT"] = "1";
+  Subprocess p(Train({"--epochs", "1", "--train-subset", "640", "--max-steps", "3",
+                      "--fault=hang@2:0"}),
+               env);
+  std::optional<ExitStatus> st = p.Wait(seconds(60));
+  ASSERT_TRUE(st.has_value()) << Describe(p);
+  EXPECT_EQ(st->exit_code, 0) << Describe(p);
+  EXPECT_THAT(p.err(), ::testing::Not(HasSubstr("fault injection")));
+}
+
+// Step reports ({"pid":P,"step":S} lines) from the ranks, read from a FIFO as ddprun's agent
+// does.
+class StepReportReader {
+ public:
+  explicit StepReportReader(const std::string& fifo) {
+    EXPECT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+    // Open before the workers start: their non-blocking open needs a reader.
+    fd_ = open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    EXPECT_GE(fd_, 0);
+  }
+  ~StepReportReader() { close(fd_); }
+
+  // Takes whatever arrived; returns the steps each pid reported so far, in order.
+  const std::map<pid_t, std::vector<int64_t>>& Poll() {
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fd_, buf, sizeof(buf))) > 0) pending_.append(buf, static_cast<size_t>(n));
+    for (size_t eol; (eol = pending_.find('\n')) != std::string::npos;) {
+      nlohmann::json j = nlohmann::json::parse(pending_.substr(0, eol));
+      steps_[j["pid"].get<pid_t>()].push_back(j["step"].get<int64_t>());
+      pending_.erase(0, eol + 1);
+      ++lines_;
+    }
+    return steps_;
+  }
+  int lines() const { return lines_; }
+
+ private:
+  int fd_ = -1;
+  std::string pending_;
+  std::map<pid_t, std::vector<int64_t>> steps_;
+  int lines_ = 0;
+};
+
+// --fault=hang@3:1: both ranks report their start (step 0) and steps 1..3; then rank 1 hangs
+// (and says so) and rank 0 waits for it in step 4's all-reduce, so no report arrives while
+// both stay alive, as with a rank stuck in a collective. The hung rank ignores SIGTERM (a stop
+// request) and dies to SIGKILL.
+TEST_F(DdpTrainTest, FaultHangsOneRankAndTheStepReportsStop) {
+  StepReportReader reports(dir_.File("progress"));
+  const std::string port = std::to_string(EphemeralPort());
+  std::vector<std::unique_ptr<Subprocess>> ranks;
+  for (int r = 0; r < 2; ++r) {
+    std::map<std::string, std::string> env = RankOfTwo(r, port);
+    env["DDPRUN_PROGRESS_FILE"] = dir_.File("progress");
+    // 1280 images / 2 ranks / 64 per batch: 10 steps, were it not for the fault.
+    ranks.push_back(std::make_unique<Subprocess>(
+        Train({"--epochs", "1", "--train-subset", "1280", "--fault=hang@3:1"}), env));
+  }
+  const pid_t pid0 = ranks[0]->pid(), pid1 = ranks[1]->pid();
+  auto reported = [&](pid_t pid) {
+    auto it = reports.Poll().find(pid);
+    return it == reports.Poll().end() ? std::vector<int64_t>{} : it->second;
+  };
+  ASSERT_TRUE(WaitUntil([&] { return reported(pid0).size() >= 4 && reported(pid1).size() >= 4; },
+                        seconds(60)))
+      << Describe(*ranks[0]) << Describe(*ranks[1]);
+  ASSERT_TRUE(ranks[1]->WaitForOutputContains(
+      "ddp-train: rank 1: fault injection: hanging at step 3", seconds(10)))
+      << Describe(*ranks[1]);
+  EXPECT_THAT(ranks[0]->err(), ::testing::Not(HasSubstr("fault injection")));
+  ranks[1]->Signal(SIGTERM);
+  // Steps take milliseconds here: two seconds without a report means no rank is progressing.
+  EXPECT_FALSE(WaitUntil([&] { return reports.Poll(), reports.lines() > 8; }, seconds(2)));
+  EXPECT_EQ(reported(pid0), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(reported(pid1), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(reports.lines(), 8);
+  EXPECT_TRUE(ranks[0]->running()) << Describe(*ranks[0]);
+  EXPECT_TRUE(ranks[1]->running()) << Describe(*ranks[1]);
+  for (const auto& rank : ranks) {
+    rank->Signal(SIGKILL);
+    std::optional<ExitStatus> st = rank->Wait(seconds(10));
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->signal, SIGKILL);
+  }
+  for (pid_t pid : {pid0, pid1}) EXPECT_FALSE(::ddprun::testing::ProcessAlive(pid));
 }
 
 TEST_F(DdpTrainTest, SingleProcessLearnsAndWritesMetrics) {
@@ -319,11 +437,7 @@ TEST_F(DdpTrainTest, DivergedReplicasDetected) {
   const std::string port = std::to_string(EphemeralPort());
   std::vector<std::unique_ptr<Subprocess>> ranks;
   for (int r = 0; r < 2; ++r) {
-    std::map<std::string, std::string> env = Solo();
-    env["RANK"] = std::to_string(r);
-    env["WORLD_SIZE"] = "2";
-    env["MASTER_ADDR"] = "127.0.0.1";
-    env["MASTER_PORT"] = port;
+    std::map<std::string, std::string> env = RankOfTwo(r, port);
     env["TORCHELASTIC_ERROR_FILE"] = dir_.File("error" + std::to_string(r) + ".json");
     ranks.push_back(std::make_unique<Subprocess>(
         Train({"--epochs", "1", "--train-subset", "640", "--lr", r == 0 ? "1.0" : "0.5"}), env));
