@@ -56,14 +56,23 @@ Agent::Agent(LaunchOptions options, Environment env, HostInfo host)
     : options_(std::move(options)),
       env_(std::move(env)),
       host_(std::move(host)),
-      state_(options_.nproc_per_node) {}
+      state_(options_.nproc_per_node),
+      hangs_(
+          &loop_, options_, [this](const HangVerdict& v) { OnHang(v); },
+          [this](const std::vector<LocalProgress>& p) { ReportProgress(p, false); }) {}
 
 Agent::~Agent() {
   group_.reset();
   if (signal_fd_ >= 0) close(signal_fd_);
+  std::error_code ec;
+  if (!ipc_dir_.empty()) std::filesystem::remove_all(ipc_dir_, ec);
   if (log_root_is_temp_ && !log_root_.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(log_root_, ec);
+    if (stacks_taken_) {
+      // Evidence of a hang outlives the job even without --log-dir.
+      LogInfo(absl::StrCat("stacks of hung workers kept in ", log_root_));
+    } else {
+      std::filesystem::remove_all(log_root_, ec);
+    }
   }
 }
 
@@ -100,6 +109,16 @@ absl::Status Agent::Prepare() {
     }
     log_root_ = tmpl;
     log_root_is_temp_ = true;
+  }
+
+  if (hangs_.enabled()) {
+    const char* tmp = getenv("TMPDIR");
+    std::string tmpl = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/ddprun-ipc-XXXXXX");
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      return absl::InternalError(absl::StrCat("mkdtemp ", tmpl, ": ", strerror(errno)));
+    }
+    ipc_dir_ = tmpl;
+    if (absl::Status s = hangs_.Start(ipc_dir_); !s.ok()) return s;
   }
 
   sigset_t set = AgentSignalSet(options_);
@@ -144,6 +163,14 @@ std::string Agent::ErrorFilePath(int attempt, int local_rank) const {
 }
 
 void Agent::StartWorkers(const rendezvous::Assignment& a) {
+  if (const std::string glob = StacksGlob(); !glob.empty()) {
+    std::string where;
+    if (const auto& root = state_.root_cause(); root.has_value() && !root->hang.empty()) {
+      const std::vector<std::string> frames = group_->InnermostFrames(root->local_rank, 3);
+      if (!frames.empty()) where = absl::StrCat("; rank ", root->rank, " was at ", frames[0]);
+    }
+    LogWarning(absl::StrCat("stacks of the hung attempt: ", glob, where));
+  }
   current_ = a;
   ++attempt_;
   std::vector<WorkerLaunch> launches;
@@ -164,6 +191,9 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
     launch.local_rank = lr;
     launch.rank = a.rank_offset + lr;
     launch.spawn.env = BuildWorkerEnv(env_, spec, a);
+    launch.python = options_.entrypoint_kind != EntrypointKind::kBinary;
+    launch.stacks_path = absl::StrCat(dir, "/stacks.txt");
+    hangs_.AddWorkerEnv(launch.python, &launch.spawn.env);
     switch (options_.entrypoint_kind) {
       case EntrypointKind::kBinary:
         launch.spawn.program = options_.entrypoint;
@@ -198,13 +228,16 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
     configure(kStdErr, 2, &launch.stderr_config, &launch.stderr_log, "stderr.log");
     launches.push_back(std::move(launch));
   }
-  group_ = std::make_unique<WorkerGroup>(&loop_, this, options_.stop_timeout, &guard_);
+  group_ = std::make_unique<WorkerGroup>(
+      &loop_, this, options_.stop_timeout, &guard_,
+      hangs_.enabled() ? FindStackTool(env_) : std::nullopt);
   LogInfo(absl::StrCat("round ", a.round, ": starting ", nproc, " worker(s), ranks ", a.rank_offset,
                        "-", a.rank_offset + nproc - 1, " of ", a.world_size, " (node ",
                        a.group_rank, " of ", a.group_world_size, "), master ", a.master_addr, ":",
                        a.master_port,
                        a.restart_count > 0 ? absl::StrCat(", restart ", a.restart_count) : ""));
   group_->Start(std::move(launches));
+  hangs_.OnGroupStarted(group_.get());
   rendezvous_->ReportGroupState(a.round, rendezvous::GroupState::kRunning, std::nullopt);
 }
 
@@ -215,7 +248,26 @@ void Agent::Execute(const std::vector<AgentAction>& actions) {
         StartWorkers(action.assignment);
         break;
       case AgentAction::Type::kStopWorkers:
-        if (group_) group_->Stop();
+        hangs_.OnGroupStopping();
+        if (group_ && action.collect_stacks) {
+          StackPlan plan;
+          plan.reason = action.failure.hang.empty()
+                            ? action.message
+                            : absl::StrCat("rank ", action.failure.rank, " hung: ",
+                                           action.failure.hang);
+          if (action.hang_signal > 0) {
+            plan.signal_rank = action.failure.local_rank;
+            plan.signal = action.hang_signal;
+          }
+          stacks_taken_ = true;
+          LogWarning(absl::StrCat("taking the stacks of this node's workers (",
+                                  group_->stack_tool() ? group_->stack_tool()->name
+                                                       : "no eu-stack or gdb installed",
+                                  "), then stopping them: ", plan.reason));
+          group_->StopWithStacks(plan);
+        } else if (group_) {
+          group_->Stop();
+        }
         break;
       case AgentAction::Type::kKillWorkers:
         if (group_) group_->Kill();
@@ -229,18 +281,23 @@ void Agent::Execute(const std::vector<AgentAction>& actions) {
         failure.pid = e.pid;
         failure.exit_code = e.exit_code;
         failure.signal = e.signal;
+        failure.hang = !e.hang.empty();
         std::vector<std::string> tail =
             group_ ? group_->StderrTail(e.local_rank) : std::vector<std::string>{};
-        if (auto err = ReadErrorFile(ErrorFilePath(attempt_, e.local_rank))) {
+        if (failure.hang) {
+          failure.message = e.hang;
+        } else if (auto err = ReadErrorFile(ErrorFilePath(attempt_, e.local_rank))) {
           failure.message = err->message;
         } else if (group_ && !group_->StartError(e.local_rank).empty()) {
           failure.message = group_->StartError(e.local_rank);
         } else if (!tail.empty()) {
           failure.message = tail.back();
         }
-        LogWarning(absl::StrCat("worker rank ", e.rank, " (local rank ", e.local_rank, ", pid ",
-                                e.pid, ") failed with ", DescribeExit(e),
-                                failure.message.empty() ? "" : ": ", failure.message));
+        if (!failure.hang) {
+          LogWarning(absl::StrCat("worker rank ", e.rank, " (local rank ", e.local_rank,
+                                  ", pid ", e.pid, ") failed with ", DescribeExit(e),
+                                  failure.message.empty() ? "" : ": ", failure.message));
+        }
         rendezvous_->ReportGroupState(action.round, rendezvous::GroupState::kFailed, failure);
         break;
       }
@@ -286,7 +343,13 @@ void Agent::Finish(int exit_code, const std::string& reason) {
       if (group_) {
         report.stderr_tail = group_->StderrTail(lr);
         report.start_error = group_->StartError(lr);
+        report.stacks_file = group_->StacksPath(lr);
+        report.innermost_frames = group_->InnermostFrames(lr, 6);
       }
+    }
+    report.straggler = straggler_;
+    if (const std::string glob = StacksGlob(); !glob.empty() && report.stacks_file.empty()) {
+      report.stacks_file = absl::StrCat(glob, " (this node's workers)");
     }
     WriteAll(2, FormatFailureReport(report));
   } else if (exit_code == kExitRendezvous) {
@@ -319,24 +382,72 @@ void Agent::OnAssignment(const rendezvous::Assignment& assignment) {
   Execute(state_.OnAssignment(assignment));
 }
 
-void Agent::OnRestart(const std::string& reason) {
+void Agent::OnRestart(const std::string& reason,
+                      const std::optional<rendezvous::HangNotice>& hang) {
   LogInfo(reason);
-  Execute(state_.OnRestart(reason));
+  NoteHangNotice(hang);
+  Execute(state_.OnRestart(reason, hang.has_value()));
 }
 
-void Agent::OnClosed(const absl::Status& status) {
+void Agent::OnClosed(const absl::Status& status,
+                     const std::optional<rendezvous::HangNotice>& hang) {
   if (awaiting_close_) {
     awaiting_close_ = false;
     Finish(kExitSuccess, "all workers exited 0");
     return;
   }
-  Execute(state_.OnClosed(status));
+  NoteHangNotice(hang);
+  Execute(state_.OnClosed(status, hang.has_value()));
+}
+
+void Agent::NoteHangNotice(const std::optional<rendezvous::HangNotice>& hang) {
+  if (!hang.has_value() || hang->straggler.empty()) return;
+  straggler_ = hang->straggler;
+  LogWarning(absl::StrCat("straggler of the hang (lowest step, then oldest progress, all nodes): ",
+                          straggler_));
 }
 
 void Agent::OnWorkerExited(const WorkerExit& exit) {
+  hangs_.OnExited(exit.local_rank, exit.pid);
   // Posted, not handled inline: the group that reports the exit may be replaced by the actions
   // that follow (a restart starts a new group).
   loop_.Post([this, exit] { Execute(state_.OnWorkerExited(exit)); });
+}
+
+void Agent::OnWorkerOutput(int local_rank) { hangs_.OnOutput(local_rank); }
+
+void Agent::OnHang(const HangVerdict& verdict) {
+  if (!group_) return;
+  WorkerExit hung;
+  hung.local_rank = verdict.local_rank;
+  hung.rank = current_.rank_offset + verdict.local_rank;
+  hung.pid = group_->Pid(verdict.local_rank);
+  hung.hang = verdict.Describe();
+  hung.when = std::chrono::steady_clock::now();
+  LogWarning(absl::StrCat("worker rank ", hung.rank, " (local rank ", hung.local_rank, ", pid ",
+                          hung.pid, ") is hung: ", hung.hang));
+  // The rendezvous must know every rank's progress before it names the straggler.
+  ReportProgress(hangs_.Progress(), /*urgent=*/true);
+  Execute(state_.OnHang(hung, verdict.signal));
+}
+
+void Agent::ReportProgress(const std::vector<LocalProgress>& progress, bool urgent) {
+  std::vector<rendezvous::RankProgress> out;
+  out.reserve(progress.size());
+  for (const LocalProgress& p : progress) {
+    out.push_back({current_.rank_offset + p.local_rank, p.step, ToMillis(p.idle)});
+  }
+  rendezvous_->ReportProgress(out, urgent);
+}
+
+std::string Agent::StacksGlob() const {
+  if (!group_ || attempt_ < 0) return "";
+  for (int lr = 0; lr < options_.nproc_per_node; ++lr) {
+    if (!group_->StacksPath(lr).empty()) {
+      return absl::StrCat(log_root_, "/attempt_", attempt_, "/*/stacks.txt");
+    }
+  }
+  return "";
 }
 
 void Agent::ReapChildren() {

@@ -11,6 +11,7 @@
 
 #include "common/event_loop.h"
 #include "launcher/agent_state.h"
+#include "launcher/hang_monitor.h"
 #include "launcher/host_info.h"
 #include "launcher/options.h"
 #include "launcher/orphan_guard.h"
@@ -36,10 +37,13 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
 
   // RendezvousEvents
   void OnAssignment(const rendezvous::Assignment& assignment) override;
-  void OnRestart(const std::string& reason) override;
-  void OnClosed(const absl::Status& status) override;
+  void OnRestart(const std::string& reason,
+                 const std::optional<rendezvous::HangNotice>& hang) override;
+  void OnClosed(const absl::Status& status,
+                const std::optional<rendezvous::HangNotice>& hang) override;
   // WorkerGroup::Listener
   void OnWorkerExited(const WorkerExit& exit) override;
+  void OnWorkerOutput(int local_rank) override;
 
  private:
   absl::Status Prepare();
@@ -52,6 +56,12 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   // When this agent hosts the rendezvous server, other nodes may still be running: keep
   // serving them until they have all left, then stop the loop.
   void StopLoopWhenServerIdle();
+  // Hang detection (hang_monitor.h).
+  void OnHang(const HangVerdict& verdict);
+  void ReportProgress(const std::vector<LocalProgress>& progress, bool urgent);
+  void NoteHangNotice(const std::optional<rendezvous::HangNotice>& hang);
+  // "LOG_ROOT/attempt_N/*/stacks.txt" when this attempt's stacks were taken, else "".
+  std::string StacksGlob() const;
 
   const LaunchOptions options_;
   const Environment env_;
@@ -71,6 +81,10 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   bool waiting_for_peers_ = false;
   bool awaiting_close_ = false;  // succeeded; waiting for the server to close our stream
   int exit_code_ = kExitSuccess;
+  HangMonitor hangs_;
+  std::string ipc_dir_;      // private directory of the FIFOs; removed at exit
+  std::string straggler_;    // named by the rendezvous for the last hang
+  bool stacks_taken_ = false;  // some attempt's stacks were written: keep a temporary log root
 };
 
 }  // namespace ddprun::launcher

@@ -56,8 +56,9 @@ std::vector<AgentAction> AgentStateMachine::OnWorkerExited(const WorkerExit& exi
   if (live_ > 0) --live_;
   if (phase_ == Phase::kStopping) {
     // Failures other than ddprun's own SIGTERM/SIGKILL, for the summary's "other failures".
-    if (!exit.ok() && exit.signal != SIGTERM && exit.signal != SIGKILL && root_cause_ &&
-        other_failures_.size() < 64) {
+    const bool ours = exit.signal == SIGTERM || exit.signal == SIGKILL ||
+                      (stopping_for_hang_ && exit.signal == SIGABRT);
+    if (!exit.ok() && !ours && root_cause_ && other_failures_.size() < 64) {
       other_failures_.push_back(exit);
     }
     return live_ == 0 ? GroupStopped() : std::vector<AgentAction>{};
@@ -84,12 +85,30 @@ std::vector<AgentAction> AgentStateMachine::OnWorkerExited(const WorkerExit& exi
   return actions;
 }
 
-std::vector<AgentAction> AgentStateMachine::OnRestart(const std::string& reason) {
+std::vector<AgentAction> AgentStateMachine::OnHang(const WorkerExit& hung, int signal) {
   if (phase_ != Phase::kRunning) return {};
-  return BeginStop(std::nullopt, reason);
+  root_cause_ = hung;
+  other_failures_.clear();
+  AgentAction report{Type::kReportFailed};
+  report.round = round_;
+  report.failure = hung;
+  std::vector<AgentAction> actions = {report};
+  for (auto& a : BeginStop(std::nullopt, "a worker hung", /*collect_stacks=*/true)) {
+    if (a.type == Type::kStopWorkers) {
+      a.failure = hung;
+      a.hang_signal = signal;
+    }
+    actions.push_back(a);
+  }
+  return actions;
 }
 
-std::vector<AgentAction> AgentStateMachine::OnClosed(const absl::Status& status) {
+std::vector<AgentAction> AgentStateMachine::OnRestart(const std::string& reason, bool hang) {
+  if (phase_ != Phase::kRunning) return {};
+  return BeginStop(std::nullopt, reason, hang);
+}
+
+std::vector<AgentAction> AgentStateMachine::OnClosed(const absl::Status& status, bool hang) {
   const int code = ExitCodeForClose(status);
   const std::string why =
       status.ok() ? "the rendezvous closed the run" : std::string(status.message());
@@ -97,7 +116,7 @@ std::vector<AgentAction> AgentStateMachine::OnClosed(const absl::Status& status)
     case Phase::kRendezvous:
       return Exit(code, why);
     case Phase::kRunning:
-      return BeginStop(code, why);
+      return BeginStop(code, why, hang);
     case Phase::kStopping:
       if (!pending_exit_is_signal_) {
         pending_exit_ = code;
@@ -143,14 +162,19 @@ std::vector<AgentAction> AgentStateMachine::OnStopSignal(int signal) {
 }
 
 std::vector<AgentAction> AgentStateMachine::BeginStop(std::optional<int> exit_code,
-                                                      const std::string& why) {
+                                                      const std::string& why,
+                                                      bool collect_stacks) {
   phase_ = Phase::kStopping;
+  stopping_for_hang_ = collect_stacks;
   if (exit_code.has_value()) {
     pending_exit_ = exit_code;
     pending_reason_ = why;
   }
   if (live_ == 0) return GroupStopped();
-  return {AgentAction{Type::kStopWorkers}};
+  AgentAction stop{Type::kStopWorkers};
+  stop.collect_stacks = collect_stacks;
+  stop.message = why;
+  return {stop};
 }
 
 std::vector<AgentAction> AgentStateMachine::GroupStopped() {

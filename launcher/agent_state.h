@@ -35,14 +35,16 @@ struct WorkerExit {
   int pid = 0;
   int exit_code = 0;  // valid when signal == 0
   int signal = 0;     // the signal that killed it, or 0
+  std::string hang;   // non-empty: it did not exit, it hung ("no progress for 3.0 s", ...)
   TimePoint when{};
-  bool ok() const { return signal == 0 && exit_code == 0; }
+  bool ok() const { return signal == 0 && exit_code == 0 && hang.empty(); }
 };
 
 struct AgentAction {
   enum class Type {
     kStartWorkers,     // `assignment`
-    kStopWorkers,      // SIGTERM every worker's process group, SIGKILL after the grace period
+    kStopWorkers,      // SIGTERM every worker's process group, SIGKILL after the grace period;
+                       // with `collect_stacks`, every worker's stacks first (a hang)
     kKillWorkers,      // SIGKILL now (a second stop signal)
     kReportFailed,     // tell the rendezvous: `round` failed, root cause `failure`
     kReportSucceeded,  // tell the rendezvous: `round` succeeded on this node
@@ -56,6 +58,8 @@ struct AgentAction {
   int64_t round = 0;
   int exit_code = 0;
   std::string message;
+  bool collect_stacks = false;  // kStopWorkers: a worker hung here or on another node
+  int hang_signal = 0;          // kStopWorkers: for `failure.local_rank` after its stacks
 };
 
 class AgentStateMachine {
@@ -66,8 +70,12 @@ class AgentStateMachine {
 
   std::vector<AgentAction> OnAssignment(const rendezvous::Assignment& assignment);
   std::vector<AgentAction> OnWorkerExited(const WorkerExit& exit);
-  std::vector<AgentAction> OnRestart(const std::string& reason);
-  std::vector<AgentAction> OnClosed(const absl::Status& status);
+  // A local worker is hung (`hung.hang` says how); `signal` is what its FileTimer client asked
+  // to be sent after the stacks (0: none). Like a failure, plus stacks before the stop.
+  std::vector<AgentAction> OnHang(const WorkerExit& hung, int signal);
+  // `hang`: the round ended because a worker hung somewhere; take stacks before stopping.
+  std::vector<AgentAction> OnRestart(const std::string& reason, bool hang);
+  std::vector<AgentAction> OnClosed(const absl::Status& status, bool hang);
   // A stop signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT).
   std::vector<AgentAction> OnStopSignal(int signal);
 
@@ -86,7 +94,8 @@ class AgentStateMachine {
   static int ExitCodeForClose(const absl::Status& status);
 
  private:
-  std::vector<AgentAction> BeginStop(std::optional<int> exit_code, const std::string& why);
+  std::vector<AgentAction> BeginStop(std::optional<int> exit_code, const std::string& why,
+                                     bool collect_stacks = false);
   std::vector<AgentAction> GroupStopped();
   std::vector<AgentAction> Exit(int code, const std::string& why);
 
@@ -102,6 +111,7 @@ class AgentStateMachine {
   std::optional<WorkerExit> root_cause_;
   std::vector<WorkerExit> other_failures_;
   std::string exit_reason_;
+  bool stopping_for_hang_ = false;  // our SIGABRTs are not failures
 };
 
 }  // namespace ddprun::launcher

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -74,6 +75,10 @@ constexpr FlagDef kFlags[] = {
      "SIGTERM,SIGINT,SIGHUP,SIGQUIT."},
     {"stop-timeout", "", false,
      "Seconds between SIGTERM and SIGKILL when stopping workers. Default 10."},
+    {"hang-timeout", "", false,
+     "Seconds without a sign of life (output, a '\\r' update, a FileTimer message, a step "
+     "report) after which a worker is hung: stacks of every worker, then a restart. Off by "
+     "default."},
     {"quiet", "", true, "Only warnings and errors from ddprun itself."},
     {"no-slurm", "", true,
      "Ignore the Slurm job environment (also DDPRUN_NO_SLURM=1); see README, Slurm."},
@@ -275,6 +280,11 @@ absl::Status Apply(const std::string& flag, const Sourced& s, const HostInfo& ho
     DDPRUN_ASSIGN_OR_RETURN(o->stop_timeout, ParseSeconds(s.where, s.value));
     return absl::OkStatus();
   }
+  if (flag == "hang-timeout") {
+    DDPRUN_ASSIGN_OR_RETURN(o->hang_timeout, ParseSeconds(s.where, s.value));
+    if (o->hang_timeout.count() <= 0) return Invalid(s, "must be a positive number of seconds");
+    return absl::OkStatus();
+  }
   if (flag == "no-slurm") return BoolOf(s).status();  // read by SlurmWanted()
   if (flag == "quiet") {
     DDPRUN_ASSIGN_OR_RETURN(bool quiet, BoolOf(s));
@@ -291,8 +301,31 @@ const FlagDef* FindFlag(absl::string_view name) {
   return nullptr;
 }
 
+// torch's hang-related variables, read from ddprun's own environment as torchrun reads them.
+absl::Status ApplyHangEnvironment(const Environment& env, LaunchOptions* o) {
+  auto get = [&](const char* name) -> std::string {
+    auto it = env.find(name);
+    return it == env.end() ? "" : it->second;
+  };
+  o->file_timer = get("TORCHELASTIC_ENABLE_FILE_TIMER") == "1";
+  o->timer_file = get("TORCHELASTIC_TIMER_FILE");
+  if (o->file_timer && !o->timer_file.empty()) {
+    struct stat st;
+    if (lstat(o->timer_file.c_str(), &st) == 0 && !S_ISFIFO(st.st_mode)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "TORCHELASTIC_TIMER_FILE=", o->timer_file, ": exists and is not a FIFO"));
+    }
+  }
+  if (const std::string d = get("TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT"); !d.empty()) {
+    DDPRUN_ASSIGN_OR_RETURN(o->uninterruptible_timeout,
+                            ParseSeconds("TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT", d));
+  }
+  return absl::OkStatus();
+}
+
 // Cross-flag rules, checked once every source is merged.
 absl::Status Validate(const Environment& env, LaunchOptions* o) {
+  DDPRUN_RETURN_IF_ERROR(ApplyHangEnvironment(env, o));
   if (o->standalone) {
     if (o->min_nodes != 1 || o->max_nodes != 1) {
       return absl::InvalidArgumentError(absl::StrCat(

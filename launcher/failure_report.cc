@@ -17,6 +17,7 @@ std::string SignalName(int signal) {
 }
 
 std::string DescribeExit(const WorkerExit& exit) {
+  if (!exit.hang.empty()) return absl::StrCat("hung: ", exit.hang);
   if (exit.signal != 0)
     return absl::StrCat("signal ", SignalName(exit.signal), " (", exit.signal, ")");
   return absl::StrCat("exit code ", exit.exit_code);
@@ -84,10 +85,21 @@ std::string FormatFailureReport(const FailureReport& r) {
         AppendIndented(&out, r.error->traceback, "    ", 30);
       }
     }
+    if (!r.stacks_file.empty()) {
+      absl::StrAppend(&out, "  stacks:      ", r.stacks_file, "\n");
+      if (!r.innermost_frames.empty()) {
+        absl::StrAppend(&out, "  where it was (innermost frames first):\n");
+        for (const auto& f : r.innermost_frames) absl::StrAppend(&out, "    | ", f, "\n");
+      }
+    }
     if (!r.stderr_tail.empty()) {
       absl::StrAppend(&out, "  last lines of its stderr:\n");
       for (const auto& line : r.stderr_tail) absl::StrAppend(&out, "    | ", line, "\n");
     }
+  }
+  if (!r.straggler.empty()) {
+    absl::StrAppend(&out, "straggler (lowest step, then oldest progress, all nodes): ",
+                    r.straggler, "\n");
   }
   if (!r.other_failures.empty()) {
     absl::StrAppend(&out, "other failures in that attempt:\n");

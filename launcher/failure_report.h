@@ -40,6 +40,10 @@ struct FailureReport {
   std::optional<ErrorFileContents> error;
   std::vector<std::string> stderr_tail;
   std::vector<WorkerExit> other_failures;
+  // A hang: where the root cause's stacks are, and its innermost frames.
+  std::string stacks_file;
+  std::vector<std::string> innermost_frames;
+  std::string straggler;  // from the rendezvous: the rank furthest behind, job-wide
 };
 
 std::string FormatFailureReport(const FailureReport& report);

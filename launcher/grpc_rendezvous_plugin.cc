@@ -89,6 +89,10 @@ class GrpcRendezvousImpl final : public GrpcRendezvous {
                         const std::optional<rendezvous::WorkerFailure>& failure) override {
     client_->ReportGroupState(round, state, failure);
   }
+  void ReportProgress(const std::vector<rendezvous::RankProgress>& progress,
+                      bool urgent) override {
+    client_->ReportProgress(progress, urgent);
+  }
   void Leave(const std::string& reason) override { client_->Leave(reason); }
 
   bool hosting() const override { return server_ != nullptr; }
@@ -135,6 +139,10 @@ class EtcdRendezvousImpl final : public GrpcRendezvous {
   void ReportGroupState(int64_t round, rendezvous::GroupState state,
                         const std::optional<rendezvous::WorkerFailure>& failure) override {
     impl_->ReportGroupState(round, state, failure);
+  }
+  void ReportProgress(const std::vector<rendezvous::RankProgress>& progress,
+                      bool urgent) override {
+    impl_->ReportProgress(progress, urgent);
   }
   void Leave(const std::string& reason) override { impl_->Leave(reason); }
   bool hosting() const override { return false; }

@@ -35,10 +35,13 @@ void LocalRendezvous::ReportGroupState(int64_t round, rendezvous::GroupState sta
   if (restarts_ >= options_.max_restarts) {
     const std::string why = absl::StrCat(
         "restart budget spent (", restarts_, " of --max-restarts=", options_.max_restarts,
-        " used); root cause: worker failure on ",
+        " used); root cause: worker ", failure.has_value() && failure->hang ? "hang" : "failure",
+        " on ",
         failure.has_value() ? failure->hostname : std::string("this node"));
-    executor_->Post([this, why] {
-      if (!left_) events_->OnClosed(absl::ResourceExhaustedError(why));
+    std::optional<rendezvous::HangNotice> hang;
+    if (failure.has_value() && failure->hang) hang = rendezvous::HangNotice{};
+    executor_->Post([this, why, hang] {
+      if (!left_) events_->OnClosed(absl::ResourceExhaustedError(why), hang);
     });
     return;
   }
@@ -46,9 +49,11 @@ void LocalRendezvous::ReportGroupState(int64_t round, rendezvous::GroupState sta
   ++round_;
   const std::string reason = absl::StrCat("restarting the worker group (restart ", restarts_,
                                           " of ", options_.max_restarts, ")");
-  executor_->Post([this, reason, a = MakeAssignment()] {
+  std::optional<rendezvous::HangNotice> hang;
+  if (failure.has_value() && failure->hang) hang = rendezvous::HangNotice{};
+  executor_->Post([this, reason, hang, a = MakeAssignment()] {
     if (left_) return;
-    events_->OnRestart(reason);
+    events_->OnRestart(reason, hang);
     events_->OnAssignment(a);
   });
 }

@@ -28,6 +28,7 @@ class LocalRendezvous final : public rendezvous::Rendezvous {
   void Join(const rendezvous::NodeInfo& node, rendezvous::RendezvousEvents* events) override;
   void ReportGroupState(int64_t round, rendezvous::GroupState state,
                         const std::optional<rendezvous::WorkerFailure>& failure) override;
+  void ReportProgress(const std::vector<rendezvous::RankProgress>&, bool) override {}
   void Leave(const std::string& reason) override;
 
  private:

@@ -68,6 +68,15 @@ struct LaunchOptions {
   std::chrono::milliseconds stop_timeout{10000};  // SIGTERM -> SIGKILL grace per worker group
   std::vector<int> extra_signals;  // --signals-to-handle beyond the four stop signals
 
+  // Hangs (README, "Hangs"). A hung worker is a failure of the job: stacks, then a restart.
+  std::chrono::milliseconds hang_timeout{0};  // --hang-timeout: no sign of life that long
+  bool file_timer = false;         // TORCHELASTIC_ENABLE_FILE_TIMER=1: serve torch's FileTimer
+  std::string timer_file;          // TORCHELASTIC_TIMER_FILE; empty: a private path
+  std::chrono::milliseconds uninterruptible_timeout{0};  // TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT
+  bool hang_detection() const {
+    return hang_timeout.count() > 0 || file_timer || uninterruptible_timeout.count() > 0;
+  }
+
   // Workers.
   std::string role = "default";
   EntrypointKind entrypoint_kind = EntrypointKind::kPythonScript;

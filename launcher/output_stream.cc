@@ -1,5 +1,7 @@
 #include "launcher/output_stream.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 
@@ -17,6 +19,9 @@ void OutputStream::EmitLine(absl::string_view line, std::string* console_batch) 
 
 void OutputStream::Feed(absl::string_view data) {
   if (config_.log_fd >= 0) WriteAll(config_.log_fd, data);
+  if (capturing_ && capture_.size() < capture_limit_) {
+    capture_.append(data.data(), std::min(data.size(), capture_limit_ - capture_.size()));
+  }
   std::string batch;
   while (!data.empty()) {
     const size_t nl = data.find('\n');

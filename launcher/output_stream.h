@@ -30,6 +30,17 @@ class OutputStream {
   // End of stream: emits a trailing partial line (with a newline added on the console).
   void Finish();
   std::vector<std::string> Tail() const { return {tail_.begin(), tail_.end()}; }
+  // From now on also keep the raw bytes (up to `limit`): what a worker prints while dying,
+  // e.g. CPython's faulthandler dump, for its stacks file.
+  void StartCapture(size_t limit) {
+    capturing_ = true;
+    capture_limit_ = limit;
+    capture_.clear();
+  }
+  std::string TakeCapture() {
+    capturing_ = false;
+    return std::move(capture_);
+  }
 
  private:
   void EmitLine(absl::string_view line, std::string* console_batch);
@@ -37,6 +48,9 @@ class OutputStream {
   Config config_;
   std::string partial_;
   std::deque<std::string> tail_;
+  bool capturing_ = false;
+  size_t capture_limit_ = 0;
+  std::string capture_;
 };
 
 }  // namespace ddprun::launcher

@@ -57,6 +57,9 @@ absl::StatusOr<pid_t> Spawn(const SpawnRequest& request) {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);  // the agent died before prctl took effect
+    // Lets the agent's stack tool (eu-stack, gdb: children of the agent, not ancestors of the
+    // worker) attach under Yama's ptrace_scope=1 when ddprun does not run as root.
+    prctl(PR_SET_PTRACER, parent, 0, 0, 0);
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);

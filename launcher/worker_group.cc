@@ -3,14 +3,19 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "launcher/stack_text.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -18,6 +23,51 @@ namespace {
 constexpr size_t kTailLines = 20;
 // Most bytes read from one pipe per wake-up (and when draining an exited worker's pipe).
 constexpr size_t kDrainLimit = 4 << 20;
+// How long native stack tools may run, all workers together.
+constexpr std::chrono::seconds kStackToolDeadline{3};
+// How long Python workers get to print their faulthandler dump after SIGABRT.
+constexpr std::chrono::seconds kPythonDumpWait{2};
+// After SIGKILL, how long before a worker that has not exited (uninterruptible sleep in the
+// kernel) is given up on, so that stopping stays bounded.
+constexpr std::chrono::seconds kUnreapedGrace{2};
+constexpr size_t kPythonDumpLimit = 1 << 20;
+
+// The state letter of /proc/PID/stat ('R', 'S', 'D', 'Z', ...); '?' when unreadable.
+char ProcessState(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = stat.rfind(')');  // the command name may contain spaces and ')'
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return '?';
+  return stat[paren + 2];
+}
+
+std::string ReadSmallFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Where a process sleeps in the kernel: wchan of every thread, and the kernel stack where
+// readable (root).
+std::string KernelSideOf(pid_t pid) {
+  std::string out = "== kernel side ==\n";
+  std::error_code ec;
+  const std::string task_dir = absl::StrCat("/proc/", pid, "/task");
+  for (const auto& entry : std::filesystem::directory_iterator(task_dir, ec)) {
+    const std::string tid = entry.path().filename().string();
+    absl::StrAppend(&out, "TID ", tid, ": state ",
+                    std::string(1, ProcessState(std::atoi(tid.c_str()))), ", wchan ",
+                    ReadSmallFile(entry.path().string() + "/wchan"), "\n");
+    const std::string stack = ReadSmallFile(entry.path().string() + "/stack");
+    if (!stack.empty()) absl::StrAppend(&out, stack);
+  }
+  return out;
+}
+
+void WriteText(int fd, const std::string& text) {
+  if (fd >= 0) WriteAll(fd, text);
+}
 
 int OpenLog(const std::string& path) {
   if (path.empty()) return -1;
@@ -29,8 +79,13 @@ int OpenLog(const std::string& path) {
 }  // namespace
 
 WorkerGroup::WorkerGroup(EventLoop* loop, Listener* listener,
-                         std::chrono::milliseconds stop_timeout, OrphanGuard* guard)
-    : loop_(loop), listener_(listener), stop_timeout_(stop_timeout), guard_(guard) {}
+                         std::chrono::milliseconds stop_timeout, OrphanGuard* guard,
+                         std::optional<StackTool> stack_tool)
+    : loop_(loop),
+      listener_(listener),
+      stop_timeout_(stop_timeout),
+      guard_(guard),
+      stacks_(loop, std::move(stack_tool), kStackToolDeadline) {}
 
 WorkerGroup::~WorkerGroup() {
   for (auto& w : workers_) {
@@ -40,7 +95,9 @@ WorkerGroup::~WorkerGroup() {
     }
     CloseStreams(w.get());
   }
-  if (kill_timer_ != 0) loop_->CancelTimer(kill_timer_);
+  for (EventLoop::TimerId t : {kill_timer_, abandon_timer_, python_dump_timer_}) {
+    if (t != 0) loop_->CancelTimer(t);
+  }
 }
 
 void WorkerGroup::Start(std::vector<WorkerLaunch> launches) {
@@ -48,6 +105,8 @@ void WorkerGroup::Start(std::vector<WorkerLaunch> launches) {
     auto w = std::make_unique<Worker>();
     w->local_rank = launch.local_rank;
     w->rank = launch.rank;
+    w->stacks_path = launch.stacks_path;
+    w->python = launch.python;
     int out_pipe[2], err_pipe[2];
     if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
       w->start_error = absl::StrCat("pipe2: ", strerror(errno));
@@ -102,6 +161,7 @@ void WorkerGroup::Pump(Worker* w, int fd, OutputStream* stream) {
     const ssize_t n = read(fd, buf, sizeof(buf));
     if (n > 0) {
       stream->Feed(absl::string_view(buf, static_cast<size_t>(n)));
+      if (total == 0) listener_->OnWorkerOutput(w->local_rank);
       total += static_cast<size_t>(n);
       // Bounded either way: one chatty worker must not starve the loop, and a grandchild
       // that keeps an exited worker's pipe open must not stall it.
@@ -139,6 +199,7 @@ void WorkerGroup::CloseStreams(Worker* w) {
 }
 
 bool WorkerGroup::HandleChildExit(pid_t pid, int wait_status) {
+  if (stacks_.HandleChildExit(pid)) return true;
   for (auto& w : workers_) {
     if (!w->running || w->pid != pid) continue;
     w->running = false;
@@ -159,9 +220,20 @@ bool WorkerGroup::HandleChildExit(pid_t pid, int wait_status) {
     } else {
       exit.exit_code = WEXITSTATUS(wait_status);
     }
-    if (live() == 0 && kill_timer_ != 0) {
-      loop_->CancelTimer(kill_timer_);
-      kill_timer_ = 0;
+    if (live() == 0) {
+      for (EventLoop::TimerId* t : {&kill_timer_, &abandon_timer_}) {
+        if (*t != 0) loop_->CancelTimer(*t);
+        *t = 0;
+      }
+    }
+    if (python_dump_timer_ != 0) {
+      bool python_left = false;
+      for (const auto& o : workers_) python_left |= o->running && o->python;
+      if (!python_left) {
+        loop_->CancelTimer(python_dump_timer_);
+        python_dump_timer_ = 0;
+        FinishStacks(pending_plan_);
+      }
     }
     listener_->OnWorkerExited(exit);
     return true;
@@ -176,6 +248,11 @@ void WorkerGroup::SignalAll(int signal) {
 }
 
 void WorkerGroup::Stop() {
+  collecting_ = false;
+  if (python_dump_timer_ != 0) {
+    loop_->CancelTimer(python_dump_timer_);
+    python_dump_timer_ = 0;
+  }
   SignalAll(SIGTERM);
   if (kill_timer_ == 0 && live() > 0) {
     kill_timer_ = loop_->AddTimerAfter(stop_timeout_, [this] {
@@ -185,12 +262,120 @@ void WorkerGroup::Stop() {
                                 std::chrono::duration<double>(stop_timeout_).count(),
                                 " s after SIGTERM; sending SIGKILL"));
       }
-      SignalAll(SIGKILL);
+      Kill();
     });
   }
 }
 
-void WorkerGroup::Kill() { SignalAll(SIGKILL); }
+void WorkerGroup::Kill() {
+  collecting_ = false;
+  SignalAll(SIGKILL);
+  if (abandon_timer_ == 0 && live() > 0) {
+    abandon_timer_ = loop_->AddTimerAfter(kUnreapedGrace, [this] {
+      abandon_timer_ = 0;
+      GiveUpOnUnreaped();
+    });
+  }
+}
+
+void WorkerGroup::GiveUpOnUnreaped() {
+  for (auto& w : workers_) {
+    if (!w->running) continue;
+    const char state = ProcessState(w->pid);
+    LogWarning(absl::StrCat(
+        "worker rank ", w->rank, " (pid ", w->pid, ") could not be reaped: still there ",
+        kUnreapedGrace.count(), " s after SIGKILL (state ", std::string(1, state),
+        state == 'D' ? ": uninterruptible sleep in the kernel" : "",
+        "); going on without it"));
+    w->running = false;
+    CloseStreams(w.get());
+    WorkerExit exit;
+    exit.local_rank = w->local_rank;
+    exit.rank = w->rank;
+    exit.pid = w->pid;
+    exit.signal = SIGKILL;
+    exit.when = std::chrono::steady_clock::now();
+    listener_->OnWorkerExited(exit);
+  }
+}
+
+void WorkerGroup::StopWithStacks(const StackPlan& plan) {
+  if (collecting_) return;
+  if (live() == 0) return Stop();
+  collecting_ = true;
+  pending_plan_ = plan;
+  std::vector<StackCollector::Target> targets;
+  std::vector<int> fds;
+  for (auto& w : workers_) {
+    if (!w->running || w->stacks_path.empty()) continue;
+    const int fd =
+        open(w->stacks_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      LogWarning(absl::StrCat("cannot write ", w->stacks_path, ": ", strerror(errno)));
+      continue;
+    }
+    w->stacks_written = true;
+    WriteText(fd, absl::StrCat("ddprun: stacks of rank ", w->rank, " (local rank ", w->local_rank,
+                               ", pid ", w->pid, "): ", plan.reason, "\n\n"));
+    WriteText(fd, stacks_.tool().has_value()
+                      ? absl::StrCat("== native stacks, all threads (", stacks_.tool()->name,
+                                     ") ==\n")
+                      : "== native stacks: not taken, neither eu-stack (elfutils) nor gdb is "
+                        "installed ==\n");
+    fds.push_back(fd);
+    if (ProcessState(w->pid) == 'D') {
+      // ptrace cannot stop a task in uninterruptible sleep: a tool would only wait out its
+      // deadline. Where it sleeps in the kernel is the useful part.
+      WriteText(fd, absl::StrCat("(not taken: the process is in uninterruptible sleep (D))\n\n",
+                                 KernelSideOf(w->pid)));
+      continue;
+    }
+    targets.push_back({w->pid, fd});
+  }
+  stacks_.Collect(std::move(targets), [this, fds] {
+    for (int fd : fds) close(fd);
+    if (collecting_) DumpPythonStacks(pending_plan_);
+  });
+}
+
+void WorkerGroup::DumpPythonStacks(const StackPlan& plan) {
+  bool any = false;
+  for (auto& w : workers_) {
+    if (!w->running || !w->python || !w->stacks_written) continue;
+    // The dump is what we want, not a core file of every worker.
+    const rlimit no_core{0, 0};
+    prlimit(w->pid, RLIMIT_CORE, &no_core, nullptr);
+    w->err->StartCapture(kPythonDumpLimit);
+    kill(w->pid, SIGABRT);
+    any = true;
+  }
+  if (!any) return FinishStacks(plan);
+  python_dump_timer_ = loop_->AddTimerAfter(kPythonDumpWait, [this] {
+    python_dump_timer_ = 0;
+    FinishStacks(pending_plan_);
+  });
+}
+
+void WorkerGroup::FinishStacks(const StackPlan& plan) {
+  if (!collecting_) return;
+  collecting_ = false;
+  for (auto& w : workers_) {
+    if (!w->python || !w->stacks_written) continue;
+    const int fd = open(w->stacks_path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+    if (fd < 0) continue;
+    std::string dump = w->err->TakeCapture();
+    WriteText(fd, "\n== Python stacks, all threads (faulthandler, after SIGABRT) ==\n");
+    WriteText(fd, dump.empty() ? "(nothing printed: is PYTHONFAULTHANDLER unset by the worker, "
+                                 "or was SIGABRT handled or blocked?)\n"
+                               : dump);
+    close(fd);
+  }
+  if (plan.signal > 0 && plan.signal_rank >= 0) {
+    Worker* w = Find(plan.signal_rank);
+    if (w != nullptr && w->running) kill(w->pid, plan.signal);
+  }
+  Stop();
+}
 
 void WorkerGroup::Forward(int signal) { SignalAll(signal); }
 
@@ -222,6 +407,39 @@ std::vector<std::string> WorkerGroup::StderrTail(int local_rank) const {
 std::string WorkerGroup::StartError(int local_rank) const {
   const Worker* w = Find(local_rank);
   return w != nullptr ? w->start_error : "";
+}
+
+int WorkerGroup::LocalRankOfPid(pid_t pid) const {
+  for (const auto& w : workers_) {
+    if (w->running && w->pid == pid) return w->local_rank;
+  }
+  const pid_t group = getpgid(pid);  // a worker's child (each worker leads its own group)
+  for (const auto& w : workers_) {
+    if (w->running && group == w->pid) return w->local_rank;
+  }
+  return -1;
+}
+
+std::string WorkerGroup::StacksPath(int local_rank) const {
+  const Worker* w = Find(local_rank);
+  return w != nullptr && w->stacks_written ? w->stacks_path : "";
+}
+
+std::vector<std::string> WorkerGroup::InnermostFrames(int local_rank, size_t n) const {
+  const std::string path = StacksPath(local_rank);
+  if (path.empty()) return {};
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return launcher::InnermostFrames(text.str(), n);
+}
+
+std::vector<std::pair<int, char>> WorkerGroup::ProcessStates() const {
+  std::vector<std::pair<int, char>> out;
+  for (const auto& w : workers_) {
+    if (w->running) out.emplace_back(w->local_rank, ProcessState(w->pid));
+  }
+  return out;
 }
 
 pid_t WorkerGroup::Pid(int local_rank) const {

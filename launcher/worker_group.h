@@ -9,6 +9,8 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -17,6 +19,7 @@
 #include "launcher/orphan_guard.h"
 #include "launcher/output_stream.h"
 #include "launcher/spawn.h"
+#include "launcher/stack_collector.h"
 
 namespace ddprun::launcher {
 
@@ -28,6 +31,15 @@ struct WorkerLaunch {
   OutputStream::Config stderr_config;
   std::string stdout_log;  // empty: no log file
   std::string stderr_log;
+  std::string stacks_path;  // where StopWithStacks writes this worker's stacks
+  bool python = false;      // a CPython worker: SIGABRT makes faulthandler print its threads
+};
+
+// Why and how to stop a group whose stacks are wanted (a hang here or on another node).
+struct StackPlan {
+  std::string reason;    // first line of every stacks file
+  int signal_rank = -1;  // local rank that gets `signal` once stacks are taken (FileTimer's)
+  int signal = 0;
 };
 
 class WorkerGroup {
@@ -36,11 +48,13 @@ class WorkerGroup {
    public:
     virtual ~Listener() = default;
     virtual void OnWorkerExited(const WorkerExit& exit) = 0;
+    // The worker wrote something (a line, a '\r' update): a sign of life.
+    virtual void OnWorkerOutput(int local_rank) = 0;
   };
 
   // `guard` (optional, not owned) is told of every worker process group.
   WorkerGroup(EventLoop* loop, Listener* listener, std::chrono::milliseconds stop_timeout,
-              OrphanGuard* guard = nullptr);
+              OrphanGuard* guard = nullptr, std::optional<StackTool> stack_tool = std::nullopt);
   ~WorkerGroup();  // SIGKILLs whatever is still running
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
@@ -55,11 +69,26 @@ class WorkerGroup {
   void Stop();               // SIGTERM now, SIGKILL after the grace period
   void Kill();               // SIGKILL now
   void Forward(int signal);  // to every live worker's process group
+  // Takes every live worker's stacks, then stops the group as Stop() does:
+  //  1. native stacks of all threads (eu-stack or gdb) of every worker at once;
+  //  2. Python workers: SIGABRT, so that faulthandler (PYTHONFAULTHANDLER=1) prints every
+  //     thread's traceback on stderr, captured until they exit (at most kPythonDumpWait);
+  //  3. the plan's signal to its rank; then SIGTERM, SIGKILL after the grace period.
+  // A second Stop()/Kill() meanwhile cuts it short.
+  void StopWithStacks(const StackPlan& plan);
+  bool collecting_stacks() const { return collecting_; }
 
   int live() const;
   std::vector<std::string> StderrTail(int local_rank) const;
   std::string StartError(int local_rank) const;
   pid_t Pid(int local_rank) const;
+  int LocalRankOfPid(pid_t pid) const;  // a worker or a process in its group; -1: none
+  // The innermost frames of a worker's stacks file (empty when none was written).
+  std::vector<std::string> InnermostFrames(int local_rank, size_t n) const;
+  std::string StacksPath(int local_rank) const;
+  // (local rank, state letter from /proc/PID/stat) of every live worker.
+  std::vector<std::pair<int, char>> ProcessStates() const;
+  const std::optional<StackTool>& stack_tool() const { return stacks_.tool(); }
 
  private:
   struct Worker {
@@ -74,7 +103,13 @@ class WorkerGroup {
     int err_log = -1;
     std::unique_ptr<OutputStream> out;
     std::unique_ptr<OutputStream> err;
+    std::string stacks_path;
+    bool python = false;
+    bool stacks_written = false;
   };
+  void DumpPythonStacks(const StackPlan& plan);
+  void FinishStacks(const StackPlan& plan);
+  void GiveUpOnUnreaped();
   void Pump(Worker* w, int fd, OutputStream* stream);
   void CloseStreams(Worker* w);
   void SignalAll(int signal);
@@ -87,6 +122,11 @@ class WorkerGroup {
   OrphanGuard* guard_;
   std::vector<std::unique_ptr<Worker>> workers_;
   EventLoop::TimerId kill_timer_ = 0;
+  EventLoop::TimerId abandon_timer_ = 0;
+  StackCollector stacks_;
+  bool collecting_ = false;
+  StackPlan pending_plan_;
+  EventLoop::TimerId python_dump_timer_ = 0;
 };
 
 }  // namespace ddprun::launcher

@@ -161,6 +161,14 @@ void EtcdCoordinator::OnEvent(const mvccpb::Event& event, TimePoint now) {
     if (event.type() == mvccpb::Event::DELETE) closed_nodes_.erase(id);
   } else if (keys_.Parse(kv.key(), "status", &id) && event.type() == mvccpb::Event::PUT) {
     ApplyAgentRecord(id, kv.value(), now, &out);
+  } else if (keys_.Parse(kv.key(), "progress", &id) && event.type() == mvccpb::Event::PUT) {
+    // Not part of the durable state: a new coordinator hears the next one.
+    ddprun::proto::Heartbeat h;
+    auto it = conn_by_node_.find(id);
+    if (run_ != nullptr && it != conn_by_node_.end() && h.ParseFromString(kv.value())) {
+      run_->Progress(it->second, FromProto(h), now);
+    }
+    return;
   } else {
     return;
   }

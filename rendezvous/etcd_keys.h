@@ -2,6 +2,8 @@
 //   nodes/<node_id>   NodeRecord: the agent's join; under the agent's lease (its liveness)
 //   status/<node_id>  AgentRecord: group status or leave; under the agent's lease
 //   inbox/<node_id>   InboxRecord: the coordinator's messages to the agent
+//   progress/<node_id> Heartbeat: its workers' last signs of life (hang detection on); under
+//                     the agent's lease
 //   coordinator       the coordinator's node id; under its lease (created only if absent)
 //   state             RunSnapshotRecord: the run's durable state, written with every change
 //   closed            present once the run is closed; the last agent to leave then deletes
@@ -27,11 +29,14 @@ class EtcdKeys {
   std::string node(absl::string_view id) const { return absl::StrCat(run_, "nodes/", id); }
   std::string status(absl::string_view id) const { return absl::StrCat(run_, "status/", id); }
   std::string inbox(absl::string_view id) const { return absl::StrCat(run_, "inbox/", id); }
+  std::string progress(absl::string_view id) const {
+    return absl::StrCat(run_, "progress/", id);
+  }
   std::string coordinator() const { return run_ + "coordinator"; }
   std::string state() const { return run_ + "state"; }
   std::string closed() const { return run_ + "closed"; }
 
-  // The node id of a nodes/, status/ or inbox/ key; false when `key` is not one of `kind`.
+  // The node id of a nodes/, status/, inbox/ or progress/ key; false when `key` is not one of `kind`.
   bool Parse(absl::string_view key, absl::string_view kind, std::string* id) const {
     const std::string head = absl::StrCat(run_, kind, "/");
     if (!absl::StartsWith(key, head)) return false;

@@ -97,10 +97,10 @@ void EtcdRendezvous::Deliver(std::function<void(RendezvousEvents*)> fn) {
   });
 }
 
-void EtcdRendezvous::Closed(absl::Status status) {
+void EtcdRendezvous::Closed(absl::Status status, std::optional<HangNotice> hang) {
   if (closed_) return;
   closed_ = true;
-  Deliver([status](RendezvousEvents* e) { e->OnClosed(status); });
+  Deliver([status, hang](RendezvousEvents* e) { e->OnClosed(status, hang); });
 }
 
 void EtcdRendezvous::StopBackground() {
@@ -262,9 +262,13 @@ void EtcdRendezvous::OnInbox(const std::string& value) {
       Deliver([a](RendezvousEvents* e) { e->OnAssignment(a); });
     } else if (m.has_restart()) {
       std::string reason = m.restart().reason();
-      Deliver([reason](RendezvousEvents* e) { e->OnRestart(reason); });
+      std::optional<HangNotice> hang;
+      if (m.restart().hang()) hang = HangNotice{m.restart().straggler()};
+      Deliver([reason, hang](RendezvousEvents* e) { e->OnRestart(reason, hang); });
     } else if (m.has_close()) {
-      Closed(CloseStatus(m.close()));
+      std::optional<HangNotice> hang;
+      if (m.close().root_cause().hang()) hang = HangNotice{m.close().straggler()};
+      Closed(CloseStatus(m.close()), hang);
     }
   }
 }
@@ -314,6 +318,22 @@ void EtcdRendezvous::ReportGroupState(int64_t round, GroupState state,
     put.set_lease(lease_);
     // Failing for a whole lease means the lease is gone too; the keep-alive reports that.
     auto done = client_->Put(put, options_.timeouts.lease());
+    if (!done.ok()) LogWarning(absl::StrCat("etcd rendezvous: ", done.status().message()));
+  });
+}
+
+void EtcdRendezvous::ReportProgress(const std::vector<RankProgress>& progress, bool urgent) {
+  loop_->Post([this, progress, urgent] {
+    if (lease_ == 0 || closed_ || left_) return;
+    // One put per keep-alive interval at most: as often as the built-in server hears it.
+    const TimePoint now = Now();
+    if (!urgent && now - last_progress_put_ < options_.timeouts.keep_alive_interval) return;
+    last_progress_put_ = now;
+    etcdserverpb::PutRequest put;
+    put.set_key(keys_->progress(node_.node_id));
+    put.set_value(ToProto(progress).SerializeAsString());
+    put.set_lease(lease_);
+    auto done = client_->Put(put, options_.timeouts.keep_alive_interval);
     if (!done.ok()) LogWarning(absl::StrCat("etcd rendezvous: ", done.status().message()));
   });
 }

@@ -57,6 +57,7 @@ class EtcdRendezvous final : public Rendezvous {
   void Join(const NodeInfo& node, RendezvousEvents* events) override;
   void ReportGroupState(int64_t round, GroupState state,
                         const std::optional<WorkerFailure>& failure) override;
+  void ReportProgress(const std::vector<RankProgress>& progress, bool urgent) override;
   void Leave(const std::string& reason) override;
 
  private:
@@ -72,7 +73,7 @@ class EtcdRendezvous final : public Rendezvous {
   void Flush(std::optional<Duration> budget = std::nullopt);
   void LeaveNow(const std::string& reason);
   void ScheduleTick();
-  void Closed(absl::Status status);
+  void Closed(absl::Status status, std::optional<HangNotice> hang = std::nullopt);
   void Deliver(std::function<void(RendezvousEvents*)> fn);
   void StopBackground();
   // Keep-alive loop only.
@@ -94,6 +95,7 @@ class EtcdRendezvous final : public Rendezvous {
   std::unique_ptr<EtcdWatcher> watcher_;
   std::unique_ptr<EtcdCoordinator> coordinator_;
   bool closed_ = false;
+  TimePoint last_progress_put_{};
   bool left_ = false;
   bool lease_lost_ = false;
   uint64_t tick_timer_ = 0;

@@ -28,6 +28,7 @@ struct JoinedNotice {
 struct RestartNotice {
   int64_t round = 0;
   std::string reason;
+  std::optional<HangNotice> hang;  // a worker hung: every node takes stacks first
 };
 
 // The run is over for this stream. After a CloseNotice the state machine has forgotten the
@@ -35,6 +36,7 @@ struct RestartNotice {
 struct CloseNotice {
   absl::Status status;  // OK, kResourceExhausted (budget spent), else a rendezvous failure
   std::optional<WorkerFailure> root_cause;
+  std::string straggler;  // when root_cause->hang
 };
 
 struct Outgoing {

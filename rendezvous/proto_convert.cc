@@ -43,7 +43,25 @@ proto::WorkerFailure ToProto(const WorkerFailure& f) {
   p.set_exit_code(f.exit_code);
   p.set_signal(f.signal);
   p.set_message(f.message);
+  p.set_hang(f.hang);
   return p;
+}
+
+proto::Heartbeat ToProto(const std::vector<RankProgress>& progress) {
+  proto::Heartbeat h;
+  for (const RankProgress& p : progress) {
+    proto::RankProgress* out = h.add_progress();
+    out->set_rank(p.rank);
+    out->set_step(p.step);
+    out->set_idle_ms(p.idle_ms);
+  }
+  return h;
+}
+
+std::vector<RankProgress> FromProto(const proto::Heartbeat& h) {
+  std::vector<RankProgress> out;
+  for (const proto::RankProgress& p : h.progress()) out.push_back({p.rank(), p.step(), p.idle_ms()});
+  return out;
 }
 
 WorkerFailure FromProto(const proto::WorkerFailure& p) {
@@ -55,6 +73,7 @@ WorkerFailure FromProto(const proto::WorkerFailure& p) {
   f.exit_code = p.exit_code();
   f.signal = p.signal();
   f.message = p.message();
+  f.hang = p.hang();
   return f;
 }
 
@@ -128,11 +147,16 @@ proto::ServerMessage ToProto(const Outgoing& out) {
   } else if (const auto* r = std::get_if<RestartNotice>(&out.msg)) {
     m.mutable_restart()->set_round(r->round);
     m.mutable_restart()->set_reason(r->reason);
+    if (r->hang.has_value()) {
+      m.mutable_restart()->set_hang(true);
+      m.mutable_restart()->set_straggler(r->hang->straggler);
+    }
   } else if (const auto* c = std::get_if<CloseNotice>(&out.msg)) {
     proto::Close* p = m.mutable_close();
     p->set_code(static_cast<int>(c->status.code()));
     p->set_message(std::string(c->status.message()));
     if (c->root_cause) *p->mutable_root_cause() = ToProto(*c->root_cause);
+    p->set_straggler(c->straggler);
   }
   return m;
 }

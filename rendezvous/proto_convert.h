@@ -4,6 +4,7 @@
 #define DDPRUN_RENDEZVOUS_PROTO_CONVERT_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "proto/rendezvous.pb.h"
@@ -17,8 +18,10 @@ namespace ddprun::rendezvous {
 // Agent side.
 proto::Join ToProto(const NodeInfo& node, const RunTimeouts& timeouts);
 proto::WorkerFailure ToProto(const WorkerFailure& failure);
+proto::Heartbeat ToProto(const std::vector<RankProgress>& progress);
 Assignment FromProto(const proto::Assignment& a);
 WorkerFailure FromProto(const proto::WorkerFailure& f);
+std::vector<RankProgress> FromProto(const proto::Heartbeat& h);
 // A Close message as the status OnClosed reports.
 absl::Status CloseStatus(const proto::Close& close);
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 
@@ -52,6 +53,22 @@ struct WorkerFailure {
   int exit_code = 0;    // when it exited
   int signal = 0;       // when a signal killed it (then exit_code is unused)
   std::string message;  // the error file's message, or the tail of stderr
+  bool hang = false;    // the worker did not exit: it hung (message says how)
+};
+
+// A local worker's last sign of life, carried in heartbeats so that the rendezvous can name the
+// straggler of a hang job-wide.
+struct RankProgress {
+  int rank = 0;
+  int64_t step = -1;    // last step reported; -1: the worker reports no steps
+  int64_t idle_ms = 0;  // since its last sign of life, when the agent sent this
+};
+
+// A round ended because a worker hung somewhere: every node takes its workers' stacks before
+// stopping them. `straggler` names the rank furthest behind, job-wide ("rank 3 on n2 (step 57,
+// no progress for 12.3 s)"), when the nodes reported progress.
+struct HangNotice {
+  std::string straggler;
 };
 
 enum class GroupState { kRunning, kSucceeded, kFailed };
@@ -64,10 +81,10 @@ class RendezvousEvents {
   virtual void OnAssignment(const Assignment& assignment) = 0;
   // The current round is over (a failure somewhere, a node lost or joining): stop the workers
   // and wait for the next assignment. `reason` is one human-readable line.
-  virtual void OnRestart(const std::string& reason) = 0;
+  virtual void OnRestart(const std::string& reason, const std::optional<HangNotice>& hang) = 0;
   // The run is over for this node. OK: the job succeeded. kResourceExhausted: the restart
   // budget is spent (exit 1). Anything else: rendezvous failure (exit 3), message says why.
-  virtual void OnClosed(const absl::Status& status) = 0;
+  virtual void OnClosed(const absl::Status& status, const std::optional<HangNotice>& hang) = 0;
 };
 
 class Rendezvous {
@@ -78,6 +95,9 @@ class Rendezvous {
   // How the local worker group of `round` is doing. `failure` is set with kFailed.
   virtual void ReportGroupState(int64_t round, GroupState state,
                                 const std::optional<WorkerFailure>& failure) = 0;
+  // The last sign of life of this node's workers. Sent with the next heartbeat; `urgent`
+  // (before reporting a hang) sends it at once.
+  virtual void ReportProgress(const std::vector<RankProgress>& progress, bool urgent) = 0;
   // This node leaves the run (after success, or on a signal). Idempotent; no events follow.
   virtual void Leave(const std::string& reason) = 0;
 };

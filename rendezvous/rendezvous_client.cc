@@ -78,9 +78,9 @@ void RendezvousClient::Deliver(std::function<void(RendezvousEvents*)> fn) {
   });
 }
 
-void RendezvousClient::Closed(absl::Status status) {
+void RendezvousClient::Closed(absl::Status status, std::optional<HangNotice> hang) {
   if (closed_) return;
-  Deliver([status](RendezvousEvents* e) { e->OnClosed(status); });
+  Deliver([status, hang](RendezvousEvents* e) { e->OnClosed(status, hang); });
   closed_ = true;
   if (read_timer_ != 0) loop_->Cancel(read_timer_);
   if (heartbeat_timer_ != 0) loop_->Cancel(heartbeat_timer_);
@@ -150,12 +150,17 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
     }
     case proto::ServerMessage::kRestart: {
       std::string reason = m.restart().reason();
-      Deliver([reason](RendezvousEvents* e) { e->OnRestart(reason); });
+      std::optional<HangNotice> hang;
+      if (m.restart().hang()) hang = HangNotice{m.restart().straggler()};
+      Deliver([reason, hang](RendezvousEvents* e) { e->OnRestart(reason, hang); });
       break;
     }
-    case proto::ServerMessage::kClose:
-      Closed(CloseStatus(m.close()));
+    case proto::ServerMessage::kClose: {
+      std::optional<HangNotice> hang;
+      if (m.close().root_cause().hang()) hang = HangNotice{m.close().straggler()};
+      Closed(CloseStatus(m.close()), hang);
       break;
+    }
     default:
       break;  // a newer server's message this client does not know
   }
@@ -184,10 +189,21 @@ void RendezvousClient::ScheduleHeartbeat() {
   heartbeat_timer_ = loop_->PostAt(std::chrono::steady_clock::now() + heartbeat_interval_, [this] {
     heartbeat_timer_ = 0;
     if (closed_ || call_ == nullptr) return;
-    proto::AgentMessage m;
-    m.mutable_heartbeat();
-    call_->Send(std::move(m));
+    SendHeartbeat();
     ScheduleHeartbeat();
+  });
+}
+
+void RendezvousClient::SendHeartbeat() {
+  proto::AgentMessage m;
+  *m.mutable_heartbeat() = ToProto(progress_);
+  call_->Send(std::move(m));
+}
+
+void RendezvousClient::ReportProgress(const std::vector<RankProgress>& progress, bool urgent) {
+  loop_->Post([this, progress, urgent] {
+    progress_ = progress;
+    if (urgent && joined_ && !closed_ && call_ != nullptr) SendHeartbeat();
   });
 }
 

@@ -74,6 +74,7 @@ class RendezvousClient final : public Rendezvous {
   void Join(const NodeInfo& node, RendezvousEvents* events) override;
   void ReportGroupState(int64_t round, GroupState state,
                         const std::optional<WorkerFailure>& failure) override;
+  void ReportProgress(const std::vector<RankProgress>& progress, bool urgent) override;
   void Leave(const std::string& reason) override;
 
   // Cuts the stream without a leave, as a crashed agent would (tests).
@@ -85,8 +86,9 @@ class RendezvousClient final : public Rendezvous {
   void HandleServerMessage(const proto::ServerMessage& message);
   void HandleDone(int grpc_code, const std::string& message);
   void ScheduleHeartbeat();
+  void SendHeartbeat();  // with the latest progress
   void Deliver(std::function<void(RendezvousEvents*)> fn);
-  void Closed(absl::Status status);
+  void Closed(absl::Status status, std::optional<HangNotice> hang = std::nullopt);
 
   const ClientOptions options_;
   Executor* const executor_;
@@ -102,6 +104,7 @@ class RendezvousClient final : public Rendezvous {
   RendezvousEvents* events_ = nullptr;
   bool joined_ = false;     // the server acknowledged the join
   bool closed_ = false;     // OnClosed was delivered (or the agent left)
+  std::vector<RankProgress> progress_;  // the latest ReportProgress, sent with heartbeats
   bool timed_out_ = false;  // read_timeout cut the call
   uint64_t read_timer_ = 0;
   uint64_t heartbeat_timer_ = 0;

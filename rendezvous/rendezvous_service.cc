@@ -156,7 +156,7 @@ void RendezvousServiceImpl::HandleMessage(ConnId conn, const proto::AgentMessage
                         now));
       break;
     case proto::AgentMessage::kHeartbeat:
-      Apply(state_.Heartbeat(conn, now));
+      Apply(state_.Heartbeat(conn, rendezvous::FromProto(message.heartbeat()), now));
       break;
     case proto::AgentMessage::kGroupStatus: {
       const proto::GroupStatus& g = message.group_status();

@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "rendezvous/rank_assignment.h"
 
 namespace ddprun::rendezvous {
@@ -23,10 +24,12 @@ std::string SignalName(int sig) {
 }
 
 std::string DescribeFailure(const WorkerFailure& f) {
-  std::string how = f.signal != 0 ? absl::StrCat("was killed by ", SignalName(f.signal))
-                                  : absl::StrCat("exited with code ", f.exit_code);
-  std::string out = absl::StrCat("worker failure on ", f.hostname, ": rank ", f.rank,
-                                 " (local_rank ", f.local_rank, ", pid ", f.pid, ") ", how);
+  std::string how = f.hang             ? "hung"
+                    : f.signal != 0    ? absl::StrCat("was killed by ", SignalName(f.signal))
+                                       : absl::StrCat("exited with code ", f.exit_code);
+  std::string out = absl::StrCat("worker ", f.hang ? "hang" : "failure", " on ", f.hostname,
+                                 ": rank ", f.rank, " (local_rank ", f.local_rank, ", pid ",
+                                 f.pid, ") ", how);
   if (!f.message.empty()) absl::StrAppend(&out, ": ", f.message);
   return out;
 }
@@ -275,15 +278,52 @@ std::string RunState::Describe(const Node& node) const {
   return absl::StrCat("node ", node.info.node_id, " (", node.info.hostname, ")");
 }
 
+void RunState::Progress(ConnId conn, const std::vector<RankProgress>& progress, TimePoint now) {
+  auto it = nodes_.find(conn);
+  if (it == nodes_.end()) return;
+  // Bounded by what one node can run; a larger list is not an agent's.
+  if (progress.size() > 4096) return;
+  it->second.progress = progress;
+  it->second.progress_at = now;
+}
+
+std::string RunState::Straggler(TimePoint now) const {
+  // Lowest step first (a rank stuck outside a collective is a step behind the ranks waiting in
+  // it), then the longest without a sign of life.
+  const Node* best_node = nullptr;
+  const RankProgress* best = nullptr;
+  int64_t best_idle = 0;
+  for (const auto& [conn, node] : nodes_) {
+    if (!node.in_round) continue;
+    for (const RankProgress& p : node.progress) {
+      const int64_t idle = p.idle_ms + ToMillis(now - node.progress_at);
+      const bool better =
+          best == nullptr || (p.step >= 0 && (best->step < 0 || p.step < best->step)) ||
+          (p.step == best->step && idle > best_idle);
+      if (better) {
+        best = &p;
+        best_node = &node;
+        best_idle = idle;
+      }
+    }
+  }
+  if (best == nullptr) return "";
+  return absl::StrCat("rank ", best->rank, " on ", best_node->info.hostname, " (",
+                      best->step >= 0 ? absl::StrCat("step ", best->step, ", ") : "",
+                      "no progress for ", absl::StrFormat("%.1f", best_idle / 1000.0), " s)");
+}
+
 void RunState::RestartRound(const std::string& reason, bool is_failure,
                             const std::optional<WorkerFailure>& root_cause, TimePoint now,
                             Outbox* out) {
+  std::optional<HangNotice> hang;
+  if (root_cause.has_value() && root_cause->hang) hang = HangNotice{Straggler(now)};
   if (is_failure) {
     if (restarts_used_ >= max_restarts_) {
       CloseRun(absl::ResourceExhaustedError(absl::StrCat("restart budget spent (", restarts_used_,
                                                          " of --max-restarts=", max_restarts_,
                                                          " used); root cause: ", reason)),
-               root_cause, out);
+               root_cause, out, hang.has_value() ? hang->straggler : "");
       return;
     }
     ++restarts_used_;
@@ -291,8 +331,9 @@ void RunState::RestartRound(const std::string& reason, bool is_failure,
   for (auto& [conn, node] : nodes_) {
     if (!node.in_round) continue;
     node.in_round = false;  // group_rank stays: it orders the survivors in the next round
+    node.progress.clear();
     --members_in_round_;
-    out->push_back({conn, RestartNotice{round_, reason}});
+    out->push_back({conn, RestartNotice{round_, reason, hang}});
   }
   phase_ = RunPhase::kJoining;
   succeeded_in_round_ = 0;
@@ -391,8 +432,10 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
 }
 
 void RunState::CloseRun(const absl::Status& status, const std::optional<WorkerFailure>& root_cause,
-                        Outbox* out) {
-  for (const auto& [conn, node] : nodes_) out->push_back({conn, CloseNotice{status, root_cause}});
+                        Outbox* out, const std::string& straggler) {
+  for (const auto& [conn, node] : nodes_) {
+    out->push_back({conn, CloseNotice{status, root_cause, straggler}});
+  }
   nodes_.clear();
   by_node_id_.clear();
   by_requested_rank_.clear();

@@ -93,6 +93,9 @@ class RunState {
   void Join(ConnId conn, const JoinRequest& request, TimePoint now, Outbox* out);
   // Any message from the agent renews its lease; so does this.
   void Heartbeat(ConnId conn, TimePoint now);
+  // The agent's workers' last signs of life (sent with its heartbeats when hang detection is
+  // on): when a round ends in a hang, the rank furthest behind is named to every node.
+  void Progress(ConnId conn, const std::vector<RankProgress>& progress, TimePoint now);
   // The agent's worker group of `round`. Returns kAborted for a stale round (ignored).
   absl::Status GroupStatus(ConnId conn, int64_t round, GroupState state,
                            const std::optional<WorkerFailure>& failure, TimePoint now, Outbox* out);
@@ -130,7 +133,12 @@ class RunState {
     uint64_t arrival = 0;   // join order
     bool in_round = false;  // a member of the running round
     int group_rank = -1;    // in the running round, or in the last one it was a member of
+    std::vector<RankProgress> progress;  // the latest the agent sent
+    TimePoint progress_at{};
   };
+  // "rank 3 on n2 (step 57, no progress for 12.3 s)": the member rank with the lowest step,
+  // then the oldest sign of life; empty when no member sent progress.
+  std::string Straggler(TimePoint now) const;
 
   // The refusal message for `request`, or OK.
   absl::Status CheckJoin(const JoinRequest& request) const;
@@ -144,7 +152,7 @@ class RunState {
   void MaybeFormRound(TimePoint now, Outbox* out);
   void FormRound(TimePoint now, Outbox* out);
   void CloseRun(const absl::Status& status, const std::optional<WorkerFailure>& root_cause,
-                Outbox* out);
+                Outbox* out, const std::string& straggler = "");
   // The node is gone without a clean leave (stream broken or lease expired).
   void LoseNode(ConnId conn, const std::string& why, TimePoint now, Outbox* out);
   std::string Describe(const Node& node) const;

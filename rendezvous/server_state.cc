@@ -88,11 +88,13 @@ Outbox ServerState::Join(ConnId conn, const JoinRequest& request, TimePoint now)
   return out;
 }
 
-Outbox ServerState::Heartbeat(ConnId conn, TimePoint now) {
+Outbox ServerState::Heartbeat(ConnId conn, const std::vector<RankProgress>& progress,
+                              TimePoint now) {
   std::string run_id;
   Run* run = RunOf(conn, &run_id);
   if (run == nullptr) return CloseOnly(conn, absl::FailedPreconditionError("not joined"));
   run->state->Heartbeat(conn, now);
+  if (!progress.empty()) run->state->Progress(conn, progress, now);
   return {};
 }
 

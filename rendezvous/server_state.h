@@ -27,7 +27,8 @@ class ServerState {
   explicit ServerState(ServerLimits limits = {}) : limits_(limits) {}
 
   Outbox Join(ConnId conn, const JoinRequest& request, TimePoint now);
-  Outbox Heartbeat(ConnId conn, TimePoint now);
+  // `progress`: the agent's workers' last signs of life (empty: none sent).
+  Outbox Heartbeat(ConnId conn, const std::vector<RankProgress>& progress, TimePoint now);
   // Returns the outbox; `result` (optional) gets kAborted for a stale round.
   Outbox GroupStatus(ConnId conn, int64_t round, GroupState state,
                      const std::optional<WorkerFailure>& failure, TimePoint now,

@@ -21,6 +21,7 @@ PACKAGES=(
   etcd-server etcd-client    # the etcd v3 rendezvous backend's tests
   slurm-wlm munge            # tests/slurm: a private slurmctld + 2 slurmd on this host
   procps time
+  elfutils                   # eu-stack: native stacks of hung workers (ddprun hang reports)
 )
 
 missing=()

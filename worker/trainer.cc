@@ -165,6 +165,9 @@ absl::StatusOr<bool> Trainer::TrainEpoch(int64_t* samples, double* train_s) {
   bool stop = false;
   while (!stop) {
     const bool stop_vote = stop_ != nullptr && stop_->received() != 0;
+    // "Starting step N": a rank stuck outside a collective then shows one step fewer than the
+    // ranks waiting for it inside the next one, which is how ddprun names the straggler.
+    step_reports_.Report(state_.global_step + 1);
     DDPRUN_ASSIGN_OR_RETURN(std::optional<StepResult> step, TrainStep(stop_vote));
     if (!step.has_value()) break;
     state_.epoch_offset += step->consumed;
@@ -174,7 +177,6 @@ absl::StatusOr<bool> Trainer::TrainEpoch(int64_t* samples, double* train_s) {
     *samples += step->samples;
     stop = step->stop;
     if (stop && !stop_vote) peer_stop_ = SIGTERM;
-    step_reports_.Report(state_.global_step);
     MaybeInjectFault();
     if (leader()) {
       const double dt = SecondsSince(t0);

@@ -53,8 +53,13 @@ class FakeAgent : public rendezvous::RendezvousEvents {
   }
 
   void OnAssignment(const rendezvous::Assignment& a) override { Do(state_.OnAssignment(a)); }
-  void OnRestart(const std::string& reason) override { Do(state_.OnRestart(reason)); }
-  void OnClosed(const absl::Status& s) override { Do(state_.OnClosed(s)); }
+  void OnRestart(const std::string& reason,
+                 const std::optional<rendezvous::HangNotice>& hang) override {
+    Do(state_.OnRestart(reason, hang.has_value()));
+  }
+  void OnClosed(const absl::Status& s, const std::optional<rendezvous::HangNotice>& hang) override {
+    Do(state_.OnClosed(s, hang.has_value()));
+  }
 
   // A worker of the current attempt exits by itself.
   void Exit(int local_rank, int code, int signal = 0) {
@@ -216,7 +221,7 @@ TEST(AgentStateTest, ClosedWhileRunningStopsThenExitsWithItsCode) {
   AgentStateMachine sm(1);
   rendezvous::Assignment a;
   ASSERT_EQ(sm.OnAssignment(a).at(0).type, Type::kStartWorkers);
-  auto actions = sm.OnClosed(absl::UnavailableError("rendezvous server lost"));
+  auto actions = sm.OnClosed(absl::UnavailableError("rendezvous server lost"), false);
   ASSERT_EQ(actions.size(), 1u);
   EXPECT_EQ(actions[0].type, Type::kStopWorkers);
   WorkerExit e;
@@ -231,7 +236,7 @@ TEST(AgentStateTest, RestartThenAssignmentWhileStoppingStartsAfterStop) {
   AgentStateMachine sm(1);
   rendezvous::Assignment a;
   sm.OnAssignment(a);
-  EXPECT_EQ(sm.OnRestart("node 2 joined").at(0).type, Type::kStopWorkers);
+  EXPECT_EQ(sm.OnRestart("node 2 joined", false).at(0).type, Type::kStopWorkers);
   rendezvous::Assignment next;
   next.round = 1;
   next.world_size = 2;
@@ -243,6 +248,58 @@ TEST(AgentStateTest, RestartThenAssignmentWhileStoppingStartsAfterStop) {
   EXPECT_EQ(actions[0].type, Type::kStartWorkers);
   EXPECT_EQ(actions[0].assignment.round, 1);
   EXPECT_EQ(sm.phase(), AgentStateMachine::Phase::kRunning);
+}
+
+TEST(AgentStateTest, AHangIsReportedAsAFailureAndStopsWithStacksThenRestarts) {
+  AgentStateMachine sm(2);
+  rendezvous::Assignment a;
+  sm.OnAssignment(a);
+  WorkerExit hung;
+  hung.local_rank = 1;
+  hung.rank = 1;
+  hung.pid = 77;
+  hung.hang = "FileTimer scope train.py#57 expired";
+  auto actions = sm.OnHang(hung, SIGKILL);
+  ASSERT_EQ(actions.size(), 2u);
+  EXPECT_EQ(actions[0].type, Type::kReportFailed);
+  EXPECT_EQ(actions[0].failure.hang, hung.hang);
+  EXPECT_FALSE(actions[0].failure.ok());
+  EXPECT_EQ(actions[1].type, Type::kStopWorkers);
+  EXPECT_TRUE(actions[1].collect_stacks);
+  EXPECT_EQ(actions[1].failure.local_rank, 1);
+  EXPECT_EQ(actions[1].hang_signal, SIGKILL);
+  EXPECT_TRUE(sm.OnHang(hung, SIGKILL).empty());  // one verdict per attempt
+  // SIGABRT (ours, for Python's faulthandler) and SIGKILL are not further failures.
+  WorkerExit e0;
+  e0.local_rank = 0;
+  e0.signal = SIGABRT;
+  EXPECT_TRUE(sm.OnWorkerExited(e0).empty());
+  WorkerExit e1;
+  e1.local_rank = 1;
+  e1.signal = SIGKILL;
+  EXPECT_TRUE(sm.OnWorkerExited(e1).empty());
+  EXPECT_TRUE(sm.other_failures().empty());
+  ASSERT_TRUE(sm.root_cause().has_value());
+  EXPECT_EQ(sm.root_cause()->hang, hung.hang);
+  EXPECT_EQ(sm.phase(), AgentStateMachine::Phase::kRendezvous);
+}
+
+TEST(AgentStateTest, AHangOnAnotherNodeTakesStacksHereToo) {
+  AgentStateMachine sm(1);
+  rendezvous::Assignment a;
+  sm.OnAssignment(a);
+  auto actions = sm.OnRestart("worker hang on n2: rank 3 hung", /*hang=*/true);
+  ASSERT_EQ(actions.size(), 1u);
+  EXPECT_TRUE(actions[0].collect_stacks);
+  EXPECT_EQ(actions[0].hang_signal, 0);
+  AgentStateMachine closing(1);
+  closing.OnAssignment(a);
+  actions = closing.OnClosed(absl::ResourceExhaustedError("budget spent"), /*hang=*/true);
+  ASSERT_EQ(actions.size(), 1u);
+  EXPECT_TRUE(actions[0].collect_stacks);
+  AgentStateMachine plain(1);
+  plain.OnAssignment(a);
+  EXPECT_FALSE(plain.OnRestart("node 2 joined", false).at(0).collect_stacks);
 }
 
 TEST(AgentStateTest, CloseCodes) {

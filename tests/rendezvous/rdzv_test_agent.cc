@@ -31,8 +31,12 @@ class PrintingEvents final : public ddprun::rendezvous::RendezvousEvents {
                        " master=", ddprun::FormatHostPort(a.master_addr, a.master_port),
                        " restarts=", a.restart_count));
   }
-  void OnRestart(const std::string& reason) override { Print("RESTART " + reason); }
-  void OnClosed(const absl::Status& status) override {
+  void OnRestart(const std::string& reason,
+                 const std::optional<ddprun::rendezvous::HangNotice>& hang) override {
+    Print(absl::StrCat("RESTART ", reason, hang.has_value() ? " [hang]" : ""));
+  }
+  void OnClosed(const absl::Status& status,
+                const std::optional<ddprun::rendezvous::HangNotice>&) override {
     Print(absl::StrCat("CLOSED code=", absl::StatusCodeToString(status.code()), " ",
                        status.message()));
     absl::MutexLock lock(&mu_);

@@ -36,12 +36,61 @@ class RunStateTest : public ::testing::Test {
   Outbox Tick() { return state_.Tick(clock_.Now()); }
   // Keeps every listed conn's lease fresh.
   void Beat(std::initializer_list<ConnId> conns) {
-    for (ConnId c : conns) state_.Heartbeat(c, clock_.Now());
+    for (ConnId c : conns) state_.Heartbeat(c, {}, clock_.Now());
   }
 
   FakeClock clock_;
   ServerState state_;
 };
+
+TEST_F(RunStateTest, AHangRestartsEveryNodeWithStacksAndNamesTheStraggler) {
+  Join(1, 2, 2, /*max_restarts=*/1);
+  Join(2, 2, 2, 1);
+  // Node 1's ranks 0,1 are at step 11 (waiting in step 11's collective); node 2's rank 3 stopped
+  // at step 10; rank 2 reports no steps.
+  state_.Heartbeat(1, {{0, 11, 3000}, {1, 11, 3100}}, clock_.Now());
+  state_.Heartbeat(2, {{2, -1, 9000}, {3, 10, 3200}}, clock_.Now());
+  clock_.Advance(milliseconds(500));
+  WorkerFailure f;
+  f.hostname = "n2";
+  f.rank = 3;
+  f.local_rank = 1;
+  f.pid = 99;
+  f.hang = true;
+  f.message = "no progress for 3.0 s (--hang-timeout)";
+  Outbox out = state_.GroupStatus(2, 1, GroupState::kFailed, f, clock_.Now());
+  for (ConnId c : {1, 2}) {
+    const RestartNotice* r = Find<RestartNotice>(out, c);
+    ASSERT_NE(r, nullptr);
+    ASSERT_TRUE(r->hang.has_value());
+    EXPECT_EQ(r->hang->straggler, "rank 3 on host-2 (step 10, no progress for 3.7 s)");
+    EXPECT_THAT(r->reason, HasSubstr("worker hang on n2: rank 3 (local_rank 1, pid 99) hung: "
+                                     "no progress for 3.0 s"));
+  }
+  // Budget spent by the next hang: the close tells every node to take stacks too.
+  state_.Heartbeat(1, {{0, 20, 100}}, clock_.Now());
+  state_.Heartbeat(2, {{3, 20, 5000}}, clock_.Now());
+  out = state_.GroupStatus(1, 2, GroupState::kFailed, f, clock_.Now());
+  for (ConnId c : {1, 2}) {
+    const CloseNotice* close = Find<CloseNotice>(out, c);
+    ASSERT_NE(close, nullptr);
+    EXPECT_EQ(close->status.code(), absl::StatusCode::kResourceExhausted);
+    ASSERT_TRUE(close->root_cause.has_value());
+    EXPECT_TRUE(close->root_cause->hang);
+    // Equal steps: the oldest progress wins.
+    EXPECT_EQ(close->straggler, "rank 3 on host-2 (step 20, no progress for 5.0 s)");
+  }
+}
+
+TEST_F(RunStateTest, AnOrdinaryFailureCarriesNoHangNotice) {
+  Join(1, 2, 2);
+  Join(2, 2, 2);
+  state_.Heartbeat(1, {{0, 5, 10}}, clock_.Now());
+  Outbox out = Fail(1, 1);
+  const RestartNotice* r = Find<RestartNotice>(out, 2);
+  ASSERT_NE(r, nullptr);
+  EXPECT_FALSE(r->hang.has_value());
+}
 
 TEST_F(RunStateTest, JoinIsAcknowledged) {
   Outbox out = Join(1, 2, 2);
@@ -485,7 +534,7 @@ TEST(ServerStateLimitsTest, RunsPerServerAndNodesPerRun) {
 }
 
 TEST_F(RunStateTest, MessagesBeforeJoinCloseTheStream) {
-  Outbox out13 = state_.Heartbeat(9, clock_.Now());
+  Outbox out13 = state_.Heartbeat(9, {}, clock_.Now());
   const CloseNotice* close = Find<CloseNotice>(out13, 9);
   ASSERT_NE(close, nullptr);
   EXPECT_EQ(close->status.code(), absl::StatusCode::kFailedPrecondition);

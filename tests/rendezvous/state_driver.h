@@ -71,7 +71,7 @@ class StateDriver {
       return state_.Join(conn, r, now);
     }
     const ConnId conn = PickLive();
-    if (kind < 45) return state_.Heartbeat(conn, now);
+    if (kind < 45) return state_.Heartbeat(conn, {}, now);
     if (kind < 60) {
       const int64_t round = last_round_ + Uniform(-1, 1);
       const int s = Uniform(0, 9);
@@ -94,7 +94,7 @@ class StateDriver {
     // Time passes; everyone but a random few heartbeats first.
     clock_.Advance(milliseconds(Uniform(0, 2500)));
     for (ConnId c : live_) {
-      if (Uniform(0, 9) > 0) state_.Heartbeat(c, clock_.Now());
+      if (Uniform(0, 9) > 0) state_.Heartbeat(c, {}, clock_.Now());
     }
     ticked_ = true;
     return state_.Tick(clock_.Now());

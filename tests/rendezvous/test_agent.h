@@ -22,13 +22,18 @@ struct Event {
   Assignment assignment;
   std::string reason;
   absl::Status status;
+  std::optional<HangNotice> hang;
 };
 
 class Recorder final : public RendezvousEvents {
  public:
   void OnAssignment(const Assignment& a) override { Add({Event::kAssignment, a, "", {}}); }
-  void OnRestart(const std::string& reason) override { Add({Event::kRestart, {}, reason, {}}); }
-  void OnClosed(const absl::Status& s) override { Add({Event::kClosed, {}, "", s}); }
+  void OnRestart(const std::string& reason, const std::optional<HangNotice>& hang) override {
+    Add({Event::kRestart, {}, reason, {}, hang});
+  }
+  void OnClosed(const absl::Status& s, const std::optional<HangNotice>& hang) override {
+    Add({Event::kClosed, {}, "", s, hang});
+  }
 
   std::vector<Event> events() {
     absl::MutexLock lock(&mu_);

@@ -308,7 +308,7 @@ TEST_F(DdpTrainTest, FaultHangsOneRankAndTheStepReportsStop) {
     auto it = reports.Poll().find(pid);
     return it == reports.Poll().end() ? std::vector<int64_t>{} : it->second;
   };
-  ASSERT_TRUE(WaitUntil([&] { return reported(pid0).size() >= 4 && reported(pid1).size() >= 4; },
+  ASSERT_TRUE(WaitUntil([&] { return reported(pid0).size() >= 5 && reported(pid1).size() >= 4; },
                         seconds(60)))
       << Describe(*ranks[0]) << Describe(*ranks[1]);
   ASSERT_TRUE(ranks[1]->WaitForOutputContains(
@@ -317,10 +317,12 @@ TEST_F(DdpTrainTest, FaultHangsOneRankAndTheStepReportsStop) {
   EXPECT_THAT(ranks[0]->err(), ::testing::Not(HasSubstr("fault injection")));
   ranks[1]->Signal(SIGTERM);
   // Steps take milliseconds here: two seconds without a report means no rank is progressing.
-  EXPECT_FALSE(WaitUntil([&] { return reports.Poll(), reports.lines() > 8; }, seconds(2)));
-  EXPECT_EQ(reported(pid0), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_FALSE(WaitUntil([&] { return reports.Poll(), reports.lines() > 9; }, seconds(2)));
+  // Each report says "starting step N" (0: the start): rank 1 hung after step 3; rank 0 started
+  // step 4 and waits in its collective, one step ahead of the straggler.
+  EXPECT_EQ(reported(pid0), (std::vector<int64_t>{0, 1, 2, 3, 4}));
   EXPECT_EQ(reported(pid1), (std::vector<int64_t>{0, 1, 2, 3}));
-  EXPECT_EQ(reports.lines(), 8);
+  EXPECT_EQ(reports.lines(), 9);
   EXPECT_TRUE(ranks[0]->running()) << Describe(*ranks[0]);
   EXPECT_TRUE(ranks[1]->running()) << Describe(*ranks[1]);
   for (const auto& rank : ranks) {
