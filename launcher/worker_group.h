@@ -73,8 +73,10 @@ class WorkerGroup {
   //  1. native stacks of all threads (eu-stack or gdb) of every worker at once;
   //  2. Python workers: SIGABRT, so that faulthandler (PYTHONFAULTHANDLER=1) prints every
   //     thread's traceback on stderr, captured until they exit (at most kPythonDumpWait);
-  //  3. the plan's signal to its rank; then SIGTERM, SIGKILL after the grace period.
-  // A second Stop()/Kill() meanwhile cuts it short.
+  //  3. the plan's signal to its rank; then SIGKILL to every group: a hung group's ranks are
+  //     stuck in or before a collective and could not act on SIGTERM (a checkpoint needs the
+  //     peers they wait for), so the grace period would only add to the outage.
+  // A Stop()/Kill() meanwhile cuts it short.
   void StopWithStacks(const StackPlan& plan);
   bool collecting_stacks() const { return collecting_; }
 

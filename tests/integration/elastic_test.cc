@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -18,6 +19,7 @@
 #include <sstream>
 
 #include "tests/testing/etcd_cluster.h"
+#include "tests/testing/rdzv_daemon.h"
 #include "tests/testing/reserved_port.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
@@ -26,6 +28,7 @@ namespace ddprun {
 namespace {
 
 using testing::BinPath;
+using testing::CountMatches;
 using ::testing::HasSubstr;
 using testing::ReadFile;
 using testing::ReservedPort;
@@ -49,27 +52,16 @@ class Backend {
 // ddprun-rdzv on loopback, port 0, the port read from its first line.
 class BuiltinBackend : public Backend {
  public:
-  explicit BuiltinBackend(const std::string& host = "127.0.0.1") {
-    daemon_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{BinPath("ddprun-rdzv"), "--port=0", "--host=" + host},
-        std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", kToken}});
-    std::smatch m;
-    const std::regex re("listening on ([^\\s]+)");
-    EXPECT_TRUE(daemon_->WaitForOutput(
-        [&](const std::string& s) { return std::regex_search(s, m, re); }, 10s))
-        << daemon_->err();
-    const std::string out = daemon_->out();
-    std::regex_search(out, m, re);
-    endpoint_ = m[1];
+  explicit BuiltinBackend(const std::string& host = "127.0.0.1") : daemon_(kToken, host) {
+    EXPECT_FALSE(daemon_.endpoint().empty()) << daemon_.error();
   }
   std::vector<std::string> AgentFlags() const override {
-    return {"--rdzv-backend=c10d", "--rdzv-endpoint=" + endpoint_};
+    return {"--rdzv-backend=c10d", "--rdzv-endpoint=" + daemon_.endpoint()};
   }
-  const std::string& endpoint() const { return endpoint_; }
+  const std::string& endpoint() const { return daemon_.endpoint(); }
 
  private:
-  std::unique_ptr<Subprocess> daemon_;
-  std::string endpoint_;
+  testing::RdzvDaemon daemon_;
 };
 
 // A 3-member etcd cluster of its own. A short lease (1.5 s, etcd rounds it up to 2 s) so that a
@@ -110,12 +102,6 @@ std::string LoggingWorker(const TempDir& dir, const std::string& name, const std
                 dir.File("log") + "\n" + then + "\n",
             0755);
   return path;
-}
-
-int CountMatches(const std::string& text, const std::string& pattern) {
-  const std::regex re(pattern);
-  return static_cast<int>(
-      std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
 }
 
 class ElasticTest : public ::testing::TestWithParam<std::string> {
@@ -299,6 +285,44 @@ TEST_P(ElasticTest, WorkerFailureOnOneNodeRestartsEveryNodeAndSpendsTheBudgetOnc
   EXPECT_EQ(CountMatches(log, "restart=0"), 4) << log;
   EXPECT_EQ(CountMatches(log, "restart=1"), 4) << log;  // every node restarted, once
   EXPECT_EQ(CountMatches(log, "restart=2"), 0) << log;
+}
+
+// A hang is a failure of the job: the node that sees it reports it, every node takes its
+// workers' stacks and restarts, and every node names the straggler from the progress the agents
+// carry in their heartbeats.
+TEST_P(ElasticTest, AHangOnOneNodeTakesStacksEverywhereRestartsAllAndNamesTheStraggler) {
+  // Attempt 0: global rank 3 goes silent; every other rank prints every 0.2 s. Then all finish.
+  const std::string worker = LoggingWorker(
+      dir_, "w.sh",
+      "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then\n"
+      "  [ \"$RANK\" = 3 ] && sleep 60\n"
+      "  i=0; while [ $i -lt 300 ]; do echo tick; sleep 0.2; i=$((i+1)); done\n"
+      "fi\nexit 0");
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int i = 0; i < 2; ++i) {
+    agents.push_back(Agent({"--nnodes=2", "--nproc-per-node=2", "--max-restarts=1",
+                            "--rdzv-id=hang", "--hang-timeout=2",
+                            "--log-dir=" + dir_.File("logs" + std::to_string(i))},
+                           {worker}));
+  }
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 60s));
+  EXPECT_EQ(CountMatches(Log(), "restart=1"), 4) << Log();  // every node restarted, once
+  for (int i = 0; i < 2; ++i) {
+    const std::string err = agents[i]->err();
+    EXPECT_THAT(err, HasSubstr("straggler of the hang (lowest step, then oldest progress, all "
+                               "nodes): rank 3 on "))
+        << err;
+    EXPECT_THAT(err, HasSubstr("taking the stacks of this node's workers")) << err;
+    // Both local workers' stacks, in the one run folder of this agent's --log-dir.
+    int stacks = 0;
+    for (const auto& run : std::filesystem::directory_iterator(dir_.File("logs" + std::to_string(i)))) {
+      for (int lr : {0, 1}) {
+        stacks += !ReadFile(run.path().string() + "/attempt_0/" + std::to_string(lr) +
+                            "/stacks.txt").empty();
+      }
+    }
+    EXPECT_EQ(stacks, 2) << err;
+  }
 }
 
 TEST_P(ElasticTest, BudgetSpentAcrossNodesExitsOneEverywhere) {

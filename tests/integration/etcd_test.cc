@@ -21,6 +21,7 @@
 namespace ddprun {
 namespace {
 
+using testing::CountMatches;
 using testing::EtcdCluster;
 using ::testing::HasSubstr;
 using testing::ReadFile;
@@ -29,12 +30,6 @@ using testing::TempDir;
 using testing::WaitUntil;
 using testing::WriteFile;
 using namespace std::chrono_literals;
-
-int CountMatches(const std::string& text, const std::string& pattern) {
-  const std::regex re(pattern);
-  return static_cast<int>(
-      std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
-}
 
 class EtcdTest : public ::testing::Test {
  protected:

@@ -24,6 +24,10 @@ class TempDir {
 
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& contents, int mode = 0644);
+// How many times `pattern` (a std::regex) matches in `text`.
+int CountMatches(const std::string& text, const std::string& pattern);
+// How many times `needle` occurs in `text`, literally.
+int CountOccurrences(const std::string& text, const std::string& needle);
 // The Python interpreter that has Debian's torch (python3-torch installs for /usr/bin/python3).
 std::string SystemPython();
 

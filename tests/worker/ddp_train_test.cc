@@ -27,6 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/rdzv_daemon.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
 
@@ -545,6 +546,103 @@ TEST_P(LauncherTest, KilledWorkerGroupRestartsFromCheckpoint) {
   EXPECT_NEAR(m[1]["test_loss"].get<double>(), ref[1]["test_loss"].get<double>(), 1e-4);
   EXPECT_NEAR(m[1]["train_loss"].get<double>(), ref[1]["train_loss"].get<double>(), 1e-4);
   EXPECT_GT(m[1]["test_acc"].get<double>(), 0.6);
+}
+
+// A hung collective across two agents (2 x 2 workers, the built-in rendezvous server): global
+// rank 3 stops after step 5 and prints nothing; its peers wait for it in step 6's all-reduce.
+// --hang-timeout catches it on both nodes, both take their workers' stacks, every node names
+// rank 3 the straggler, the job restarts from the step-4 checkpoint and ends with the same
+// parameters, bit for bit, as a run that never hung.
+TEST_F(DdpTrainTest, HungCollectiveAcrossTwoAgentsIsDetectedRestartedAndBitIdentical) {
+  if (!Exists(BinPath("ddprun")) || !Exists(BinPath("ddprun-rdzv"))) {
+    GTEST_SKIP() << "ddprun not built yet";
+  }
+  const std::string token = "hang-test";
+  ::ddprun::testing::RdzvDaemon daemon(token);
+  ASSERT_FALSE(daemon.endpoint().empty()) << daemon.error();
+  constexpr int kTimeoutS = 3;
+  // 2560 images / 4 ranks / 64 per batch: 10 steps in one epoch.
+  auto start = [&](const std::string& name, const std::string& fault) {
+    std::filesystem::create_directories(dir_.File(name));
+    std::vector<std::unique_ptr<Subprocess>> agents;
+    for (int node = 0; node < 2; ++node) {
+      std::vector<std::string> argv = {
+          BinPath("ddprun"), "--nnodes=2", "--nproc-per-node=2", "--max-restarts=1",
+          "--rdzv-backend=c10d", "--rdzv-endpoint=" + daemon.endpoint(), "--rdzv-id=" + name,
+          "--rdzv-conf=keep_alive_interval=0.5", "--hang-timeout=" + std::to_string(kTimeoutS),
+          "--log-dir=" + dir_.File(name + "-logs" + std::to_string(node)), "--no-python"};
+      std::vector<std::string> train =
+          Train({"--epochs", "1", "--train-subset", "2560", "--checkpoint-dir",
+                 dir_.File(name + "-ckpt"), "--checkpoint-every", "2", "--save-model",
+                 // One file name: torch names the archive inside after it.
+                 "--save-model-path", dir_.File(name + "/model.pt"), "--metrics-file",
+                 dir_.File(name + ".jsonl")});
+      if (!fault.empty()) train.push_back(fault);
+      argv.insert(argv.end(), train.begin(), train.end());
+      agents.push_back(std::make_unique<Subprocess>(
+          argv, std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", token},
+                                                   {"TORCHELASTIC_ERROR_FILE", "\x01unset"}}));
+    }
+    return agents;
+  };
+  {
+    auto ref = start("ref", "");
+    ASSERT_TRUE(::ddprun::testing::ExpectAllExit(ref, 0, seconds(180)));
+  }
+  auto agents = start("hang", "--fault=hang@5:3");
+  // The fault fires on whichever node holds global rank 3; then both nodes must react.
+  std::optional<std::chrono::steady_clock::time_point> fault_at;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (const auto& a : agents) {
+          if (absl::StrContains(a->out() + a->err(), "fault injection: hanging at step 5")) {
+            fault_at = std::chrono::steady_clock::now();
+          }
+        }
+        return fault_at.has_value();
+      },
+      seconds(180)));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return absl::StrContains(agents[0]->err(), "taking the stacks of this node's workers") &&
+               absl::StrContains(agents[1]->err(), "taking the stacks of this node's workers");
+      },
+      seconds(30)));
+  const double detected_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - *fault_at).count();
+  std::cout << "fault seen by the test -> stacks being taken on both nodes: " << detected_s
+            << " s (timeout " << kTimeoutS << " s)" << std::endl;
+  // Timeout + 1 s is the target (bench/hang_bench.py measures it); + 2 s leaves room for this
+  // test's own polling on a loaded 2-core CI machine.
+  EXPECT_LT(detected_s, kTimeoutS + 2.0);
+  ASSERT_TRUE(::ddprun::testing::ExpectAllExit(agents, 0, seconds(180)));
+  for (int node = 0; node < 2; ++node) {
+    const std::string err = agents[node]->err();
+    EXPECT_THAT(err, HasSubstr("straggler of the hang (lowest step, then oldest progress, all "
+                               "nodes): rank 3 on "))
+        << err;
+    int stacks = 0;
+    for (const auto& run :
+         std::filesystem::directory_iterator(dir_.File("hang-logs" + std::to_string(node)))) {
+      for (int lr : {0, 1}) {
+        const std::string text =
+            ReadFile(run.path().string() + "/attempt_0/" + std::to_string(lr) + "/stacks.txt");
+        if (text.empty()) continue;
+        ++stacks;
+        EXPECT_THAT(text, HasSubstr("#0 ")) << text;  // native frames of ddp-train's threads
+      }
+    }
+    EXPECT_EQ(stacks, 2) << err;
+  }
+  // Rank 0 (on either node) resumed from the step-4 checkpoint, redoing steps 5 and 6 only.
+  EXPECT_THAT(agents[0]->out() + agents[1]->out(), HasSubstr("resumed from checkpoint"));
+  // The final parameters: both runs saved them the same way; equal bytes, equal parameters.
+  std::cout << "uninterrupted: " << ReadFile(dir_.File("ref.jsonl"))
+            << "hung+restarted: " << ReadFile(dir_.File("hang.jsonl")) << std::endl;
+  const std::string ref_model = ReadFile(dir_.File("ref/model.pt"));
+  ASSERT_FALSE(ref_model.empty());
+  EXPECT_TRUE(ref_model == ReadFile(dir_.File("hang/model.pt")))
+      << "the restarted run's final model differs from the uninterrupted run's";
 }
 
 // SIGTERM to the launcher: it forwards SIGTERM to both workers, which agree on a step, save one

@@ -1,0 +1,24 @@
+#include "tests/testing/rdzv_daemon.h"
+
+#include <chrono>
+#include <regex>
+
+#include "tests/testing/test_env.h"
+
+namespace ddprun::testing {
+
+RdzvDaemon::RdzvDaemon(const std::string& token, const std::string& host) {
+  daemon_ = std::make_unique<Subprocess>(
+      std::vector<std::string>{BinPath("ddprun-rdzv"), "--port=0", "--host=" + host},
+      std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", token}});
+  const std::regex re("listening on ([^\\s]+)");
+  std::smatch m;
+  if (daemon_->WaitForOutput([&](const std::string& s) { return std::regex_search(s, m, re); },
+                             std::chrono::seconds(10))) {
+    const std::string out = daemon_->out();
+    std::regex_search(out, m, re);
+    endpoint_ = m[1];
+  }
+}
+
+}  // namespace ddprun::testing

@@ -1,0 +1,28 @@
+// A ddprun-rdzv daemon of a test's own: loopback (or `host`), port 0, the endpoint read from
+// its "listening on" line; killed with the object.
+#ifndef DDPRUN_TESTS_TESTING_RDZV_DAEMON_H_
+#define DDPRUN_TESTS_TESTING_RDZV_DAEMON_H_
+
+#include <memory>
+#include <string>
+
+#include "tests/testing/subprocess.h"
+
+namespace ddprun::testing {
+
+class RdzvDaemon {
+ public:
+  explicit RdzvDaemon(const std::string& token, const std::string& host = "127.0.0.1");
+  // "127.0.0.1:PORT"; empty when the daemon did not come up within 10 s (then `error()` says
+  // what it printed).
+  const std::string& endpoint() const { return endpoint_; }
+  std::string error() const { return daemon_->err(); }
+
+ private:
+  std::unique_ptr<Subprocess> daemon_;
+  std::string endpoint_;
+};
+
+}  // namespace ddprun::testing
+
+#endif  // DDPRUN_TESTS_TESTING_RDZV_DAEMON_H_
