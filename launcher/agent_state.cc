@@ -75,28 +75,26 @@ std::vector<AgentAction> AgentStateMachine::OnWorkerExited(const WorkerExit& exi
     for (auto& a : Exit(kExitSuccess, "all workers exited 0")) actions.push_back(a);
     return actions;
   }
-  root_cause_ = exit;
-  other_failures_.clear();
-  AgentAction report{Type::kReportFailed};
-  report.round = round_;
-  report.failure = exit;
-  std::vector<AgentAction> actions = {report};
-  for (auto& a : BeginStop(std::nullopt, "a worker failed")) actions.push_back(a);
-  return actions;
+  return Fail(exit, 0);
 }
 
 std::vector<AgentAction> AgentStateMachine::OnHang(const WorkerExit& hung, int signal) {
   if (phase_ != Phase::kRunning) return {};
-  root_cause_ = hung;
+  return Fail(hung, signal);
+}
+
+std::vector<AgentAction> AgentStateMachine::Fail(const WorkerExit& cause, int hang_signal) {
+  const bool hung = !cause.hang.empty();
+  root_cause_ = cause;
   other_failures_.clear();
   AgentAction report{Type::kReportFailed};
   report.round = round_;
-  report.failure = hung;
+  report.failure = cause;
   std::vector<AgentAction> actions = {report};
-  for (auto& a : BeginStop(std::nullopt, "a worker hung", /*collect_stacks=*/true)) {
+  for (auto& a : BeginStop(std::nullopt, hung ? "a worker hung" : "a worker failed", hung)) {
     if (a.type == Type::kStopWorkers) {
-      a.failure = hung;
-      a.hang_signal = signal;
+      a.failure = cause;
+      a.hang_signal = hang_signal;
     }
     actions.push_back(a);
   }

@@ -97,6 +97,9 @@ class AgentStateMachine {
   std::vector<AgentAction> BeginStop(std::optional<int> exit_code, const std::string& why,
                                      bool collect_stacks = false);
   std::vector<AgentAction> GroupStopped();
+  // A local worker failed or hung (`cause.hang`): report it, stop the group (stacks first when
+  // hung; then `hang_signal` to it).
+  std::vector<AgentAction> Fail(const WorkerExit& cause, int hang_signal);
   std::vector<AgentAction> Exit(int code, const std::string& why);
 
   const int nproc_;

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "absl/strings/str_cat.h"
@@ -11,8 +12,8 @@
 namespace ddprun::launcher {
 namespace {
 
-constexpr std::chrono::milliseconds kTick{200};
-constexpr int kTicksPerProgressReport = 5;
+constexpr std::chrono::milliseconds kTick{100};
+constexpr int kTicksPerProgressReport = 10;
 
 double WallSeconds() {
   timespec ts;
@@ -31,9 +32,7 @@ HangMonitor::HangMonitor(EventLoop* loop, const LaunchOptions& options, HangHand
       detector_({options.hang_timeout, options.uninterruptible_timeout},
                 options.nproc_per_node) {}
 
-HangMonitor::~HangMonitor() {
-  if (tick_ != 0) loop_->CancelTimer(tick_);
-}
+HangMonitor::~HangMonitor() { OnGroupStopping(); }
 
 absl::Status HangMonitor::Start(const std::string& private_dir) {
   if (!enabled()) return absl::OkStatus();
@@ -74,8 +73,11 @@ void HangMonitor::OnGroupStarted(const WorkerGroup* group) {
 
 void HangMonitor::OnGroupStopping() {
   group_ = nullptr;
-  if (tick_ != 0) loop_->CancelTimer(tick_);
-  tick_ = 0;
+  for (EventLoop::TimerId* t : {&tick_, &expiry_timer_}) {
+    if (*t != 0) loop_->CancelTimer(*t);
+    *t = 0;
+  }
+  armed_expiry_.reset();
 }
 
 void HangMonitor::OnOutput(int local_rank) {
@@ -129,6 +131,23 @@ void HangMonitor::OnTimerLine(absl::string_view line, bool oversized) {
              absl::StrCat("local rank ", lr, " holds over ", TimerTable::kMaxScopesPerPid,
                           " FileTimer scopes at once; ignoring further acquires"));
   }
+  ArmExpiryTimer();
+}
+
+void HangMonitor::ArmExpiryTimer() {
+  // A scope's deadline is known exactly: judge it then, not at the next tick.
+  const std::optional<double> next = timers_.NextExpiry();
+  if (next.has_value() && next == armed_expiry_) return;
+  if (expiry_timer_ != 0) loop_->CancelTimer(expiry_timer_);
+  expiry_timer_ = 0;
+  armed_expiry_ = next;
+  if (!next.has_value()) return;
+  const auto delay = std::chrono::duration<double>(std::max(0.0, *next - WallSeconds()));
+  expiry_timer_ = loop_->AddTimerAfter(std::chrono::duration_cast<Duration>(delay), [this] {
+    expiry_timer_ = 0;
+    armed_expiry_.reset();
+    Judge();
+  });
 }
 
 void HangMonitor::OnProgressLine(absl::string_view line, bool oversized) {
@@ -146,6 +165,10 @@ void HangMonitor::OnProgressLine(absl::string_view line, bool oversized) {
 
 void HangMonitor::Tick() {
   tick_ = loop_->AddTimerAfter(kTick, [this] { Tick(); });
+  Judge();
+}
+
+void HangMonitor::Judge() {
   if (group_ == nullptr) return;
   const TimePoint now = std::chrono::steady_clock::now();
   // Judge what the workers said before judging their silence.
@@ -176,6 +199,7 @@ void HangMonitor::Tick() {
     return;
   }
   if (++ticks_ % kTicksPerProgressReport == 0) on_progress_(detector_.Progress(now));
+  ArmExpiryTimer();
 }
 
 }  // namespace ddprun::launcher

@@ -1,7 +1,8 @@
 // The agent's hang detection, wired to real things: the FileTimer pipe
 // (TORCHELASTIC_TIMER_FILE, torch's protocol, timer_table.h), the ddprun progress pipe
 // (DDPRUN_PROGRESS_FILE, step reports), worker output, and /proc process states, judged by
-// HangDetector and TimerTable on a 200 ms tick while a group runs. It never stops anything
+// HangDetector and TimerTable on a 100 ms tick while a group runs, and FileTimer deadlines at
+// the exact time. It never stops anything
 // itself: a verdict goes to the agent, which treats it as a failure of the job.
 //
 // Only pids of this node's workers (or of processes in their process groups) are believed: a
@@ -13,6 +14,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -62,6 +64,8 @@ class HangMonitor {
   int RankOf(int pid, const char* channel);
   void WarnOnce(const std::string& key, const std::string& message);
   void Tick();
+  void Judge();  // drains the pipes, then looks for a hang
+  void ArmExpiryTimer();
 
   EventLoop* loop_;
   const LaunchOptions& options_;
@@ -73,6 +77,8 @@ class HangMonitor {
   HangDetector detector_;
   const WorkerGroup* group_ = nullptr;  // while armed
   EventLoop::TimerId tick_ = 0;
+  EventLoop::TimerId expiry_timer_ = 0;  // at the earliest FileTimer deadline
+  std::optional<double> armed_expiry_;
   int ticks_ = 0;
   std::set<std::string> warned_;
 };

@@ -101,6 +101,14 @@ void TimerTable::DropPid(int pid) {
   scopes_per_pid_.erase(pid);
 }
 
+std::optional<double> TimerTable::NextExpiry() const {
+  std::optional<double> next;
+  for (const auto& [key, t] : timers_) {
+    if (!next.has_value() || t.expiration_time < *next) next = t.expiration_time;
+  }
+  return next;
+}
+
 std::vector<int> TimerTable::Pids() const {
   std::vector<int> pids;
   for (const auto& [pid, n] : scopes_per_pid_) pids.push_back(pid);

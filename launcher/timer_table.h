@@ -56,6 +56,8 @@ class TimerTable {
   void DropPid(int pid);
 
   std::vector<int> Pids() const;
+  // The earliest expiration_time held, if any.
+  std::optional<double> NextExpiry() const;
   size_t size() const { return timers_.size(); }
 
  private:

@@ -296,6 +296,7 @@ absl::Status ImageNetTrainer::Validate(double* acc1, double* acc5, double* loss)
   {
     torch::NoGradGuard no_grad;
     while (std::optional<ImageBatch> batch = pipeline.Next()) {
+      ReportAlive();
       ReportSkipped(*batch);
       skipped += batch->errors.size();
       if (batch->size == 0) continue;

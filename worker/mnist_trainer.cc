@@ -193,6 +193,7 @@ absl::Status MnistTrainer::Evaluate(EpochMetrics* m, bool* /*best*/) {
     torch::NoGradGuard no_grad;
     const size_t batch = static_cast<size_t>(mnist_.test_batch_size);
     for (size_t begin = 0; begin < indices.size(); begin += batch) {
+      ReportAlive();
       const size_t end = std::min(indices.size(), begin + batch);
       torch::Tensor idx = IndexTensor(indices, begin, end, device_);
       torch::Tensor out = model_->forward(test_.images.index_select(0, idx));

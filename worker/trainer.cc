@@ -149,6 +149,7 @@ absl::Status Trainer::SaveCheckpoint(const char* why, bool best) {
       "write+fsync %.1f ms",
       state_.global_step, why, best ? ", best so far" : "", state_.epoch, state_.epoch_offset,
       payload.size() / 1e6, serialize_ms, SecondsSince(t1) * 1e3));
+  ReportAlive();
   return absl::OkStatus();
 }
 
@@ -203,6 +204,7 @@ absl::Status Trainer::FinishEpoch(int64_t samples, double train_s, bool resumed,
   m.train_loss = state_.epoch_loss_steps > 0 ? state_.epoch_loss_sum / state_.epoch_loss_steps : 0;
   m.global_step = state_.global_step;
   m.resumed = resumed;
+  ReportAlive();
   DDPRUN_RETURN_IF_ERROR(Evaluate(&m, best));
   m.wall_s = SecondsSince(start_);
   if (metrics_.is_open()) DDPRUN_RETURN_IF_ERROR(metrics_.Write(m));

@@ -48,6 +48,9 @@ class Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
  protected:
+  // A sign of life for ddprun's hang detection during work that takes no steps (evaluation,
+  // long saves): reports the current step again.
+  void ReportAlive() { step_reports_.Report(state_.global_step); }
   // `control_slots`: floats TrainStep sums with the last gradient bucket, the stop vote first.
   // `keeps_best`: a second store, <checkpoint dir>/best, keeps the best-validated model.
   Trainer(const TrainOptions& options, const DistEnv& env, const StopSignal* stop,

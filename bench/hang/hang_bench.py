@@ -134,7 +134,7 @@ def ddp_train_case(kind, a, tmp, rdzv_endpoint):
             agents.append(Watched(
                 [a.ddprun, "--nnodes=2", "--nproc-per-node=2", "--max-restarts=1",
                  "--rdzv-backend=c10d", "--rdzv-endpoint=" + rdzv_endpoint, "--rdzv-id=" + run_id,
-                 "--rdzv-conf=keep_alive_interval=0.5", "--stop-timeout=1", "--hang-timeout=3",
+                 "--rdzv-conf=keep_alive_interval=0.5", f"--hang-timeout={a.c_timeout:g}",
                  "--log-dir=" + os.path.join(out, f"logs{node}"), "--no-python"] + train, env))
     else:
         endpoint = f"127.0.0.1:{free_port()}"
@@ -153,9 +153,9 @@ def ddp_train_case(kind, a, tmp, rdzv_endpoint):
         def restarted():
             ts = [w.first(pattern, after=fault) for w in agents]
             return max(ts) if all(ts) else None
-        t = wait_for(restarted, 3.0 + BOUND_S)
+        t = wait_for(restarted, a.c_timeout + BOUND_S)
         stacks = len(glob.glob(os.path.join(out, "logs*", "*", "attempt_0", "*", "stacks.txt")))
-        return (None if t is None else t - fault - 3.0), stacks
+        return (None if t is None else t - fault - a.c_timeout), stacks
     finally:
         for w in agents:
             w.kill()
@@ -179,6 +179,8 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--cases", default="a,b,c")
     ap.add_argument("--no-torchrun", action="store_true", help="ddprun only (the make test smoke)")
+    ap.add_argument("--c-timeout", type=float, default=3.0,
+                    help="--hang-timeout of case (c); above the job's silent start-up")
     a = ap.parse_args()
     a.ddprun = os.path.join(a.build, "bin", "ddprun")
     a.ddp_train = os.path.join(a.build, "bin", "ddp-train")
@@ -212,8 +214,8 @@ def main():
         shutil.rmtree(tmp, ignore_errors=True)
     titles = {"a": "(a) FileTimer 2 s scope expired -> new group (stacks of 2 workers)",
               "b": "(b) --hang-timeout=2, silent worker: timeout -> new group (stacks of 2 workers)",
-              "c": "(c) ddp-train hung collective, 2 agents x 2: timeout 3 s -> both restarted "
-                   "(stacks of 4 workers)"}
+              "c": f"(c) ddp-train hung collective, 2 agents x 2: timeout {a.c_timeout:g} s -> "
+                   "both restarted (stacks of 4 workers)"}
     print("| case | ddprun (after the deadline) | stacks files | torchrun 1.13 |")
     print("|---|---|---|---|")
     for c in cases:

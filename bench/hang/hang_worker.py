@@ -21,9 +21,7 @@ def put(name, value):
 
 
 put(f"start-{attempt}-{rank}", t_start)
-# torchrun 1.13 restarts without counting a peer-triggered restart in every case; the bench's
-# own marker decides which attempt this is.
-if attempt > 0 or os.path.exists(os.path.join(out, "hung")):
+if attempt > 0:
     sys.exit(0)
 if mode == "file-timer":
     from torch.distributed.elastic.timer import FileTimerClient, configure, expires
@@ -36,7 +34,8 @@ if mode == "file-timer":
     time.sleep(120)
 else:
     if rank == 1:
-        put("hung", time.time())  # silent from now on
+        print("rank 1 goes silent", flush=True)  # its last sign of life
+        put("hung", time.time())
         time.sleep(120)
     for _ in range(1200):
         print(f"rank {rank} alive", flush=True)

@@ -32,9 +32,7 @@ using testing::WaitUntil;
 using testing::WriteFile;
 using namespace std::chrono_literals;
 
-std::string Script(const std::string& name) {
-  return SourcePath("tests/integration/scripts/" + name);
-}
+std::string Script(const std::string& name) { return testing::IntegrationScript(name); }
 
 // The reference torchrun: $DDPRUN_TORCHRUN, else ../shared/tools/torchrun113 beside the
 // checkout, else our own wrapper of Debian's torchrun with the same Python 3.11 fix.

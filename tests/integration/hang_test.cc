@@ -26,9 +26,7 @@ using testing::Subprocess;
 using testing::TempDir;
 using namespace std::chrono_literals;
 
-std::string Script(const std::string& name) {
-  return SourcePath("tests/integration/scripts/" + name);
-}
+std::string Script(const std::string& name) { return testing::IntegrationScript(name); }
 
 std::map<std::string, std::string> Env(std::map<std::string, std::string> extra = {}) {
   extra.emplace("PYTHON_EXEC", testing::SystemPython());

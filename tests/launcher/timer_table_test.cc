@@ -51,6 +51,7 @@ TEST(TimerTableTest, AcquireExpireAndReleaseAsTorchDoes) {
   EXPECT_TRUE(t.Apply(Acquire(10, "b", 105.0)));
   EXPECT_TRUE(t.Apply(Acquire(20, "a", 102.0)));
   EXPECT_TRUE(t.TakeExpired(99.9).empty());
+  EXPECT_EQ(t.NextExpiry(), 100.0);
   EXPECT_TRUE(t.Apply(Release(20, "a")));
   auto expired = t.TakeExpired(103.0);
   ASSERT_EQ(expired.size(), 1u);
@@ -59,6 +60,7 @@ TEST(TimerTableTest, AcquireExpireAndReleaseAsTorchDoes) {
   EXPECT_EQ(expired[0].signal, 9);
   // A reaped pid's other timers go with it, as in torch's clear_timers.
   EXPECT_EQ(t.size(), 0u);
+  EXPECT_FALSE(t.NextExpiry().has_value());
   EXPECT_TRUE(t.TakeExpired(1e12).empty());
 }
 

@@ -55,6 +55,10 @@ void WriteFile(const std::string& path, const std::string& contents, int mode) {
 
 std::string SystemPython() { return EnvOr("DDPRUN_TEST_PYTHON", "/usr/bin/python3"); }
 
+std::string IntegrationScript(const std::string& name) {
+  return SourcePath("tests/integration/scripts/" + name);
+}
+
 int CountMatches(const std::string& text, const std::string& pattern) {
   const std::regex re(pattern);
   return static_cast<int>(

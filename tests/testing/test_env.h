@@ -28,6 +28,8 @@ void WriteFile(const std::string& path, const std::string& contents, int mode = 
 int CountMatches(const std::string& text, const std::string& pattern);
 // How many times `needle` occurs in `text`, literally.
 int CountOccurrences(const std::string& text, const std::string& needle);
+// tests/integration/scripts/<name> in the source tree.
+std::string IntegrationScript(const std::string& name);
 // The Python interpreter that has Debian's torch (python3-torch installs for /usr/bin/python3).
 std::string SystemPython();
 
