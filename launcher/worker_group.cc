@@ -3,18 +3,17 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "launcher/proc_info.h"
 #include "launcher/stack_text.h"
 
 namespace ddprun::launcher {
@@ -23,51 +22,11 @@ namespace {
 constexpr size_t kTailLines = 20;
 // Most bytes read from one pipe per wake-up (and when draining an exited worker's pipe).
 constexpr size_t kDrainLimit = 4 << 20;
-// How long native stack tools may run, all workers together.
-constexpr std::chrono::seconds kStackToolDeadline{3};
-// How long Python workers get to print their faulthandler dump after SIGABRT.
-constexpr std::chrono::seconds kPythonDumpWait{2};
 // After SIGKILL, how long before a worker that has not exited (uninterruptible sleep in the
 // kernel) is given up on, so that stopping stays bounded.
 constexpr std::chrono::seconds kUnreapedGrace{2};
-constexpr size_t kPythonDumpLimit = 1 << 20;
-
-// The state letter of /proc/PID/stat ('R', 'S', 'D', 'Z', ...); '?' when unreadable.
-char ProcessState(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t paren = stat.rfind(')');  // the command name may contain spaces and ')'
-  if (paren == std::string::npos || paren + 2 >= stat.size()) return '?';
-  return stat[paren + 2];
-}
-
-std::string ReadSmallFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// Where a process sleeps in the kernel: wchan of every thread, and the kernel stack where
-// readable (root).
-std::string KernelSideOf(pid_t pid) {
-  std::string out = "== kernel side ==\n";
-  std::error_code ec;
-  const std::string task_dir = absl::StrCat("/proc/", pid, "/task");
-  for (const auto& entry : std::filesystem::directory_iterator(task_dir, ec)) {
-    const std::string tid = entry.path().filename().string();
-    absl::StrAppend(&out, "TID ", tid, ": state ",
-                    std::string(1, ProcessState(std::atoi(tid.c_str()))), ", wchan ",
-                    ReadSmallFile(entry.path().string() + "/wchan"), "\n");
-    const std::string stack = ReadSmallFile(entry.path().string() + "/stack");
-    if (!stack.empty()) absl::StrAppend(&out, stack);
-  }
-  return out;
-}
-
-void WriteText(int fd, const std::string& text) {
-  if (fd >= 0) WriteAll(fd, text);
-}
+// How long native stack tools may run, all workers together.
+constexpr std::chrono::seconds kStackToolDeadline{3};
 
 int OpenLog(const std::string& path) {
   if (path.empty()) return -1;
@@ -297,118 +256,6 @@ void WorkerGroup::GiveUpOnUnreaped() {
     exit.when = std::chrono::steady_clock::now();
     listener_->OnWorkerExited(exit);
   }
-}
-
-void WorkerGroup::StopWithStacks(const StackPlan& plan) {
-  if (collecting_) return;
-  if (live() == 0) return Stop();
-  collecting_ = true;
-  pending_plan_ = plan;
-  std::vector<StackCollector::Target> targets;
-  std::vector<int> fds;
-  for (auto& w : workers_) {
-    if (!w->running || w->stacks_path.empty()) continue;
-    const int fd =
-        open(w->stacks_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0) {
-      LogWarning(absl::StrCat("cannot write ", w->stacks_path, ": ", strerror(errno)));
-      continue;
-    }
-    w->stacks_written = true;
-    WriteText(fd, absl::StrCat("ddprun: stacks of rank ", w->rank, " (local rank ", w->local_rank,
-                               ", pid ", w->pid, "): ", plan.reason, "\n\n"));
-    WriteText(fd, stacks_.tool().has_value()
-                      ? absl::StrCat("== native stacks, all threads (", stacks_.tool()->name,
-                                     ") ==\n")
-                      : "== native stacks: not taken, neither eu-stack (elfutils) nor gdb is "
-                        "installed ==\n");
-    fds.push_back(fd);
-    if (ProcessState(w->pid) == 'D') {
-      // ptrace cannot stop a task in uninterruptible sleep: a tool would only wait out its
-      // deadline. Where it sleeps in the kernel is the useful part.
-      WriteText(fd, absl::StrCat("(not taken: the process is in uninterruptible sleep (D))\n\n",
-                                 KernelSideOf(w->pid)));
-      continue;
-    }
-    targets.push_back({w->pid, fd});
-  }
-  stacks_.Collect(std::move(targets), [this, fds] {
-    for (int fd : fds) close(fd);
-    if (collecting_) DumpPythonStacks(pending_plan_);
-  });
-}
-
-void WorkerGroup::DumpPythonStacks(const StackPlan& plan) {
-  bool any = false;
-  for (auto& w : workers_) {
-    if (!w->running || !w->python || !w->stacks_written) continue;
-    // The dump is what we want, not a core file of every worker.
-    const rlimit no_core{0, 0};
-    prlimit(w->pid, RLIMIT_CORE, &no_core, nullptr);
-    w->err->StartCapture(kPythonDumpLimit);
-    kill(w->pid, SIGABRT);
-    any = true;
-  }
-  if (!any) return FinishStacks(plan);
-  python_dump_timer_ = loop_->AddTimerAfter(kPythonDumpWait, [this] {
-    python_dump_timer_ = 0;
-    FinishStacks(pending_plan_);
-  });
-}
-
-void WorkerGroup::FinishStacks(const StackPlan& plan) {
-  if (!collecting_) return;
-  collecting_ = false;
-  for (auto& w : workers_) {
-    if (!w->python || !w->stacks_written) continue;
-    const int fd = open(w->stacks_path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
-    if (fd < 0) continue;
-    std::string dump = w->err->TakeCapture();
-    WriteText(fd, "\n== Python stacks, all threads (faulthandler, after SIGABRT) ==\n");
-    WriteText(fd, dump.empty() ? "(nothing printed: is PYTHONFAULTHANDLER unset by the worker, "
-                                 "or was SIGABRT handled or blocked?)\n"
-                               : dump);
-    close(fd);
-  }
-  if (plan.signal > 0 && plan.signal_rank >= 0) {
-    Worker* w = Find(plan.signal_rank);
-    if (w != nullptr && w->running) kill(w->pid, plan.signal);
-  }
-  // No SIGTERM grace: the ranks of a hung group are stuck in or before a collective, and a
-  // graceful stop (a checkpoint) would need the very peers they are waiting for.
-  Kill();
-}
-
-void WorkerGroup::Forward(int signal) { SignalAll(signal); }
-
-int WorkerGroup::live() const {
-  int n = 0;
-  for (const auto& w : workers_) n += w->running ? 1 : 0;
-  return n;
-}
-
-WorkerGroup::Worker* WorkerGroup::Find(int local_rank) {
-  for (auto& w : workers_) {
-    if (w->local_rank == local_rank) return w.get();
-  }
-  return nullptr;
-}
-
-const WorkerGroup::Worker* WorkerGroup::Find(int local_rank) const {
-  for (const auto& w : workers_) {
-    if (w->local_rank == local_rank) return w.get();
-  }
-  return nullptr;
-}
-
-std::vector<std::string> WorkerGroup::StderrTail(int local_rank) const {
-  const Worker* w = Find(local_rank);
-  return w != nullptr && w->err ? w->err->Tail() : std::vector<std::string>{};
-}
-
-std::string WorkerGroup::StartError(int local_rank) const {
-  const Worker* w = Find(local_rank);
-  return w != nullptr ? w->start_error : "";
 }
 
 int WorkerGroup::LocalRankOfPid(pid_t pid) const {
