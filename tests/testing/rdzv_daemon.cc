@@ -7,10 +7,12 @@
 
 namespace ddprun::testing {
 
-RdzvDaemon::RdzvDaemon(const std::string& token, const std::string& host) {
+RdzvDaemon::RdzvDaemon(const std::string& token, const std::string& host,
+                       std::function<std::vector<std::string>(std::vector<std::string>)> wrap) {
+  std::vector<std::string> argv = {BinPath("ddprun-rdzv"), "--port=0", "--host=" + host};
+  if (wrap) argv = wrap(argv);
   daemon_ = std::make_unique<Subprocess>(
-      std::vector<std::string>{BinPath("ddprun-rdzv"), "--port=0", "--host=" + host},
-      std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", token}});
+      argv, std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", token}});
   const std::regex re("listening on ([^\\s]+)");
   std::smatch m;
   if (daemon_->WaitForOutput([&](const std::string& s) { return std::regex_search(s, m, re); },

@@ -3,8 +3,10 @@
 #ifndef DDPRUN_TESTS_TESTING_RDZV_DAEMON_H_
 #define DDPRUN_TESTS_TESTING_RDZV_DAEMON_H_
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "tests/testing/subprocess.h"
 
@@ -12,7 +14,10 @@ namespace ddprun::testing {
 
 class RdzvDaemon {
  public:
-  explicit RdzvDaemon(const std::string& token, const std::string& host = "127.0.0.1");
+  // `wrap` turns the daemon's argv into the one to start (NetHosts::On, to run it on a host).
+  explicit RdzvDaemon(const std::string& token, const std::string& host = "127.0.0.1",
+                      std::function<std::vector<std::string>(std::vector<std::string>)> wrap =
+                          nullptr);
   // "127.0.0.1:PORT"; empty when the daemon did not come up within 10 s (then `error()` says
   // what it printed).
   const std::string& endpoint() const { return endpoint_; }

@@ -1,0 +1,189 @@
+// ddprun across hosts made from network namespaces on this machine (tests/testing/net_hosts.h):
+// each host has its own address and host name, links can be cut. Started by the tests as root;
+// without root every case is skipped with the reason, as the Slurm suite does.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <regex>
+#include <thread>
+
+#include "tests/testing/net_hosts.h"
+#include "tests/testing/rdzv_daemon.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/test_env.h"
+
+namespace ddprun {
+namespace {
+
+using testing::BinPath;
+using testing::CountMatches;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using testing::NetHosts;
+using testing::ReadFile;
+using testing::Subprocess;
+using testing::TempDir;
+using testing::WaitUntil;
+using namespace std::chrono_literals;
+
+constexpr char kToken[] = "multihost-test-token";
+
+class MultiHostTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const std::string why = NetHosts::Unavailable(); !why.empty()) GTEST_SKIP() << why;
+  }
+
+  // `n` hosts; host 1 runs ddprun-rdzv on its address.
+  void StartHosts(int n) {
+    hosts_ = std::make_unique<NetHosts>(n);
+    ASSERT_EQ(hosts_->error(), "");
+    daemon_ = std::make_unique<testing::RdzvDaemon>(
+        kToken, hosts_->Address(1),
+        [this](std::vector<std::string> argv) { return hosts_->On(1, argv); });
+    ASSERT_FALSE(daemon_->endpoint().empty()) << daemon_->error();
+  }
+
+  std::unique_ptr<Subprocess> Agent(int host, std::vector<std::string> flags,
+                                    const std::vector<std::string>& worker) {
+    std::vector<std::string> argv = {BinPath("ddprun"), "--rdzv-backend=c10d",
+                                     "--rdzv-endpoint=" + daemon_->endpoint()};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.push_back("--no-python");
+    argv.insert(argv.end(), worker.begin(), worker.end());
+    return std::make_unique<Subprocess>(
+        hosts_->On(host, argv),
+        std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", kToken},
+                                           {"GLOO_SOCKET_IFNAME", "eth0"}});
+  }
+
+  // Logs "host=H master=M rank=R restart=N world=W" into DIR/log, then runs `then` (shell).
+  std::string Worker(const std::string& then) {
+    const std::string path = dir_.File("worker.sh");
+    testing::WriteFile(path,
+                       "#!/bin/sh\n"
+                       "echo \"host=$(hostname) master=$MASTER_ADDR rank=$RANK "
+                       "restart=$TORCHELASTIC_RESTART_COUNT world=$WORLD_SIZE\" >> " +
+                           dir_.File("log") + "\n" + then + "\n",
+                       0755);
+    return path;
+  }
+  std::string Log() const { return ReadFile(dir_.File("log")); }
+
+  TempDir dir_;
+  std::unique_ptr<NetHosts> hosts_;
+  std::unique_ptr<testing::RdzvDaemon> daemon_;
+};
+
+// The rank-0 host's own address is MASTER_ADDR, the hosts' names show, and gloo really talks
+// between the namespaces.
+TEST_F(MultiHostTest, TwoHostsFormOneGlooWorldAtTheRankZeroHostsAddress) {
+  StartHosts(3);
+  const std::string worker =
+      Worker("exec " + testing::SystemPython() + " " +
+             testing::IntegrationScript("gloo_allreduce.py") + " " + dir_.path());
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int host : {2, 3}) {
+    agents.push_back(Agent(host, {"--nnodes=2", "--nproc-per-node=2", "--rdzv-id=gloo"}, {worker}));
+  }
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 120s)) << Log();
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(ReadFile(dir_.File("rank" + std::to_string(rank) + ".txt")), "4 6\n") << rank;
+  }
+  const std::string log = Log();
+  EXPECT_EQ(CountMatches(log, "host=n2 "), 2) << log;
+  EXPECT_EQ(CountMatches(log, "host=n3 "), 2) << log;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("host=(n\\d) master=\\S+ rank=0 "))) << log;
+  const int rank0_host = m[1].str()[1] - '0';
+  EXPECT_EQ(CountMatches(log, "master=" + std::regex_replace(hosts_->Address(rank0_host),
+                                                             std::regex("\\."), "\\.") +
+                                  " "),
+            4)
+      << log;
+}
+
+// --local-addr picks which of a host's addresses the others use to reach its rank-0 worker.
+TEST_F(MultiHostTest, LocalAddrChoosesAmongAHostsTwoAddresses) {
+  StartHosts(3);
+  hosts_->AddAddress(2, "10.213.0.102/24");
+  ASSERT_EQ(hosts_->error(), "");
+  const std::string worker =
+      Worker("exec " + testing::SystemPython() + " " +
+             testing::IntegrationScript("gloo_allreduce.py") + " " + dir_.path());
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  agents.push_back(Agent(2,
+                         {"--nnodes=2", "--nproc-per-node=1", "--rdzv-id=addr", "--node-rank=0",
+                          "--local-addr=10.213.0.102"},
+                         {worker}));
+  agents.push_back(Agent(3, {"--nnodes=2", "--nproc-per-node=1", "--rdzv-id=addr"}, {worker}));
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 120s)) << Log();
+  EXPECT_EQ(CountMatches(Log(), "master=10\\.213\\.0\\.102 "), 2) << Log();
+  EXPECT_EQ(ReadFile(dir_.File("rank1.txt")), "2 1\n");
+}
+
+// A cut shorter than the lease: heartbeats queue up and arrive when the link returns; nothing
+// restarts.
+TEST_F(MultiHostTest, ALinkCutShorterThanTheLeaseRestartsNothing) {
+  StartHosts(3);
+  const std::string done = dir_.File("done");
+  const std::string worker =
+      Worker("while [ ! -e " + done + " ]; do sleep 0.05; done; exit 0");
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int host : {2, 3}) {
+    agents.push_back(Agent(host,
+                           {"--nnodes=2", "--nproc-per-node=1", "--max-restarts=1",
+                            "--rdzv-id=short", "--rdzv-conf=keep_alive_interval=1,"
+                                                "keep_alive_max_attempt=3"},
+                           {worker}));
+  }
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=0") == 2; }, 60s)) << Log();
+  hosts_->Cut(3);
+  std::this_thread::sleep_for(1s);  // the cut itself, not a wait for a condition
+  hosts_->Heal(3);
+  // Longer than the 3 s lease from the cut's start: a lost node would have restarted by now.
+  EXPECT_FALSE(WaitUntil([&] { return CountMatches(Log(), "restart=1") > 0; }, 4s)) << Log();
+  testing::WriteFile(done, "");
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s)) << Log();
+  EXPECT_EQ(CountMatches(Log(), "restart="), 2) << Log();
+}
+
+// A cut longer than the lease: the server gives the host up and the survivors restart within
+// lease + 1.5 s (an elastic job: they go on without it once last_call_timeout has passed).
+TEST_F(MultiHostTest, ALinkCutLongerThanTheLeaseRestartsTheSurvivorsWithinLeasePlusSlack) {
+  StartHosts(4);
+  const std::string done = dir_.File("done");
+  const std::string worker =
+      Worker("while [ ! -e " + done + " ]; do sleep 0.05; done; exit 0");
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int host : {2, 3, 4}) {
+    agents.push_back(Agent(host,
+                           {"--nnodes=2:3", "--nproc-per-node=1", "--max-restarts=1",
+                            "--rdzv-id=long", "--rdzv-conf=keep_alive_interval=0.5,"
+                                               "keep_alive_max_attempt=3,last_call_timeout=0.2"},
+                           {worker}));
+  }
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=0 world=3") == 3; }, 60s))
+      << Log();
+  const auto cut = std::chrono::steady_clock::now();
+  hosts_->Cut(4);
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=1 world=2") == 2; }, 30s))
+      << Log() << agents[0]->err() << agents[1]->err() << agents[2]->err();
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count();
+  std::cout << "cut -> survivors restarted: " << took << " s (lease 1.5 s)" << std::endl;
+  EXPECT_LT(took, 1.5 + 1.5);
+  EXPECT_THAT(Log(), Not(HasSubstr("host=n4 master=10.213.0.2 rank=0 restart=1")));
+  testing::WriteFile(done, "");
+  for (int i = 0; i < 2; ++i) {
+    auto st = agents[i]->Wait(30s);
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->exit_code, 0) << agents[i]->err();
+  }
+  hosts_->Heal(4);
+}
+
+}  // namespace
+}  // namespace ddprun

@@ -1,0 +1,91 @@
+#include "tests/testing/net_hosts.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+
+namespace ddprun::testing {
+namespace {
+
+bool HaveCommand(const char* name) {
+  return std::system(absl::StrCat("command -v ", name, " >/dev/null 2>&1").c_str()) == 0;
+}
+
+}  // namespace
+
+std::string NetHosts::Unavailable() {
+  if (geteuid() != 0) return "multi-host tests need root (network namespaces)";
+  if (!HaveCommand("ip")) return "iproute2's ip is not installed";
+  if (!HaveCommand("unshare")) return "util-linux's unshare is not installed";
+  const std::string probe = absl::StrCat("ddprun-probe-", getpid());
+  if (std::system(absl::StrCat("ip netns add ", probe, " >/dev/null 2>&1 && ip netns del ",
+                               probe, " >/dev/null 2>&1")
+                      .c_str()) != 0) {
+    return "this machine refuses network namespaces (ip netns add failed)";
+  }
+  return "";
+}
+
+NetHosts::NetHosts(int n) : n_(n), prefix_(absl::StrCat("ddprun-", getpid())) {
+  Run(absl::StrCat("ip netns add ", SwitchNs()));
+  Run(absl::StrCat("ip -n ", SwitchNs(), " link add br0 type bridge"));
+  Run(absl::StrCat("ip -n ", SwitchNs(), " link set br0 up"));
+  for (int h = 1; h <= n_; ++h) {
+    const std::string ns = Ns(h);
+    const std::string port = absl::StrCat("p", h);
+    Run(absl::StrCat("ip netns add ", ns));
+    Run(absl::StrCat("ip -n ", ns, " link set lo up"));
+    // The pair is made in the host's namespace; one end moves to the switch.
+    Run(absl::StrCat("ip -n ", ns, " link add eth0 type veth peer name ", port));
+    Run(absl::StrCat("ip -n ", ns, " link set ", port, " netns ", SwitchNs()));
+    Run(absl::StrCat("ip -n ", SwitchNs(), " link set ", port, " master br0"));
+    Run(absl::StrCat("ip -n ", SwitchNs(), " link set ", port, " up"));
+    Run(absl::StrCat("ip -n ", ns, " addr add ", Address(h), "/24 dev eth0"));
+    Run(absl::StrCat("ip -n ", ns, " link set eth0 up"));
+  }
+}
+
+NetHosts::~NetHosts() {
+  for (int h = 1; h <= n_; ++h) {
+    std::system(absl::StrCat("ip netns del ", Ns(h), " >/dev/null 2>&1").c_str());
+  }
+  std::system(absl::StrCat("ip netns del ", SwitchNs(), " >/dev/null 2>&1").c_str());
+}
+
+bool NetHosts::Run(const std::string& command) {
+  if (!error_.empty()) return false;
+  if (std::system((command + " 2>&1 >/dev/null").c_str()) != 0) {
+    error_ = absl::StrCat("failed: ", command);
+    return false;
+  }
+  return true;
+}
+
+std::string NetHosts::Ns(int host) const { return absl::StrCat(prefix_, "-h", host); }
+std::string NetHosts::Address(int host) const { return absl::StrCat("10.213.0.", host); }
+std::string NetHosts::Name(int host) const { return absl::StrCat("n", host); }
+
+std::vector<std::string> NetHosts::On(int host, const std::vector<std::string>& argv) const {
+  // ip and unshare exec what follows: the process started is the program itself.
+  std::vector<std::string> out = {"ip",      "netns", "exec", Ns(host), "unshare", "--uts",
+                                  "/bin/sh", "-c",    "hostname \"$0\" && exec \"$@\"",
+                                  Name(host)};
+  out.insert(out.end(), argv.begin(), argv.end());
+  return out;
+}
+
+void NetHosts::Cut(int host) {
+  Run(absl::StrCat("ip -n ", SwitchNs(), " link set p", host, " down"));
+}
+
+void NetHosts::Heal(int host) {
+  Run(absl::StrCat("ip -n ", SwitchNs(), " link set p", host, " up"));
+}
+
+void NetHosts::AddAddress(int host, const std::string& cidr) {
+  Run(absl::StrCat("ip -n ", Ns(host), " addr add ", cidr, " dev eth0"));
+}
+
+}  // namespace ddprun::testing

@@ -1,0 +1,51 @@
+// Several hosts on one machine for multi-host tests: a network namespace per host, each with
+// its own address on a private bridge, and its own host name (a UTS namespace per process
+// started on it). The bridge lives in a namespace of its own too, so the machine's network is
+// never touched and no packet can leave: addresses are 10.213.0.N inside the test's
+// namespaces only. Needs root (and iproute2, util-linux's unshare); Unavailable() says why not.
+#ifndef DDPRUN_TESTS_TESTING_NET_HOSTS_H_
+#define DDPRUN_TESTS_TESTING_NET_HOSTS_H_
+
+#include <string>
+#include <vector>
+
+namespace ddprun::testing {
+
+class NetHosts {
+ public:
+  // "" when the harness can run here, else the reason (for GTEST_SKIP).
+  static std::string Unavailable();
+
+  // Hosts 1..n: namespace "<prefix>-hN", address 10.213.0.N/24, host name "nN".
+  explicit NetHosts(int n);
+  ~NetHosts();  // deletes every namespace it made (their links go with them)
+  NetHosts(const NetHosts&) = delete;
+  NetHosts& operator=(const NetHosts&) = delete;
+
+  // Empty when every host is up; else what failed.
+  const std::string& error() const { return error_; }
+  int size() const { return n_; }
+  std::string Address(int host) const;
+  std::string Name(int host) const;
+  // `argv` as run on `host`: in its network namespace, with its host name.
+  std::vector<std::string> On(int host, const std::vector<std::string>& argv) const;
+  // Takes the host's link down (a cut cable: packets are lost, no connection is reset) / up.
+  void Cut(int host);
+  void Heal(int host);
+  // Another address on the host's link, e.g. "10.213.0.102/24" (in the bridge's subnet, so
+  // every host reaches it).
+  void AddAddress(int host, const std::string& cidr);
+
+ private:
+  std::string Ns(int host) const;
+  std::string SwitchNs() const { return prefix_ + "-sw"; }
+  bool Run(const std::string& command);  // records the first failure in error_
+
+  const int n_;
+  std::string prefix_;
+  std::string error_;
+};
+
+}  // namespace ddprun::testing
+
+#endif  // DDPRUN_TESTS_TESTING_NET_HOSTS_H_
