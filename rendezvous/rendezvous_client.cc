@@ -1,5 +1,6 @@
 #include "rendezvous/rendezvous_client.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -130,12 +131,16 @@ void RendezvousClient::StartCall() {
 
 void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
   if (closed_) return;
+  last_heard_ = std::chrono::steady_clock::now();
   switch (m.msg_case()) {
+    case proto::ServerMessage::kAck:
+      break;
     case proto::ServerMessage::kJoined:
       if (joined_) break;
       joined_ = true;
       if (read_timer_ != 0) loop_->Cancel(read_timer_);
       read_timer_ = 0;
+      last_heard_ = std::chrono::steady_clock::now();
       // The run's lease follows its first agent's settings, which may be stricter than ours.
       if (const int64_t run_ms = m.joined().keep_alive_interval_ms();
           run_ms > 0 && std::chrono::milliseconds(run_ms) < heartbeat_interval_) {
@@ -189,6 +194,19 @@ void RendezvousClient::ScheduleHeartbeat() {
   heartbeat_timer_ = loop_->PostAt(std::chrono::steady_clock::now() + heartbeat_interval_, [this] {
     heartbeat_timer_ = 0;
     if (closed_ || call_ == nullptr) return;
+    // Fencing: the server answers every heartbeat, so a lease without a word from it means
+    // this node is cut off and its peers have already given it up (a broken connection is
+    // reported by gRPC; a silent partition is not, until its keepalive decides much later).
+    const Duration lease = heartbeat_interval_ * std::max(1, options_.timeouts.keep_alive_max_attempt);
+    const Duration silent = std::chrono::steady_clock::now() - last_heard_;
+    if (silent > lease) {
+      Closed(absl::UnavailableError(absl::StrCat(
+          "fenced: no word from the rendezvous server at ", options_.endpoint, " for ",
+          ToMillis(silent), " ms (the lease is ", ToMillis(lease),
+          " ms): this node is cut off and its peers have given it up")));
+      call_->Cancel();
+      return;
+    }
     SendHeartbeat();
     ScheduleHeartbeat();
   });

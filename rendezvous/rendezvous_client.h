@@ -6,6 +6,9 @@
 // Connecting is retried (gRPC wait-for-ready with a short reconnect backoff) until the server
 // acknowledges the join or read_timeout passes; then OnClosed(kUnavailable) names the address.
 // A refused token gives OnClosed(kUnauthenticated); a broken stream OnClosed(kUnavailable).
+// Fencing: the server acknowledges every heartbeat; no word from it for the lease
+// (keep_alive_interval x keep_alive_max_attempt) closes with kUnavailable ("fenced"), so the
+// agent stops its workers within about a lease of a silent partition.
 //
 // Threading: the client owns one internal LoopThread for its connection state; gRPC reactor
 // callbacks only post to it. RendezvousEvents are delivered on the agent's Executor. Join,
@@ -105,6 +108,7 @@ class RendezvousClient final : public Rendezvous {
   bool joined_ = false;     // the server acknowledged the join
   bool closed_ = false;     // OnClosed was delivered (or the agent left)
   std::vector<RankProgress> progress_;  // the latest ReportProgress, sent with heartbeats
+  TimePoint last_heard_{};              // the server's last message (fencing)
   bool timed_out_ = false;  // read_timeout cut the call
   uint64_t read_timer_ = 0;
   uint64_t heartbeat_timer_ = 0;

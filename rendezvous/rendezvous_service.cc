@@ -155,9 +155,16 @@ void RendezvousServiceImpl::HandleMessage(ConnId conn, const proto::AgentMessage
       Apply(state_.Join(conn, FromProto(message.join(), default_timeouts_, entry->second.peer_host),
                         now));
       break;
-    case proto::AgentMessage::kHeartbeat:
+    case proto::AgentMessage::kHeartbeat: {
       Apply(state_.Heartbeat(conn, rendezvous::FromProto(message.heartbeat()), now));
+      auto open = streams_.find(conn);
+      if (open != streams_.end() && !open->second.closed) {
+        proto::ServerMessage ack;
+        ack.mutable_ack();
+        open->second.stream->Send(std::move(ack), /*last=*/false);
+      }
       break;
+    }
     case proto::AgentMessage::kGroupStatus: {
       const proto::GroupStatus& g = message.group_status();
       std::optional<WorkerFailure> failure;

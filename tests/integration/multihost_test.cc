@@ -151,12 +151,16 @@ TEST_F(MultiHostTest, ALinkCutShorterThanTheLeaseRestartsNothing) {
 }
 
 // A cut longer than the lease: the server gives the host up and the survivors restart within
-// lease + 1.5 s (an elastic job: they go on without it once last_call_timeout has passed).
+// lease + 1.5 s (an elastic job: they go on without it once last_call_timeout has passed); the
+// cut-off host hears nothing from the server for its lease and stops its workers (fencing)
+// within lease + 1.5 s too, whatever gRPC's keepalive would say much later.
 TEST_F(MultiHostTest, ALinkCutLongerThanTheLeaseRestartsTheSurvivorsWithinLeasePlusSlack) {
   StartHosts(4);
   const std::string done = dir_.File("done");
   const std::string worker =
-      Worker("while [ ! -e " + done + " ]; do sleep 0.05; done; exit 0");
+      Worker("p=" + dir_.File("pid-") + "$(hostname)-$TORCHELASTIC_RESTART_COUNT\n"
+             "echo $$ > $p.tmp && mv $p.tmp $p\n"
+             "while [ ! -e " + done + " ]; do sleep 0.05; done; exit 0");
   std::vector<std::unique_ptr<Subprocess>> agents;
   for (int host : {2, 3, 4}) {
     agents.push_back(Agent(host,
@@ -165,10 +169,25 @@ TEST_F(MultiHostTest, ALinkCutLongerThanTheLeaseRestartsTheSurvivorsWithinLeaseP
                                                "keep_alive_max_attempt=3,last_call_timeout=0.2"},
                            {worker}));
   }
-  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=0 world=3") == 3; }, 60s))
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return CountMatches(Log(), "restart=0 world=3") == 3 &&
+               !ReadFile(dir_.File("pid-n4-0")).empty();
+      },
+      60s))
       << Log();
+  const pid_t cut_off_worker = std::atoi(ReadFile(dir_.File("pid-n4-0")).c_str());
+  ASSERT_TRUE(testing::ProcessAlive(cut_off_worker));
   const auto cut = std::chrono::steady_clock::now();
   hosts_->Cut(4);
+  ASSERT_TRUE(WaitUntil([&] { return !testing::ProcessAlive(cut_off_worker); }, 30s))
+      << agents[2]->err();
+  const double fenced =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count();
+  std::cout << "cut -> cut-off host's worker stopped: " << fenced << " s (lease 1.5 s)"
+            << std::endl;
+  EXPECT_LT(fenced, 1.5 + 1.5);
+  EXPECT_THAT(agents[2]->err(), HasSubstr("fenced: no word from the rendezvous server"));
   ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=1 world=2") == 2; }, 30s))
       << Log() << agents[0]->err() << agents[1]->err() << agents[2]->err();
   const double took =
@@ -176,6 +195,10 @@ TEST_F(MultiHostTest, ALinkCutLongerThanTheLeaseRestartsTheSurvivorsWithinLeaseP
   std::cout << "cut -> survivors restarted: " << took << " s (lease 1.5 s)" << std::endl;
   EXPECT_LT(took, 1.5 + 1.5);
   EXPECT_THAT(Log(), Not(HasSubstr("host=n4 master=10.213.0.2 rank=0 restart=1")));
+  // Without rejoin (not built yet) a fenced agent exits 3, the rendezvous failure code.
+  auto fenced_exit = agents[2]->Wait(30s);
+  ASSERT_TRUE(fenced_exit.has_value());
+  EXPECT_EQ(fenced_exit->exit_code, 3) << agents[2]->err();
   testing::WriteFile(done, "");
   for (int i = 0; i < 2; ++i) {
     auto st = agents[i]->Wait(30s);
