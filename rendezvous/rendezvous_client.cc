@@ -132,6 +132,7 @@ void RendezvousClient::StartCall() {
 void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
   if (closed_) return;
   last_heard_ = std::chrono::steady_clock::now();
+  unanswered_ = 0;
   switch (m.msg_case()) {
     case proto::ServerMessage::kAck:
       break;
@@ -197,9 +198,12 @@ void RendezvousClient::ScheduleHeartbeat() {
     // Fencing: the server answers every heartbeat, so a lease without a word from it means
     // this node is cut off and its peers have already given it up (a broken connection is
     // reported by gRPC; a silent partition is not, until its keepalive decides much later).
-    const Duration lease = heartbeat_interval_ * std::max(1, options_.timeouts.keep_alive_max_attempt);
+    // Counted in unanswered heartbeats too, so that an agent that was itself stopped (SIGSTOP,
+    // a frozen VM) hears the server's verdict before judging the silence.
+    const int attempts = std::max(1, options_.timeouts.keep_alive_max_attempt);
+    const Duration lease = heartbeat_interval_ * attempts;
     const Duration silent = std::chrono::steady_clock::now() - last_heard_;
-    if (silent > lease) {
+    if (silent > lease && unanswered_ >= attempts) {
       Closed(absl::UnavailableError(absl::StrCat(
           "fenced: no word from the rendezvous server at ", options_.endpoint, " for ",
           ToMillis(silent), " ms (the lease is ", ToMillis(lease),
@@ -216,6 +220,7 @@ void RendezvousClient::SendHeartbeat() {
   proto::AgentMessage m;
   *m.mutable_heartbeat() = ToProto(progress_);
   call_->Send(std::move(m));
+  ++unanswered_;
 }
 
 void RendezvousClient::ReportProgress(const std::vector<RankProgress>& progress, bool urgent) {

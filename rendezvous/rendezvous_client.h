@@ -109,6 +109,7 @@ class RendezvousClient final : public Rendezvous {
   bool closed_ = false;     // OnClosed was delivered (or the agent left)
   std::vector<RankProgress> progress_;  // the latest ReportProgress, sent with heartbeats
   TimePoint last_heard_{};              // the server's last message (fencing)
+  int unanswered_ = 0;                  // heartbeats sent since then
   bool timed_out_ = false;  // read_timeout cut the call
   uint64_t read_timer_ = 0;
   uint64_t heartbeat_timer_ = 0;
