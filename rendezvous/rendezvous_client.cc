@@ -60,15 +60,16 @@ RendezvousClient::~RendezvousClient() {
   loop_->Post([this] {
     if (call_ != nullptr) call_->Cancel();
   });
-  // The call's last reaction posts to the loop, so wait for it before stopping the loop.
-  AgentCall* call = nullptr;
+  // A call's last reaction posts to the loop, so wait for them before stopping the loop.
+  std::vector<AgentCall*> calls;
   absl::Notification fetched;
-  loop_->Post([this, &call, &fetched] {
-    call = call_.get();
+  loop_->Post([this, &calls, &fetched] {
+    if (call_ != nullptr) calls.push_back(call_.get());
+    for (const auto& retired : retired_calls_) calls.push_back(retired.get());
     fetched.Notify();
   });
   fetched.WaitForNotification();
-  if (call != nullptr) call->done().WaitForNotification();
+  for (AgentCall* call : calls) call->done().WaitForNotification();
   loop_->Stop();
 }
 
@@ -93,11 +94,14 @@ void RendezvousClient::Join(const NodeInfo& node, RendezvousEvents* events) {
     if (events_ != nullptr) return;
     node_ = node;
     events_ = events;
-    StartCall();
+    StartCall(options_.read_timeout, "read_timeout");
   });
 }
 
-void RendezvousClient::StartCall() {
+void RendezvousClient::StartCall(std::chrono::milliseconds connect_budget,
+                                 const char* budget_name) {
+  connect_budget_ = connect_budget;
+  connect_budget_name_ = budget_name;
   if (channel_ == nullptr) {
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = MakeRendezvousChannel(options_);
     if (!channel.ok()) {
@@ -106,23 +110,28 @@ void RendezvousClient::StartCall() {
     }
     channel_ = *std::move(channel);
   }
+  // Reactions of a call replaced by a rejoin are dropped: only the current one speaks.
+  const uint64_t gen = ++call_generation_;
   call_ = std::make_unique<AgentCall>(
-      [this](proto::ServerMessage m) {
-        loop_->Post([this, m = std::move(m)] { HandleServerMessage(m); });
-      },
-      [this](grpc::Status s) {
-        loop_->Post([this, code = static_cast<int>(s.error_code()), msg = s.error_message()] {
-          HandleDone(code, msg);
+      [this, gen](proto::ServerMessage m) {
+        loop_->Post([this, gen, m = std::move(m)] {
+          if (gen == call_generation_) HandleServerMessage(m);
         });
+      },
+      [this, gen](grpc::Status s) {
+        loop_->Post(
+            [this, gen, code = static_cast<int>(s.error_code()), msg = s.error_message()] {
+              if (gen == call_generation_) HandleDone(code, msg);
+            });
       });
   AddAuth(call_->context(), options_.token);
   // Waits for the server to come up instead of failing at once; read_timeout bounds it.
   call_->context()->set_wait_for_ready(true);
   proto::AgentMessage join;
   *join.mutable_join() = ToProto(node_, options_.timeouts);
-  read_timer_ = loop_->PostAt(std::chrono::steady_clock::now() + options_.read_timeout, [this] {
+  read_timer_ = loop_->PostAt(std::chrono::steady_clock::now() + connect_budget, [this, gen] {
     read_timer_ = 0;
-    if (joined_ || closed_) return;
+    if (gen != call_generation_ || joined_ || closed_) return;
     timed_out_ = true;
     call_->Cancel();
   });
@@ -177,8 +186,9 @@ void RendezvousClient::HandleDone(int grpc_code, const std::string& message) {
   const auto code = static_cast<grpc::StatusCode>(grpc_code);
   if (timed_out_) {
     Closed(absl::UnavailableError(
-        absl::StrCat("cannot reach the rendezvous server at ", where, " within read_timeout (",
-                     Seconds(options_.read_timeout), ")", message.empty() ? "" : ": ", message)));
+        absl::StrCat("cannot reach the rendezvous server at ", where, " within ",
+                     connect_budget_name_, " (", Seconds(connect_budget_), ")",
+                     message.empty() ? "" : ": ", message)));
   } else if (code == grpc::StatusCode::UNAUTHENTICATED) {
     Closed(absl::UnauthenticatedError(
         absl::StrCat("the rendezvous server at ", where, " refused this agent: ", message)));
@@ -204,16 +214,36 @@ void RendezvousClient::ScheduleHeartbeat() {
     const Duration lease = heartbeat_interval_ * attempts;
     const Duration silent = std::chrono::steady_clock::now() - last_heard_;
     if (silent > lease && unanswered_ >= attempts) {
-      Closed(absl::UnavailableError(absl::StrCat(
-          "fenced: no word from the rendezvous server at ", options_.endpoint, " for ",
-          ToMillis(silent), " ms (the lease is ", ToMillis(lease),
-          " ms): this node is cut off and its peers have given it up")));
-      call_->Cancel();
+      Fence(absl::StrCat("fenced: no word from the rendezvous server at ", options_.endpoint,
+                         " for ", ToMillis(silent), " ms (the lease is ", ToMillis(lease),
+                         " ms): this node is cut off and its peers have given it up"));
       return;
     }
     SendHeartbeat();
     ScheduleHeartbeat();
   });
+}
+
+void RendezvousClient::Fence(const std::string& why) {
+  call_->Cancel();
+  if (node_.min_nodes == node_.max_nodes) {  // a fixed world cannot go on without this node
+    Closed(absl::UnavailableError(why));
+    return;
+  }
+  // Elastic: the others went on without this node. Stop the workers and come back as a new
+  // node (a scale-up for the others, no budget spent) once the network lets us, until
+  // join_timeout. The old call is cancelled; its reactions are dropped.
+  Deliver([why](RendezvousEvents* e) {
+    e->OnRestart(absl::StrCat(why, "; rejoining as a new node"), std::nullopt);
+  });
+  retired_calls_.push_back(std::move(call_));
+  joined_ = false;
+  timed_out_ = false;
+  unanswered_ = 0;
+  if (base_node_id_.empty()) base_node_id_ = node_.node_id;
+  node_.node_id = absl::StrCat(base_node_id_, "-rejoin", ++rejoins_);
+  StartCall(std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeouts.join_timeout),
+            "join_timeout");
 }
 
 void RendezvousClient::SendHeartbeat() {

@@ -7,8 +7,9 @@
 // acknowledges the join or read_timeout passes; then OnClosed(kUnavailable) names the address.
 // A refused token gives OnClosed(kUnauthenticated); a broken stream OnClosed(kUnavailable).
 // Fencing: the server acknowledges every heartbeat; no word from it for the lease
-// (keep_alive_interval x keep_alive_max_attempt) closes with kUnavailable ("fenced"), so the
-// agent stops its workers within about a lease of a silent partition.
+// (keep_alive_interval x keep_alive_max_attempt) means this node is cut off and already given
+// up: a fixed-size job closes with kUnavailable ("fenced"); an elastic one (min < max) gets
+// OnRestart (stop the workers) and joins again as a new node, retrying until join_timeout.
 //
 // Threading: the client owns one internal LoopThread for its connection state; gRPC reactor
 // callbacks only post to it. RendezvousEvents are delivered on the agent's Executor. Join,
@@ -22,6 +23,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/executor.h"
@@ -85,7 +87,11 @@ class RendezvousClient final : public Rendezvous {
 
  private:
   // Internal loop only.
-  void StartCall();
+  // A new stream with a Join; `connect_budget` bounds reaching the server (`budget_name` for
+  // the message).
+  void StartCall(std::chrono::milliseconds connect_budget, const char* budget_name);
+  // No word from the server for the lease: stop (fixed world) or rejoin as a new node.
+  void Fence(const std::string& why);
   void HandleServerMessage(const proto::ServerMessage& message);
   void HandleDone(int grpc_code, const std::string& message);
   void ScheduleHeartbeat();
@@ -110,6 +116,12 @@ class RendezvousClient final : public Rendezvous {
   std::vector<RankProgress> progress_;  // the latest ReportProgress, sent with heartbeats
   TimePoint last_heard_{};              // the server's last message (fencing)
   int unanswered_ = 0;                  // heartbeats sent since then
+  uint64_t call_generation_ = 0;        // of call_; older calls' reactions are dropped
+  std::vector<std::unique_ptr<AgentCall>> retired_calls_;  // cancelled by a rejoin
+  std::string base_node_id_;            // the node id of the first join
+  int rejoins_ = 0;
+  std::chrono::milliseconds connect_budget_{0};
+  const char* connect_budget_name_ = "read_timeout";
   bool timed_out_ = false;  // read_timeout cut the call
   uint64_t read_timer_ = 0;
   uint64_t heartbeat_timer_ = 0;

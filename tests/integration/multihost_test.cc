@@ -153,8 +153,9 @@ TEST_F(MultiHostTest, ALinkCutShorterThanTheLeaseRestartsNothing) {
 // A cut longer than the lease: the server gives the host up and the survivors restart within
 // lease + 1.5 s (an elastic job: they go on without it once last_call_timeout has passed); the
 // cut-off host hears nothing from the server for its lease and stops its workers (fencing)
-// within lease + 1.5 s too, whatever gRPC's keepalive would say much later.
-TEST_F(MultiHostTest, ALinkCutLongerThanTheLeaseRestartsTheSurvivorsWithinLeasePlusSlack) {
+// within lease + 1.5 s too, whatever gRPC's keepalive would say much later. When the link
+// returns it joins again as a new node, the world grows back, and every agent exits 0.
+TEST_F(MultiHostTest, ALinkCutLongerThanTheLeaseFencesRestartsTheSurvivorsAndTheHostRejoins) {
   StartHosts(4);
   const std::string done = dir_.File("done");
   const std::string worker =
@@ -184,28 +185,57 @@ TEST_F(MultiHostTest, ALinkCutLongerThanTheLeaseRestartsTheSurvivorsWithinLeaseP
       << agents[2]->err();
   const double fenced =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count();
-  std::cout << "cut -> cut-off host's worker stopped: " << fenced << " s (lease 1.5 s)"
-            << std::endl;
-  EXPECT_LT(fenced, 1.5 + 1.5);
   ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=1 world=2") == 2; }, 30s))
       << Log() << agents[0]->err() << agents[1]->err() << agents[2]->err();
-  const double took =
+  const double survivors =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count();
-  std::cout << "cut -> survivors restarted: " << took << " s (lease 1.5 s)" << std::endl;
-  EXPECT_LT(took, 1.5 + 1.5);
-  EXPECT_THAT(Log(), Not(HasSubstr("host=n4 master=10.213.0.2 rank=0 restart=1")));
-  // Without rejoin (not built yet) a fenced agent exits 3, the rendezvous failure code.
-  auto fenced_exit = agents[2]->Wait(30s);
-  ASSERT_TRUE(fenced_exit.has_value());
-  EXPECT_EQ(fenced_exit->exit_code, 3) << agents[2]->err();
-  EXPECT_THAT(agents[2]->err(), HasSubstr("fenced: no word from the rendezvous server"));
-  testing::WriteFile(done, "");
-  for (int i = 0; i < 2; ++i) {
-    auto st = agents[i]->Wait(30s);
-    ASSERT_TRUE(st.has_value());
-    EXPECT_EQ(st->exit_code, 0) << agents[i]->err();
-  }
+  std::cout << "cut -> cut-off host's worker stopped: " << fenced
+            << " s; survivors restarted: " << survivors << " s (lease 1.5 s)" << std::endl;
+  EXPECT_LT(fenced, 1.5 + 1.5);
+  EXPECT_LT(survivors, 1.5 + 1.5);
+  // Keep the cut a while longer than the lease, then heal it.
+  std::this_thread::sleep_for(1s);
+  const auto healed = std::chrono::steady_clock::now();
   hosts_->Heal(4);
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "world=3") == 6; }, 30s))
+      << Log() << agents[2]->err();
+  const double rejoined =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - healed).count();
+  std::cout << "heal -> world of 3 running again: " << rejoined << " s" << std::endl;
+  EXPECT_LT(rejoined, 6.0);
+  // The rejoin was a scale-up: the budget was spent once, by the loss.
+  EXPECT_EQ(CountMatches(Log(), "restart=1 world=3"), 3) << Log();
+  testing::WriteFile(done, "");
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s)) << Log();
+  EXPECT_THAT(agents[2]->err(), HasSubstr("fenced: no word from the rendezvous server"));
+  EXPECT_THAT(agents[2]->err(), HasSubstr("rejoining as a new node"));
+}
+
+// A fixed-size job cannot go on without the cut-off host: it fences and exits 3 (its peers
+// spend the budget or give up as for any lost node).
+TEST_F(MultiHostTest, AFencedHostOfAFixedSizeJobExitsThree) {
+  StartHosts(3);
+  const std::string worker = Worker("sleep 60 & wait $!");
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int host : {2, 3}) {
+    agents.push_back(Agent(host,
+                           {"--nnodes=2", "--nproc-per-node=1", "--rdzv-id=fixed",
+                            "--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=3"},
+                           {worker}));
+  }
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=0") == 2; }, 60s)) << Log();
+  const auto cut = std::chrono::steady_clock::now();
+  hosts_->Cut(3);
+  auto st = agents[1]->Wait(30s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 3) << agents[1]->err();
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count(),
+            1.5 + 1.5 + 1.0);
+  EXPECT_THAT(agents[1]->err(), HasSubstr("fenced: no word from the rendezvous server"));
+  hosts_->Heal(3);
+  auto other = agents[0]->Wait(30s);
+  ASSERT_TRUE(other.has_value());
+  EXPECT_NE(other->exit_code, 0);  // its peer is gone for good and the budget is 0
 }
 
 }  // namespace

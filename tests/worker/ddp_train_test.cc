@@ -562,7 +562,7 @@ TEST_F(DdpTrainTest, HungCollectiveAcrossTwoAgentsIsDetectedRestartedAndBitIdent
   ASSERT_FALSE(daemon.endpoint().empty()) << daemon.error();
   // Above the job's longest silent phase on a loaded 2-core CI machine (start-up: LibTorch,
   // data, gloo), as a user would choose it above theirs.
-  constexpr int kTimeoutS = 5;
+  constexpr int kTimeoutS = 10;
   // 2560 images / 4 ranks / 64 per batch: 10 steps in one epoch.
   auto start = [&](const std::string& name, const std::string& fault) {
     std::filesystem::create_directories(dir_.File(name));
