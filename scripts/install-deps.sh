@@ -22,6 +22,7 @@ PACKAGES=(
   slurm-wlm munge            # tests/slurm: a private slurmctld + 2 slurmd on this host
   procps time
   elfutils                   # eu-stack: native stacks of hung workers (ddprun hang reports)
+  iproute2                   # tests/integration/multihost_test: hosts from network namespaces
 )
 
 missing=()
