@@ -10,6 +10,7 @@
 #include <regex>
 #include <thread>
 
+#include "tests/testing/etcd_cluster.h"
 #include "tests/testing/net_hosts.h"
 #include "tests/testing/rdzv_daemon.h"
 #include "tests/testing/subprocess.h"
@@ -242,6 +243,84 @@ TEST_F(MultiHostTest, AFencedHostOfAFixedSizeJobExitsThree) {
   auto other = agents[0]->Wait(30s);
   ASSERT_TRUE(other.has_value());
   EXPECT_NE(other->exit_code, 0);  // its peer is gone for good and the budget is 0
+}
+
+// The etcd backend with one agent cut off: a one-member etcd on host 1 (fixed ports: the
+// namespace is the test's own), three agents. The survivors restart without it; the cut-off
+// agent cannot renew its etcd lease and stops its workers.
+TEST_F(MultiHostTest, EtcdWithOneAgentCutOffRestartsTheSurvivorsAndStopsTheCutOffHost) {
+  if (const std::string why = testing::EtcdCluster::Unavailable(); !why.empty()) {
+    GTEST_SKIP() << why;
+  }
+  hosts_ = std::make_unique<NetHosts>(4);
+  ASSERT_EQ(hosts_->error(), "");
+  const std::string etcd_host = hosts_->Address(1);
+  Subprocess etcd(hosts_->On(
+      1, {"/usr/bin/etcd", "--name", "m0", "--data-dir", dir_.File("etcd"),
+          "--listen-client-urls", "http://" + etcd_host + ":2379", "--advertise-client-urls",
+          "http://" + etcd_host + ":2379", "--listen-peer-urls", "http://" + etcd_host + ":2380",
+          "--initial-advertise-peer-urls", "http://" + etcd_host + ":2380", "--initial-cluster",
+          "m0=http://" + etcd_host + ":2380"}));
+  // As the other etcd tests do: agents start once the cluster answers.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        Subprocess health(hosts_->On(2, {"/usr/bin/etcdctl", "--endpoints=" + etcd_host + ":2379",
+                                         "--dial-timeout=1s", "endpoint", "health"}),
+                          {{"ETCDCTL_API", "3"}});
+        auto st = health.Wait(5s);
+        return st.has_value() && st->exit_code == 0;
+      },
+      20s))
+      << etcd.err();
+  const std::string done = dir_.File("done");
+  const std::string worker =
+      Worker("p=" + dir_.File("pid-") + "$(hostname)-$TORCHELASTIC_RESTART_COUNT\n"
+             "echo $$ > $p.tmp && mv $p.tmp $p\n"
+             "while [ ! -e " + done + " ]; do sleep 0.05; done; exit 0");
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int host : {2, 3, 4}) {
+    std::vector<std::string> argv = {
+        BinPath("ddprun"), "--rdzv-backend=etcd", "--rdzv-endpoint=" + etcd_host + ":2379",
+        "--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=0.2",
+        "--nnodes=2:3", "--nproc-per-node=1", "--max-restarts=1", "--rdzv-id=etcdcut",
+        "--no-python", worker};
+    agents.push_back(std::make_unique<Subprocess>(hosts_->On(host, argv)));
+  }
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return CountMatches(Log(), "restart=0 world=3") == 3 &&
+               !ReadFile(dir_.File("pid-n4-0")).empty();
+      },
+      20s))
+      << Log() << "agent on n2:\n" << agents[0]->err() << "agent on n4:\n" << agents[2]->err();
+  const pid_t cut_off_worker = std::atoi(ReadFile(dir_.File("pid-n4-0")).c_str());
+  const auto cut = std::chrono::steady_clock::now();
+  hosts_->Cut(4);
+  std::optional<double> stopped, survivors;
+  auto since_cut = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count();
+  };
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        if (!stopped && !testing::ProcessAlive(cut_off_worker)) stopped = since_cut();
+        if (!survivors && CountMatches(Log(), "restart=1 world=2") == 2) survivors = since_cut();
+        return stopped && survivors;
+      },
+      30s))
+      << Log() << agents[0]->err() << agents[2]->err();
+  std::cout << "etcd: cut -> cut-off host's worker stopped: " << *stopped
+            << " s; survivors restarted: " << *survivors << " s (lease 1.5 s, etcd's TTL 2 s)"
+            << std::endl;
+  // etcd rounds the 1.5 s lease up to its 2 s minimum TTL: the bound is that TTL + 1.5 s.
+  EXPECT_LT(*stopped, 2.0 + 1.5);
+  EXPECT_LT(*survivors, 2.0 + 1.5);
+  testing::WriteFile(done, "");
+  for (int i = 0; i < 2; ++i) {
+    auto st = agents[i]->Wait(30s);
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->exit_code, 0) << agents[i]->err();
+  }
+  hosts_->Heal(4);
 }
 
 }  // namespace
