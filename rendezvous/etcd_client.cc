@@ -134,6 +134,10 @@ absl::Status EtcdClient::Call(
     context.set_deadline(
         GrpcDeadline(std::min<TimePoint>(deadline, Now() + options_.attempt_timeout)));
     AddMetadata(&context).IgnoreError();
+    // Wait (within the attempt's deadline) for the channel to connect instead of failing at
+    // once: fail-fast attempts against a member that was not up yet kept cancelling the
+    // channel's own connection attempts, and the agent never joined after etcd came up.
+    context.set_wait_for_ready(true);
     last = fn(&context, channel);
     if (last.ok()) return absl::OkStatus();
     if (!options_.user.empty() && TokenExpired(last) && !authenticated_once) {
