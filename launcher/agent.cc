@@ -228,9 +228,8 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
     configure(kStdErr, 2, &launch.stderr_config, &launch.stderr_log, "stderr.log");
     launches.push_back(std::move(launch));
   }
-  group_ = std::make_unique<WorkerGroup>(
-      &loop_, this, options_.stop_timeout, &guard_,
-      hangs_.enabled() ? FindStackTool(env_) : std::nullopt);
+  group_ = std::make_unique<WorkerGroup>(&loop_, this, options_.stop_timeout, &guard_,
+                                         hangs_.enabled() ? FindStackTool(env_) : std::nullopt);
   LogInfo(absl::StrCat("round ", a.round, ": starting ", nproc, " worker(s), ranks ", a.rank_offset,
                        "-", a.rank_offset + nproc - 1, " of ", a.world_size, " (node ",
                        a.group_rank, " of ", a.group_world_size, "), master ", a.master_addr, ":",
@@ -251,19 +250,18 @@ void Agent::Execute(const std::vector<AgentAction>& actions) {
         hangs_.OnGroupStopping();
         if (group_ && action.collect_stacks) {
           StackPlan plan;
-          plan.reason = action.failure.hang.empty()
-                            ? action.message
-                            : absl::StrCat("rank ", action.failure.rank, " hung: ",
-                                           action.failure.hang);
+          plan.reason = action.failure.hang.empty() ? action.message
+                                                    : absl::StrCat("rank ", action.failure.rank,
+                                                                   " hung: ", action.failure.hang);
           if (action.hang_signal > 0) {
             plan.signal_rank = action.failure.local_rank;
             plan.signal = action.hang_signal;
           }
           stacks_taken_ = true;
-          LogWarning(absl::StrCat("taking the stacks of this node's workers (",
-                                  group_->stack_tool() ? group_->stack_tool()->name
-                                                       : "no eu-stack or gdb installed",
-                                  "), then stopping them: ", plan.reason));
+          LogWarning(absl::StrCat(
+              "taking the stacks of this node's workers (",
+              group_->stack_tool() ? group_->stack_tool()->name : "no eu-stack or gdb installed",
+              "), then stopping them: ", plan.reason));
           group_->StopWithStacks(plan);
         } else if (group_) {
           group_->Stop();
@@ -294,8 +292,8 @@ void Agent::Execute(const std::vector<AgentAction>& actions) {
           failure.message = tail.back();
         }
         if (!failure.hang) {
-          LogWarning(absl::StrCat("worker rank ", e.rank, " (local rank ", e.local_rank,
-                                  ", pid ", e.pid, ") failed with ", DescribeExit(e),
+          LogWarning(absl::StrCat("worker rank ", e.rank, " (local rank ", e.local_rank, ", pid ",
+                                  e.pid, ") failed with ", DescribeExit(e),
                                   failure.message.empty() ? "" : ": ", failure.message));
         }
         rendezvous_->ReportGroupState(action.round, rendezvous::GroupState::kFailed, failure);

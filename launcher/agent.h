@@ -82,8 +82,8 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   bool awaiting_close_ = false;  // succeeded; waiting for the server to close our stream
   int exit_code_ = kExitSuccess;
   HangMonitor hangs_;
-  std::string ipc_dir_;      // private directory of the FIFOs; removed at exit
-  std::string straggler_;    // named by the rendezvous for the last hang
+  std::string ipc_dir_;        // private directory of the FIFOs; removed at exit
+  std::string straggler_;      // named by the rendezvous for the last hang
   bool stacks_taken_ = false;  // some attempt's stacks were written: keep a temporary log root
 };
 

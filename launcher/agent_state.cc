@@ -160,8 +160,7 @@ std::vector<AgentAction> AgentStateMachine::OnStopSignal(int signal) {
 }
 
 std::vector<AgentAction> AgentStateMachine::BeginStop(std::optional<int> exit_code,
-                                                      const std::string& why,
-                                                      bool collect_stacks) {
+                                                      const std::string& why, bool collect_stacks) {
   phase_ = Phase::kStopping;
   stopping_for_hang_ = collect_stacks;
   if (exit_code.has_value()) {

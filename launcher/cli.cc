@@ -312,8 +312,8 @@ absl::Status ApplyHangEnvironment(const Environment& env, LaunchOptions* o) {
   if (o->file_timer && !o->timer_file.empty()) {
     struct stat st;
     if (lstat(o->timer_file.c_str(), &st) == 0 && !S_ISFIFO(st.st_mode)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "TORCHELASTIC_TIMER_FILE=", o->timer_file, ": exists and is not a FIFO"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("TORCHELASTIC_TIMER_FILE=", o->timer_file, ": exists and is not a FIFO"));
     }
   }
   if (const std::string d = get("TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT"); !d.empty()) {

@@ -98,8 +98,8 @@ std::string FormatFailureReport(const FailureReport& r) {
     }
   }
   if (!r.straggler.empty()) {
-    absl::StrAppend(&out, "straggler (lowest step, then oldest progress, all nodes): ",
-                    r.straggler, "\n");
+    absl::StrAppend(&out, "straggler (lowest step, then oldest progress, all nodes): ", r.straggler,
+                    "\n");
   }
   if (!r.other_failures.empty()) {
     absl::StrAppend(&out, "other failures in that attempt:\n");

@@ -30,8 +30,8 @@ absl::StatusOr<std::unique_ptr<FifoChannel>> FifoChannel::Open(EventLoop* loop,
   } else if (errno != ENOENT) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", strerror(errno)));
   } else if (mkfifo(path.c_str(), 0600) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot create FIFO: ",
-                                                   strerror(errno)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot create FIFO: ", strerror(errno)));
   } else {
     created = true;
   }

@@ -30,8 +30,7 @@ class FifoChannel {
   // Creates a FIFO at `path` (mode 0600), or uses the FIFO already there; anything else at
   // `path` is an InvalidArgument error naming it. `describe` names the pipe in messages
   // ("TORCHELASTIC_TIMER_FILE=/tmp/x").
-  static absl::StatusOr<std::unique_ptr<FifoChannel>> Open(EventLoop* loop,
-                                                           const std::string& path,
+  static absl::StatusOr<std::unique_ptr<FifoChannel>> Open(EventLoop* loop, const std::string& path,
                                                            LineHandler on_line);
   ~FifoChannel();  // stops reading; removes the FIFO if Open created it
   FifoChannel(const FifoChannel&) = delete;

@@ -89,8 +89,7 @@ class GrpcRendezvousImpl final : public GrpcRendezvous {
                         const std::optional<rendezvous::WorkerFailure>& failure) override {
     client_->ReportGroupState(round, state, failure);
   }
-  void ReportProgress(const std::vector<rendezvous::RankProgress>& progress,
-                      bool urgent) override {
+  void ReportProgress(const std::vector<rendezvous::RankProgress>& progress, bool urgent) override {
     client_->ReportProgress(progress, urgent);
   }
   void Leave(const std::string& reason) override { client_->Leave(reason); }
@@ -140,8 +139,7 @@ class EtcdRendezvousImpl final : public GrpcRendezvous {
                         const std::optional<rendezvous::WorkerFailure>& failure) override {
     impl_->ReportGroupState(round, state, failure);
   }
-  void ReportProgress(const std::vector<rendezvous::RankProgress>& progress,
-                      bool urgent) override {
+  void ReportProgress(const std::vector<rendezvous::RankProgress>& progress, bool urgent) override {
     impl_->ReportProgress(progress, urgent);
   }
   void Leave(const std::string& reason) override { impl_->Leave(reason); }

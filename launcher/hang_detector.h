@@ -51,7 +51,7 @@ struct LocalProgress {
 class HangDetector {
  public:
   struct Config {
-    Duration no_progress_timeout{0};     // 0: off
+    Duration no_progress_timeout{0};      // 0: off
     Duration uninterruptible_timeout{0};  // 0: off
   };
 

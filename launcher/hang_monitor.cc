@@ -29,8 +29,7 @@ HangMonitor::HangMonitor(EventLoop* loop, const LaunchOptions& options, HangHand
       options_(options),
       on_hang_(std::move(on_hang)),
       on_progress_(std::move(on_progress)),
-      detector_({options.hang_timeout, options.uninterruptible_timeout},
-                options.nproc_per_node) {}
+      detector_({options.hang_timeout, options.uninterruptible_timeout}, options.nproc_per_node) {}
 
 HangMonitor::~HangMonitor() { OnGroupStopping(); }
 
@@ -39,8 +38,8 @@ absl::Status HangMonitor::Start(const std::string& private_dir) {
   if (options_.file_timer) {
     const std::string path =
         options_.timer_file.empty() ? absl::StrCat(private_dir, "/timer") : options_.timer_file;
-    auto pipe = FifoChannel::Open(
-        loop_, path, [this](absl::string_view l, bool big) { OnTimerLine(l, big); });
+    auto pipe = FifoChannel::Open(loop_, path,
+                                  [this](absl::string_view l, bool big) { OnTimerLine(l, big); });
     if (!pipe.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("TORCHELASTIC_TIMER_FILE=", pipe.status().message()));
@@ -111,16 +110,16 @@ void HangMonitor::OnTimerLine(absl::string_view line, bool oversized) {
   if (group_ == nullptr) return;
   const char* kChannel = "TORCHELASTIC_TIMER_FILE";
   if (oversized) {
-    WarnOnce("timer/oversized", absl::StrCat("ignoring lines over ", FifoChannel::kMaxLine,
-                                             " bytes on ", kChannel, " (", timer_pipe_->path(),
-                                             "); further ones silently"));
+    WarnOnce("timer/oversized",
+             absl::StrCat("ignoring lines over ", FifoChannel::kMaxLine, " bytes on ", kChannel,
+                          " (", timer_pipe_->path(), "); further ones silently"));
     return;
   }
   auto request = ParseTimerRequest(line);
   if (!request.ok()) {
-    WarnOnce("timer/garbage",
-             absl::StrCat("ignoring malformed lines on ", kChannel, " (", request.status().message(),
-                          ": '", line.substr(0, 80), "'); further ones silently"));
+    WarnOnce("timer/garbage", absl::StrCat("ignoring malformed lines on ", kChannel, " (",
+                                           request.status().message(), ": '", line.substr(0, 80),
+                                           "'); further ones silently"));
     return;
   }
   const int lr = RankOf(request->pid, kChannel);
@@ -175,7 +174,8 @@ void HangMonitor::Judge() {
   if (timer_pipe_) timer_pipe_->Drain();
   if (progress_pipe_) progress_pipe_->Drain();
   if (options_.uninterruptible_timeout.count() > 0) {
-    for (const auto& [lr, state] : group_->ProcessStates()) detector_.OnProcessState(lr, state, now);
+    for (const auto& [lr, state] : group_->ProcessStates())
+      detector_.OnProcessState(lr, state, now);
   }
   for (int pid : timers_.Pids()) {
     if (kill(pid, 0) != 0 && errno == ESRCH) timers_.DropPid(pid);  // gone: never released

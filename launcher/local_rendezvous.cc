@@ -36,8 +36,7 @@ void LocalRendezvous::ReportGroupState(int64_t round, rendezvous::GroupState sta
     const std::string why = absl::StrCat(
         "restart budget spent (", restarts_, " of --max-restarts=", options_.max_restarts,
         " used); root cause: worker ", failure.has_value() && failure->hang ? "hang" : "failure",
-        " on ",
-        failure.has_value() ? failure->hostname : std::string("this node"));
+        " on ", failure.has_value() ? failure->hostname : std::string("this node"));
     std::optional<rendezvous::HangNotice> hang;
     if (failure.has_value() && failure->hang) hang = rendezvous::HangNotice{};
     executor_->Post([this, why, hang] {

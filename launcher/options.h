@@ -70,9 +70,10 @@ struct LaunchOptions {
 
   // Hangs (README, "Hangs"). A hung worker is a failure of the job: stacks, then a restart.
   std::chrono::milliseconds hang_timeout{0};  // --hang-timeout: no sign of life that long
-  bool file_timer = false;         // TORCHELASTIC_ENABLE_FILE_TIMER=1: serve torch's FileTimer
-  std::string timer_file;          // TORCHELASTIC_TIMER_FILE; empty: a private path
-  std::chrono::milliseconds uninterruptible_timeout{0};  // TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT
+  bool file_timer = false;  // TORCHELASTIC_ENABLE_FILE_TIMER=1: serve torch's FileTimer
+  std::string timer_file;   // TORCHELASTIC_TIMER_FILE; empty: a private path
+  std::chrono::milliseconds uninterruptible_timeout{
+      0};  // TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT
   bool hang_detection() const {
     return hang_timeout.count() > 0 || file_timer || uninterruptible_timeout.count() > 0;
   }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"

@@ -244,8 +244,7 @@ void WorkerGroup::GiveUpOnUnreaped() {
     LogWarning(absl::StrCat(
         "worker rank ", w->rank, " (pid ", w->pid, ") could not be reaped: still there ",
         kUnreapedGrace.count(), " s after SIGKILL (state ", std::string(1, state),
-        state == 'D' ? ": uninterruptible sleep in the kernel" : "",
-        "); going on without it"));
+        state == 'D' ? ": uninterruptible sleep in the kernel" : "", "); going on without it"));
     w->running = false;
     CloseStreams(w.get());
     WorkerExit exit;

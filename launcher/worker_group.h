@@ -10,8 +10,8 @@
 #include <chrono>
 #include <memory>
 #include <optional>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/event_loop.h"

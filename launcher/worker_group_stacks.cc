@@ -44,11 +44,11 @@ void WorkerGroup::StopWithStacks(const StackPlan& plan) {
     w->stacks_written = true;
     WriteText(fd, absl::StrCat("ddprun: stacks of rank ", w->rank, " (local rank ", w->local_rank,
                                ", pid ", w->pid, "): ", plan.reason, "\n\n"));
-    WriteText(fd, stacks_.tool().has_value()
-                      ? absl::StrCat("== native stacks, all threads (", stacks_.tool()->name,
-                                     ") ==\n")
-                      : "== native stacks: not taken, neither eu-stack (elfutils) nor gdb is "
-                        "installed ==\n");
+    WriteText(fd,
+              stacks_.tool().has_value()
+                  ? absl::StrCat("== native stacks, all threads (", stacks_.tool()->name, ") ==\n")
+                  : "== native stacks: not taken, neither eu-stack (elfutils) nor gdb is "
+                    "installed ==\n");
     fds.push_back(fd);
     if (ProcessState(w->pid) == 'D') {
       // ptrace cannot stop a task in uninterruptible sleep: a tool would only wait out its

@@ -29,14 +29,13 @@ class EtcdKeys {
   std::string node(absl::string_view id) const { return absl::StrCat(run_, "nodes/", id); }
   std::string status(absl::string_view id) const { return absl::StrCat(run_, "status/", id); }
   std::string inbox(absl::string_view id) const { return absl::StrCat(run_, "inbox/", id); }
-  std::string progress(absl::string_view id) const {
-    return absl::StrCat(run_, "progress/", id);
-  }
+  std::string progress(absl::string_view id) const { return absl::StrCat(run_, "progress/", id); }
   std::string coordinator() const { return run_ + "coordinator"; }
   std::string state() const { return run_ + "state"; }
   std::string closed() const { return run_ + "closed"; }
 
-  // The node id of a nodes/, status/, inbox/ or progress/ key; false when `key` is not one of `kind`.
+  // The node id of a nodes/, status/, inbox/ or progress/ key; false when `key` is not one of
+  // `kind`.
   bool Parse(absl::string_view key, absl::string_view kind, std::string* id) const {
     const std::string head = absl::StrCat(run_, kind, "/");
     if (!absl::StartsWith(key, head)) return false;

@@ -60,7 +60,8 @@ proto::Heartbeat ToProto(const std::vector<RankProgress>& progress) {
 
 std::vector<RankProgress> FromProto(const proto::Heartbeat& h) {
   std::vector<RankProgress> out;
-  for (const proto::RankProgress& p : h.progress()) out.push_back({p.rank(), p.step(), p.idle_ms()});
+  for (const proto::RankProgress& p : h.progress())
+    out.push_back({p.rank(), p.step(), p.idle_ms()});
   return out;
 }
 

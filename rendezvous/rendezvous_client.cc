@@ -119,10 +119,9 @@ void RendezvousClient::StartCall(std::chrono::milliseconds connect_budget,
         });
       },
       [this, gen](grpc::Status s) {
-        loop_->Post(
-            [this, gen, code = static_cast<int>(s.error_code()), msg = s.error_message()] {
-              if (gen == call_generation_) HandleDone(code, msg);
-            });
+        loop_->Post([this, gen, code = static_cast<int>(s.error_code()), msg = s.error_message()] {
+          if (gen == call_generation_) HandleDone(code, msg);
+        });
       });
   AddAuth(call_->context(), options_.token);
   // Waits for the server to come up instead of failing at once; read_timeout bounds it.
@@ -185,10 +184,9 @@ void RendezvousClient::HandleDone(int grpc_code, const std::string& message) {
   const std::string where = options_.endpoint;
   const auto code = static_cast<grpc::StatusCode>(grpc_code);
   if (timed_out_) {
-    Closed(absl::UnavailableError(
-        absl::StrCat("cannot reach the rendezvous server at ", where, " within ",
-                     connect_budget_name_, " (", Seconds(connect_budget_), ")",
-                     message.empty() ? "" : ": ", message)));
+    Closed(absl::UnavailableError(absl::StrCat(
+        "cannot reach the rendezvous server at ", where, " within ", connect_budget_name_, " (",
+        Seconds(connect_budget_), ")", message.empty() ? "" : ": ", message)));
   } else if (code == grpc::StatusCode::UNAUTHENTICATED) {
     Closed(absl::UnauthenticatedError(
         absl::StrCat("the rendezvous server at ", where, " refused this agent: ", message)));

@@ -111,14 +111,14 @@ class RendezvousClient final : public Rendezvous {
   std::unique_ptr<AgentCall> call_;
   NodeInfo node_;
   RendezvousEvents* events_ = nullptr;
-  bool joined_ = false;     // the server acknowledged the join
-  bool closed_ = false;     // OnClosed was delivered (or the agent left)
+  bool joined_ = false;                 // the server acknowledged the join
+  bool closed_ = false;                 // OnClosed was delivered (or the agent left)
   std::vector<RankProgress> progress_;  // the latest ReportProgress, sent with heartbeats
   TimePoint last_heard_{};              // the server's last message (fencing)
   int unanswered_ = 0;                  // heartbeats sent since then
   uint64_t call_generation_ = 0;        // of call_; older calls' reactions are dropped
   std::vector<std::unique_ptr<AgentCall>> retired_calls_;  // cancelled by a rejoin
-  std::string base_node_id_;            // the node id of the first join
+  std::string base_node_id_;                               // the node id of the first join
   int rejoins_ = 0;
   std::chrono::milliseconds connect_budget_{0};
   const char* connect_budget_name_ = "read_timeout";

@@ -24,12 +24,12 @@ std::string SignalName(int sig) {
 }
 
 std::string DescribeFailure(const WorkerFailure& f) {
-  std::string how = f.hang             ? "hung"
-                    : f.signal != 0    ? absl::StrCat("was killed by ", SignalName(f.signal))
-                                       : absl::StrCat("exited with code ", f.exit_code);
-  std::string out = absl::StrCat("worker ", f.hang ? "hang" : "failure", " on ", f.hostname,
-                                 ": rank ", f.rank, " (local_rank ", f.local_rank, ", pid ",
-                                 f.pid, ") ", how);
+  std::string how = f.hang          ? "hung"
+                    : f.signal != 0 ? absl::StrCat("was killed by ", SignalName(f.signal))
+                                    : absl::StrCat("exited with code ", f.exit_code);
+  std::string out =
+      absl::StrCat("worker ", f.hang ? "hang" : "failure", " on ", f.hostname, ": rank ", f.rank,
+                   " (local_rank ", f.local_rank, ", pid ", f.pid, ") ", how);
   if (!f.message.empty()) absl::StrAppend(&out, ": ", f.message);
   return out;
 }
@@ -297,9 +297,9 @@ std::string RunState::Straggler(TimePoint now) const {
     if (!node.in_round) continue;
     for (const RankProgress& p : node.progress) {
       const int64_t idle = p.idle_ms + ToMillis(now - node.progress_at);
-      const bool better =
-          best == nullptr || (p.step >= 0 && (best->step < 0 || p.step < best->step)) ||
-          (p.step == best->step && idle > best_idle);
+      const bool better = best == nullptr ||
+                          (p.step >= 0 && (best->step < 0 || p.step < best->step)) ||
+                          (p.step == best->step && idle > best_idle);
       if (better) {
         best = &p;
         best_node = &node;

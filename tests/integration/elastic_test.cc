@@ -292,18 +292,18 @@ TEST_P(ElasticTest, WorkerFailureOnOneNodeRestartsEveryNodeAndSpendsTheBudgetOnc
 // carry in their heartbeats.
 TEST_P(ElasticTest, AHangOnOneNodeTakesStacksEverywhereRestartsAllAndNamesTheStraggler) {
   // Attempt 0: global rank 3 goes silent; every other rank prints every 0.2 s. Then all finish.
-  const std::string worker = LoggingWorker(
-      dir_, "w.sh",
-      "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then\n"
-      "  [ \"$RANK\" = 3 ] && sleep 60\n"
-      "  i=0; while [ $i -lt 300 ]; do echo tick; sleep 0.2; i=$((i+1)); done\n"
-      "fi\nexit 0");
+  const std::string worker =
+      LoggingWorker(dir_, "w.sh",
+                    "if [ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ]; then\n"
+                    "  [ \"$RANK\" = 3 ] && sleep 60\n"
+                    "  i=0; while [ $i -lt 300 ]; do echo tick; sleep 0.2; i=$((i+1)); done\n"
+                    "fi\nexit 0");
   std::vector<std::unique_ptr<Subprocess>> agents;
   for (int i = 0; i < 2; ++i) {
-    agents.push_back(Agent({"--nnodes=2", "--nproc-per-node=2", "--max-restarts=1",
-                            "--rdzv-id=hang", "--hang-timeout=2",
-                            "--log-dir=" + dir_.File("logs" + std::to_string(i))},
-                           {worker}));
+    agents.push_back(
+        Agent({"--nnodes=2", "--nproc-per-node=2", "--max-restarts=1", "--rdzv-id=hang",
+               "--hang-timeout=2", "--log-dir=" + dir_.File("logs" + std::to_string(i))},
+              {worker}));
   }
   ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 60s));
   EXPECT_EQ(CountMatches(Log(), "restart=1"), 4) << Log();  // every node restarted, once
@@ -315,10 +315,12 @@ TEST_P(ElasticTest, AHangOnOneNodeTakesStacksEverywhereRestartsAllAndNamesTheStr
     EXPECT_THAT(err, HasSubstr("taking the stacks of this node's workers")) << err;
     // Both local workers' stacks, in the one run folder of this agent's --log-dir.
     int stacks = 0;
-    for (const auto& run : std::filesystem::directory_iterator(dir_.File("logs" + std::to_string(i)))) {
+    for (const auto& run :
+         std::filesystem::directory_iterator(dir_.File("logs" + std::to_string(i)))) {
       for (int lr : {0, 1}) {
-        stacks += !ReadFile(run.path().string() + "/attempt_0/" + std::to_string(lr) +
-                            "/stacks.txt").empty();
+        stacks +=
+            !ReadFile(run.path().string() + "/attempt_0/" + std::to_string(lr) + "/stacks.txt")
+                 .empty();
       }
     }
     EXPECT_EQ(stacks, 2) << err;

@@ -163,9 +163,9 @@ TEST(HangTest, UninterruptibleSleepPastTheTimeoutIsAHang) {
 }
 
 TEST(HangTest, JunkOnTheTimerPipeIsIgnoredWithOneWarningEachAndTheJobFinishes) {
-  Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=2",
-                Script("timer_pipe_junk.py")},
-               Env({{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}}));
+  Subprocess p(
+      {BinPath("ddprun"), "--standalone", "--nproc-per-node=2", Script("timer_pipe_junk.py")},
+      Env({{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}}));
   auto st = p.Wait(60s);
   ASSERT_TRUE(st.has_value()) << p.err();
   EXPECT_EQ(st->exit_code, 0) << p.err();
@@ -194,9 +194,9 @@ TEST(HangTest, TimerFileThatIsNotAFifoIsAUsageErrorAndNothingStarts) {
 }
 
 TEST(HangTest, BadHangTimeoutsAreUsageErrorsNamingTheFlag) {
-  for (const std::vector<std::string>& bad :
-       {std::vector<std::string>{"--hang-timeout=0"}, {"--hang-timeout=-1"},
-        {"--hang-timeout=soon"}}) {
+  for (const std::vector<std::string>& bad : {std::vector<std::string>{"--hang-timeout=0"},
+                                              {"--hang-timeout=-1"},
+                                              {"--hang-timeout=soon"}}) {
     Subprocess p({BinPath("ddprun"), "--standalone", bad[0], "--no-python", "true"});
     auto st = p.Wait(20s);
     ASSERT_TRUE(st.has_value());

@@ -22,8 +22,8 @@ namespace {
 using testing::BinPath;
 using testing::CountMatches;
 using ::testing::HasSubstr;
-using ::testing::Not;
 using testing::NetHosts;
+using ::testing::Not;
 using testing::ReadFile;
 using testing::Subprocess;
 using testing::TempDir;
@@ -56,9 +56,8 @@ class MultiHostTest : public ::testing::Test {
     argv.push_back("--no-python");
     argv.insert(argv.end(), worker.begin(), worker.end());
     return std::make_unique<Subprocess>(
-        hosts_->On(host, argv),
-        std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", kToken},
-                                           {"GLOO_SOCKET_IFNAME", "eth0"}});
+        hosts_->On(host, argv), std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", kToken},
+                                                                   {"GLOO_SOCKET_IFNAME", "eth0"}});
   }
 
   // Logs "host=H master=M rank=R restart=N world=W" into DIR/log, then runs `then` (shell).
@@ -100,10 +99,11 @@ TEST_F(MultiHostTest, TwoHostsFormOneGlooWorldAtTheRankZeroHostsAddress) {
   std::smatch m;
   ASSERT_TRUE(std::regex_search(log, m, std::regex("host=(n\\d) master=\\S+ rank=0 "))) << log;
   const int rank0_host = m[1].str()[1] - '0';
-  EXPECT_EQ(CountMatches(log, "master=" + std::regex_replace(hosts_->Address(rank0_host),
-                                                             std::regex("\\."), "\\.") +
-                                  " "),
-            4)
+  EXPECT_EQ(
+      CountMatches(
+          log, "master=" +
+                   std::regex_replace(hosts_->Address(rank0_host), std::regex("\\."), "\\.") + " "),
+      4)
       << log;
 }
 
@@ -131,15 +131,15 @@ TEST_F(MultiHostTest, LocalAddrChoosesAmongAHostsTwoAddresses) {
 TEST_F(MultiHostTest, ALinkCutShorterThanTheLeaseRestartsNothing) {
   StartHosts(3);
   const std::string done = dir_.File("done");
-  const std::string worker =
-      Worker("while [ ! -e " + done + " ]; do sleep 0.05; done; exit 0");
+  const std::string worker = Worker("while [ ! -e " + done + " ]; do sleep 0.05; done; exit 0");
   std::vector<std::unique_ptr<Subprocess>> agents;
   for (int host : {2, 3}) {
-    agents.push_back(Agent(host,
-                           {"--nnodes=2", "--nproc-per-node=1", "--max-restarts=1",
-                            "--rdzv-id=short", "--rdzv-conf=keep_alive_interval=1,"
-                                                "keep_alive_max_attempt=3"},
-                           {worker}));
+    agents.push_back(
+        Agent(host,
+              {"--nnodes=2", "--nproc-per-node=1", "--max-restarts=1", "--rdzv-id=short",
+               "--rdzv-conf=keep_alive_interval=1,"
+               "keep_alive_max_attempt=3"},
+              {worker}));
   }
   ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=0") == 2; }, 60s)) << Log();
   hosts_->Cut(3);
@@ -160,17 +160,19 @@ TEST_F(MultiHostTest, ALinkCutShorterThanTheLeaseRestartsNothing) {
 TEST_F(MultiHostTest, ALinkCutLongerThanTheLeaseFencesRestartsTheSurvivorsAndTheHostRejoins) {
   StartHosts(4);
   const std::string done = dir_.File("done");
-  const std::string worker =
-      Worker("p=" + dir_.File("pid-") + "$(hostname)-$TORCHELASTIC_RESTART_COUNT\n"
-             "echo $$ > $p.tmp && mv $p.tmp $p\n"
-             "while [ ! -e " + done + " ]; do sleep 0.05; done; exit 0");
+  const std::string worker = Worker("p=" + dir_.File("pid-") +
+                                    "$(hostname)-$TORCHELASTIC_RESTART_COUNT\n"
+                                    "echo $$ > $p.tmp && mv $p.tmp $p\n"
+                                    "while [ ! -e " +
+                                    done + " ]; do sleep 0.05; done; exit 0");
   std::vector<std::unique_ptr<Subprocess>> agents;
   for (int host : {2, 3, 4}) {
-    agents.push_back(Agent(host,
-                           {"--nnodes=2:3", "--nproc-per-node=1", "--max-restarts=1",
-                            "--rdzv-id=long", "--rdzv-conf=keep_alive_interval=0.5,"
-                                               "keep_alive_max_attempt=3,last_call_timeout=0.2"},
-                           {worker}));
+    agents.push_back(
+        Agent(host,
+              {"--nnodes=2:3", "--nproc-per-node=1", "--max-restarts=1", "--rdzv-id=long",
+               "--rdzv-conf=keep_alive_interval=0.5,"
+               "keep_alive_max_attempt=3,last_call_timeout=0.2"},
+              {worker}));
   }
   ASSERT_TRUE(WaitUntil(
       [&] {
@@ -246,8 +248,8 @@ TEST_F(MultiHostTest, AFencedHostOfAFixedSizeJobExitsThree) {
 }
 
 // The etcd backend with one agent cut off: a one-member etcd on host 1 (fixed ports: the
-// namespace is the test's own), started after the three agents. The survivors restart without it; the cut-off
-// agent cannot renew its etcd lease and stops its workers.
+// namespace is the test's own), started after the three agents. The survivors restart without it;
+// the cut-off agent cannot renew its etcd lease and stops its workers.
 TEST_F(MultiHostTest, EtcdWithOneAgentCutOffRestartsTheSurvivorsAndStopsTheCutOffHost) {
   if (const std::string why = testing::EtcdCluster::Unavailable(); !why.empty()) {
     GTEST_SKIP() << why;
@@ -256,35 +258,44 @@ TEST_F(MultiHostTest, EtcdWithOneAgentCutOffRestartsTheSurvivorsAndStopsTheCutOf
   ASSERT_EQ(hosts_->error(), "");
   const std::string etcd_host = hosts_->Address(1);
   const std::string done = dir_.File("done");
-  const std::string worker =
-      Worker("p=" + dir_.File("pid-") + "$(hostname)-$TORCHELASTIC_RESTART_COUNT\n"
-             "echo $$ > $p.tmp && mv $p.tmp $p\n"
-             "while [ ! -e " + done + " ]; do sleep 0.05; done; exit 0");
+  const std::string worker = Worker("p=" + dir_.File("pid-") +
+                                    "$(hostname)-$TORCHELASTIC_RESTART_COUNT\n"
+                                    "echo $$ > $p.tmp && mv $p.tmp $p\n"
+                                    "while [ ! -e " +
+                                    done + " ]; do sleep 0.05; done; exit 0");
   std::vector<std::unique_ptr<Subprocess>> agents;
   for (int host : {2, 3, 4}) {
     std::vector<std::string> argv = {
-        BinPath("ddprun"), "--rdzv-backend=etcd", "--rdzv-endpoint=" + etcd_host + ":2379",
+        BinPath("ddprun"),
+        "--rdzv-backend=etcd",
+        "--rdzv-endpoint=" + etcd_host + ":2379",
         "--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=0.2",
-        "--nnodes=2:3", "--nproc-per-node=1", "--max-restarts=1", "--rdzv-id=etcdcut",
-        "--no-python", worker};
+        "--nnodes=2:3",
+        "--nproc-per-node=1",
+        "--max-restarts=1",
+        "--rdzv-id=etcdcut",
+        "--no-python",
+        worker};
     agents.push_back(std::make_unique<Subprocess>(hosts_->On(host, argv)));
   }
   // etcd starts after the agents, which must keep trying until it answers (their first
   // connection used to give up on a member that was not up yet).
   std::this_thread::sleep_for(1s);
   Subprocess etcd(hosts_->On(
-      1, {"/usr/bin/etcd", "--name", "m0", "--data-dir", dir_.File("etcd"),
-          "--listen-client-urls", "http://" + etcd_host + ":2379", "--advertise-client-urls",
-          "http://" + etcd_host + ":2379", "--listen-peer-urls", "http://" + etcd_host + ":2380",
-          "--initial-advertise-peer-urls", "http://" + etcd_host + ":2380", "--initial-cluster",
-          "m0=http://" + etcd_host + ":2380"}));
+      1,
+      {"/usr/bin/etcd", "--name", "m0", "--data-dir", dir_.File("etcd"), "--listen-client-urls",
+       "http://" + etcd_host + ":2379", "--advertise-client-urls", "http://" + etcd_host + ":2379",
+       "--listen-peer-urls", "http://" + etcd_host + ":2380", "--initial-advertise-peer-urls",
+       "http://" + etcd_host + ":2380", "--initial-cluster", "m0=http://" + etcd_host + ":2380"}));
   ASSERT_TRUE(WaitUntil(
       [&] {
         return CountMatches(Log(), "restart=0 world=3") == 3 &&
                !ReadFile(dir_.File("pid-n4-0")).empty();
       },
       20s))
-      << Log() << "agent on n2:\n" << agents[0]->err() << "agent on n4:\n" << agents[2]->err();
+      << Log() << "agent on n2:\n"
+      << agents[0]->err() << "agent on n4:\n"
+      << agents[2]->err();
   const pid_t cut_off_worker = std::atoi(ReadFile(dir_.File("pid-n4-0")).c_str());
   const auto cut = std::chrono::steady_clock::now();
   hosts_->Cut(4);

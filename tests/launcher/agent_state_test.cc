@@ -160,7 +160,7 @@ TEST(AgentStateTest, FailureRestartsUntilBudgetSpent) {
     agent.Exit(1, 3);  // rank 1 fails
     EXPECT_EQ(agent.stop_requests, restart);
     EXPECT_EQ(agent.starts.size(), static_cast<size_t>(restart));  // not restarted yet
-    agent.StoppedWorkersDie();  // rank 0 stopped by SIGTERM
+    agent.StoppedWorkersDie();                                     // rank 0 stopped by SIGTERM
     ASSERT_EQ(agent.starts.size(), static_cast<size_t>(restart + 1));
     EXPECT_EQ(agent.starts.back().restart_count, restart);
     EXPECT_EQ(agent.starts.back().round, restart);
@@ -210,7 +210,7 @@ TEST(AgentStateTest, StopSignalWaitsForWorkersThenExits128PlusN) {
 TEST(AgentStateTest, SignalWhileRestartingStillExits) {
   FakeAgent agent(2, 5);
   agent.Start();
-  agent.Exit(0, 1);   // failure: stopping, a restart will follow
+  agent.Exit(0, 1);  // failure: stopping, a restart will follow
   agent.Signal(SIGHUP);
   agent.StoppedWorkersDie();
   EXPECT_EQ(agent.exit_code, 128 + SIGHUP);

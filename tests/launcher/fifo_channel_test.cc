@@ -47,8 +47,10 @@ class FifoChannelTest : public ::testing::Test {
 
 TEST_F(FifoChannelTest, WholeLinesFromWritersThatComeAndGo) {
   auto channel = FifoChannel::Open(&loop_, path_, [&](absl::string_view l, bool big) {
-    if (big) ++oversized_;
-    else lines_.emplace_back(l);
+    if (big)
+      ++oversized_;
+    else
+      lines_.emplace_back(l);
   });
   ASSERT_TRUE(channel.ok()) << channel.status();
   struct stat st;
@@ -78,8 +80,10 @@ TEST_F(FifoChannelTest, WholeLinesFromWritersThatComeAndGo) {
 
 TEST_F(FifoChannelTest, OversizedLinesAreDroppedWholeAndReadingGoesOn) {
   auto channel = FifoChannel::Open(&loop_, path_, [&](absl::string_view l, bool big) {
-    if (big) ++oversized_;
-    else lines_.emplace_back(l);
+    if (big)
+      ++oversized_;
+    else
+      lines_.emplace_back(l);
   });
   ASSERT_TRUE(channel.ok());
   int fd = open(path_.c_str(), O_WRONLY | O_NONBLOCK);
@@ -105,8 +109,7 @@ TEST_F(FifoChannelTest, OversizedLinesAreDroppedWholeAndReadingGoesOn) {
 
 TEST_F(FifoChannelTest, AFloodingWriterDoesNotStarveTheLoop) {
   size_t count = 0;
-  auto channel =
-      FifoChannel::Open(&loop_, path_, [&](absl::string_view, bool) { ++count; });
+  auto channel = FifoChannel::Open(&loop_, path_, [&](absl::string_view, bool) { ++count; });
   ASSERT_TRUE(channel.ok());
   std::atomic<bool> stop{false};
   std::thread flood([&] {
@@ -144,8 +147,8 @@ TEST_F(FifoChannelTest, AnExistingFifoIsUsedAndKeptAnythingElseIsRefused) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find(file + ": exists and is not a FIFO"),
             std::string::npos);
-  auto missing_dir = FifoChannel::Open(&loop_, dir_ + "/no/such/dir/p",
-                                       [](absl::string_view, bool) {});
+  auto missing_dir =
+      FifoChannel::Open(&loop_, dir_ + "/no/such/dir/p", [](absl::string_view, bool) {});
   EXPECT_FALSE(missing_dir.ok());
 }
 

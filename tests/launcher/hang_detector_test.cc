@@ -115,11 +115,12 @@ TEST(InnermostFramesTest, PythonFramesWinOverNativeOnes) {
   EXPECT_EQ(InnermostFrames(text, 5),
             (std::vector<std::string>{"File \"/tmp/w.py\", line 5 in wait_forever",
                                       "File \"/tmp/w.py\", line 7 in <module>"}));
-  const char* native = "TID 7:\n#0  0x00007f clock_nanosleep@GLIBC_2.2.5\n#1  0x0000005d\n"
-                       "#2  0x00053 PyObject_Vectorcall\nTID 8:\n#0  0x1 epoll_wait\n";
-  EXPECT_EQ(InnermostFrames(native, 2),
-            (std::vector<std::string>{"#0  0x00007f clock_nanosleep@GLIBC_2.2.5",
-                                      "#1  0x0000005d"}));
+  const char* native =
+      "TID 7:\n#0  0x00007f clock_nanosleep@GLIBC_2.2.5\n#1  0x0000005d\n"
+      "#2  0x00053 PyObject_Vectorcall\nTID 8:\n#0  0x1 epoll_wait\n";
+  EXPECT_EQ(
+      InnermostFrames(native, 2),
+      (std::vector<std::string>{"#0  0x00007f clock_nanosleep@GLIBC_2.2.5", "#1  0x0000005d"}));
   EXPECT_TRUE(InnermostFrames("nothing here\n", 3).empty());
 }
 

@@ -311,7 +311,10 @@ TEST_F(SlurmClusterTest, Usr1PreemptionCheckpointsAndTheRequeuedRunResumes) {
 // rendezvous) re-forms a one-node round and finishes with exit 0; n2's workers are gone too.
 TEST_F(SlurmClusterTest, NoKillElasticJobFinishesOnTheSurvivingNode) {
   const std::string worker =
-      EnvWorker("echo $PPID > " + dir_.File("agent-$SLURMD_NODENAME") +
+      // Written whole before it exists (the test reads it as soon as it exists).
+      EnvWorker("echo $PPID > " + dir_.File("agent-$SLURMD_NODENAME.tmp") + " && mv " +
+                dir_.File("agent-$SLURMD_NODENAME.tmp") + " " +
+                dir_.File("agent-$SLURMD_NODENAME") +
                 "\n"
                 "echo \"round=$DDPRUN_ROUND world=$WORLD_SIZE node=$SLURMD_NODENAME\" >> " +
                 dir_.File("rounds") +

@@ -20,8 +20,8 @@ std::string NetHosts::Unavailable() {
   if (!HaveCommand("ip")) return "iproute2's ip is not installed";
   if (!HaveCommand("unshare")) return "util-linux's unshare is not installed";
   const std::string probe = absl::StrCat("ddprun-probe-", getpid());
-  if (std::system(absl::StrCat("ip netns add ", probe, " >/dev/null 2>&1 && ip netns del ",
-                               probe, " >/dev/null 2>&1")
+  if (std::system(absl::StrCat("ip netns add ", probe, " >/dev/null 2>&1 && ip netns del ", probe,
+                               " >/dev/null 2>&1")
                       .c_str()) != 0) {
     return "this machine refuses network namespaces (ip netns add failed)";
   }
@@ -69,8 +69,9 @@ std::string NetHosts::Name(int host) const { return absl::StrCat("n", host); }
 
 std::vector<std::string> NetHosts::On(int host, const std::vector<std::string>& argv) const {
   // ip and unshare exec what follows: the process started is the program itself.
-  std::vector<std::string> out = {"ip",      "netns", "exec", Ns(host), "unshare", "--uts",
-                                  "/bin/sh", "-c",    "hostname \"$0\" && exec \"$@\"",
+  std::vector<std::string> out = {"ip",      "netns",   "exec",
+                                  Ns(host),  "unshare", "--uts",
+                                  "/bin/sh", "-c",      "hostname \"$0\" && exec \"$@\"",
                                   Name(host)};
   out.insert(out.end(), argv.begin(), argv.end());
   return out;

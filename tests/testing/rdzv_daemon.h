@@ -15,9 +15,9 @@ namespace ddprun::testing {
 class RdzvDaemon {
  public:
   // `wrap` turns the daemon's argv into the one to start (NetHosts::On, to run it on a host).
-  explicit RdzvDaemon(const std::string& token, const std::string& host = "127.0.0.1",
-                      std::function<std::vector<std::string>(std::vector<std::string>)> wrap =
-                          nullptr);
+  explicit RdzvDaemon(
+      const std::string& token, const std::string& host = "127.0.0.1",
+      std::function<std::vector<std::string>(std::vector<std::string>)> wrap = nullptr);
   // "127.0.0.1:PORT"; empty when the daemon did not come up within 10 s (then `error()` says
   // what it printed).
   const std::string& endpoint() const { return endpoint_; }
