@@ -73,6 +73,59 @@ class MultiHostTest : public ::testing::Test {
   }
   std::string Log() const { return ReadFile(dir_.File("log")); }
 
+  // A worker that records its pid in DIR/pid-<host name>-<restart count> (whole before the file
+  // exists) and runs until DIR/done exists.
+  std::string PidWorkerUntilDone() {
+    return Worker("p=" + dir_.File("pid-") + "$(hostname)-$TORCHELASTIC_RESTART_COUNT\n" +
+                  "echo $$ > $p.tmp && mv $p.tmp $p\n" + "while [ ! -e " + dir_.File("done") +
+                  " ]; do sleep 0.05; done; exit 0");
+  }
+
+  struct CutTimes {
+    double worker_stopped = 0;     // seconds from the cut until host 4's worker is gone
+    double survivors_running = 0;  // ... until the two survivors run a new group of 2
+  };
+  // Three agents on hosts 2-4 (PidWorkerUntilDone, one worker each) have formed a world of 3:
+  // cuts host 4's link and watches both outcomes at once. nullopt when either does not come
+  // within 30 s (then `why` says what the log and agents showed).
+  std::optional<CutTimes> CutHost4AndWatch(const std::vector<std::unique_ptr<Subprocess>>& agents,
+                                           std::string* why) {
+    if (!WaitUntil(
+            [&] {
+              return CountMatches(Log(), "restart=0 world=3") == 3 &&
+                     !ReadFile(dir_.File("pid-n4-0")).empty();
+            },
+            60s)) {
+      *why = "the world of 3 never ran:\n" + Log() + agents[2]->err();
+      return std::nullopt;
+    }
+    const pid_t cut_off_worker = std::atoi(ReadFile(dir_.File("pid-n4-0")).c_str());
+    if (!testing::ProcessAlive(cut_off_worker)) {
+      *why = "host 4's worker is not running";
+      return std::nullopt;
+    }
+    const auto cut = std::chrono::steady_clock::now();
+    hosts_->Cut(4);
+    std::optional<double> stopped, survivors;
+    auto since_cut = [&] {
+      return std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count();
+    };
+    if (!WaitUntil(
+            [&] {
+              if (!stopped && !testing::ProcessAlive(cut_off_worker)) stopped = since_cut();
+              if (!survivors && CountMatches(Log(), "restart=1 world=2") == 2) {
+                survivors = since_cut();
+              }
+              return stopped && survivors;
+            },
+            30s)) {
+      *why = Log();
+      for (const auto& a : agents) *why += a->err();
+      return std::nullopt;
+    }
+    return CutTimes{*stopped, *survivors};
+  }
+
   TempDir dir_;
   std::unique_ptr<NetHosts> hosts_;
   std::unique_ptr<testing::RdzvDaemon> daemon_;
@@ -159,12 +212,7 @@ TEST_F(MultiHostTest, ALinkCutShorterThanTheLeaseRestartsNothing) {
 // returns it joins again as a new node, the world grows back, and every agent exits 0.
 TEST_F(MultiHostTest, ALinkCutLongerThanTheLeaseFencesRestartsTheSurvivorsAndTheHostRejoins) {
   StartHosts(4);
-  const std::string done = dir_.File("done");
-  const std::string worker = Worker("p=" + dir_.File("pid-") +
-                                    "$(hostname)-$TORCHELASTIC_RESTART_COUNT\n"
-                                    "echo $$ > $p.tmp && mv $p.tmp $p\n"
-                                    "while [ ! -e " +
-                                    done + " ]; do sleep 0.05; done; exit 0");
+  const std::string worker = PidWorkerUntilDone();
   std::vector<std::unique_ptr<Subprocess>> agents;
   for (int host : {2, 3, 4}) {
     agents.push_back(
@@ -174,34 +222,14 @@ TEST_F(MultiHostTest, ALinkCutLongerThanTheLeaseFencesRestartsTheSurvivorsAndThe
                "keep_alive_max_attempt=3,last_call_timeout=0.2"},
               {worker}));
   }
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        return CountMatches(Log(), "restart=0 world=3") == 3 &&
-               !ReadFile(dir_.File("pid-n4-0")).empty();
-      },
-      60s))
-      << Log();
-  const pid_t cut_off_worker = std::atoi(ReadFile(dir_.File("pid-n4-0")).c_str());
-  ASSERT_TRUE(testing::ProcessAlive(cut_off_worker));
-  const auto cut = std::chrono::steady_clock::now();
-  hosts_->Cut(4);
-  // Both watched at once: when the cut-off worker is gone, and when the survivors run again.
-  std::optional<double> fenced, survivors;
-  auto since_cut = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count();
-  };
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        if (!fenced && !testing::ProcessAlive(cut_off_worker)) fenced = since_cut();
-        if (!survivors && CountMatches(Log(), "restart=1 world=2") == 2) survivors = since_cut();
-        return fenced && survivors;
-      },
-      30s))
-      << Log() << agents[0]->err() << agents[1]->err() << agents[2]->err();
-  std::cout << "cut -> cut-off host's worker stopped: " << *fenced
-            << " s; survivors restarted: " << *survivors << " s (lease 1.5 s)" << std::endl;
-  EXPECT_LT(*fenced, 1.5 + 1.5);
-  EXPECT_LT(*survivors, 1.5 + 1.5);
+  std::string why;
+  const std::optional<CutTimes> cut = CutHost4AndWatch(agents, &why);
+  ASSERT_TRUE(cut.has_value()) << why;
+  std::cout << "cut -> cut-off host's worker stopped: " << cut->worker_stopped
+            << " s; survivors restarted: " << cut->survivors_running << " s (lease 1.5 s)"
+            << std::endl;
+  EXPECT_LT(cut->worker_stopped, 1.5 + 1.5);
+  EXPECT_LT(cut->survivors_running, 1.5 + 1.5);
   // Keep the cut a while longer than the lease, then heal it.
   std::this_thread::sleep_for(1s);
   const auto healed = std::chrono::steady_clock::now();
@@ -214,7 +242,7 @@ TEST_F(MultiHostTest, ALinkCutLongerThanTheLeaseFencesRestartsTheSurvivorsAndThe
   EXPECT_LT(rejoined, 6.0);
   // The rejoin was a scale-up: the budget was spent once, by the loss.
   EXPECT_EQ(CountMatches(Log(), "restart=1 world=3"), 3) << Log();
-  testing::WriteFile(done, "");
+  testing::WriteFile(dir_.File("done"), "");
   ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s)) << Log();
   EXPECT_THAT(agents[2]->err(), HasSubstr("fenced: no word from the rendezvous server"));
   EXPECT_THAT(agents[2]->err(), HasSubstr("rejoining as a new node"));
@@ -257,12 +285,7 @@ TEST_F(MultiHostTest, EtcdWithOneAgentCutOffRestartsTheSurvivorsAndStopsTheCutOf
   hosts_ = std::make_unique<NetHosts>(4);
   ASSERT_EQ(hosts_->error(), "");
   const std::string etcd_host = hosts_->Address(1);
-  const std::string done = dir_.File("done");
-  const std::string worker = Worker("p=" + dir_.File("pid-") +
-                                    "$(hostname)-$TORCHELASTIC_RESTART_COUNT\n"
-                                    "echo $$ > $p.tmp && mv $p.tmp $p\n"
-                                    "while [ ! -e " +
-                                    done + " ]; do sleep 0.05; done; exit 0");
+  const std::string worker = PidWorkerUntilDone();
   std::vector<std::unique_ptr<Subprocess>> agents;
   for (int host : {2, 3, 4}) {
     std::vector<std::string> argv = {
@@ -287,37 +310,16 @@ TEST_F(MultiHostTest, EtcdWithOneAgentCutOffRestartsTheSurvivorsAndStopsTheCutOf
        "http://" + etcd_host + ":2379", "--advertise-client-urls", "http://" + etcd_host + ":2379",
        "--listen-peer-urls", "http://" + etcd_host + ":2380", "--initial-advertise-peer-urls",
        "http://" + etcd_host + ":2380", "--initial-cluster", "m0=http://" + etcd_host + ":2380"}));
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        return CountMatches(Log(), "restart=0 world=3") == 3 &&
-               !ReadFile(dir_.File("pid-n4-0")).empty();
-      },
-      20s))
-      << Log() << "agent on n2:\n"
-      << agents[0]->err() << "agent on n4:\n"
-      << agents[2]->err();
-  const pid_t cut_off_worker = std::atoi(ReadFile(dir_.File("pid-n4-0")).c_str());
-  const auto cut = std::chrono::steady_clock::now();
-  hosts_->Cut(4);
-  std::optional<double> stopped, survivors;
-  auto since_cut = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count();
-  };
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        if (!stopped && !testing::ProcessAlive(cut_off_worker)) stopped = since_cut();
-        if (!survivors && CountMatches(Log(), "restart=1 world=2") == 2) survivors = since_cut();
-        return stopped && survivors;
-      },
-      30s))
-      << Log() << agents[0]->err() << agents[2]->err();
-  std::cout << "etcd: cut -> cut-off host's worker stopped: " << *stopped
-            << " s; survivors restarted: " << *survivors << " s (lease 1.5 s, etcd's TTL 2 s)"
-            << std::endl;
+  std::string why;
+  const std::optional<CutTimes> cut = CutHost4AndWatch(agents, &why);
+  ASSERT_TRUE(cut.has_value()) << why << etcd.err();
+  std::cout << "etcd: cut -> cut-off host's worker stopped: " << cut->worker_stopped
+            << " s; survivors restarted: " << cut->survivors_running
+            << " s (lease 1.5 s, etcd's TTL 2 s)" << std::endl;
   // etcd rounds the 1.5 s lease up to its 2 s minimum TTL: the bound is that TTL + 1.5 s.
-  EXPECT_LT(*stopped, 2.0 + 1.5);
-  EXPECT_LT(*survivors, 2.0 + 1.5);
-  testing::WriteFile(done, "");
+  EXPECT_LT(cut->worker_stopped, 2.0 + 1.5);
+  EXPECT_LT(cut->survivors_running, 2.0 + 1.5);
+  testing::WriteFile(dir_.File("done"), "");
   for (int i = 0; i < 2; ++i) {
     auto st = agents[i]->Wait(30s);
     ASSERT_TRUE(st.has_value());
