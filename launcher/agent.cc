@@ -387,6 +387,13 @@ void Agent::OnRestart(const std::string& reason,
   Execute(state_.OnRestart(reason, hang.has_value()));
 }
 
+void Agent::OnReconnecting(const std::string& why) { LogInfo(why); }
+
+void Agent::OnResumed(int64_t round) {
+  LogInfo(absl::StrCat("re-registered with the rendezvous: round ", round,
+                       " goes on, no worker restarted"));
+}
+
 void Agent::OnClosed(const absl::Status& status,
                      const std::optional<rendezvous::HangNotice>& hang) {
   if (awaiting_close_) {

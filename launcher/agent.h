@@ -41,6 +41,8 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
                  const std::optional<rendezvous::HangNotice>& hang) override;
   void OnClosed(const absl::Status& status,
                 const std::optional<rendezvous::HangNotice>& hang) override;
+  void OnReconnecting(const std::string& why) override;
+  void OnResumed(int64_t round) override;
   // WorkerGroup::Listener
   void OnWorkerExited(const WorkerExit& exit) override;
   void OnWorkerOutput(int local_rank) override;

@@ -29,6 +29,12 @@ struct RestartNotice {
   int64_t round = 0;
   std::string reason;
   std::optional<HangNotice> hang;  // a worker hung: every node takes stacks first
+  int restart_count = 0;           // restarts spent so far, this one included
+};
+
+// A re-registered node's round `round` goes on: its workers keep running.
+struct ResumedNotice {
+  int64_t round = 0;
 };
 
 // The run is over for this stream. After a CloseNotice the state machine has forgotten the
@@ -41,7 +47,7 @@ struct CloseNotice {
 
 struct Outgoing {
   ConnId conn = 0;
-  std::variant<JoinedNotice, Assignment, RestartNotice, CloseNotice> msg;
+  std::variant<JoinedNotice, Assignment, RestartNotice, CloseNotice, ResumedNotice> msg;
 };
 
 using Outbox = std::vector<Outgoing>;

@@ -92,6 +92,64 @@ Assignment FromProto(const proto::Assignment& p) {
   return a;
 }
 
+proto::Assignment ToProto(const Assignment& a) {
+  proto::Assignment p;
+  p.set_round(a.round);
+  p.set_group_rank(a.group_rank);
+  p.set_group_world_size(a.group_world_size);
+  p.set_rank_offset(a.rank_offset);
+  p.set_world_size(a.world_size);
+  p.set_master_addr(a.master_addr);
+  p.set_master_port(a.master_port);
+  p.set_restart_count(a.restart_count);
+  p.set_max_restarts(a.max_restarts);
+  return p;
+}
+
+proto::Resume ToProto(const ResumeClaim& c) {
+  proto::Resume p;
+  *p.mutable_last() = ToProto(c.last);
+  p.set_restarts_used(c.restarts_used);
+  switch (c.group) {
+    case ResumeClaim::Group::kWaiting:
+      p.set_group(proto::Resume::WAITING);
+      break;
+    case ResumeClaim::Group::kRunning:
+      p.set_group(proto::Resume::RUNNING);
+      break;
+    case ResumeClaim::Group::kSucceeded:
+      p.set_group(proto::Resume::SUCCEEDED);
+      break;
+    case ResumeClaim::Group::kFailed:
+      p.set_group(proto::Resume::FAILED);
+      break;
+  }
+  if (c.failure) *p.mutable_failure() = ToProto(*c.failure);
+  return p;
+}
+
+ResumeClaim FromProto(const proto::Resume& p) {
+  ResumeClaim c;
+  c.last = FromProto(p.last());
+  c.restarts_used = p.restarts_used();
+  switch (p.group()) {
+    case proto::Resume::RUNNING:
+      c.group = ResumeClaim::Group::kRunning;
+      break;
+    case proto::Resume::SUCCEEDED:
+      c.group = ResumeClaim::Group::kSucceeded;
+      break;
+    case proto::Resume::FAILED:
+      c.group = ResumeClaim::Group::kFailed;
+      c.failure = FromProto(p.failure());
+      break;
+    default:
+      c.group = ResumeClaim::Group::kWaiting;
+      break;
+  }
+  return c;
+}
+
 absl::Status CloseStatus(const proto::Close& close) {
   const int code = close.code();
   if (code < 0 || code > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
@@ -114,6 +172,7 @@ JoinRequest FromProto(const proto::Join& j, const RunTimeouts& defaults,
   r.node.local_addr = j.local_addr();
   r.node.max_restarts = j.max_restarts();
   r.peer_host = peer_host;
+  if (j.has_resume()) r.resume = FromProto(j.resume());
   r.timeouts = defaults;
   // Negative values pass through so that validation refuses them.
   if (j.join_timeout_ms() != 0) r.timeouts.join_timeout = milliseconds(j.join_timeout_ms());
@@ -135,23 +194,17 @@ proto::ServerMessage ToProto(const Outgoing& out) {
     m.mutable_joined()->set_peer_addr(joined->peer_host);
     m.mutable_joined()->set_keep_alive_interval_ms(Millis(joined->keep_alive_interval));
   } else if (const auto* a = std::get_if<Assignment>(&out.msg)) {
-    proto::Assignment* p = m.mutable_assignment();
-    p->set_round(a->round);
-    p->set_group_rank(a->group_rank);
-    p->set_group_world_size(a->group_world_size);
-    p->set_rank_offset(a->rank_offset);
-    p->set_world_size(a->world_size);
-    p->set_master_addr(a->master_addr);
-    p->set_master_port(a->master_port);
-    p->set_restart_count(a->restart_count);
-    p->set_max_restarts(a->max_restarts);
+    *m.mutable_assignment() = ToProto(*a);
   } else if (const auto* r = std::get_if<RestartNotice>(&out.msg)) {
     m.mutable_restart()->set_round(r->round);
     m.mutable_restart()->set_reason(r->reason);
+    m.mutable_restart()->set_restart_count(r->restart_count);
     if (r->hang.has_value()) {
       m.mutable_restart()->set_hang(true);
       m.mutable_restart()->set_straggler(r->hang->straggler);
     }
+  } else if (const auto* resumed = std::get_if<ResumedNotice>(&out.msg)) {
+    m.mutable_resumed()->set_round(resumed->round);
   } else if (const auto* c = std::get_if<CloseNotice>(&out.msg)) {
     proto::Close* p = m.mutable_close();
     p->set_code(static_cast<int>(c->status.code()));

@@ -19,6 +19,9 @@ namespace ddprun::rendezvous {
 proto::Join ToProto(const NodeInfo& node, const RunTimeouts& timeouts);
 proto::WorkerFailure ToProto(const WorkerFailure& failure);
 proto::Heartbeat ToProto(const std::vector<RankProgress>& progress);
+proto::Assignment ToProto(const Assignment& a);
+proto::Resume ToProto(const ResumeClaim& claim);
+ResumeClaim FromProto(const proto::Resume& p);
 Assignment FromProto(const proto::Assignment& a);
 WorkerFailure FromProto(const proto::WorkerFailure& f);
 std::vector<RankProgress> FromProto(const proto::Heartbeat& h);

@@ -73,6 +73,17 @@ struct HangNotice {
 
 enum class GroupState { kRunning, kSucceeded, kFailed };
 
+// What a node knows of its place in the run. Sent when it re-registers (its stream broke, or it
+// rejoins after fencing) so that a rendezvous server that lost the run (restarted without state)
+// can rebuild it from the agents instead of restarting every worker.
+struct ResumeClaim {
+  enum class Group { kWaiting, kRunning, kSucceeded, kFailed };
+  Assignment last;        // the last round this node was assigned; last.round == 0: none yet
+  int restarts_used = 0;  // the most this node has heard of
+  Group group = Group::kWaiting;         // its worker group of last.round
+  std::optional<WorkerFailure> failure;  // with kFailed
+};
+
 // Callbacks to the agent. Always invoked on the agent's Executor.
 class RendezvousEvents {
  public:
@@ -85,6 +96,11 @@ class RendezvousEvents {
   // The run is over for this node. OK: the job succeeded. kResourceExhausted: the restart
   // budget is spent (exit 1). Anything else: rendezvous failure (exit 3), message says why.
   virtual void OnClosed(const absl::Status& status, const std::optional<HangNotice>& hang) = 0;
+  // The connection to the rendezvous broke; the workers keep running while the agent
+  // re-registers (until read_timeout). `why` is one line.
+  virtual void OnReconnecting(const std::string& why) {}
+  // The rendezvous took this node back after a reconnect: `round` goes on, workers untouched.
+  virtual void OnResumed(int64_t round) {}
 };
 
 class Rendezvous {

@@ -7,6 +7,7 @@
 #include "grpcpp/grpcpp.h"
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/agent_call.h"
+#include "rendezvous/endpoint_probe.h"
 #include "rendezvous/loop_thread.h"
 #include "rendezvous/proto_convert.h"
 
@@ -128,6 +129,7 @@ void RendezvousClient::StartCall(std::chrono::milliseconds connect_budget,
   call_->context()->set_wait_for_ready(true);
   proto::AgentMessage join;
   *join.mutable_join() = ToProto(node_, options_.timeouts);
+  if (ever_joined_) *join.mutable_join()->mutable_resume() = ToProto(claim_);
   read_timer_ = loop_->PostAt(std::chrono::steady_clock::now() + connect_budget, [this, gen] {
     read_timer_ = 0;
     if (gen != call_generation_ || joined_ || closed_) return;
@@ -147,6 +149,9 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
     case proto::ServerMessage::kJoined:
       if (joined_) break;
       joined_ = true;
+      ever_joined_ = true;
+      reconnecting_ = false;
+      reconnect_attempts_ = 0;
       if (read_timer_ != 0) loop_->Cancel(read_timer_);
       read_timer_ = 0;
       last_heard_ = std::chrono::steady_clock::now();
@@ -159,6 +164,10 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
       break;
     case proto::ServerMessage::kAssignment: {
       Assignment a = FromProto(m.assignment());
+      claim_.last = a;
+      claim_.restarts_used = std::max(claim_.restarts_used, a.restart_count);
+      claim_.group = ResumeClaim::Group::kRunning;
+      claim_.failure.reset();
       Deliver([a](RendezvousEvents* e) { e->OnAssignment(a); });
       break;
     }
@@ -166,7 +175,14 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
       std::string reason = m.restart().reason();
       std::optional<HangNotice> hang;
       if (m.restart().hang()) hang = HangNotice{m.restart().straggler()};
+      claim_.restarts_used = std::max(claim_.restarts_used, m.restart().restart_count());
+      if (m.restart().round() >= claim_.last.round) claim_.group = ResumeClaim::Group::kWaiting;
       Deliver([reason, hang](RendezvousEvents* e) { e->OnRestart(reason, hang); });
+      break;
+    }
+    case proto::ServerMessage::kResumed: {
+      const int64_t round = m.resumed().round();
+      Deliver([round](RendezvousEvents* e) { e->OnResumed(round); });
       break;
     }
     case proto::ServerMessage::kClose: {
@@ -183,7 +199,19 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
 void RendezvousClient::HandleDone(int grpc_code, const std::string& message) {
   const std::string where = options_.endpoint;
   const auto code = static_cast<grpc::StatusCode>(grpc_code);
-  if (timed_out_) {
+  if (!closed_ && !timed_out_ && code != grpc::StatusCode::UNAUTHENTICATED &&
+      (joined_ || reconnecting_)) {
+    Reconnect(code == grpc::StatusCode::OK
+                  ? absl::StrCat("the rendezvous server at ", where, " ended the stream")
+                  : absl::StrCat("lost the rendezvous stream to ", where, ": ", message,
+                                 " (gRPC code ", grpc_code, ")"));
+    return;
+  }
+  if (timed_out_ && reconnecting_) {
+    Closed(absl::UnavailableError(
+        absl::StrCat("no rendezvous server answered at ", where, " for read_timeout (",
+                     Seconds(options_.read_timeout), ") after ", broken_because_)));
+  } else if (timed_out_) {
     Closed(absl::UnavailableError(absl::StrCat(
         "cannot reach the rendezvous server at ", where, " within ", connect_budget_name_, " (",
         Seconds(connect_budget_), ")", message.empty() ? "" : ": ", message)));
@@ -199,10 +227,77 @@ void RendezvousClient::HandleDone(int grpc_code, const std::string& message) {
   }
 }
 
+void RendezvousClient::Reconnect(const std::string& why) {
+  const TimePoint now = std::chrono::steady_clock::now();
+  if (!reconnecting_) {
+    reconnecting_ = true;
+    broken_because_ = why;
+    reconnect_deadline_ = now + options_.read_timeout;
+    Deliver([why, budget = Seconds(options_.read_timeout)](RendezvousEvents* e) {
+      e->OnReconnecting(absl::StrCat(why,
+                                     "; the workers keep running while this agent "
+                                     "re-registers (for up to read_timeout, ",
+                                     budget, ")"));
+    });
+  }
+  joined_ = false;
+  // Finished calls are dropped (a flapping link must not grow this without bound).
+  retired_calls_.erase(std::remove_if(retired_calls_.begin(), retired_calls_.end(),
+                                      [](const std::unique_ptr<AgentCall>& c) {
+                                        return c->done().HasBeenNotified();
+                                      }),
+                       retired_calls_.end());
+  retired_calls_.push_back(std::move(call_));
+  // Backoff: 100 ms doubling to 1 s (a server that accepts and drops the stream at once must
+  // not turn this into a busy loop). The channel's own reconnect backoff paces connects.
+  const auto backoff = std::min<std::chrono::milliseconds>(
+      std::chrono::milliseconds(100 << std::min(reconnect_attempts_++, 4)),
+      std::chrono::milliseconds(1000));
+  loop_->PostAt(now + backoff, [this] {
+    if (closed_ || !reconnecting_ || call_ != nullptr) return;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        reconnect_deadline_ - std::chrono::steady_clock::now());
+    if (left <= std::chrono::milliseconds::zero()) {
+      Closed(absl::UnavailableError(absl::StrCat(
+          "no rendezvous server answered at ", options_.endpoint, " for read_timeout (",
+          Seconds(options_.read_timeout), ") after ", broken_because_)));
+      return;
+    }
+    StartCall(left, "read_timeout");
+  });
+  if (heartbeat_timer_ == 0) ScheduleHeartbeat();  // keeps judging the silence (fencing)
+}
+
 void RendezvousClient::ScheduleHeartbeat() {
+  if (heartbeat_timer_ != 0) loop_->Cancel(heartbeat_timer_);
   heartbeat_timer_ = loop_->PostAt(std::chrono::steady_clock::now() + heartbeat_interval_, [this] {
     heartbeat_timer_ = 0;
-    if (closed_ || call_ == nullptr) return;
+    if (closed_) return;
+    if (reconnecting_) {
+      // No stream. Silence for the lease means this node's peers have given it up, unless the
+      // server's address refuses connections: a server that is down gives nobody up, and its
+      // successor rebuilds the run from the agents that come back.
+      const int attempts = std::max(1, options_.timeouts.keep_alive_max_attempt);
+      const Duration lease = heartbeat_interval_ * attempts;
+      const Duration silent = std::chrono::steady_clock::now() - last_heard_;
+      if (silent > lease) {
+        const ProbeResult probe = ProbeEndpoint(
+            options_.endpoint,
+            std::min<std::chrono::milliseconds>(
+                std::chrono::milliseconds(500),
+                std::chrono::duration_cast<std::chrono::milliseconds>(heartbeat_interval_)));
+        if (probe != ProbeResult::kRefused) {
+          Fence(absl::StrCat("fenced: the rendezvous server at ", options_.endpoint,
+                             " has not been reachable for ", ToMillis(silent), " ms (the lease is ",
+                             ToMillis(lease), " ms; a connection to it: ", ProbeResultName(probe),
+                             "): this node is cut off and its peers have given it up"));
+          return;
+        }
+      }
+      ScheduleHeartbeat();
+      return;
+    }
+    if (call_ == nullptr) return;
     // Fencing: the server answers every heartbeat, so a lease without a word from it means
     // this node is cut off and its peers have already given it up (a broken connection is
     // reported by gRPC; a silent partition is not, until its keepalive decides much later).
@@ -223,7 +318,8 @@ void RendezvousClient::ScheduleHeartbeat() {
 }
 
 void RendezvousClient::Fence(const std::string& why) {
-  call_->Cancel();
+  if (call_ != nullptr) call_->Cancel();
+  reconnecting_ = false;
   if (node_.min_nodes == node_.max_nodes) {  // a fixed world cannot go on without this node
     Closed(absl::UnavailableError(why));
     return;
@@ -234,7 +330,8 @@ void RendezvousClient::Fence(const std::string& why) {
   Deliver([why](RendezvousEvents* e) {
     e->OnRestart(absl::StrCat(why, "; rejoining as a new node"), std::nullopt);
   });
-  retired_calls_.push_back(std::move(call_));
+  claim_.group = ResumeClaim::Group::kWaiting;  // its workers are being stopped
+  if (call_ != nullptr) retired_calls_.push_back(std::move(call_));
   joined_ = false;
   timed_out_ = false;
   unanswered_ = 0;
@@ -261,6 +358,12 @@ void RendezvousClient::ReportProgress(const std::vector<RankProgress>& progress,
 void RendezvousClient::ReportGroupState(int64_t round, GroupState state,
                                         const std::optional<WorkerFailure>& failure) {
   loop_->Post([this, round, state, failure] {
+    if (round == claim_.last.round && round > 0) {  // a re-registration says it too
+      claim_.group = state == GroupState::kRunning     ? ResumeClaim::Group::kRunning
+                     : state == GroupState::kSucceeded ? ResumeClaim::Group::kSucceeded
+                                                       : ResumeClaim::Group::kFailed;
+      claim_.failure = failure;
+    }
     if (closed_ || call_ == nullptr) return;
     proto::AgentMessage m;
     proto::GroupStatus* g = m.mutable_group_status();
@@ -300,6 +403,10 @@ void RendezvousClient::Leave(const std::string& reason) {
 
 void RendezvousClient::CancelForTesting() {
   loop_->Post([this] {
+    closed_ = true;  // a crashed agent neither reconnects nor hears anything
+    if (heartbeat_timer_ != 0) loop_->Cancel(heartbeat_timer_);
+    if (read_timer_ != 0) loop_->Cancel(read_timer_);
+    heartbeat_timer_ = read_timer_ = 0;
     if (call_ != nullptr) call_->Cancel();
   });
 }
@@ -330,9 +437,10 @@ absl::StatusOr<RunStatus> QueryRunStatus(const ClientOptions& options, const std
   RunStatus s;
   s.run_id = response.run_id();
   s.round = response.round();
-  s.phase = response.phase() == "running"  ? RunPhase::kRunning
-            : response.phase() == "closed" ? RunPhase::kClosed
-                                           : RunPhase::kJoining;
+  s.phase = response.phase() == "running"      ? RunPhase::kRunning
+            : response.phase() == "recovering" ? RunPhase::kRecovering
+            : response.phase() == "closed"     ? RunPhase::kClosed
+                                               : RunPhase::kJoining;
   s.restarts_used = response.restarts_used();
   s.max_restarts = response.max_restarts();
   s.min_nodes = response.min_nodes();

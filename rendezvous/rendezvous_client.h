@@ -5,11 +5,18 @@
 //
 // Connecting is retried (gRPC wait-for-ready with a short reconnect backoff) until the server
 // acknowledges the join or read_timeout passes; then OnClosed(kUnavailable) names the address.
-// A refused token gives OnClosed(kUnauthenticated); a broken stream OnClosed(kUnavailable).
+// A refused token gives OnClosed(kUnauthenticated).
+// A broken stream is not the end: the workers keep running (OnReconnecting) while the client
+// reconnects with backoff and re-registers with a ResumeClaim (its last assignment, restarts
+// heard of, how its group is doing), so that a restarted server can rebuild the run
+// (run_state_recovery.cc); OnResumed when the server says the round goes on. No server for
+// read_timeout after the break: OnClosed(kUnavailable).
 // Fencing: the server acknowledges every heartbeat; no word from it for the lease
 // (keep_alive_interval x keep_alive_max_attempt) means this node is cut off and already given
 // up: a fixed-size job closes with kUnavailable ("fenced"); an elastic one (min < max) gets
 // OnRestart (stop the workers) and joins again as a new node, retrying until join_timeout.
+// While reconnecting, a lease of silence fences too unless the server's address refuses
+// connections (ProbeEndpoint): a server that is down decides nothing about anyone.
 //
 // Threading: the client owns one internal LoopThread for its connection state; gRPC reactor
 // callbacks only post to it. RendezvousEvents are delivered on the agent's Executor. Join,
@@ -82,7 +89,8 @@ class RendezvousClient final : public Rendezvous {
   void ReportProgress(const std::vector<RankProgress>& progress, bool urgent) override;
   void Leave(const std::string& reason) override;
 
-  // Cuts the stream without a leave, as a crashed agent would (tests).
+  // Cuts the stream without a leave, as a crashed agent would (tests): no reconnect, no
+  // events after it.
   void CancelForTesting();
 
  private:
@@ -90,6 +98,8 @@ class RendezvousClient final : public Rendezvous {
   // A new stream with a Join; `connect_budget` bounds reaching the server (`budget_name` for
   // the message).
   void StartCall(std::chrono::milliseconds connect_budget, const char* budget_name);
+  // The stream broke after the join: keep the workers, reconnect and re-register.
+  void Reconnect(const std::string& why);
   // No word from the server for the lease: stop (fixed world) or rejoin as a new node.
   void Fence(const std::string& why);
   void HandleServerMessage(const proto::ServerMessage& message);
@@ -120,6 +130,12 @@ class RendezvousClient final : public Rendezvous {
   std::vector<std::unique_ptr<AgentCall>> retired_calls_;  // cancelled by a rejoin
   std::string base_node_id_;                               // the node id of the first join
   int rejoins_ = 0;
+  bool ever_joined_ = false;        // re-registrations carry claim_
+  ResumeClaim claim_;               // what this node knows of its place
+  bool reconnecting_ = false;       // the current call re-registers after a broken stream
+  TimePoint reconnect_deadline_{};  // read_timeout after the break
+  int reconnect_attempts_ = 0;
+  std::string broken_because_;  // how the stream broke, for the final message
   std::chrono::milliseconds connect_budget_{0};
   const char* connect_budget_name_ = "read_timeout";
   bool timed_out_ = false;  // read_timeout cut the call

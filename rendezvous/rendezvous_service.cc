@@ -204,7 +204,17 @@ void RendezvousServiceImpl::LogDecisions(const Outbox& out) {
   ConnId first_conn = 0;
   int assigned = 0;
   std::string last_restart, last_close;
+  const ResumedNotice* resumed = nullptr;
+  ConnId resumed_conn = 0;
+  int num_resumed = 0;
   for (const Outgoing& o : out) {
+    if (const auto* r = std::get_if<ResumedNotice>(&o.msg)) {
+      if (resumed == nullptr) {
+        resumed = r;
+        resumed_conn = o.conn;
+      }
+      ++num_resumed;
+    }
     if (const auto* a = std::get_if<Assignment>(&o.msg)) {
       if (first == nullptr) {
         first = a;
@@ -227,6 +237,10 @@ void RendezvousServiceImpl::LogDecisions(const Outbox& out) {
         LogInfo(line);
       }
     }
+  }
+  if (resumed != nullptr) {
+    LogInfo(absl::StrCat("run '", state_.RunIdOf(resumed_conn), "': round ", resumed->round,
+                         " goes on: ", num_resumed, " node(s) re-registered"));
   }
   if (first != nullptr) {
     LogInfo(absl::StrCat("run '", state_.RunIdOf(first_conn), "': round ", first->round,

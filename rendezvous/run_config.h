@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "common/clock.h"
@@ -31,6 +32,7 @@ struct JoinRequest {
   NodeInfo node;
   RunTimeouts timeouts;
   std::string peer_host;  // the address the agent connected from, without port or brackets
+  std::optional<ResumeClaim> resume;  // set when the agent re-registers
 };
 
 // Limits that keep one server (and one hostile or buggy client) from using unbounded memory.

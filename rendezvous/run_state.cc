@@ -46,6 +46,8 @@ const char* RunPhaseName(RunPhase phase) {
       return "joining";
     case RunPhase::kRunning:
       return "running";
+    case RunPhase::kRecovering:
+      return "recovering";
     case RunPhase::kClosed:
       return "closed";
   }
@@ -106,6 +108,11 @@ absl::Status RunState::CheckJoin(const JoinRequest& request) const {
 }
 
 void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outbox* out) {
+  if (request.resume.has_value() && by_node_id_.count(request.node.node_id) > 0 &&
+      phase_ != RunPhase::kClosed) {
+    TakeOver(conn, request, now, out);
+    return;
+  }
   if (absl::Status refused = CheckJoin(request); !refused.ok()) {
     out->push_back({conn, CloseNotice{refused, std::nullopt}});
     return;
@@ -120,6 +127,17 @@ void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outb
   AddNode(std::move(node));
   out->push_back({conn, JoinedNotice{request.peer_host, timeouts_.keep_alive_interval}});
 
+  if (request.resume.has_value()) {
+    // A run this server has formed no round of, and an agent that knows one: the server lost
+    // the run (it restarted). Rebuild it from the agents that come back.
+    if (phase_ == RunPhase::kJoining && round_ == 0) StartRecovery(now);
+    if (phase_ == RunPhase::kRecovering) {
+      AddClaim(nodes_.at(conn), *request.resume, now, out);
+      return;
+    }
+    AnswerUnknownClaim(nodes_.at(conn), *request.resume, out);
+  }
+  if (phase_ == RunPhase::kRecovering) return;  // newcomers wait for the run to settle
   if (phase_ == RunPhase::kJoining) {
     MaybeFormRound(now, out);
   } else if (members_in_round() < max_nodes_ && succeeded_in_round_ == 0) {
@@ -140,6 +158,16 @@ absl::Status RunState::GroupStatus(ConnId conn, int64_t round, GroupState state,
   auto it = nodes_.find(conn);
   if (it == nodes_.end()) return absl::NotFoundError("unknown stream");
   Touch(it->second, now);
+  if (phase_ == RunPhase::kRecovering && it->second.claim.has_value() &&
+      it->second.claim->last.round == round && round > 0) {
+    // Reported after the claim was sent: the claim says it now.
+    ResumeClaim& claim = *it->second.claim;
+    claim.group = state == GroupState::kRunning     ? ResumeClaim::Group::kRunning
+                  : state == GroupState::kSucceeded ? ResumeClaim::Group::kSucceeded
+                                                    : ResumeClaim::Group::kFailed;
+    claim.failure = failure;
+    return absl::OkStatus();
+  }
   if (phase_ != RunPhase::kRunning || round != round_ || !it->second.in_round) {
     return absl::AbortedError(absl::StrCat("status for round ", round, " but the run is at round ",
                                            round_, " (", RunPhaseName(phase_), ")"));
@@ -222,6 +250,9 @@ void RunState::Tick(TimePoint now, Outbox* out) {
     RestartRound(absl::StrCat(lost_members, more, " was lost: ", why), /*is_failure=*/true,
                  std::nullopt, now, out);
   }
+  if (phase_ == RunPhase::kRecovering && recovery_deadline_ && now >= *recovery_deadline_) {
+    Settle(now, out);
+  }
   if (phase_ != RunPhase::kJoining) return;
   MaybeFormRound(now, out);
   if (phase_ == RunPhase::kJoining && static_cast<int>(nodes_.size()) < min_nodes_ &&
@@ -241,6 +272,7 @@ std::optional<TimePoint> RunState::NextDeadline() const {
     if (!next || t < *next) next = t;
   };
   if (!by_last_seen_.empty()) consider(by_last_seen_.begin()->first + timeouts_.lease());
+  if (phase_ == RunPhase::kRecovering && recovery_deadline_) consider(*recovery_deadline_);
   if (phase_ == RunPhase::kJoining) {
     if (last_call_deadline_) consider(*last_call_deadline_);
     if (join_deadline_ && static_cast<int>(nodes_.size()) < min_nodes_) consider(*join_deadline_);
@@ -333,7 +365,7 @@ void RunState::RestartRound(const std::string& reason, bool is_failure,
     node.in_round = false;  // group_rank stays: it orders the survivors in the next round
     node.progress.clear();
     --members_in_round_;
-    out->push_back({conn, RestartNotice{round_, reason, hang}});
+    out->push_back({conn, RestartNotice{round_, reason, hang, restarts_used_}});
   }
   phase_ = RunPhase::kJoining;
   succeeded_in_round_ = 0;
@@ -446,6 +478,7 @@ void RunState::CloseRun(const absl::Status& status, const std::optional<WorkerFa
   close_message_ = status.ok() ? "succeeded" : std::string(status.message());
   join_deadline_.reset();
   last_call_deadline_.reset();
+  recovery_deadline_.reset();
 }
 
 RunSnapshot RunState::Snapshot() const {
@@ -531,6 +564,10 @@ RunStatus RunState::Status() const {
     m.group_rank = n->in_round ? n->group_rank : -1;
     m.nproc_per_node = n->info.nproc_per_node;
     m.state = n->in_round ? "running" : "waiting";
+    if (n->claim.has_value() && n->claim->group != ResumeClaim::Group::kWaiting) {
+      m.group_rank = n->claim->last.group_rank;
+      m.state = "recovering";
+    }
     s.members.push_back(std::move(m));
   }
   return s;

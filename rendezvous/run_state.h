@@ -19,6 +19,10 @@
 //    fill the rest in arrival order. Extra nodes beyond max_nodes wait for a later round.
 //  - MASTER_ADDR: the rank-0 agent's --local-addr, else the address the server saw it connect
 //    from; if that is loopback while other members are remote, its hostname.
+//  - Re-registration (a join with a ResumeClaim): the agent's stream broke, or the server
+//    restarted. A run this server has formed no round of goes into kRecovering and is rebuilt
+//    from the claims; a run it knows checks the claim against what it knows. The rules are in
+//    run_state_recovery.cc.
 //
 // Not thread-safe; owned by ServerState, which is driven from one event loop.
 #ifndef DDPRUN_RENDEZVOUS_RUN_STATE_H_
@@ -41,7 +45,9 @@
 
 namespace ddprun::rendezvous {
 
-enum class RunPhase { kJoining, kRunning, kClosed };
+// kRecovering: a server that started without state heard from agents re-registering a run it
+// does not know; it collects their claims before it decides (run_state_recovery.cc).
+enum class RunPhase { kJoining, kRunning, kRecovering, kClosed };
 const char* RunPhaseName(RunPhase phase);
 
 // A snapshot of a run for the Status call.
@@ -51,7 +57,7 @@ struct MemberStatus {
   std::string addr;
   int group_rank = -1;  // -1: waiting for the next round
   int nproc_per_node = 0;
-  std::string state;  // "running", "waiting"
+  std::string state;  // "running", "waiting", "recovering" (re-registered, not yet settled)
 };
 
 struct RunStatus {
@@ -135,6 +141,7 @@ class RunState {
     int group_rank = -1;    // in the running round, or in the last one it was a member of
     std::vector<RankProgress> progress;  // the latest the agent sent
     TimePoint progress_at{};
+    std::optional<ResumeClaim> claim;  // while recovering: what the node re-registered with
   };
   // "rank 3 on n2 (step 57, no progress for 12.3 s)": the member rank with the lowest step,
   // then the oldest sign of life; empty when no member sent progress.
@@ -158,6 +165,21 @@ class RunState {
   std::string Describe(const Node& node) const;
   int members_in_round() const { return members_in_round_; }
 
+  // Re-registration (run_state_recovery.cc).
+  // The node's agent is back on a new stream (its old one is dead, whether or not the
+  // transport noticed yet).
+  void TakeOver(ConnId conn, const JoinRequest& request, TimePoint now, Outbox* out);
+  // A re-registering node this run has no place for in the claimed round: its workers, if
+  // any, are stopped; it goes on as a newcomer.
+  void AnswerUnknownClaim(const Node& node, const ResumeClaim& claim, Outbox* out);
+  void StartRecovery(TimePoint now);
+  void AddClaim(Node& node, const ResumeClaim& claim, TimePoint now, Outbox* out);
+  // Every member of the newest claimed round is back.
+  bool RecoveryComplete() const;
+  // Decides the run from the claims: the round goes on, or restarts (the rule is documented
+  // in run_state_recovery.cc).
+  void Settle(TimePoint now, Outbox* out);
+
   const std::string run_id_;
   const int min_nodes_;
   const int max_nodes_;
@@ -179,6 +201,7 @@ class RunState {
   int members_in_round_ = 0;
   std::optional<TimePoint> join_deadline_;       // set while joining
   std::optional<TimePoint> last_call_deadline_;  // set while joining with >= min nodes
+  std::optional<TimePoint> recovery_deadline_;   // set while recovering
   std::string close_message_;
   absl::Status close_status_;  // what CloseRun was given
 };

@@ -248,6 +248,78 @@ TEST_F(MultiHostTest, ALinkCutLongerThanTheLeaseFencesRestartsTheSurvivorsAndThe
   EXPECT_THAT(agents[2]->err(), HasSubstr("rejoining as a new node"));
 }
 
+// The rendezvous server is killed (-9) and a new one started on its address half a second
+// later: the agents keep their workers running, re-register, and the new server rebuilds the run
+// in the same round (no worker restarted, no budget spent); `ddprun status` reads it from the new
+// server; the job then finishes normally.
+TEST_F(MultiHostTest, ARestartedServerTakesTheRunBackWithoutRestartingAWorker) {
+  StartHosts(4);
+  const std::string worker = PidWorkerUntilDone();
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int host : {2, 3, 4}) {
+    agents.push_back(
+        Agent(host,
+              {"--nnodes=2:3", "--nproc-per-node=1", "--max-restarts=1", "--rdzv-id=srvrestart",
+               "--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=6,"
+               "last_call_timeout=0.2,read_timeout=20"},
+              {worker}));
+  }
+  std::vector<pid_t> pids;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        pids.clear();
+        for (const char* h : {"n2", "n3", "n4"}) {
+          const std::string pid = ReadFile(dir_.File(std::string("pid-") + h + "-0"));
+          if (pid.empty()) return false;
+          pids.push_back(std::atoi(pid.c_str()));
+        }
+        return CountMatches(Log(), "restart=0 world=3") == 3;
+      },
+      60s))
+      << Log();
+  const int port =
+      std::atoi(daemon_->endpoint().substr(daemon_->endpoint().rfind(':') + 1).c_str());
+  const auto killed = std::chrono::steady_clock::now();
+  daemon_->Kill();
+  std::this_thread::sleep_for(500ms);  // the outage itself, not a wait for a condition
+  daemon_ = std::make_unique<testing::RdzvDaemon>(
+      kToken, hosts_->Address(1),
+      [this](std::vector<std::string> argv) { return hosts_->On(1, argv); }, port);
+  ASSERT_FALSE(daemon_->endpoint().empty()) << daemon_->error();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (const auto& a : agents) {
+          if (a->err().find("re-registered with the rendezvous: round 1 goes on") ==
+              std::string::npos) {
+            return false;
+          }
+        }
+        return true;
+      },
+      15s))
+      << agents[0]->err() << daemon_->error();
+  const double resumed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  std::cout << "server kill -> every agent re-registered, round 1 going on: " << resumed << " s"
+            << std::endl;
+  for (pid_t pid : pids) EXPECT_TRUE(testing::ProcessAlive(pid)) << pid;
+  EXPECT_EQ(CountMatches(Log(), "restart=1"), 0) << Log();
+  EXPECT_THAT(daemon_->error(), HasSubstr("run 'srvrestart': round 1 goes on: 3 node(s)"));
+  EXPECT_THAT(agents[0]->err(), HasSubstr("the workers keep running while this agent"));
+
+  std::vector<std::string> status_argv = {BinPath("ddprun"), "status", "--rdzv-id=srvrestart",
+                                          "--rdzv-endpoint=" + daemon_->endpoint()};
+  Subprocess status(hosts_->On(2, status_argv), {{"DDPRUN_RDZV_TOKEN", kToken}});
+  auto st = status.Wait(20s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 0) << status.err();
+  EXPECT_THAT(status.out(), HasSubstr("running, round 1, nodes 2:3, restarts used 0 of 1"));
+  EXPECT_EQ(CountMatches(status.out(), "  running  "), 3) << status.out();
+
+  testing::WriteFile(dir_.File("done"), "");
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s)) << Log();
+}
+
 // A fixed-size job cannot go on without the cut-off host: it fences and exits 3 (its peers
 // spend the budget or give up as for any lost node).
 TEST_F(MultiHostTest, AFencedHostOfAFixedSizeJobExitsThree) {

@@ -24,6 +24,7 @@
 namespace ddprun::rendezvous {
 namespace {
 
+using ::ddprun::rendezvous::testing::Event;
 using ::ddprun::rendezvous::testing::FastClientOptions;
 using ::ddprun::rendezvous::testing::MakeNode;
 using ::ddprun::rendezvous::testing::TestAgent;
@@ -109,6 +110,57 @@ TEST_F(RendezvousGrpcTest, BrokenStreamRestartsSurvivorsIntoASmallerRound) {
   EXPECT_EQ(a0->group_rank, first_rank[0] < first_rank[2] ? 0 : 1);
   EXPECT_EQ(a2->group_rank, 1 - a0->group_rank);
   EXPECT_EQ(a2->restart_count, 1);
+}
+
+TEST_F(RendezvousGrpcTest, ANewServerOnTheSameAddressTakesTheRoundBackWithoutARestart) {
+  auto a = Agent(MakeNode("run", "a", 2, 3));
+  auto b = Agent(MakeNode("run", "b", 2, 3));
+  std::optional<Assignment> first = a->recorder.WaitAssignment(0, kWait);
+  ASSERT_TRUE(first && b->recorder.WaitAssignment(0, kWait));
+  const int port = server_->port();
+  server_.reset();  // every stream breaks; nobody listens on the port
+  ASSERT_TRUE(a->recorder.WaitKind(Event::kReconnecting, kWait));
+  ASSERT_TRUE(b->recorder.WaitKind(Event::kReconnecting, kWait));
+  ServerOptions options;
+  options.token = kToken;
+  options.port = port;
+  auto restarted = RendezvousServer::Start(options);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  server_ = *std::move(restarted);
+  ASSERT_TRUE(a->recorder.WaitKind(Event::kResumed, kWait));
+  ASSERT_TRUE(b->recorder.WaitKind(Event::kResumed, kWait));
+  EXPECT_EQ(a->recorder.CountOf(Event::kRestart), 0);
+  EXPECT_EQ(b->recorder.CountOf(Event::kRestart), 0);
+  EXPECT_EQ(a->recorder.CountOf(Event::kAssignment), 1);
+  absl::StatusOr<RunStatus> status = QueryRunStatus(Options(), "run");
+  ASSERT_TRUE(status.ok()) << status.status();
+  EXPECT_EQ(status->phase, RunPhase::kRunning);
+  EXPECT_EQ(status->round, first->round);
+  EXPECT_EQ(status->members.size(), 2u);
+  EXPECT_EQ(status->restarts_used, 0);
+  // The run goes on: both succeed and are closed OK by the new server.
+  a->client->ReportGroupState(first->round, GroupState::kSucceeded, std::nullopt);
+  b->client->ReportGroupState(first->round, GroupState::kSucceeded, std::nullopt);
+  for (TestAgent* agent : {a.get(), b.get()}) {
+    std::optional<absl::Status> closed = agent->recorder.WaitClosed(kWait);
+    ASSERT_TRUE(closed.has_value());
+    EXPECT_TRUE(closed->ok()) << *closed;
+  }
+}
+
+TEST_F(RendezvousGrpcTest, NoServerForReadTimeoutAfterTheStreamBrokeCloses) {
+  ClientOptions options = Options();
+  options.read_timeout = seconds(2);  // longer than the lease (1 s): a refusing port never fences
+  TestAgent a(options, MakeNode("run", "a", 1, 2));
+  ASSERT_TRUE(a.recorder.WaitAssignment(0, kWait));
+  server_.reset();
+  std::optional<absl::Status> closed = a.recorder.WaitClosed(kWait);
+  ASSERT_TRUE(closed.has_value());
+  EXPECT_EQ(closed->code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(closed->message(), HasSubstr("no rendezvous server answered at"));
+  EXPECT_THAT(closed->message(), HasSubstr("for read_timeout (2 s)"));
+  // The workers ran until then: no restart was ever asked for.
+  EXPECT_EQ(a.recorder.CountOf(Event::kRestart), 0);
 }
 
 TEST_F(RendezvousGrpcTest, WorkerFailureRestartsEveryNodeThenBudgetSpentCloses) {
@@ -325,6 +377,7 @@ TEST_F(RendezvousGrpcTest, ServesTheStandardHealthService) {
 namespace ddprun::rendezvous {
 namespace {
 
+using ::ddprun::rendezvous::testing::Event;
 using ::ddprun::rendezvous::testing::FastClientOptions;
 using ::ddprun::rendezvous::testing::MakeNode;
 using ::ddprun::rendezvous::testing::TestAgent;

@@ -18,7 +18,7 @@
 namespace ddprun::rendezvous::testing {
 
 struct Event {
-  enum Kind { kAssignment, kRestart, kClosed } kind;
+  enum Kind { kAssignment, kRestart, kClosed, kReconnecting, kResumed } kind;
   Assignment assignment;
   std::string reason;
   absl::Status status;
@@ -33,6 +33,31 @@ class Recorder final : public RendezvousEvents {
   }
   void OnClosed(const absl::Status& s, const std::optional<HangNotice>& hang) override {
     Add({Event::kClosed, {}, "", s, hang});
+  }
+  void OnReconnecting(const std::string& why) override {
+    Add({Event::kReconnecting, {}, why, {}, {}});
+  }
+  void OnResumed(int64_t round) override {
+    Assignment a;
+    a.round = round;
+    Add({Event::kResumed, a, "", {}, {}});
+  }
+  // How many events of `kind` so far.
+  int CountOf(Event::Kind kind) {
+    absl::MutexLock lock(&mu_);
+    int n = 0;
+    for (const Event& e : events_) n += e.kind == kind ? 1 : 0;
+    return n;
+  }
+  bool WaitKind(Event::Kind kind, std::chrono::milliseconds t) {
+    return WaitFor(
+        [kind](const std::vector<Event>& events) {
+          for (const Event& e : events) {
+            if (e.kind == kind) return true;
+          }
+          return false;
+        },
+        t);
   }
 
   std::vector<Event> events() {

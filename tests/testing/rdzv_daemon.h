@@ -15,13 +15,17 @@ namespace ddprun::testing {
 class RdzvDaemon {
  public:
   // `wrap` turns the daemon's argv into the one to start (NetHosts::On, to run it on a host).
+  // `port` 0: the kernel picks one (a restarted server passes the old one).
   explicit RdzvDaemon(
       const std::string& token, const std::string& host = "127.0.0.1",
-      std::function<std::vector<std::string>(std::vector<std::string>)> wrap = nullptr);
+      std::function<std::vector<std::string>(std::vector<std::string>)> wrap = nullptr,
+      int port = 0);
   // "127.0.0.1:PORT"; empty when the daemon did not come up within 10 s (then `error()` says
   // what it printed).
   const std::string& endpoint() const { return endpoint_; }
   std::string error() const { return daemon_->err(); }
+  // SIGKILL, as a crash would; returns once it is gone.
+  void Kill();
 
  private:
   std::unique_ptr<Subprocess> daemon_;
