@@ -227,6 +227,7 @@ class PluginImpl final : public GrpcRendezvousPlugin {
       o.tls.key_file = s.tls_key;
       o.tls.client_ca_file = s.tls_client_ca;
       o.default_timeouts = s.timeouts;
+      o.embedded = true;
       auto started = rendezvous::RendezvousServer::Start(o);
       if (started.ok()) {
         server = std::move(*started);

@@ -150,6 +150,7 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
       if (joined_) break;
       joined_ = true;
       ever_joined_ = true;
+      server_embedded_ = m.joined().embedded();
       reconnecting_ = false;
       reconnect_attempts_ = 0;
       if (read_timer_ != 0) loop_->Cancel(read_timer_);
@@ -199,6 +200,13 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
 void RendezvousClient::HandleDone(int grpc_code, const std::string& message) {
   const std::string where = options_.endpoint;
   const auto code = static_cast<grpc::StatusCode>(grpc_code);
+  if (joined_ && server_embedded_ && !closed_) {
+    Closed(absl::UnavailableError(absl::StrCat(
+        "lost the rendezvous stream to ", where, ": ", message, " (gRPC code ", grpc_code,
+        "); that server was hosted by an agent, which is gone with it (ddprun-rdzv or etcd "
+        "survive a server restart)")));
+    return;
+  }
   if (!closed_ && !timed_out_ && code != grpc::StatusCode::UNAUTHENTICATED &&
       (joined_ || reconnecting_)) {
     Reconnect(code == grpc::StatusCode::OK

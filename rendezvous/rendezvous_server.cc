@@ -24,7 +24,8 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   server->host_ = options.host;
   server->loop_ = std::make_unique<LoopThread>();
   server->service_ = std::make_unique<RendezvousServiceImpl>(
-      server->loop_.get(), clock, options.token, options.limits, options.default_timeouts);
+      server->loop_.get(), clock, options.token, options.limits, options.default_timeouts,
+      options.embedded);
 
   // Process-wide switch read by the builder; every server of this process serves health.
   grpc::EnableDefaultHealthCheckService(true);

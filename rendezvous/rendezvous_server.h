@@ -41,6 +41,9 @@ struct ServerOptions {
   // gRPC keepalive pings to agents: a dead TCP peer is noticed even when the kernel is not.
   std::chrono::milliseconds keepalive_time{10000};
   std::chrono::milliseconds keepalive_timeout{5000};
+  // Hosted inside an agent: the agents are told so, and end the run when its stream breaks
+  // (nobody will start a new server on its address).
+  bool embedded = false;
 };
 
 class RendezvousServer {

@@ -34,11 +34,12 @@ GroupState FromProto(proto::GroupStatus::State s) {
 
 RendezvousServiceImpl::RendezvousServiceImpl(LoopThread* loop, const Clock* clock,
                                              std::string token, ServerLimits limits,
-                                             RunTimeouts default_timeouts)
+                                             RunTimeouts default_timeouts, bool embedded)
     : loop_(loop),
       clock_(clock),
       token_(std::move(token)),
       default_timeouts_(default_timeouts),
+      embedded_(embedded),
       max_queued_(limits.max_queued_messages_per_stream),
       state_(limits) {}
 
@@ -194,7 +195,9 @@ void RendezvousServiceImpl::Apply(const Outbox& out) {
     if (it->second.closed) continue;
     const bool last = std::holds_alternative<CloseNotice>(o.msg);
     it->second.closed = last;
-    it->second.stream->Send(ToProto(o), last);
+    proto::ServerMessage m = ToProto(o);
+    if (m.has_joined()) m.mutable_joined()->set_embedded(embedded_);
+    it->second.stream->Send(std::move(m), last);
   }
 }
 

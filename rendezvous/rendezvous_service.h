@@ -30,7 +30,7 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
  public:
   // `token` empty: no authentication.
   RendezvousServiceImpl(LoopThread* loop, const Clock* clock, std::string token,
-                        ServerLimits limits, RunTimeouts default_timeouts);
+                        ServerLimits limits, RunTimeouts default_timeouts, bool embedded = false);
   ~RendezvousServiceImpl() override;
 
   grpc::ServerBidiReactor<proto::AgentMessage, proto::ServerMessage>* Connect(
@@ -65,6 +65,7 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
   const Clock* const clock_;
   const std::string token_;
   const RunTimeouts default_timeouts_;
+  const bool embedded_;  // told to agents in Joined
   const int max_queued_;
   std::atomic<ConnId> next_conn_{1};
   std::atomic<int> open_streams_{0};  // counted from Connect until the loop deletes the stream

@@ -175,7 +175,7 @@ absl::StatusOr<std::optional<StepResult>> MnistTrainer::TrainStep(bool stop_vote
 void MnistTrainer::ShowProgress(const StepResult& step, double samples_per_s) {
   progress_->Step(state_.epoch, state_.epoch_loss_steps, steps_in_epoch_,
                   std::min(state_.epoch_offset, train_.count), train_.count, step.loss,
-                  samples_per_s);
+                  samples_per_s, state_.global_step);
 }
 
 void MnistTrainer::EndEpoch() {

@@ -15,7 +15,7 @@ ProgressReporter::ProgressReporter(std::ostream& out, bool tty, int log_interval
     : out_(out), tty_(tty), log_interval_(std::max(log_interval, 1)) {}
 
 void ProgressReporter::Step(int64_t epoch, int64_t step, int64_t steps, int64_t done, int64_t total,
-                            double loss, double samples_per_s) {
+                            double loss, double samples_per_s, int64_t global_step) {
   const double frac = total > 0 ? std::min(1.0, static_cast<double>(done) / total) : 1.0;
   if (tty_) {
     const auto now = std::chrono::steady_clock::now();
@@ -32,8 +32,9 @@ void ProgressReporter::Step(int64_t epoch, int64_t step, int64_t steps, int64_t 
     return;
   }
   if (step % log_interval_ != 0 && step != 1) return;
-  out_ << absl::StrFormat("Train Epoch: %d [%d/%d (%.0f%%)]\tLoss: %.6f\t%.0f samples/s\n", epoch,
-                          done, total, 100.0 * frac, loss, samples_per_s)
+  out_ << absl::StrFormat(
+              "Train Epoch: %d [%d/%d (%.0f%%)]\tLoss: %.6f\t%.0f samples/s\tstep %d\n", epoch,
+              done, total, 100.0 * frac, loss, samples_per_s, global_step)
        << std::flush;
 }
 

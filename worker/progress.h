@@ -14,9 +14,11 @@ class ProgressReporter {
   // `tty`: draw a bar with '\r'. `log_interval`: steps between plain lines. Not owned: `out`.
   ProgressReporter(std::ostream& out, bool tty, int log_interval);
 
-  // After step `step` (1-based within the epoch) of `steps`; `done`/`total` are global samples.
+  // After step `step` (1-based within the epoch) of `steps`; `done`/`total` are global samples;
+  // `global_step` counts optimizer steps since the start of training (checkpoints carry it), so
+  // that a restart's lost work can be read off the plain lines.
   void Step(int64_t epoch, int64_t step, int64_t steps, int64_t done, int64_t total, double loss,
-            double samples_per_s);
+            double samples_per_s, int64_t global_step);
   // Ends the bar line (if any) before other output.
   void EndEpoch();
 

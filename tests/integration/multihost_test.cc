@@ -304,7 +304,14 @@ TEST_F(MultiHostTest, ARestartedServerTakesTheRunBackWithoutRestartingAWorker) {
             << std::endl;
   for (pid_t pid : pids) EXPECT_TRUE(testing::ProcessAlive(pid)) << pid;
   EXPECT_EQ(CountMatches(Log(), "restart=1"), 0) << Log();
-  EXPECT_THAT(daemon_->error(), HasSubstr("run 'srvrestart': round 1 goes on: 3 node(s)"));
+  // The daemon's log is read by another thread: wait for the line rather than race it.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        return daemon_->error().find("run 'srvrestart': round 1 goes on: 3 node(s)") !=
+               std::string::npos;
+      },
+      10s))
+      << daemon_->error();
   EXPECT_THAT(agents[0]->err(), HasSubstr("the workers keep running while this agent"));
 
   std::vector<std::string> status_argv = {BinPath("ddprun"), "status", "--rdzv-id=srvrestart",

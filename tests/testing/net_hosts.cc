@@ -1,8 +1,13 @@
 #include "tests/testing/net_hosts.h"
 
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 
@@ -28,7 +33,25 @@ std::string NetHosts::Unavailable() {
   return "";
 }
 
+namespace {
+
+// Namespaces left by a harness whose process was killed (its destructor never ran): removed,
+// so that they do not pile up across killed test runs.
+void RemoveStaleNamespaces() {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/run/netns", ec)) {
+    const std::string name = e.path().filename();
+    int pid = 0;
+    if (sscanf(name.c_str(), "ddprun-%d-", &pid) != 1 || pid <= 0) continue;
+    if (kill(pid, 0) == 0 || errno != ESRCH) continue;  // its owner is alive
+    std::system(absl::StrCat("ip netns del ", name, " 2>/dev/null").c_str());
+  }
+}
+
+}  // namespace
+
 NetHosts::NetHosts(int n) : n_(n), prefix_(absl::StrCat("ddprun-", getpid())) {
+  RemoveStaleNamespaces();
   Run(absl::StrCat("ip netns add ", SwitchNs()));
   Run(absl::StrCat("ip -n ", SwitchNs(), " link add br0 type bridge"));
   Run(absl::StrCat("ip -n ", SwitchNs(), " link set br0 up"));

@@ -27,6 +27,8 @@ class NetHosts {
   int size() const { return n_; }
   std::string Address(int host) const;
   std::string Name(int host) const;
+  // The host's network namespace ("<prefix>-hN"): `ip netns pids` lists what runs on it.
+  std::string Namespace(int host) const { return Ns(host); }
   // `argv` as run on `host`: in its network namespace, with its host name.
   std::vector<std::string> On(int host, const std::vector<std::string>& argv) const;
   // Takes the host's link down (a cut cable: packets are lost, no connection is reset) / up.
