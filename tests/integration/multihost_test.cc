@@ -205,6 +205,34 @@ TEST_F(MultiHostTest, ALinkCutShorterThanTheLeaseRestartsNothing) {
   EXPECT_EQ(CountMatches(Log(), "restart="), 2) << Log();
 }
 
+// A flapping link (cut 1 s, healed 1 s, for 10 s) under a 3 s lease: every heal lets the
+// queued heartbeats through, so no lease expires and nothing restarts. With --max-restarts=0 a
+// single loss would end the job: it finishes with exit 0 and one round.
+TEST_F(MultiHostTest, ALinkFlappingEverySecondSpendsNoBudget) {
+  StartHosts(3);
+  const std::string done = dir_.File("done");
+  const std::string worker = Worker("while [ ! -e " + done + " ]; do sleep 0.05; done; exit 0");
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int host : {2, 3}) {
+    agents.push_back(
+        Agent(host,
+              {"--nnodes=2", "--nproc-per-node=1", "--max-restarts=0", "--rdzv-id=flap",
+               "--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=6"},
+              {worker}));
+  }
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=0") == 2; }, 60s)) << Log();
+  for (int flap = 0; flap < 5; ++flap) {
+    hosts_->Cut(3);
+    std::this_thread::sleep_for(1s);  // the flapping itself, not a wait for a condition
+    hosts_->Heal(3);
+    std::this_thread::sleep_for(1s);
+  }
+  testing::WriteFile(done, "");
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s)) << Log() << agents[1]->err();
+  EXPECT_EQ(CountMatches(Log(), "restart="), 2) << Log();
+  EXPECT_THAT(agents[1]->err(), Not(HasSubstr("fenced")));
+}
+
 // A cut longer than the lease: the server gives the host up and the survivors restart within
 // lease + 1.5 s (an elastic job: they go on without it once last_call_timeout has passed); the
 // cut-off host hears nothing from the server for its lease and stops its workers (fencing)
