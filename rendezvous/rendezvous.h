@@ -82,6 +82,15 @@ struct ResumeClaim {
   int restarts_used = 0;  // the most this node has heard of
   Group group = Group::kWaiting;         // its worker group of last.round
   std::optional<WorkerFailure> failure;  // with kFailed
+
+  // What a reported group state makes of the claim's group (the client and a recovering server
+  // both keep a claim current with the group statuses they see).
+  void Report(GroupState state, const std::optional<WorkerFailure>& reported) {
+    group = state == GroupState::kRunning     ? Group::kRunning
+            : state == GroupState::kSucceeded ? Group::kSucceeded
+                                              : Group::kFailed;
+    failure = reported;
+  }
 };
 
 // Callbacks to the agent. Always invoked on the agent's Executor.

@@ -367,10 +367,7 @@ void RendezvousClient::ReportGroupState(int64_t round, GroupState state,
                                         const std::optional<WorkerFailure>& failure) {
   loop_->Post([this, round, state, failure] {
     if (round == claim_.last.round && round > 0) {  // a re-registration says it too
-      claim_.group = state == GroupState::kRunning     ? ResumeClaim::Group::kRunning
-                     : state == GroupState::kSucceeded ? ResumeClaim::Group::kSucceeded
-                                                       : ResumeClaim::Group::kFailed;
-      claim_.failure = failure;
+      claim_.Report(state, failure);
     }
     if (closed_ || call_ == nullptr) return;
     proto::AgentMessage m;

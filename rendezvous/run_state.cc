@@ -161,11 +161,7 @@ absl::Status RunState::GroupStatus(ConnId conn, int64_t round, GroupState state,
   if (phase_ == RunPhase::kRecovering && it->second.claim.has_value() &&
       it->second.claim->last.round == round && round > 0) {
     // Reported after the claim was sent: the claim says it now.
-    ResumeClaim& claim = *it->second.claim;
-    claim.group = state == GroupState::kRunning     ? ResumeClaim::Group::kRunning
-                  : state == GroupState::kSucceeded ? ResumeClaim::Group::kSucceeded
-                                                    : ResumeClaim::Group::kFailed;
-    claim.failure = failure;
+    it->second.claim->Report(state, failure);
     return absl::OkStatus();
   }
   if (phase_ != RunPhase::kRunning || round != round_ || !it->second.in_round) {

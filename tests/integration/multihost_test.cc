@@ -42,9 +42,14 @@ class MultiHostTest : public ::testing::Test {
   void StartHosts(int n) {
     hosts_ = std::make_unique<NetHosts>(n);
     ASSERT_EQ(hosts_->error(), "");
+    StartDaemon(0);
+  }
+
+  // ddprun-rdzv on host 1; `port` 0 picks one (a restarted server passes the old one).
+  void StartDaemon(int port) {
     daemon_ = std::make_unique<testing::RdzvDaemon>(
         kToken, hosts_->Address(1),
-        [this](std::vector<std::string> argv) { return hosts_->On(1, argv); });
+        [this](std::vector<std::string> argv) { return hosts_->On(1, argv); }, port);
     ASSERT_FALSE(daemon_->endpoint().empty()) << daemon_->error();
   }
 
@@ -310,10 +315,8 @@ TEST_F(MultiHostTest, ARestartedServerTakesTheRunBackWithoutRestartingAWorker) {
   const auto killed = std::chrono::steady_clock::now();
   daemon_->Kill();
   std::this_thread::sleep_for(500ms);  // the outage itself, not a wait for a condition
-  daemon_ = std::make_unique<testing::RdzvDaemon>(
-      kToken, hosts_->Address(1),
-      [this](std::vector<std::string> argv) { return hosts_->On(1, argv); }, port);
-  ASSERT_FALSE(daemon_->endpoint().empty()) << daemon_->error();
+  StartDaemon(port);
+  ASSERT_FALSE(HasFatalFailure());
   ASSERT_TRUE(WaitUntil(
       [&] {
         for (const auto& a : agents) {
