@@ -18,12 +18,10 @@
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
+#include "common/version.h"
+#include "launcher/completion.h"
 #include "launcher/slurm_env.h"
 #include "launcher/yaml_config.h"
-
-#ifndef DDPRUN_VERSION
-#define DDPRUN_VERSION "0.1.0"
-#endif
 
 namespace ddprun::launcher {
 namespace {
@@ -33,13 +31,18 @@ struct FlagDef {
   const char* short_name;  // "-m", or "" for none
   bool is_bool;
   const char* help;
+  // For shell completion (completion.h): what a value is, and the choices of a kChoice.
+  ValueKind value = ValueKind::kText;
+  const char* choices = "";
 };
 
 // Every flag, in --help order. The underscore spelling is accepted for each dashed name.
 constexpr FlagDef kFlags[] = {
     {"nnodes", "", false, "Number of nodes, N or MIN:MAX (elastic). Default 1."},
-    {"nproc-per-node", "", false, "Workers per node: an integer, auto, cpu or gpu. Default 1."},
-    {"rdzv-backend", "", false, "Rendezvous backend: static (default), c10d, etcd, etcd-v3."},
+    {"nproc-per-node", "", false, "Workers per node: an integer, auto, cpu or gpu. Default 1.",
+     ValueKind::kChoice, "auto cpu gpu"},
+    {"rdzv-backend", "", false, "Rendezvous backend: static (default), c10d, etcd, etcd-v3.",
+     ValueKind::kChoice, "static c10d etcd etcd-v3"},
     {"rdzv-endpoint", "", false, "Rendezvous server host[:port] (c10d default port 29400)."},
     {"rdzv-id", "", false, "Run id shared by the nodes of one job. Default none."},
     {"rdzv-conf", "", false,
@@ -51,19 +54,23 @@ constexpr FlagDef kFlags[] = {
      "Failure-triggered restarts of the worker group, one budget for the job. Default 0."},
     {"monitor-interval", "", false,
      "Accepted for torchrun compatibility; ddprun reacts to events and never polls."},
-    {"start-method", "", false, "Accepted for torchrun compatibility (spawn, fork, forkserver)."},
+    {"start-method", "", false, "Accepted for torchrun compatibility (spawn, fork, forkserver).",
+     ValueKind::kChoice, "spawn fork forkserver"},
     {"role", "", false, "Worker role name (ROLE_NAME). Default default."},
     {"module", "-m", true, "Run the entrypoint as a Python module (python -m)."},
     {"no-python", "", true, "Run the entrypoint as a program, without python."},
     {"run-path", "", true, "Run the entrypoint as a Python script (accepted; the default)."},
     {"log-dir", "", false,
-     "Folder for per-attempt, per-rank logs and error files (LOG_DIR/RUN_ID/attempt_N/RANK)."},
+     "Folder for per-attempt, per-rank logs and error files (LOG_DIR/RUN_ID/attempt_N/RANK).",
+     ValueKind::kFolder},
     {"redirects", "-r", false,
      "Send worker streams to log files only: 0 none, 1 stdout, 2 stderr, 3 both; or "
-     "RANK:MASK,... per local rank."},
+     "RANK:MASK,... per local rank.",
+     ValueKind::kChoice, "0 1 2 3"},
     {"tee", "-t", false,
      "Send worker streams to log files and the console with [ROLE<local rank>]: prefixes; "
-     "values as --redirects."},
+     "values as --redirects.",
+     ValueKind::kChoice, "0 1 2 3"},
     {"local-ranks-filter", "", false, "Show only these local ranks on the console: 0,1,..."},
     {"node-rank", "", false, "This node's rank (static backend; honoured by the others)."},
     {"master-addr", "", false, "MASTER_ADDR for the static backend. Default 127.0.0.1."},
@@ -438,16 +445,46 @@ absl::StatusOr<StdSpec> ParseStdSpec(const std::string& what, const std::string&
   return spec;
 }
 
+namespace {
+
+// Every flag of the command line for the shell's completion, in --help order.
+std::vector<CompletionFlag> CompletionFlags() {
+  std::vector<CompletionFlag> out;
+  for (const FlagDef& f : kFlags) {
+    CompletionFlag c;
+    if (f.short_name[0] != '\0') c.spellings.push_back(f.short_name);
+    c.spellings.push_back(absl::StrCat("--", f.name));
+    if (absl::StrContains(f.name, "-")) {
+      c.spellings.push_back(absl::StrCat("--", absl::StrReplaceAll(f.name, {{"-", "_"}})));
+    }
+    c.value = f.is_bool ? ValueKind::kNone : f.value;
+    c.choices = absl::StrSplit(f.choices, ' ', absl::SkipEmpty());
+    c.help = f.help;
+    out.push_back(std::move(c));
+  }
+  out.push_back({{"--config"}, ValueKind::kFile, {}, "Read flags from a YAML file."});
+  out.push_back({{"-h", "--help"}, ValueKind::kNone, {}, "Print the help and exit."});
+  out.push_back({{"--version"}, ValueKind::kNone, {}, "Print the version and exit."});
+  out.push_back({{"--print-completion"},
+                 ValueKind::kChoice,
+                 {"bash", "zsh"},
+                 "Print the completion script for bash or zsh and exit."});
+  return out;
+}
+
+}  // namespace
+
 std::string HelpText() {
   std::string text =
-      "usage: ddprun [options] TRAINING_SCRIPT [script args...]\n"
-      "       ddprun [options] -m MODULE [args...]\n"
-      "       ddprun [options] --no-python PROGRAM [args...]\n"
+      "Usage: ddprun [options] TRAINING_SCRIPT [script args...]\n"
+      "  or:  ddprun [options] -m MODULE [args...]\n"
+      "  or:  ddprun [options] --no-python PROGRAM [args...]\n"
+      "  or:  ddprun status --rdzv-endpoint=HOST:PORT --rdzv-id=ID (see ddprun status --help)\n"
       "\n"
       "Native replacement for torchrun: same flags (dashes or underscores), same worker\n"
       "environment. Every flag can also come from --config FILE.yaml (same names as keys) or\n"
       "from a PET_<FLAG> environment variable; the command line wins, then the file.\n"
-      "\noptions:\n";
+      "\nOptions:\n";
   auto add = [&](const std::string& names, const std::string& help) {
     absl::StrAppend(&text, "  ", names, "\n      ", help, "\n");
   };
@@ -463,9 +500,14 @@ std::string HelpText() {
   add("--config=FILE.yaml", "Read flags from a YAML file (keys are flag names).");
   add("-h, --help", "Print this help and exit.");
   add("--version", "Print the version and exit.");
+  add("--print-completion=SHELL",
+      "Print the completion script for bash or zsh and exit (e.g. "
+      "source <(ddprun --print-completion=bash)).");
   text +=
-      "\nexit codes: 0 success; 1 workers failed and the restart budget is spent; 2 usage or\n"
-      "configuration error; 3 rendezvous failure; 128+N stopped by signal N.\n";
+      "\nExit status: 0 success; 1 workers failed and the restart budget is spent; 2 usage or\n"
+      "configuration error; 3 rendezvous failure; 128+N stopped by signal N.\n"
+      "\nDocumentation: README.md and docs/design.md in the source tree, installed in\n"
+      "/usr/share/doc/ddprun by the package; man ddprun, ddprun-rdzv, ddp-train.\n";
   return text;
 }
 
@@ -494,7 +536,9 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
   }
   std::string config_file;
   bool want_help = false, want_version = false;
+  std::string completion_shell;
   app.add_option("--config", config_file);
+  app.add_option("--print-completion", completion_shell);
   app.add_flag("-h,--help", want_help);
   app.add_flag("--version", want_version);
 
@@ -511,7 +555,12 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
   }
   if (want_version) {
     result.exit_now = true;
-    result.text = absl::StrCat("ddprun ", DDPRUN_VERSION, "\n");
+    result.text = absl::StrCat("ddprun ", kVersion, "\n");
+    return result;
+  }
+  if (!completion_shell.empty()) {
+    DDPRUN_ASSIGN_OR_RETURN(result.text, CompletionScript(completion_shell, CompletionFlags()));
+    result.exit_now = true;
     return result;
   }
 

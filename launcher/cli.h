@@ -21,7 +21,7 @@
 namespace ddprun::launcher {
 
 struct CommandLine {
-  // --help / --version: print `text` to stdout and exit 0 without running anything.
+  // --help / --version / --print-completion: print `text` to stdout and exit 0, running nothing.
   bool exit_now = false;
   std::string text;
   LaunchOptions options;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "absl/strings/str_cat.h"
 #include "launcher/grpc_rendezvous_plugin.h"
@@ -17,9 +18,10 @@ absl::StatusOr<GrpcRendezvousPlugin*> LoadGrpcRendezvousPlugin() {
     char exe[PATH_MAX] = {};
     const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     if (n <= 0) return absl::InternalError("cannot find the ddprun executable's folder");
-    std::string dir(exe, static_cast<size_t>(n));
-    dir = dir.substr(0, dir.rfind('/'));
-    path = absl::StrCat(dir, "/../lib/libddprun_grpc.so");
+    // The same layout in the build tree (build/bin, build/lib/ddprun) and in an installed
+    // prefix (/usr/bin, /usr/lib/ddprun): found relative to this executable, never a build path.
+    const std::filesystem::path bin_dir = std::filesystem::path(std::string(exe, n)).parent_path();
+    path = (bin_dir / kGrpcPluginRelativePath).lexically_normal().string();
   }
   void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (handle == nullptr) {

@@ -1,5 +1,5 @@
 // The boundary between ddprun and its gRPC rendezvous, which lives in a plugin
-// (build/lib/libddprun_grpc.so) loaded with dlopen only when a job needs it (--rdzv-backend=c10d,
+// (lib/ddprun/libddprun_grpc.so beside the bin/ folder of ddprun) loaded with dlopen only when a job needs it (--rdzv-backend=c10d,
 // `ddprun status`). Standalone and static jobs never load gRPC, protobuf or OpenSSL: those
 // libraries alone would more than double the agent's memory (measured: 5.5 -> 13 MiB RSS) and
 // add their relocation time to every start.
@@ -76,8 +76,12 @@ class GrpcRendezvousPlugin {
 inline constexpr char kGrpcPluginEntryPoint[] = "DdprunGrpcRendezvousPlugin";
 using GrpcPluginEntryPoint = GrpcRendezvousPlugin* (*)();
 
-// Loads build/lib/libddprun_grpc.so (found from this executable's location, or
-// $DDPRUN_GRPC_PLUGIN). The plugin stays loaded for the life of the process.
+// Where the plugin lies relative to the folder of the ddprun executable, in the build tree and
+// in an installed prefix alike (CMake puts it there: launcher/CMakeLists.txt).
+inline constexpr char kGrpcPluginRelativePath[] = "../lib/ddprun/libddprun_grpc.so";
+
+// Loads the plugin from kGrpcPluginRelativePath (or $DDPRUN_GRPC_PLUGIN). A missing plugin is an
+// error naming the file looked for. The plugin stays loaded for the life of the process.
 absl::StatusOr<GrpcRendezvousPlugin*> LoadGrpcRendezvousPlugin();
 
 }  // namespace ddprun::launcher

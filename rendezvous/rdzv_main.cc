@@ -15,13 +15,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/log.h"
+#include "common/version.h"
 #include "rendezvous/rendezvous_server.h"
 #include "rendezvous/security.h"
 
 int main(int argc, char** argv) {
   ddprun::rendezvous::ServerOptions options;
   std::string token_file;
-  CLI::App app{"ddprun rendezvous server"};
+  CLI::App app{"ddprun-rdzv: the ddprun rendezvous server as a daemon"};
+  app.set_version_flag("--version", absl::StrCat("ddprun-rdzv ", ddprun::kVersion));
   app.add_option("--host", options.host, "address to bind (default: loopback only)");
   app.add_option("--port", options.port, "port to bind; 0 picks a free one and prints it")
       ->check(CLI::Range(0, 65535));

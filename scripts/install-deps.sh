@@ -23,6 +23,11 @@ PACKAGES=(
   procps time
   elfutils                   # eu-stack: native stacks of hung workers (ddprun hang reports)
   iproute2                   # tests/integration/multihost_test: hosts from network namespaces
+  # packaging: man pages, the .deb and its dependencies, and their tests
+  help2man                   # man pages from --help (packaging/make-man-page.sh)
+  dpkg-dev                   # dpkg-shlibdeps: the package's dependencies from its binaries
+  man-db zsh                 # tests/packaging: render the man pages, parse the zsh completion
+  debootstrap                # scripts/check-package.sh: a clean Debian 12 root (not make test)
 )
 
 missing=()

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/version.h"
 #include "worker/dist_env.h"
 #include "worker/error_file.h"
 #include "worker/fault_injection.h"
@@ -73,8 +74,7 @@ void AddCommonFlags(CLI::App* cmd, const std::string& data_help, TrainOptions* o
                   "random seed: model init, dropout (mnist), sampler order and augmentation "
                   "(imagenet)")
       ->capture_default_str();
-  cmd->add_option("--log-interval,--print-freq,-p", o->log_interval,
-                  "steps between progress lines")
+  cmd->add_option("--log-interval,--print-freq,-p", o->log_interval, "steps between progress lines")
       ->check(CLI::Range(1, 1 << 30))
       ->capture_default_str();
   cmd->add_option("--max-steps", o->max_steps, "at most N steps per epoch (0: all)")
@@ -192,6 +192,7 @@ int Main(int argc, char** argv) {
 
   CLI::App app{"ddp-train: data-parallel LibTorch training (run under ddprun or torchrun)"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", absl::StrCat("ddp-train ", kVersion));
   MnistOptions options;
   CLI::App* mnist = app.add_subcommand("mnist", "the classic MNIST CNN on MNIST-format data");
   AddMnistFlags(mnist, &options);

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -104,6 +105,11 @@ const char* KindName(Kind k) {
   return "?";
 }
 
+// SIGINT/SIGTERM: stop injecting and tear every segment down (its processes and namespaces go
+// with the destructors) instead of leaving a job running on hosts nobody will clean.
+std::atomic<bool> g_interrupted{false};
+void OnInterrupt(int) { g_interrupted = true; }
+
 double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -154,6 +160,7 @@ struct FaultRecord {
   Kind kind;
   std::string detail;
   double recovery_s = -1;  // fault -> training running again with every host in
+  bool injected = true;    // false: nothing to hit (no worker alive for 5 s); not counted
 };
 
 class Segment {
@@ -335,7 +342,7 @@ std::optional<double> Segment::WaitSteady(Clock::time_point fault_at, const Mark
   const auto deadline = Clock::now() + limit;
   while (Clock::now() < deadline) {
     Observe();
-    if (finished_) return std::nullopt;
+    if (finished_ || g_interrupted) return std::nullopt;
     // The supervisor: an agent that exited (fenced in a fixed world, or killed) starts again.
     for (Agent& a : agents_) {
       if (a.exited && !finished_) StartAgent(&a);
@@ -351,11 +358,20 @@ Agent* Segment::RandomAgent() {
 }
 
 std::optional<pid_t> Segment::RandomWorker(Agent** owner) {
+  // A restart may be under way (a host that came back joins as a scale-up after training ran
+  // again): wait for the chosen agent's next workers rather than hit nothing.
   Agent* a = RandomAgent();
-  std::vector<pid_t> workers = Workers(a->proc->pid());
-  if (workers.empty()) return std::nullopt;
-  *owner = a;
-  return workers[std::uniform_int_distribution<size_t>(0, workers.size() - 1)(*rng_)];
+  const auto deadline = Clock::now() + 5s;
+  while (Clock::now() < deadline && !finished_) {
+    std::vector<pid_t> workers = Workers(a->proc->pid());
+    if (!workers.empty()) {
+      *owner = a;
+      return workers[std::uniform_int_distribution<size_t>(0, workers.size() - 1)(*rng_)];
+    }
+    Observe();
+    std::this_thread::sleep_for(50ms);
+  }
+  return std::nullopt;
 }
 
 FaultRecord Segment::Inject(Kind kind) {
@@ -371,7 +387,7 @@ FaultRecord Segment::Inject(Kind kind) {
     case Kind::kSegvWorker:
     case Kind::kHangRank: {
       std::optional<pid_t> w = RandomWorker(&a);
-      if (!w) return {kind, "no worker to hit", -1};
+      if (!w) return {kind, "no worker to hit", -1, false};
       const int sig = kind == Kind::kKillWorker   ? SIGKILL
                       : kind == Kind::kSegvWorker ? SIGSEGV
                                                   : SIGSTOP;
@@ -423,28 +439,34 @@ bool Segment::Run(Clock::time_point stop_at, int faults_left, bool inject) {
   }
   const auto start = Clock::now();
   if (!WaitSteady(start, Mark{}, 300s)) {
-    if (!finished_) Violation("training never ran on all three hosts");
+    if (!finished_ && !g_interrupted) Violation("training never ran on all three hosts");
   }
   std::uniform_real_distribution<double> gap(2.0, 5.0);
-  while (inject && !finished_ && Clock::now() < stop_at &&
+  while (inject && !finished_ && !g_interrupted && Clock::now() < stop_at &&
          (faults_left <= 0 || static_cast<int>(faults_.size()) < faults_left)) {
     // A few seconds of steady training between faults.
     const auto until =
         Clock::now() + std::chrono::milliseconds(static_cast<int>(gap(*rng_) * 1000));
-    while (Clock::now() < until && !finished_) {
+    while (Clock::now() < until && !finished_ && !g_interrupted) {
       Observe();
       std::this_thread::sleep_for(50ms);
     }
-    if (finished_) break;
+    if (finished_ || g_interrupted) break;
     const Kind kind = kKinds[std::uniform_int_distribution<int>(0, std::size(kKinds) - 1)(*rng_)];
     const Mark at_fault = Now();
     const auto fault_at = Clock::now();
     FaultRecord f = Inject(kind);
+    if (!f.injected) {
+      std::cout << absl::StrFormat("segment %d: %s skipped (%s)\n", index_, KindName(kind),
+                                   f.detail)
+                << std::flush;
+      continue;
+    }
     std::optional<double> recovery =
         WaitSteady(fault_at, at_fault, std::chrono::seconds(o_.hang_timeout_s + 120));
     if (recovery) {
       f.recovery_s = *recovery;
-    } else if (!finished_) {
+    } else if (!finished_ && !g_interrupted) {
       Violation(absl::StrCat("no recovery within ", o_.hang_timeout_s + 120, " s after ",
                              KindName(kind), " (", f.detail, ")"));
       faults_.push_back(f);
@@ -454,6 +476,10 @@ bool Segment::Run(Clock::time_point stop_at, int faults_left, bool inject) {
                                  faults_.size() + 1, KindName(kind), f.detail, f.recovery_s)
               << std::flush;
     faults_.push_back(f);
+  }
+  if (g_interrupted) {
+    Violation("interrupted (SIGINT/SIGTERM): the job was killed, not checked");
+    return false;
   }
   // The end: training finishes by itself; every agent must exit 0 within the deadline.
   const auto end_deadline = Clock::now() + 600s;
@@ -564,6 +590,8 @@ int Main(int argc, char** argv) {
     temp = std::make_unique<testing::TempDir>();
     o.work_dir = temp->path();
   }
+  signal(SIGINT, OnInterrupt);
+  signal(SIGTERM, OnInterrupt);
   testing::NetHosts hosts(4);
   if (!hosts.error().empty()) {
     std::cerr << "chaos-soak: hosts: " << hosts.error() << std::endl;
