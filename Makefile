@@ -4,7 +4,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-unit demo bench format clean
+.PHONY: all deps configure build test test-unit demo bench package install format clean
 
 all: build
 
@@ -31,6 +31,15 @@ demo: build
 
 bench: build
 	bench/run_all.sh $(BUILD_DIR)
+
+# build/ddprun_VERSION_amd64.deb (packaging/CMakeLists.txt); scripts/check-package.sh installs it
+# on a clean Debian 12 root.
+package: build
+	cd $(BUILD_DIR) && cpack -G DEB
+
+# Into CMAKE_INSTALL_PREFIX (/usr/local unless configured otherwise); PREFIX=... overrides.
+install: build
+	cmake --install $(BUILD_DIR) $(if $(PREFIX),--prefix $(PREFIX))
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')

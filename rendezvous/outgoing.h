@@ -43,6 +43,9 @@ struct CloseNotice {
   absl::Status status;  // OK, kResourceExhausted (budget spent), else a rendezvous failure
   std::optional<WorkerFailure> root_cause;
   std::string straggler;  // when root_cause->hang
+  // The run goes on without this node (its lease expired): an elastic agent that hears it
+  // after all (it was stopped, or its link came back) stops its workers and rejoins as new.
+  bool given_up = false;
 };
 
 struct Outgoing {

@@ -211,6 +211,7 @@ proto::ServerMessage ToProto(const Outgoing& out) {
     p->set_message(std::string(c->status.message()));
     if (c->root_cause) *p->mutable_root_cause() = ToProto(*c->root_cause);
     p->set_straggler(c->straggler);
+    p->set_given_up(c->given_up);
   }
   return m;
 }

@@ -187,6 +187,13 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
       break;
     }
     case proto::ServerMessage::kClose: {
+      if (m.close().given_up()) {
+        // The verdict that fencing anticipates, heard after all (this agent was stopped longer
+        // than the lease, or its link came back just too late): the same way out.
+        Fence(absl::StrCat("fenced: the rendezvous server gave this node up (", m.close().message(),
+                           ")"));
+        break;
+      }
       std::optional<HangNotice> hang;
       if (m.close().root_cause().hang()) hang = HangNotice{m.close().straggler()};
       Closed(CloseStatus(m.close()), hang);

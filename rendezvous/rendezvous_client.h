@@ -131,7 +131,7 @@ class RendezvousClient final : public Rendezvous {
   std::string base_node_id_;                               // the node id of the first join
   int rejoins_ = 0;
   bool ever_joined_ = false;        // re-registrations carry claim_
-  bool server_embedded_ = false;  // the server lives in an agent: a broken stream is the end
+  bool server_embedded_ = false;    // the server lives in an agent: a broken stream is the end
   ResumeClaim claim_;               // what this node knows of its place
   bool reconnecting_ = false;       // the current call re-registers after a broken stream
   TimePoint reconnect_deadline_{};  // read_timeout after the break

@@ -235,9 +235,10 @@ void RunState::Tick(TimePoint now, Outbox* out) {
     const ConnId conn = by_last_seen_.begin()->second;
     const Node& node = nodes_.at(conn);
     if (node.in_round && num_lost_members++ == 0) lost_members = Describe(node);
-    out->push_back({conn, CloseNotice{absl::UnavailableError(absl::StrCat(
-                                          "this node's rendezvous lease expired: ", why)),
-                                      std::nullopt}});
+    CloseNotice given_up{
+        absl::UnavailableError(absl::StrCat("this node's rendezvous lease expired: ", why))};
+    given_up.given_up = true;
+    out->push_back({conn, std::move(given_up)});
     RemoveNode(conn);
   }
   if (phase_ == RunPhase::kRunning && num_lost_members > 0) {

@@ -72,10 +72,11 @@ void RunState::TakeOver(ConnId conn, const JoinRequest& request, TimePoint now, 
   if (in_step) {
     out->push_back({conn, ResumedNotice{round_}});
     // What the group reported may have been lost with the old stream.
+    // The claim was checked against this round above, so GroupStatus cannot refuse it.
     if (claim.group == Group::kSucceeded) {
-      GroupStatus(conn, round_, GroupState::kSucceeded, std::nullopt, now, out);
+      GroupStatus(conn, round_, GroupState::kSucceeded, std::nullopt, now, out).IgnoreError();
     } else if (claim.group == Group::kFailed) {
-      GroupStatus(conn, round_, GroupState::kFailed, claim.failure, now, out);
+      GroupStatus(conn, round_, GroupState::kFailed, claim.failure, now, out).IgnoreError();
     }
     return;
   }
@@ -237,10 +238,11 @@ void RunState::Settle(TimePoint now, Outbox* out) {
   // What the groups reported while the server was away, as if it arrived now.
   for (ConnId conn : claimants) {
     const ResumeClaim& claim = claims.at(conn);
+    // Claimants are members of the newest round, so GroupStatus cannot refuse these.
     if (claim.group == Group::kSucceeded) {
-      GroupStatus(conn, newest, GroupState::kSucceeded, std::nullopt, now, out);
+      GroupStatus(conn, newest, GroupState::kSucceeded, std::nullopt, now, out).IgnoreError();
     } else if (claim.group == Group::kFailed) {
-      GroupStatus(conn, newest, GroupState::kFailed, claim.failure, now, out);
+      GroupStatus(conn, newest, GroupState::kFailed, claim.failure, now, out).IgnoreError();
     }
   }
   if (phase_ != RunPhase::kRunning || succeeded_in_round_ > 0) return;

@@ -160,12 +160,35 @@ TEST_F(DaemonTest, StoppedAgentIsLostAfterItsLease) {
       },
       kWait))
       << a->out();
-  // Resumed, the stopped agent learns it was dropped and exits 3.
+  // Resumed, the stopped agent hears it was given up; the job is elastic, so it stops its
+  // workers and rejoins as a new node: a scale-up for the others, no budget spent.
+  b->Signal(SIGCONT);
+  ASSERT_TRUE(
+      b->WaitForOutputContains("RESTART fenced: the rendezvous server gave this node up", kWait))
+      << b->out();
+  EXPECT_THAT(b->out(), HasSubstr("lease expired"));
+  EXPECT_THAT(b->out(), HasSubstr("rejoining as a new node"));
+  ASSERT_TRUE(a->WaitForOutput(
+      [](const std::string& out) {
+        return std::regex_search(out, std::regex("group_world_size=2 world_size=4 .*restarts=1"));
+      },
+      kWait))
+      << a->out();
+  EXPECT_TRUE(b->running());
+}
+
+TEST_F(DaemonTest, AStoppedAgentOfAFixedWorldHearsItWasGivenUpAndExits3) {
+  auto a = StartAgent("a", "job", "2:2");
+  auto b = StartAgent("b", "job", "2:2");
+  ASSERT_TRUE(a->WaitForOutputContains("group_world_size=2", kWait)) << a->out();
+  ASSERT_TRUE(b->WaitForOutputContains("group_world_size=2", kWait)) << b->out();
+  b->Signal(SIGSTOP);
+  ASSERT_TRUE(a->WaitForOutputContains("RESTART node b (localhost) was lost", kWait)) << a->out();
   b->Signal(SIGCONT);
   auto status = b->Wait(kWait);
   ASSERT_TRUE(status.has_value());
   EXPECT_EQ(status->exit_code, 3);
-  EXPECT_THAT(b->out(), HasSubstr("lease expired"));
+  EXPECT_THAT(b->out(), HasSubstr("gave this node up (this node's rendezvous lease expired"));
 }
 
 TEST_F(DaemonTest, WrongTokenIsRefusedWithExit3) {

@@ -239,6 +239,7 @@ TEST_F(RendezvousGrpcTest, SilentAgentIsLostAfterItsLease) {
     if (m.has_close()) {
       saw_close = true;
       EXPECT_THAT(m.close().message(), HasSubstr("lease expired"));
+      EXPECT_TRUE(m.close().given_up());
     }
   }
   EXPECT_TRUE(saw_close);

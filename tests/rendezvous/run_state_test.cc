@@ -205,6 +205,7 @@ TEST_F(RunStateTest, SilentNodeIsLostAfterItsLease) {
   ASSERT_NE(close, nullptr);
   EXPECT_EQ(close->status.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(close->status.message(), HasSubstr("lease expired"));
+  EXPECT_TRUE(close->given_up);
   EXPECT_NE(Find<RestartNotice>(out, 1), nullptr);
   EXPECT_NE(Find<RestartNotice>(out, 2), nullptr);
   EXPECT_EQ(state_.Status("run")->restarts_used, 1);
