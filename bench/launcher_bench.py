@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ddprun vs torchrun on one node: start-up cost and restart cost, alternating in one run.
 
-  bench/launcher_bench.py --ddprun build/bin/ddprun --torchrun ../shared/tools/torchrun113 --runs 15
+  bench/launcher_bench.py --ddprun build/bin/ddprun --torchrun tests/integration/scripts/torchrun_py311.py --runs 15
 
 Job A (start-up): --standalone --nproc-per-node=2 --no-python /bin/true
 Job B (one restart): the same with --max-restarts=1 and a worker that fails on its first attempt

@@ -4,7 +4,7 @@
 set -euo pipefail
 BUILD_DIR=${1:-build}
 HERE=$(cd "$(dirname "$0")" && pwd)
-TORCHRUN=${TORCHRUN:-$HERE/../../shared/tools/torchrun113}
+TORCHRUN=${TORCHRUN:-$HERE/../tests/integration/scripts/torchrun_py311.py}
 /usr/bin/python3 "$HERE/launcher_bench.py" --ddprun "$BUILD_DIR/bin/ddprun" --torchrun "$TORCHRUN"
 /usr/bin/python3 "$HERE/multinode_bench.py" --ddprun "$BUILD_DIR/bin/ddprun" \
     --rdzv "$BUILD_DIR/bin/ddprun-rdzv" --torchrun "$TORCHRUN"

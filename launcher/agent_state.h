@@ -22,7 +22,7 @@
 
 namespace ddprun::launcher {
 
-// Exit codes (DESIGN.md, "Failure reporting and exit codes").
+// Exit codes (docs/design.md, "Failure reporting and exit codes").
 inline constexpr int kExitSuccess = 0;
 inline constexpr int kExitWorkersFailed = 1;
 inline constexpr int kExitUsage = 2;

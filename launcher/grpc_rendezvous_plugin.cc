@@ -66,6 +66,7 @@ absl::StatusOr<rendezvous::ClientOptions> ClientOptionsFor(const C10dSettings& s
   c.timeouts = s.timeouts;
   c.read_timeout = s.read_timeout;
   c.rpc_timeout = s.rpc_timeout;
+  if (s.close_timeout) c.close_timeout = *s.close_timeout;
   return c;
 }
 
@@ -187,6 +188,7 @@ absl::StatusOr<rendezvous::EtcdRendezvousOptions> EtcdOptionsFor(const EtcdSetti
   o.prefix = s.prefix;
   o.timeouts = s.timeouts;
   o.read_timeout = s.read_timeout;
+  if (s.close_timeout) o.close_timeout = *s.close_timeout;
   return o;
 }
 

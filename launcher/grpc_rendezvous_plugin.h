@@ -33,6 +33,7 @@ struct C10dSettings {
   rendezvous::RunTimeouts timeouts;
   std::chrono::milliseconds read_timeout{60000};
   std::chrono::milliseconds rpc_timeout{10000};
+  std::optional<std::chrono::milliseconds> close_timeout;  // unset: the client's default
 };
 
 // Everything the etcd v3 backend needs (--rdzv-backend=etcd), parsed from the options.
@@ -45,6 +46,7 @@ struct EtcdSettings {
   std::string tls_cert, tls_key, tls_ca, tls_server_name;
   rendezvous::RunTimeouts timeouts;
   std::chrono::milliseconds read_timeout{60000};
+  std::optional<std::chrono::milliseconds> close_timeout;  // unset: the backend's default
 };
 
 // A rendezvous client, and the server too when this agent hosts it.

@@ -71,7 +71,8 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
     } else if (key == "read_timeout") {
       DDPRUN_ASSIGN_OR_RETURN(c.read_timeout, Seconds(key, value));
     } else if (key == "close_timeout") {
-      DDPRUN_ASSIGN_OR_RETURN(c.close_timeout, Seconds(key, value));
+      DDPRUN_ASSIGN_OR_RETURN(std::chrono::milliseconds close, Seconds(key, value));
+      c.close_timeout = close;
     } else if (key == "is_host") {
       DDPRUN_ASSIGN_OR_RETURN(c.is_host, ParseBool("--rdzv-conf is_host", value));
     } else if (key == "token_file") {
@@ -150,6 +151,7 @@ absl::StatusOr<C10dSettings> MakeC10dSettings(const LaunchOptions& options, cons
   }
   s.timeouts = conf.timeouts;
   s.read_timeout = conf.read_timeout;
+  s.close_timeout = conf.close_timeout;
   return s;
 }
 
@@ -183,6 +185,7 @@ absl::StatusOr<EtcdSettings> MakeEtcdSettings(const LaunchOptions& options) {
   }
   s.timeouts = conf.timeouts;
   s.read_timeout = conf.read_timeout;
+  s.close_timeout = conf.close_timeout;
   return s;
 }
 

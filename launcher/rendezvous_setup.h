@@ -39,7 +39,9 @@ struct RendezvousSetup {
 struct RdzvConf {
   rendezvous::RunTimeouts timeouts;
   std::chrono::milliseconds read_timeout{60000};
-  std::chrono::milliseconds close_timeout{30000};
+  // How long leaving the rendezvous may take at the end (the last status, the goodbye); unset:
+  // the backend's own bound (2 s for c10d, 3 s for etcd).
+  std::optional<std::chrono::milliseconds> close_timeout;
   std::optional<bool> is_host;
   std::string token_file;
   std::string tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name;

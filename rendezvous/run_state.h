@@ -3,7 +3,7 @@
 // outputs are the messages to push to agent streams. No I/O, no threads, no clock of its own:
 // every input carries `now`.
 //
-// Semantics (../shared/DESIGN.md, "Rendezvous protocol"):
+// Semantics (docs/design.md, "Rendezvous protocol"):
 //  - A forming round completes at once at max_nodes, or at >= min_nodes once last_call_timeout
 //    has passed since it first reached min_nodes. join_timeout bounds how long it may stay below
 //    min_nodes; then the run closes (kDeadlineExceeded).

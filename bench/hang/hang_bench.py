@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Hang detection latency, ddprun vs torchrun side by side, alternating in one run.
 
-  bench/hang/hang_bench.py --build build --torchrun ../shared/tools/torchrun113 --runs 5
+  bench/hang/hang_bench.py --build build --torchrun tests/integration/scripts/torchrun_py311.py --runs 5
 
 (a) torch FileTimer: 2 workers, rank 1 holds a 2 s scope forever (TORCHELASTIC_ENABLE_FILE_TIMER=1
     for both launchers). Latency: scope expiry -> first worker of the new group started; ddprun's

@@ -2,7 +2,7 @@
 """ddp-train vs the Python DDP reference on Fashion-MNIST, side by side in one run.
 
 Both train the classic MNIST network (Adadelta lr 1.0, batch 64 per process) for one epoch with
-2 processes under the same launcher (Debian's torchrun, patched: ../shared/tools/torchrun113),
+2 processes under the same launcher (Debian's torchrun, patched: tests/integration/scripts/torchrun_py311.py),
 and ddp-train once more under ddprun when it is built. Reports training samples/s (all ranks'
 samples / rank 0's training seconds, evaluation excluded, the reference's own definition), test
 accuracy and the whole command's wall time; then checkpoint save and load times of ddp-train.
