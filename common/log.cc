@@ -36,6 +36,7 @@ void Emit(absl::string_view level, absl::string_view message) {
 
 void SetLogTag(absl::string_view tag) { Tag() = std::string(tag); }
 void SetVerbose(bool verbose) { g_verbose = verbose; }
+bool Verbose() { return g_verbose; }
 
 void LogInfo(absl::string_view message) {
   if (g_verbose) Emit("", message);

@@ -14,6 +14,7 @@ namespace ddprun {
 void SetLogTag(absl::string_view tag);
 // When false, Info() is dropped (warnings and errors are always printed).
 void SetVerbose(bool verbose);
+bool Verbose();
 
 void LogInfo(absl::string_view message);
 void LogWarning(absl::string_view message);

@@ -32,6 +32,10 @@ std::vector<AgentAction> AgentStateMachine::OnAssignment(const rendezvous::Assig
       round_ = a.round;
       live_ = nproc_;
       succeeded_ = 0;
+      // The summary describes the attempt that ends the job: a failure here in an earlier round
+      // is not the cause when the budget is spent by another node's failure in this one.
+      root_cause_.reset();
+      other_failures_.clear();
       AgentAction start{Type::kStartWorkers};
       start.assignment = a;
       return {start};

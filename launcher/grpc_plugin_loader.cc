@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "launcher/grpc_rendezvous_plugin.h"
 
 namespace ddprun::launcher {
@@ -32,7 +33,9 @@ absl::StatusOr<GrpcRendezvousPlugin*> LoadGrpcRendezvousPlugin() {
   if (entry == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(path, ": no symbol ", kGrpcPluginEntryPoint));
   }
-  return entry();
+  GrpcRendezvousPlugin* plugin = entry();
+  plugin->SetVerbose(Verbose());
+  return plugin;
 }
 
 }  // namespace ddprun::launcher

@@ -194,6 +194,7 @@ absl::StatusOr<rendezvous::EtcdRendezvousOptions> EtcdOptionsFor(const EtcdSetti
 
 class PluginImpl final : public GrpcRendezvousPlugin {
  public:
+  void SetVerbose(bool verbose) override { ::ddprun::SetVerbose(verbose); }
   absl::StatusOr<std::string> DescribeEtcdRun(const EtcdSettings& s,
                                               const std::string& run_id) override {
     auto o = EtcdOptionsFor(s);

@@ -1,8 +1,8 @@
 // The boundary between ddprun and its gRPC rendezvous, which lives in a plugin
-// (lib/ddprun/libddprun_grpc.so beside the bin/ folder of ddprun) loaded with dlopen only when a job needs it (--rdzv-backend=c10d,
-// `ddprun status`). Standalone and static jobs never load gRPC, protobuf or OpenSSL: those
-// libraries alone would more than double the agent's memory (measured: 5.5 -> 13 MiB RSS) and
-// add their relocation time to every start.
+// (lib/ddprun/libddprun_grpc.so beside the bin/ folder of ddprun) loaded with dlopen only when a
+// job needs it (--rdzv-backend=c10d, `ddprun status`). Standalone and static jobs never load gRPC,
+// protobuf or OpenSSL: those libraries alone would more than double the agent's memory
+// (measured: 5.5 -> 13 MiB RSS) and add their relocation time to every start.
 //
 // Only this header is shared by both sides; it names no gRPC type. Both sides are built together
 // by this project with the same compiler and the same Abseil, so C++ types cross the boundary.
@@ -61,6 +61,8 @@ class GrpcRendezvous : public rendezvous::Rendezvous {
 class GrpcRendezvousPlugin {
  public:
   virtual ~GrpcRendezvousPlugin() = default;
+  // The plugin links its own copy of common/log: the agent's --quiet must reach it too.
+  virtual void SetVerbose(bool verbose) = 0;
   virtual absl::StatusOr<std::unique_ptr<GrpcRendezvous>> Create(const C10dSettings& settings,
                                                                  Executor* executor) = 0;
   // The etcd v3 backend (never hosting).

@@ -122,12 +122,15 @@ void EtcdRendezvous::Join(const NodeInfo& node, RendezvousEvents* events) {
 }
 
 void EtcdRendezvous::Start() {
-  const Duration budget = options_.read_timeout;
+  if (absl::Status s = Register(options_.read_timeout); !s.ok()) Closed(s);
+}
+
+absl::Status EtcdRendezvous::Register(Duration budget) {
   // etcd leases are whole seconds; its minimum is enforced by the server (1.5 election timeouts).
   ttl_seconds_ = std::max<int64_t>(
       1, std::chrono::ceil<std::chrono::seconds>(options_.timeouts.lease()).count());
   auto lease = client_->LeaseGrant(ttl_seconds_, budget);
-  if (!lease.ok()) return Closed(lease.status());
+  if (!lease.ok()) return lease.status();
   lease_ = lease->id();
   ttl_seconds_ = lease->ttl();
 
@@ -139,11 +142,16 @@ void EtcdRendezvous::Start() {
   put.set_value(record.SerializeAsString());
   put.set_lease(lease_);
   auto joined = client_->Put(put, budget);
-  if (!joined.ok()) return Closed(joined.status());
+  if (!joined.ok()) {
+    client_->LeaseRevoke(lease_, budget).IgnoreError();
+    return joined.status();
+  }
 
-  keepalive_loop_->Post([this] {
+  keepalive_loop_->Post([this, lease = lease_] {
+    keepalive_lease_ = lease;
     last_renewed_ = Now();
-    keepalive_loop_->PostAt(Now() + options_.timeouts.keep_alive_interval, [this] { KeepAlive(); });
+    keepalive_loop_->PostAt(Now() + options_.timeouts.keep_alive_interval,
+                            [this, lease] { KeepAlive(lease); });
   });
   // Every later change of the run, in order, from just after our own join.
   watcher_ = std::make_unique<EtcdWatcher>(
@@ -153,10 +161,49 @@ void EtcdRendezvous::Start() {
       },
       [this](absl::Status status) { loop_->Post([this, status] { Closed(status); }); });
   TryElect();
+  return absl::OkStatus();
 }
 
-void EtcdRendezvous::KeepAlive() {
-  auto ttl = client_->KeepAliveOnce(lease_, options_.timeouts.keep_alive_interval);
+void EtcdRendezvous::LoseLease(const absl::Status& why) {
+  if (lease_lost_ || closed_ || left_) return;
+  lease_lost_ = true;
+  coordinator_.reset();
+  StopBackground();
+  if (node_.min_nodes == node_.max_nodes) {  // a fixed world cannot go on without this node
+    Closed(why);
+    return;
+  }
+  // Elastic: the others went on without this node (the coordinator saw its key vanish). Stop
+  // the workers and come back as a new node, a scale-up for the others, no budget spent.
+  const std::string reason = absl::StrCat(why.message(), "; rejoining as a new node");
+  Deliver([reason](RendezvousEvents* e) { e->OnRestart(reason, std::nullopt); });
+  if (base_node_id_.empty()) base_node_id_ = node_.node_id;
+  node_.node_id = absl::StrCat(base_node_id_, "-rejoin", ++rejoins_);
+  inbox_epoch_.clear();
+  inbox_next_seq_ = 0;
+  rejoin_deadline_ = Now() + options_.timeouts.join_timeout;
+  TryRejoin();
+}
+
+void EtcdRendezvous::TryRejoin() {
+  if (closed_ || left_) return;
+  const Duration left = rejoin_deadline_ - Now();
+  if (left <= Duration::zero()) {
+    return Closed(absl::DeadlineExceededError(
+        "lost the etcd rendezvous and could not rejoin within join_timeout"));
+  }
+  // Each try is bounded by a lease, so a cut that lasts keeps us trying, not blocked.
+  const absl::Status s = Register(std::min<Duration>(left, options_.timeouts.lease()));
+  if (s.ok()) {
+    lease_lost_ = false;
+    return;
+  }
+  loop_->PostAt(Now() + options_.timeouts.keep_alive_interval, [this] { TryRejoin(); });
+}
+
+void EtcdRendezvous::KeepAlive(int64_t lease) {
+  if (lease != keepalive_lease_) return;
+  auto ttl = client_->KeepAliveOnce(lease, options_.timeouts.keep_alive_interval);
   const TimePoint now = Now();
   if (ttl.ok()) {
     last_renewed_ = now;
@@ -167,15 +214,13 @@ void EtcdRendezvous::KeepAlive() {
     const absl::Status why = absl::UnavailableError(
         absl::StrCat("lost the etcd rendezvous: this node's lease (", ttl_seconds_,
                      " s) was not renewed: ", ttl.status().message()));
-    loop_->Post([this, why] {
-      lease_lost_ = true;
-      coordinator_.reset();
-      StopBackground();
-      Closed(why);
+    loop_->Post([this, why, lease] {
+      if (lease == lease_) LoseLease(why);
     });
     return;
   }
-  keepalive_loop_->PostAt(now + options_.timeouts.keep_alive_interval, [this] { KeepAlive(); });
+  keepalive_loop_->PostAt(now + options_.timeouts.keep_alive_interval,
+                          [this, lease] { KeepAlive(lease); });
 }
 
 void EtcdRendezvous::TryElect() {
@@ -233,8 +278,9 @@ void EtcdRendezvous::OnEvents(const std::vector<mvccpb::Event>& events) {
     } else if (key == keys_->coordinator() && e.type() == mvccpb::Event::DELETE) {
       loop_->Post([this] { TryElect(); });
     } else if (key == keys_->node(node_.node_id) && e.type() == mvccpb::Event::DELETE) {
-      Closed(absl::UnavailableError(
+      LoseLease(absl::UnavailableError(
           "lost the etcd rendezvous: this node's key was deleted (its lease expired)"));
+      return;
     }
     if (coordinator_ != nullptr) coordinator_->OnEvent(e, now);
   }

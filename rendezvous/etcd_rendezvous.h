@@ -65,6 +65,13 @@ class EtcdRendezvous final : public Rendezvous {
                  Executor* executor);
   // Internal loop only.
   void Start();
+  // Grants a lease, writes this node's key under it, starts the keep-alive and the watch, and
+  // runs for coordinator; `budget` bounds the calls.
+  absl::Status Register(Duration budget);
+  // The lease is gone: the run has given this node up. A fixed world closes (exit 3); an elastic
+  // one stops its workers and registers again as a new node until join_timeout.
+  void LoseLease(const absl::Status& why);
+  void TryRejoin();
   void TryElect();
   void BecomeCoordinator(int64_t revision);
   void OnEvents(const std::vector<mvccpb::Event>& events);
@@ -76,8 +83,9 @@ class EtcdRendezvous final : public Rendezvous {
   void Closed(absl::Status status, std::optional<HangNotice> hang = std::nullopt);
   void Deliver(std::function<void(RendezvousEvents*)> fn);
   void StopBackground();
-  // Keep-alive loop only.
-  void KeepAlive();
+  // Keep-alive loop only. One chain per lease: a chain whose lease was replaced (a rejoin)
+  // ends instead of renewing, or losing, the new one.
+  void KeepAlive(int64_t lease);
 
   const EtcdRendezvousOptions options_;
   std::unique_ptr<EtcdClient> client_;
@@ -101,9 +109,13 @@ class EtcdRendezvous final : public Rendezvous {
   uint64_t tick_timer_ = 0;
   std::string inbox_epoch_;
   int64_t inbox_next_seq_ = 0;
+  std::string base_node_id_;  // the first node id; rejoins are <base>-rejoinN
+  int rejoins_ = 0;
+  TimePoint rejoin_deadline_{};
 
   // Keep-alive loop only.
   TimePoint last_renewed_;
+  int64_t keepalive_lease_ = 0;
 };
 
 }  // namespace ddprun::rendezvous

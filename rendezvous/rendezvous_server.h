@@ -1,5 +1,5 @@
 // RendezvousServer: the built-in rendezvous server, embeddable (the agent hosting
-// --rdzv-endpoint, or --standalone) and used by the ddprun-rdzv daemon. Owns the gRPC server,
+// --rdzv-endpoint) and used by the ddprun-rdzv daemon. Owns the gRPC server,
 // the event loop that owns all rendezvous state, the rendezvous service and the standard gRPC
 // health service.
 //

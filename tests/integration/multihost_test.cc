@@ -388,7 +388,10 @@ TEST_F(MultiHostTest, AFencedHostOfAFixedSizeJobExitsThree) {
 // The etcd backend with one agent cut off: a one-member etcd on host 1 (fixed ports: the
 // namespace is the test's own), started after the three agents. The survivors restart without it;
 // the cut-off agent cannot renew its etcd lease and stops its workers.
-TEST_F(MultiHostTest, EtcdWithOneAgentCutOffRestartsTheSurvivorsAndStopsTheCutOffHost) {
+// The etcd backend, its cluster on host 1: the cut-off agent's lease cannot be renewed, so it
+// stops its workers (fencing) while the coordinator sees its key vanish and restarts the
+// survivors; when the link returns the agent registers as a new node and the world grows back.
+TEST_F(MultiHostTest, EtcdWithOneAgentCutOffFencesRestartsTheSurvivorsAndTheHostRejoins) {
   if (const std::string why = testing::EtcdCluster::Unavailable(); !why.empty()) {
     GTEST_SKIP() << why;
   }
@@ -429,13 +432,20 @@ TEST_F(MultiHostTest, EtcdWithOneAgentCutOffRestartsTheSurvivorsAndStopsTheCutOf
   // etcd rounds the 1.5 s lease up to its 2 s minimum TTL: the bound is that TTL + 1.5 s.
   EXPECT_LT(cut->worker_stopped, 2.0 + 1.5);
   EXPECT_LT(cut->survivors_running, 2.0 + 1.5);
-  testing::WriteFile(dir_.File("done"), "");
-  for (int i = 0; i < 2; ++i) {
-    auto st = agents[i]->Wait(30s);
-    ASSERT_TRUE(st.has_value());
-    EXPECT_EQ(st->exit_code, 0) << agents[i]->err();
-  }
+  std::this_thread::sleep_for(1s);  // the cut lasts beyond the lease
+  const auto healed = std::chrono::steady_clock::now();
   hosts_->Heal(4);
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "world=3") == 6; }, 30s))
+      << Log() << agents[2]->err();
+  const double rejoined =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - healed).count();
+  std::cout << "etcd: heal -> world of 3 running again: " << rejoined << " s" << std::endl;
+  EXPECT_LT(rejoined, 6.0);
+  EXPECT_EQ(CountMatches(Log(), "restart=1 world=3"), 3) << Log();  // a scale-up: no budget
+  testing::WriteFile(dir_.File("done"), "");
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s)) << Log();
+  EXPECT_THAT(agents[2]->err(), HasSubstr("lost the etcd rendezvous"));
+  EXPECT_THAT(agents[2]->err(), HasSubstr("rejoining as a new node"));
 }
 
 }  // namespace

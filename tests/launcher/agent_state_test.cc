@@ -174,6 +174,20 @@ TEST(AgentStateTest, FailureRestartsUntilBudgetSpent) {
   EXPECT_THAT(agent.state().exit_reason(), ::testing::HasSubstr("restart budget spent"));
 }
 
+TEST(AgentStateTest, ANewRoundForgetsTheRootCauseOfTheLastOne) {
+  FakeAgent agent(2, 1);
+  agent.Start();
+  agent.Exit(1, 3);  // this node's failure spends the one restart
+  agent.StoppedWorkersDie();
+  ASSERT_EQ(agent.starts.size(), 2u);
+  EXPECT_FALSE(agent.state().root_cause().has_value());
+  // Then another node's failure spends the budget: no local failure is this attempt's cause.
+  agent.OnClosed(absl::ResourceExhaustedError("rank 7 on n2 exited 1"), std::nullopt);
+  agent.StoppedWorkersDie();
+  EXPECT_EQ(agent.exit_code, kExitWorkersFailed);
+  EXPECT_FALSE(agent.state().root_cause().has_value());
+}
+
 TEST(AgentStateTest, ZeroBudgetFailsAtOnce) {
   FakeAgent agent(1, 0);
   agent.Start();

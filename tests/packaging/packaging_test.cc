@@ -114,6 +114,16 @@ TEST_F(PackagingTest, TheInstalledAgentFindsItsPluginFromItsOwnFolder) {
   EXPECT_THAT(r.err, HasSubstr("round 1: starting 2 worker(s)"));
 }
 
+TEST_F(PackagingTest, QuietReachesThePluginsLogLinesToo) {
+  ReservedPort port;
+  const Result r =
+      RunToEnd({Installed("bin/ddprun"), "--quiet", "--nnodes=1", "--rdzv-backend=c10d",
+                absl::StrCat("--rdzv-endpoint=127.0.0.1:", port.port()), "--rdzv-conf=is_host=1",
+                "--no-python", "/bin/true"});
+  EXPECT_EQ(r.status.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");  // no "hosting the rendezvous", no "round 1 formed"
+}
+
 TEST_F(PackagingTest, WithoutThePluginAC10dJobNamesTheFileAndExits3WhileStandaloneRuns) {
   const std::string plugin = Installed("lib/ddprun/libddprun_grpc.so");
   const std::string aside = plugin + ".aside";
