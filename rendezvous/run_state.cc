@@ -113,6 +113,12 @@ void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outb
     TakeOver(conn, request, now, out);
     return;
   }
+  if (request.resume.has_value() && phase_ == RunPhase::kClosed && close_status_.ok()) {
+    // A node of this run coming back (after fencing) to find the job finished without it: the
+    // job succeeded, and so does its agent. (A stranger joining late is refused below.)
+    out->push_back({conn, CloseNotice{absl::OkStatus(), std::nullopt}});
+    return;
+  }
   if (absl::Status refused = CheckJoin(request); !refused.ok()) {
     out->push_back({conn, CloseNotice{refused, std::nullopt}});
     return;
@@ -175,10 +181,7 @@ absl::Status RunState::GroupStatus(ConnId conn, int64_t round, GroupState state,
       ++succeeded_in_round_;
       RemoveNode(conn);
       out->push_back({conn, CloseNotice{absl::OkStatus(), std::nullopt}});
-      if (members_in_round() == 0) {
-        CloseRun(absl::OkStatus(), std::nullopt, out);
-        close_message_ = absl::StrCat("round ", round_, " succeeded");
-      }
+      EndsWithoutRestart(out);  // closes the run OK when it was the last member
       return absl::OkStatus();
     }
     case GroupState::kFailed: {
@@ -199,6 +202,7 @@ void RunState::Leave(ConnId conn, const std::string& reason, TimePoint now, Outb
   RemoveNode(conn);
   out->push_back({conn, CloseNotice{absl::OkStatus(), std::nullopt}});
   if (phase_ == RunPhase::kRunning && was_member) {
+    if (EndsWithoutRestart(out)) return;
     RestartRound(absl::StrCat(who, " left", reason.empty() ? "" : ": ", reason),
                  /*is_failure=*/false, std::nullopt, now, out);
   } else if (phase_ == RunPhase::kJoining) {
@@ -217,6 +221,7 @@ void RunState::LoseNode(ConnId conn, const std::string& why, TimePoint now, Outb
   const std::string reason = absl::StrCat(Describe(it->second), " was lost: ", why);
   RemoveNode(conn);
   if (phase_ == RunPhase::kRunning && was_member) {
+    if (EndsWithoutRestart(out)) return;
     RestartRound(reason, /*is_failure=*/true, std::nullopt, now, out);
   } else if (phase_ == RunPhase::kJoining) {
     MaybeFormRound(now, out);
@@ -241,7 +246,7 @@ void RunState::Tick(TimePoint now, Outbox* out) {
     out->push_back({conn, std::move(given_up)});
     RemoveNode(conn);
   }
-  if (phase_ == RunPhase::kRunning && num_lost_members > 0) {
+  if (phase_ == RunPhase::kRunning && num_lost_members > 0 && !EndsWithoutRestart(out)) {
     const std::string more =
         num_lost_members > 1 ? absl::StrCat(" (and ", num_lost_members - 1, " more)") : "";
     RestartRound(absl::StrCat(lost_members, more, " was lost: ", why), /*is_failure=*/true,
@@ -340,6 +345,15 @@ std::string RunState::Straggler(TimePoint now) const {
   return absl::StrCat("rank ", best->rank, " on ", best_node->info.hostname, " (",
                       best->step >= 0 ? absl::StrCat("step ", best->step, ", ") : "",
                       "no progress for ", absl::StrFormat("%.1f", best_idle / 1000.0), " s)");
+}
+
+bool RunState::EndsWithoutRestart(Outbox* out) {
+  if (succeeded_in_round_ == 0) return false;
+  if (members_in_round() == 0) {
+    CloseRun(absl::OkStatus(), std::nullopt, out);
+    close_message_ = absl::StrCat("round ", round_, " succeeded");
+  }
+  return true;
 }
 
 void RunState::RestartRound(const std::string& reason, bool is_failure,
@@ -527,7 +541,9 @@ void RunState::Restore(const RunSnapshot& s, TimePoint now, Outbox* out) {
       lost = absl::StrCat("node ", m.node_id);
     }
   }
-  if (num_lost > 0) {
+  if (num_lost > 0 && EndsWithoutRestart(out)) {
+    // Nothing to restart: the round's work is done.
+  } else if (num_lost > 0) {
     const std::string more = num_lost > 1 ? absl::StrCat(" (and ", num_lost - 1, " more)") : "";
     RestartRound(absl::StrCat(lost, more, " was lost while the rendezvous changed coordinator"),
                  /*is_failure=*/true, std::nullopt, now, out);

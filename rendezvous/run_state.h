@@ -153,6 +153,10 @@ class RunState {
   void RemoveNode(ConnId conn);
   void Touch(Node& node, TimePoint now);  // renews the lease
   // A member is gone or failed: restart the survivors, spending the budget when `failure`.
+  // A member lost or leaving a round that other members already finished (their groups
+  // succeeded): no restart can bring the finished ones back, so there is none; the run closes OK
+  // once no member is left. False (nothing done) while no member has finished.
+  bool EndsWithoutRestart(Outbox* out);
   void RestartRound(const std::string& reason, bool is_failure,
                     const std::optional<WorkerFailure>& root_cause, TimePoint now, Outbox* out);
   // While joining: forms a round if max is reached or the last call expired.

@@ -432,6 +432,49 @@ TEST_F(RunStateTest, SuccessOfOneNodeDoesNotRestartTheOthers) {
   EXPECT_EQ(late->status.code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// The soak's case: two members finish while the third's agent is frozen (SIGSTOP) past the lease.
+// Restarting cannot bring the finished ones back: the run closes OK instead, and the frozen
+// node, fenced and coming back (a join with its resume claim), is told the job succeeded.
+TEST_F(RunStateTest, AMemberLostAfterOthersFinishedClosesTheRunOkWithoutARestart) {
+  Join(1, 2, 3);
+  Join(2, 2, 3);
+  Join(3, 2, 3);
+  ASSERT_EQ(state_.Status("run")->phase, RunPhase::kRunning);
+  state_.GroupStatus(1, 1, GroupState::kSucceeded, std::nullopt, clock_.Now());
+  state_.GroupStatus(2, 1, GroupState::kSucceeded, std::nullopt, clock_.Now());
+  clock_.Advance(seconds(3));
+  Outbox out = Tick();
+  EXPECT_EQ(Count<RestartNotice>(out), 0);
+  ASSERT_NE(Find<CloseNotice>(out, 3), nullptr);
+  EXPECT_TRUE(Find<CloseNotice>(out, 3)->given_up);
+  EXPECT_EQ(state_.Status("run")->phase, RunPhase::kClosed);
+  EXPECT_EQ(state_.Status("run")->restarts_used, 0);
+
+  JoinRequest back = MakeJoin("run", "3-rejoin1", 2, 3);
+  back.resume = ResumeClaim{};
+  back.resume->group = ResumeClaim::Group::kWaiting;
+  out = Join(4, back);
+  ASSERT_NE(Find<CloseNotice>(out, 4), nullptr);
+  EXPECT_TRUE(Find<CloseNotice>(out, 4)->status.ok());
+  // A stranger arriving late is still refused.
+  out = Join(5, 2, 3);
+  ASSERT_NE(Find<CloseNotice>(out, 5), nullptr);
+  EXPECT_EQ(Find<CloseNotice>(out, 5)->status.code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(RunStateTest, AMemberLeavingOrBreakingAfterOthersFinishedRestartsNothing) {
+  Join(1, 2, 3);
+  Join(2, 2, 3);
+  Join(3, 2, 3);
+  state_.GroupStatus(1, 1, GroupState::kSucceeded, std::nullopt, clock_.Now());
+  Outbox out = state_.StreamBroken(2, clock_.Now());
+  EXPECT_EQ(Count<RestartNotice>(out), 0);
+  EXPECT_EQ(state_.Status("run")->phase, RunPhase::kRunning);  // node 3 still finishing
+  out = state_.GroupStatus(3, 1, GroupState::kSucceeded, std::nullopt, clock_.Now());
+  EXPECT_TRUE(Find<CloseNotice>(out, 3)->status.ok());
+  EXPECT_EQ(state_.Status("run")->phase, RunPhase::kClosed);
+}
+
 TEST_F(RunStateTest, SuccessOfTheRoundClosesWaitingNodesOk) {
   Join(1, 1, 1);
   Join(2, 1, 1);  // waits: the round is at max
