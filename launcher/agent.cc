@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "common/strings.h"
 #include "launcher/failure_report.h"
+#include "launcher/worker_command.h"
 #include "launcher/worker_env.h"
 
 namespace ddprun::launcher {
@@ -36,11 +37,6 @@ absl::Status MakeDirs(const std::string& path) {
   std::filesystem::create_directories(path, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat(path, ": ", ec.message()));
   return absl::OkStatus();
-}
-
-std::string PythonExecutable(const Environment& env) {
-  auto it = env.find("PYTHON_EXEC");
-  return it != env.end() && !it->second.empty() ? it->second : "python3";
 }
 
 }  // namespace
@@ -194,21 +190,9 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
     launch.python = options_.entrypoint_kind != EntrypointKind::kBinary;
     launch.stacks_path = absl::StrCat(dir, "/stacks.txt");
     hangs_.AddWorkerEnv(launch.python, &launch.spawn.env);
-    switch (options_.entrypoint_kind) {
-      case EntrypointKind::kBinary:
-        launch.spawn.program = options_.entrypoint;
-        launch.spawn.argv = {options_.entrypoint};
-        break;
-      case EntrypointKind::kPythonScript:
-        launch.spawn.program = PythonExecutable(env_);
-        launch.spawn.argv = {launch.spawn.program, "-u", options_.entrypoint};
-        break;
-      case EntrypointKind::kPythonModule:
-        launch.spawn.program = PythonExecutable(env_);
-        launch.spawn.argv = {launch.spawn.program, "-u", "-m", options_.entrypoint};
-        break;
-    }
-    for (const auto& arg : options_.entrypoint_args) launch.spawn.argv.push_back(arg);
+    WorkerCommand command = BuildWorkerCommand(options_, env_, lr);
+    launch.spawn.program = std::move(command.program);
+    launch.spawn.argv = std::move(command.argv);
 
     // Console and log files, as torchrun's --redirects / --tee / --local-ranks-filter say.
     const bool visible =

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "launcher/spawn.h"
+#include "launcher/worker_command.h"
 #include "launcher/worker_env.h"
 #include "rendezvous/rendezvous.h"
 
@@ -38,24 +39,9 @@ ExecSpec PerTaskExecSpec(const SlurmPlan& plan, const LaunchOptions& options,
   out.env = BuildWorkerEnv(base, spec, a);
   // No agent collects an error file here; an empty path would only confuse torch's @record.
   out.env.erase("TORCHELASTIC_ERROR_FILE");
-  auto python = base.find("PYTHON_EXEC");
-  const std::string interpreter =
-      python != base.end() && !python->second.empty() ? python->second : "python3";
-  switch (options.entrypoint_kind) {
-    case EntrypointKind::kBinary:
-      out.program = options.entrypoint;
-      out.argv = {options.entrypoint};
-      break;
-    case EntrypointKind::kPythonScript:
-      out.program = interpreter;
-      out.argv = {interpreter, "-u", options.entrypoint};
-      break;
-    case EntrypointKind::kPythonModule:
-      out.program = interpreter;
-      out.argv = {interpreter, "-u", "-m", options.entrypoint};
-      break;
-  }
-  out.argv.insert(out.argv.end(), options.entrypoint_args.begin(), options.entrypoint_args.end());
+  WorkerCommand command = BuildWorkerCommand(options, base, s.localid);
+  out.program = std::move(command.program);
+  out.argv = std::move(command.argv);
   return out;
 }
 

@@ -169,6 +169,38 @@ TEST(AgentTest, EnvironmentEqualsTorchrunStandalone) {
                       {"--standalone", "--nproc-per-node=2"}, /*ports_random=*/true);
 }
 
+// torchrun substitutes ${local_rank} / $local_rank (and $$) in the worker's arguments; ddprun's
+// workers receive exactly what torchrun's do.
+TEST(AgentTest, ArgumentMacrosAreSubstitutedAsTorchrunDoes) {
+  if (access(TorchrunPath().c_str(), X_OK) != 0) {
+    GTEST_SKIP() << "reference torchrun not found at " << TorchrunPath();
+  }
+  TempDir ref_dir, our_dir;
+  auto run = [](const std::string& launcher, std::vector<std::string> flags,
+                const std::string& dir) {
+    std::vector<std::string> argv = {launcher};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    // The script's own $1 $2 $LOCAL_RANK are not macros: both launchers leave them alone.
+    argv.insert(argv.end(),
+                {"/bin/sh", "-c", "printf '%s|%s\n' \"$1\" \"$2\" > " + dir + "/args-$LOCAL_RANK",
+                 "sh", "--gpu=${local_rank}", "x=$$y$local_rank,$local_ranks"});
+    Subprocess p(argv);
+    auto st = p.Wait(std::chrono::seconds(60));
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->exit_code, 0) << p.err();
+  };
+  run(TorchrunPath(),
+      {"--standalone", "--nproc_per_node=2", "--monitor_interval=0.1", "--no_python"},
+      ref_dir.path());
+  run(BinPath("ddprun"), {"--standalone", "--nproc-per-node=2", "--no-python"}, our_dir.path());
+  for (int lr = 0; lr < 2; ++lr) {
+    const std::string name = "/args-" + std::to_string(lr);
+    EXPECT_EQ(ReadFile(our_dir.path() + name),
+              "--gpu=" + std::to_string(lr) + "|x=$y" + std::to_string(lr) + ",$local_ranks\n");
+    EXPECT_EQ(ReadFile(our_dir.path() + name), ReadFile(ref_dir.path() + name));
+  }
+}
+
 TEST(AgentTest, CrashThenRestartThenSuccess) {
   TempDir dir;
   const std::string worker =

@@ -1,0 +1,36 @@
+// The command line a worker runs, as torchrun builds it: the program (the entrypoint, or the
+// Python interpreter with -u [-m]) and its arguments with torchrun's macros substituted.
+#ifndef DDPRUN_LAUNCHER_WORKER_COMMAND_H_
+#define DDPRUN_LAUNCHER_WORKER_COMMAND_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "launcher/host_info.h"
+#include "launcher/options.h"
+
+namespace ddprun::launcher {
+
+struct WorkerCommand {
+  std::string program;  // a path, or a name execvp looks up in PATH
+  std::vector<std::string> argv;
+};
+
+// PYTHON_EXEC from the environment (as torchrun reads it), else python3.
+std::string PythonExecutable(const Environment& env);
+
+// torchrun's macro substitution in one argument (torch.distributed.elastic.utils.api.macros,
+// which is Python's string.Template.safe_substitute): `${local_rank}` and `$local_rank` become
+// `local_rank`, `$$` becomes `$`, and anything else after a `$` (another name, `$local_ranks`,
+// an unclosed `${`) stays as written.
+std::string SubstituteMacros(absl::string_view arg, int local_rank);
+
+// The command of the worker with this local rank: every argument after the program (the script
+// or module too, as torchrun does) goes through SubstituteMacros.
+WorkerCommand BuildWorkerCommand(const LaunchOptions& options, const Environment& env,
+                                 int local_rank);
+
+}  // namespace ddprun::launcher
+
+#endif  // DDPRUN_LAUNCHER_WORKER_COMMAND_H_

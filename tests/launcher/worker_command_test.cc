@@ -1,0 +1,57 @@
+#include "launcher/worker_command.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ddprun::launcher {
+namespace {
+
+using ::testing::ElementsAre;
+
+// Each case checked against Python's string.Template("...").safe_substitute(local_rank="3"),
+// which is what torchrun runs on every argument.
+TEST(SubstituteMacrosTest, MatchesTorchrunsTemplateSubstitution) {
+  EXPECT_EQ(SubstituteMacros("--gpu=${local_rank}", 3), "--gpu=3");
+  EXPECT_EQ(SubstituteMacros("--gpu=$local_rank", 3), "--gpu=3");
+  EXPECT_EQ(SubstituteMacros("out_${local_rank}.log", 3), "out_3.log");
+  EXPECT_EQ(SubstituteMacros("$local_rank.log", 3), "3.log");
+  EXPECT_EQ(SubstituteMacros("$$local_rank", 3), "$local_rank");
+  EXPECT_EQ(SubstituteMacros("cost=$$5", 3), "cost=$5");
+  EXPECT_EQ(SubstituteMacros("$local_ranks", 3), "$local_ranks");  // another name
+  EXPECT_EQ(SubstituteMacros("$LOCAL_RANK", 3), "$LOCAL_RANK");    // names are case-sensitive
+  EXPECT_EQ(SubstituteMacros("$HOME/${USER}", 3), "$HOME/${USER}");
+  EXPECT_EQ(SubstituteMacros("${local_rank", 3), "${local_rank");  // unclosed
+  EXPECT_EQ(SubstituteMacros("${ local_rank}", 3), "${ local_rank}");
+  EXPECT_EQ(SubstituteMacros("a$", 3), "a$");
+  EXPECT_EQ(SubstituteMacros("$5 and $", 3), "$5 and $");
+  EXPECT_EQ(SubstituteMacros("${local_rank}${local_rank}$local_rank", 12), "121212");
+  EXPECT_EQ(SubstituteMacros("", 3), "");
+}
+
+TEST(BuildWorkerCommandTest, PythonScriptModuleAndProgram) {
+  LaunchOptions o;
+  o.entrypoint_kind = EntrypointKind::kPythonScript;
+  o.entrypoint = "train_${local_rank}.py";
+  o.entrypoint_args = {"--local-rank=$local_rank", "--literal=$$x"};
+  WorkerCommand c = BuildWorkerCommand(o, {{"PYTHON_EXEC", "/opt/py/bin/python"}}, 1);
+  EXPECT_EQ(c.program, "/opt/py/bin/python");
+  EXPECT_THAT(c.argv, ElementsAre("/opt/py/bin/python", "-u", "train_1.py", "--local-rank=1",
+                                  "--literal=$x"));
+
+  o.entrypoint_kind = EntrypointKind::kPythonModule;
+  o.entrypoint = "pkg.train";
+  c = BuildWorkerCommand(o, {}, 0);
+  EXPECT_EQ(c.program, "python3");
+  EXPECT_THAT(c.argv,
+              ElementsAre("python3", "-u", "-m", "pkg.train", "--local-rank=0", "--literal=$x"));
+
+  o.entrypoint_kind = EntrypointKind::kBinary;
+  o.entrypoint = "/bin/echo";
+  o.entrypoint_args = {"${local_rank}"};
+  c = BuildWorkerCommand(o, {}, 7);
+  EXPECT_EQ(c.program, "/bin/echo");
+  EXPECT_THAT(c.argv, ElementsAre("/bin/echo", "7"));
+}
+
+}  // namespace
+}  // namespace ddprun::launcher
