@@ -75,7 +75,9 @@ constexpr FlagDef kFlags[] = {
     {"local-ranks-filter", "", false, "Show only these local ranks on the console: 0,1,..."},
     {"node-rank", "", false, "This node's rank (static backend; honoured by the others)."},
     {"master-addr", "", false, "MASTER_ADDR for the static backend. Default 127.0.0.1."},
-    {"master-port", "", false, "MASTER_PORT for the static backend. Default 29500."},
+    {"master-port", "", false,
+     "MASTER_PORT for the static backend. Default 29500 for several nodes; one node gets a "
+     "free port ddprun holds (and an explicit port must be free)."},
     {"local-addr", "", false, "This node's address as the other nodes should reach it."},
     {"signals-to-handle", "", false,
      "Signals ddprun handles: SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the workers (exit "

@@ -209,6 +209,21 @@ absl::StatusOr<RendezvousSetup> SetUpRendezvous(const LaunchOptions& options, co
     local.nnodes = options.max_nodes;
     local.master_addr = options.master_addr;
     local.master_port = options.master_port;
+    if (options.max_nodes == 1) {
+      // One node: no fixed 29500, so that any number of jobs can share a machine (torch 2.12
+      // does the same): a port this agent holds free for its rank-0 worker, as --standalone
+      // does. An explicit --master-port must be free now, not when the worker fails on it.
+      absl::StatusOr<PortReservation> held =
+          PortReservation::Reserve(options.master_port_given ? options.master_port : 0);
+      if (!held.ok()) {
+        if (!options.master_port_given) return held.status();
+        return absl::InvalidArgumentError(
+            absl::StrCat("--master-port=", options.master_port, ": port ", options.master_port,
+                         " is in use on this host (", held.status().message(), ")"));
+      }
+      local.master_port = held->port();
+      setup.master_port.emplace(std::move(*held));
+    }
     setup.rendezvous = std::make_unique<LocalRendezvous>(executor, local);
     return setup;
   }

@@ -27,6 +27,7 @@ using testing::ReadFile;
 using testing::ReservedPort;
 using testing::SourcePath;
 using testing::Subprocess;
+using testing::SystemPython;
 using testing::TempDir;
 using testing::WaitUntil;
 using testing::WriteFile;
@@ -121,7 +122,10 @@ void CompareWithTorchrun(const std::vector<std::string>& torchrun_flags,
   // directory either way), and the NCCL variable's modern name.
   // TORCHELASTIC_USE_AGENT_STORE: torchrun's static agent hosts a TCPStore itself ("True");
   // ddprun hosts none, so its rank-0 worker does ("False" in every mode).
-  std::set<std::string> random_values = {"TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_USE_AGENT_STORE"};
+  // MASTER_PORT: a one-node job gets a free port that ddprun holds (as torch 2.12 does), where
+  // Debian's torchrun 1.13 takes 29500.
+  std::set<std::string> random_values = {"TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_USE_AGENT_STORE",
+                                         "MASTER_PORT"};
   if (ports_random) {
     random_values.insert({"MASTER_PORT", "TORCHELASTIC_RUN_ID", "MASTER_ADDR"});
   }
@@ -152,10 +156,9 @@ void CompareWithTorchrun(const std::vector<std::string>& torchrun_flags,
     EXPECT_EQ(mine["TORCHELASTIC_USE_AGENT_STORE"], "False");
     EXPECT_THAT(mine["TORCHELASTIC_ERROR_FILE"].get<std::string>(),
                 ::testing::EndsWith("/attempt_0/" + std::to_string(rank) + "/error.json"));
-    if (ports_random) {
-      EXPECT_EQ(mine["MASTER_ADDR"], "127.0.0.1");
-      EXPECT_NE(mine["MASTER_PORT"], "");
-    }
+    if (ports_random) EXPECT_EQ(mine["MASTER_ADDR"], "127.0.0.1");
+    EXPECT_NE(mine["MASTER_PORT"], "");
+    EXPECT_NE(mine["MASTER_PORT"], "29500");
   }
 }
 
@@ -199,6 +202,43 @@ TEST(AgentTest, ArgumentMacrosAreSubstitutedAsTorchrunDoes) {
               "--gpu=" + std::to_string(lr) + "|x=$y" + std::to_string(lr) + ",$local_ranks\n");
     EXPECT_EQ(ReadFile(our_dir.path() + name), ReadFile(ref_dir.path() + name));
   }
+}
+
+// Two one-node gloo jobs at once without --standalone or a port: each gets its own free master
+// port (torchrun 1.13 gives both 29500 and one of them fails).
+TEST(AgentTest, TwoOneNodeJobsAtOnceEachGetTheirOwnPort) {
+  const std::map<std::string, std::string> env = {{"PYTHON_EXEC", SystemPython()}};
+  std::vector<std::unique_ptr<Subprocess>> jobs;
+  for (int i = 0; i < 2; ++i) {
+    jobs.push_back(std::make_unique<Subprocess>(
+        std::vector<std::string>{BinPath("ddprun"), "--nproc-per-node=2",
+                                 SourcePath("examples/allreduce_demo.py"), "--steps", "20"},
+        env));
+  }
+  ASSERT_TRUE(testing::ExpectAllExit(jobs, 0, std::chrono::seconds(120)));
+  for (auto& job : jobs) EXPECT_THAT(job->out(), HasSubstr("world=2 steps=20"));
+}
+
+TEST(AgentTest, AMasterPortInUseIsRefusedBeforeAnyWorkerStarts) {
+  TempDir dir;
+  // A listening socket on the port, as another job's TCPStore would have.
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
+  Subprocess p({BinPath("ddprun"), "--nproc-per-node=2", "--master-port=" + std::to_string(port),
+                "--no-python", "/bin/touch", dir.File("started")});
+  auto st = p.Wait(std::chrono::seconds(30));
+  close(fd);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 2);
+  const std::string p_str = std::to_string(port);
+  EXPECT_THAT(p.err(), HasSubstr("--master-port=" + p_str + ": port " + p_str + " is in use"));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("started")));
 }
 
 TEST(AgentTest, CrashThenRestartThenSuccess) {
