@@ -79,6 +79,14 @@ constexpr FlagDef kFlags[] = {
      "MASTER_PORT for the static backend. Default 29500 for several nodes; one node gets a "
      "free port ddprun holds (and an explicit port must be free)."},
     {"local-addr", "", false, "This node's address as the other nodes should reach it."},
+    {"local-rank-arg", "", false,
+     "torch.distributed.launch's way for scripts that parse --local_rank: local_rank appends "
+     "--local_rank=N after the script (torch 1.x launch), local-rank --local-rank=N (torch "
+     "2.x). Off by default (torchrun's way: LOCAL_RANK only).",
+     ValueKind::kChoice, "local_rank local-rank"},
+    {"use-env", "", true,
+     "torch.distributed.launch's --use_env: LOCAL_RANK in the environment only (no "
+     "--local-rank-arg). Always true of torchrun and ddprun."},
     {"signals-to-handle", "", false,
      "Signals ddprun handles: SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the workers (exit "
      "128+N); others listed here (e.g. SIGUSR1) are forwarded to the workers. Default "
@@ -283,6 +291,17 @@ absl::Status Apply(const std::string& flag, const Sourced& s, const HostInfo& ho
   }
   if (flag == "local-addr") {
     o->local_addr = s.value;
+    return absl::OkStatus();
+  }
+  if (flag == "local-rank-arg") {
+    if (s.value != "local_rank" && s.value != "local-rank" && !s.value.empty()) {
+      return Invalid(s, "expected local_rank (--local_rank=N) or local-rank (--local-rank=N)");
+    }
+    o->local_rank_arg = s.value;
+    return absl::OkStatus();
+  }
+  if (flag == "use-env") {
+    DDPRUN_ASSIGN_OR_RETURN(o->use_env, BoolOf(s));
     return absl::OkStatus();
   }
   if (flag == "signals-to-handle") return ApplySignals(s, o);

@@ -61,6 +61,13 @@ struct LaunchOptions {
   bool master_port_given = false;
   std::string local_addr;
 
+  // torch.distributed.launch's argument for scripts that parse --local_rank: "" none (torchrun's
+  // way), "local_rank" (--local_rank=N, torch 1.x launch) or "local-rank" (--local-rank=N, torch
+  // 2.x launch), put right after the script as launch does; --use-env suppresses it, as it does
+  // for launch.
+  std::string local_rank_arg;
+  bool use_env = false;
+
   // Restarts and monitoring.
   int max_restarts = 0;
   double monitor_interval_s = 0.1;     // accepted for compatibility; ddprun is event-driven

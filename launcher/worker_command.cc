@@ -75,6 +75,9 @@ WorkerCommand BuildWorkerCommand(const LaunchOptions& options, const Environment
       args = {"-u", "-m", options.entrypoint};
       break;
   }
+  if (!options.local_rank_arg.empty() && !options.use_env) {
+    args.push_back(absl::StrCat("--", options.local_rank_arg, "=${local_rank}"));
+  }
   args.insert(args.end(), options.entrypoint_args.begin(), options.entrypoint_args.end());
   c.argv.push_back(c.program);
   for (const std::string& a : args) c.argv.push_back(SubstituteMacros(a, local_rank));

@@ -27,7 +27,9 @@ std::string PythonExecutable(const Environment& env);
 std::string SubstituteMacros(absl::string_view arg, int local_rank);
 
 // The command of the worker with this local rank: every argument after the program (the script
-// or module too, as torchrun does) goes through SubstituteMacros.
+// or module too, as torchrun does) goes through SubstituteMacros. With --local-rank-arg (and no
+// --use-env), --local_rank=N or --local-rank=N follows the script, as torch.distributed.launch
+// puts it.
 WorkerCommand BuildWorkerCommand(const LaunchOptions& options, const Environment& env,
                                  int local_rank);
 

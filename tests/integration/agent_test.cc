@@ -241,6 +241,33 @@ TEST(AgentTest, AMasterPortInUseIsRefusedBeforeAnyWorkerStarts) {
   EXPECT_FALSE(std::filesystem::exists(dir.File("started")));
 }
 
+// A torch.distributed.launch command line, unchanged but for the launcher's name, runs a script
+// that parses --local_rank once --local-rank-arg=local_rank says so; --use_env turns it off.
+TEST(AgentTest, LaunchStyleCommandLinesRunScriptsThatParseLocalRank) {
+  const std::map<std::string, std::string> env = {{"PYTHON_EXEC", SystemPython()}};
+  const std::string script = testing::IntegrationScript("launch_style_local_rank.py");
+  auto run = [&](std::vector<std::string> flags) {
+    std::vector<std::string> argv = {BinPath("ddprun")};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.insert(argv.end(), {script, "--epochs", "3"});
+    Subprocess p(argv, env);
+    auto st = p.Wait(std::chrono::seconds(60));
+    EXPECT_TRUE(st.has_value() && st->exit_code == 0) << p.err();
+    return p.out();
+  };
+  const std::vector<std::string> launch = {"--nproc_per_node", "2", "--nnodes",      "1",
+                                           "--node_rank",      "0", "--master_addr", "127.0.0.1"};
+  std::vector<std::string> flags = launch;
+  flags.push_back("--local-rank-arg=local_rank");
+  std::string out = run(flags);
+  EXPECT_THAT(out, HasSubstr("arg_local_rank=0 env_local_rank=0 epochs=3"));
+  EXPECT_THAT(out, HasSubstr("arg_local_rank=1 env_local_rank=1 epochs=3"));
+  flags.push_back("--use_env");
+  out = run(flags);
+  EXPECT_THAT(out, HasSubstr("arg_local_rank=-1 env_local_rank=0 epochs=3"));
+  EXPECT_THAT(out, HasSubstr("arg_local_rank=-1 env_local_rank=1 epochs=3"));
+}
+
 TEST(AgentTest, CrashThenRestartThenSuccess) {
   TempDir dir;
   const std::string worker =

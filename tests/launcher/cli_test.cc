@@ -42,6 +42,20 @@ class CliTest : public ::testing::Test {
   HostInfo host_;
 };
 
+TEST_F(CliTest, LaunchStyleFlags) {
+  auto o = Parse({"--use_env", "--local_rank_arg=local_rank", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->use_env);
+  EXPECT_EQ(o->local_rank_arg, "local_rank");
+  env_["PET_LOCAL_RANK_ARG"] = "local-rank";
+  o = Parse({script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->local_rank_arg, "local-rank");
+  EXPECT_EQ(Error({"--local-rank-arg=rank", script_}),
+            "--local-rank-arg=rank: expected local_rank (--local_rank=N) or local-rank "
+            "(--local-rank=N)");
+}
+
 TEST_F(CliTest, DefaultsMatchTorchrun) {
   auto o = Parse({script_});
   ASSERT_TRUE(o.ok()) << o.status();
@@ -149,8 +163,10 @@ TEST_F(CliTest, YamlConfigWithCommandLineWinning) {
                      "rdzv-conf: {join_timeout: 60, is_host: true}\n"
                      "local-ranks-filter: [0, 2]\n"
                      "tee: 3\n"
-                     "script: " + script_ + "\n"
-                     "script-args: [--epochs, \"2\"]\n");
+                     "script: " +
+                         script_ +
+                         "\n"
+                         "script-args: [--epochs, \"2\"]\n");
   auto o = Parse({"--config", cfg, "--max-restarts=1"});
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->nproc_per_node, 4);

@@ -78,6 +78,5 @@ TEST(OutputStreamTest, OverlongLineIsEmittedInPieces) {
   fclose(console);
 }
 
-
 }  // namespace
 }  // namespace ddprun::launcher

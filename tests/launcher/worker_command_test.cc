@@ -53,5 +53,21 @@ TEST(BuildWorkerCommandTest, PythonScriptModuleAndProgram) {
   EXPECT_THAT(c.argv, ElementsAre("/bin/echo", "7"));
 }
 
+TEST(BuildWorkerCommandTest, LaunchStyleLocalRankFollowsTheScriptUnlessUseEnv) {
+  LaunchOptions o;
+  o.entrypoint_kind = EntrypointKind::kPythonScript;
+  o.entrypoint = "main.py";
+  o.entrypoint_args = {"--epochs", "3"};
+  o.local_rank_arg = "local_rank";
+  EXPECT_THAT(BuildWorkerCommand(o, {}, 2).argv,
+              ElementsAre("python3", "-u", "main.py", "--local_rank=2", "--epochs", "3"));
+  o.local_rank_arg = "local-rank";
+  EXPECT_THAT(BuildWorkerCommand(o, {}, 0).argv,
+              ElementsAre("python3", "-u", "main.py", "--local-rank=0", "--epochs", "3"));
+  o.use_env = true;  // launch's --use_env: the environment only
+  EXPECT_THAT(BuildWorkerCommand(o, {}, 0).argv,
+              ElementsAre("python3", "-u", "main.py", "--epochs", "3"));
+}
+
 }  // namespace
 }  // namespace ddprun::launcher
