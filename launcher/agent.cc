@@ -181,6 +181,8 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
     spec.local_world_size = nproc;
     spec.max_restarts = options_.max_restarts;
     spec.error_file = ErrorFilePath(attempt_, lr);
+    spec.signals_to_handle = options_.signals_to_handle;
+    if (options_.virtual_local_rank) spec.virtual_gpu = options_.virtual_gpus.at(lr);
     unlink(spec.error_file.c_str());  // a stale file must not be mistaken for this attempt's
 
     WorkerLaunch launch;

@@ -93,6 +93,11 @@ constexpr FlagDef kFlags[] = {
      "SIGTERM,SIGINT,SIGHUP,SIGQUIT."},
     {"stop-timeout", "", false,
      "Seconds between SIGTERM and SIGKILL when stopping workers. Default 10."},
+    {"shutdown-timeout", "", false,
+     "torch 2.x's name for --stop-timeout (also TORCH_ELASTIC_SHUTDOWN_TIMEOUT)."},
+    {"virtual-local-rank", "", true,
+     "Every worker sees LOCAL_RANK=0 and only its own GPU in CUDA_VISIBLE_DEVICES (the "
+     "N-th entry of ddprun's CUDA_VISIBLE_DEVICES, else GPU N)."},
     {"hang-timeout", "", false,
      "Seconds without a sign of life (output, a '\\r' update, a FileTimer message, a step "
      "report) after which a worker is hung: stacks of every worker, then a restart. Off by "
@@ -160,6 +165,7 @@ absl::Status ApplyRdzvConf(const Sourced& s, LaunchOptions* o) {
 
 absl::Status ApplySignals(const Sourced& s, LaunchOptions* o) {
   o->extra_signals.clear();
+  o->signals_to_handle = s.value;
   for (absl::string_view item : absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
     const int sig = SignalFromName(std::string(absl::StripAsciiWhitespace(item)));
     if (sig == 0 || sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD) {
@@ -305,7 +311,11 @@ absl::Status Apply(const std::string& flag, const Sourced& s, const HostInfo& ho
     return absl::OkStatus();
   }
   if (flag == "signals-to-handle") return ApplySignals(s, o);
-  if (flag == "stop-timeout") {
+  if (flag == "virtual-local-rank") {
+    DDPRUN_ASSIGN_OR_RETURN(o->virtual_local_rank, BoolOf(s));
+    return absl::OkStatus();
+  }
+  if (flag == "stop-timeout" || flag == "shutdown-timeout") {
     DDPRUN_ASSIGN_OR_RETURN(o->stop_timeout, ParseSeconds(s.where, s.value));
     return absl::OkStatus();
   }
@@ -355,6 +365,21 @@ absl::Status ApplyHangEnvironment(const Environment& env, LaunchOptions* o) {
 // Cross-flag rules, checked once every source is merged.
 absl::Status Validate(const Environment& env, LaunchOptions* o) {
   DDPRUN_RETURN_IF_ERROR(ApplyHangEnvironment(env, o));
+  if (o->virtual_local_rank) {
+    o->virtual_gpus.clear();
+    auto visible = env.find("CUDA_VISIBLE_DEVICES");
+    if (visible != env.end() && !visible->second.empty()) {
+      o->virtual_gpus = absl::StrSplit(visible->second, ',', absl::SkipWhitespace());
+      if (static_cast<int>(o->virtual_gpus.size()) < o->nproc_per_node) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--virtual-local-rank: CUDA_VISIBLE_DEVICES=", visible->second, " lists ",
+                         o->virtual_gpus.size(), " GPU(s) for ", o->nproc_per_node,
+                         " workers (--nproc-per-node); each worker needs one of its own"));
+      }
+    } else {
+      for (int i = 0; i < o->nproc_per_node; ++i) o->virtual_gpus.push_back(absl::StrCat(i));
+    }
+  }
   if (o->standalone) {
     if (o->min_nodes != 1 || o->max_nodes != 1) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -596,6 +621,9 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
   // Merge: defaults < Slurm < PET_* < YAML < command line. Apply in that order; later wins.
   LaunchOptions& o = result.options;
   std::vector<std::pair<std::string, Sourced>> ordered;
+  if (auto it = env.find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"); it != env.end()) {
+    ordered.push_back({"shutdown-timeout", {it->second, it->first}});
+  }
   for (const FlagDef& f : kFlags) {
     auto it = env.find(PetName(f.name));
     if (it != env.end()) ordered.push_back({f.name, {it->second, it->first}});

@@ -74,6 +74,13 @@ struct LaunchOptions {
   std::string start_method = "spawn";  // accepted for compatibility
   std::chrono::milliseconds stop_timeout{10000};  // SIGTERM -> SIGKILL grace per worker group
   std::vector<int> extra_signals;  // --signals-to-handle beyond the four stop signals
+  // --signals-to-handle as given; exported to workers as TORCHELASTIC_SIGNALS_TO_HANDLE (torch
+  // 2.x's launcher does, and its workers' handlers read it).
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  // --virtual-local-rank: each worker sees LOCAL_RANK=0 and only its own GPU, the local rank's
+  // entry of virtual_gpus (CUDA_VISIBLE_DEVICES's entries, else 0..nproc-1; set by the parser).
+  bool virtual_local_rank = false;
+  std::vector<std::string> virtual_gpus;
 
   // Hangs (README, "Hangs"). A hung worker is a failure of the job: stacks, then a restart.
   std::chrono::milliseconds hang_timeout{0};  // --hang-timeout: no sign of life that long

@@ -34,6 +34,7 @@ ExecSpec PerTaskExecSpec(const SlurmPlan& plan, const LaunchOptions& options,
   spec.local_rank = s.localid;
   spec.local_world_size = s.LocalTasks();
   spec.max_restarts = 0;
+  spec.signals_to_handle = options.signals_to_handle;
 
   ExecSpec out;
   out.env = BuildWorkerEnv(base, spec, a);

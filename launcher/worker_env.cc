@@ -13,7 +13,8 @@ Environment BuildWorkerEnv(const Environment& base, const WorkerEnvSpec& spec,
   Environment env = base;
   const int rank = a.rank_offset + spec.local_rank;
   auto set = [&env](const char* key, const std::string& value) { env[key] = value; };
-  set("LOCAL_RANK", absl::StrCat(spec.local_rank));
+  set("LOCAL_RANK", absl::StrCat(spec.virtual_gpu ? 0 : spec.local_rank));
+  if (spec.virtual_gpu) set("CUDA_VISIBLE_DEVICES", *spec.virtual_gpu);
   set("RANK", absl::StrCat(rank));
   set("GROUP_RANK", absl::StrCat(a.group_rank));
   // One role per job, so the role rank and size equal the global ones (as in torchrun).
@@ -31,6 +32,8 @@ Environment BuildWorkerEnv(const Environment& base, const WorkerEnvSpec& spec,
   // Workers create their own TCPStore at MASTER_ADDR:MASTER_PORT; ddprun has no agent store.
   set("TORCHELASTIC_USE_AGENT_STORE", "False");
   set("TORCHELASTIC_ERROR_FILE", spec.error_file);
+  // torch 2.x's launcher exports it; torch.distributed.elastic's worker-side handlers read it.
+  set("TORCHELASTIC_SIGNALS_TO_HANDLE", spec.signals_to_handle);
   // Kept if the user set it (torchrun does the same); the modern name, which torch 2.x reads.
   if (env.find("TORCH_NCCL_ASYNC_ERROR_HANDLING") == env.end()) {
     set("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1");

@@ -3,6 +3,7 @@
 #ifndef DDPRUN_LAUNCHER_WORKER_ENV_H_
 #define DDPRUN_LAUNCHER_WORKER_ENV_H_
 
+#include <optional>
 #include <string>
 
 #include "launcher/host_info.h"
@@ -17,6 +18,9 @@ struct WorkerEnvSpec {
   int local_world_size = 1;
   int max_restarts = 0;
   std::string error_file;  // TORCHELASTIC_ERROR_FILE for this worker
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";  // as --signals-to-handle
+  // --virtual-local-rank: this worker's only GPU; it then sees LOCAL_RANK=0.
+  std::optional<std::string> virtual_gpu;
 };
 
 // `base` is the agent's environment (inherited by every worker).

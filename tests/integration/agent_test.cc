@@ -130,7 +130,9 @@ void CompareWithTorchrun(const std::vector<std::string>& torchrun_flags,
     random_values.insert({"MASTER_PORT", "TORCHELASTIC_RUN_ID", "MASTER_ADDR"});
   }
   const std::set<std::string> renamed = {"NCCL_ASYNC_ERROR_HANDLING"};
-  const std::set<std::string> ddprun_extra = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "DDPRUN_ROUND"};
+  // TORCHELASTIC_SIGNALS_TO_HANDLE: torch 2.x's launcher exports it; Debian's 1.13 does not.
+  const std::set<std::string> ddprun_extra = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "DDPRUN_ROUND",
+                                              "TORCHELASTIC_SIGNALS_TO_HANDLE"};
   for (int rank = 0; rank < 2; ++rank) {
     SCOPED_TRACE("rank " + std::to_string(rank));
     const std::string name = "/rank" + std::to_string(rank) + ".json";
@@ -266,6 +268,29 @@ TEST(AgentTest, LaunchStyleCommandLinesRunScriptsThatParseLocalRank) {
   out = run(flags);
   EXPECT_THAT(out, HasSubstr("arg_local_rank=-1 env_local_rank=0 epochs=3"));
   EXPECT_THAT(out, HasSubstr("arg_local_rank=-1 env_local_rank=1 epochs=3"));
+}
+
+TEST(AgentTest, VirtualLocalRankGivesEachWorkerLocalRankZeroAndItsOwnGpu) {
+  const std::string script = "echo \"rank=$RANK local=$LOCAL_RANK gpus=$CUDA_VISIBLE_DEVICES\"";
+  Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=2", "--virtual-local-rank",
+                "--no-python", "/bin/sh", "-c", script},
+               {{"CUDA_VISIBLE_DEVICES", "3,5"}});
+  auto st = p.Wait(std::chrono::seconds(30));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 0) << p.err();
+  EXPECT_THAT(p.out(), HasSubstr("rank=0 local=0 gpus=3\n"));
+  EXPECT_THAT(p.out(), HasSubstr("rank=1 local=0 gpus=5\n"));
+
+  TempDir dir;
+  Subprocess few({BinPath("ddprun"), "--standalone", "--nproc-per-node=2", "--virtual-local-rank",
+                  "--no-python", "/bin/touch", dir.File("started")},
+                 {{"CUDA_VISIBLE_DEVICES", "3"}});
+  st = few.Wait(std::chrono::seconds(30));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 2);
+  EXPECT_THAT(few.err(), HasSubstr("--virtual-local-rank: CUDA_VISIBLE_DEVICES=3 lists 1 GPU(s) "
+                                   "for 2 workers"));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("started")));
 }
 
 TEST(AgentTest, CrashThenRestartThenSuccess) {

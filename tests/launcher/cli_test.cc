@@ -56,6 +56,37 @@ TEST_F(CliTest, LaunchStyleFlags) {
             "(--local-rank=N)");
 }
 
+TEST_F(CliTest, ShutdownTimeoutIsStopTimeoutAndItsVariableTheWeakestSource) {
+  env_["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "4";
+  auto o = Parse({script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->stop_timeout, std::chrono::milliseconds(4000));
+  o = Parse({"--shutdown-timeout=2.5", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->stop_timeout, std::chrono::milliseconds(2500));
+  o = Parse({"--stop_timeout=7", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->stop_timeout, std::chrono::milliseconds(7000));
+  env_["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "soon";
+  EXPECT_THAT(Error({script_}), HasSubstr("TORCH_ELASTIC_SHUTDOWN_TIMEOUT=soon"));
+}
+
+TEST_F(CliTest, VirtualLocalRankTakesOneVisibleGpuPerWorker) {
+  auto o = Parse({"--virtual-local-rank", "--nproc-per-node=3", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->virtual_gpus, (std::vector<std::string>{"0", "1", "2"}));
+  env_["CUDA_VISIBLE_DEVICES"] = "4,6,7";
+  o = Parse({"--virtual-local-rank", "--nproc-per-node=2", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->virtual_gpus, (std::vector<std::string>{"4", "6", "7"}));
+  EXPECT_EQ(Error({"--virtual-local-rank", "--nproc-per-node=4", script_}),
+            "--virtual-local-rank: CUDA_VISIBLE_DEVICES=4,6,7 lists 3 GPU(s) for 4 workers "
+            "(--nproc-per-node); each worker needs one of its own");
+  o = Parse({"--signals-to-handle=SIGTERM,SIGUSR1", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->signals_to_handle, "SIGTERM,SIGUSR1");
+}
+
 TEST_F(CliTest, DefaultsMatchTorchrun) {
   auto o = Parse({script_});
   ASSERT_TRUE(o.ok()) << o.status();

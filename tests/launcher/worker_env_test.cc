@@ -47,6 +47,21 @@ TEST(WorkerEnvTest, TorchrunVariables) {
   EXPECT_EQ(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1");
   EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
   EXPECT_EQ(env["DDPRUN_ROUND"], "3");
+  EXPECT_EQ(env["TORCHELASTIC_SIGNALS_TO_HANDLE"], "SIGTERM,SIGINT,SIGHUP,SIGQUIT");
+  EXPECT_EQ(env.count("CUDA_VISIBLE_DEVICES"), 0u);
+}
+
+TEST(WorkerEnvTest, VirtualLocalRank) {
+  WorkerEnvSpec spec;
+  spec.local_rank = 3;
+  spec.local_world_size = 4;
+  spec.virtual_gpu = "7";
+  Environment env =
+      BuildWorkerEnv({{"CUDA_VISIBLE_DEVICES", "4,5,6,7"}}, spec, TwoNodeAssignment());
+  EXPECT_EQ(env["LOCAL_RANK"], "0");
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "7");
+  EXPECT_EQ(env["RANK"], "7");  // the global rank is the real one
+  EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "4");
 }
 
 TEST(WorkerEnvTest, KeepsUserSettings) {
