@@ -202,12 +202,18 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
     const int redirect = options_.redirects.For(lr);
     const int tee = options_.tee.For(lr);
     const bool always_log = !options_.log_dir.empty();
-    const std::string prefix = absl::StrCat("[", options_.role, lr, "]:");
+    const bool templated = !options_.log_line_prefix_template.empty();
+    const std::string prefix =
+        templated ? SubstituteTemplate(
+                        options_.log_line_prefix_template,
+                        LogLinePrefixValues(options_.role, launch.rank, lr, host_.hostname))
+                  : absl::StrCat("[", options_.role, lr, "]:");
     auto configure = [&](int bit, int console_fd, OutputStream::Config* config,
                          std::string* log_path, const char* name) {
       const bool redirected = (redirect & bit) != 0 && (tee & bit) == 0;
       config->console_fd = visible && !redirected ? console_fd : -1;
-      if ((tee & bit) != 0) config->prefix = prefix;
+      // An explicit template prefixes every console line; the default one only with --tee.
+      if (templated || (tee & bit) != 0) config->prefix = prefix;
       if (always_log || ((redirect | tee) & bit) != 0) *log_path = absl::StrCat(dir, "/", name);
     };
     configure(kStdOut, 1, &launch.stdout_config, &launch.stdout_log, "stdout.log");

@@ -21,6 +21,7 @@
 #include "common/version.h"
 #include "launcher/completion.h"
 #include "launcher/slurm_env.h"
+#include "launcher/worker_command.h"
 #include "launcher/yaml_config.h"
 
 namespace ddprun::launcher {
@@ -73,6 +74,10 @@ constexpr FlagDef kFlags[] = {
      "values as --redirects.",
      ValueKind::kChoice, "0 1 2 3"},
     {"local-ranks-filter", "", false, "Show only these local ranks on the console: 0,1,..."},
+    {"log-line-prefix-template", "", false,
+     "Prefix of every console line of a worker, e.g. '[${hostname} ${rank}]:' (macros "
+     "${role_name}, ${rank}, ${local_rank}, ${hostname}; also "
+     "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE). Default: [ROLE<local rank>]: with --tee."},
     {"node-rank", "", false, "This node's rank (static backend; honoured by the others)."},
     {"master-addr", "", false, "MASTER_ADDR for the static backend. Default 127.0.0.1."},
     {"master-port", "", false,
@@ -297,6 +302,17 @@ absl::Status Apply(const std::string& flag, const Sourced& s, const HostInfo& ho
   }
   if (flag == "local-addr") {
     o->local_addr = s.value;
+    return absl::OkStatus();
+  }
+  if (flag == "log-line-prefix-template") {
+    std::vector<std::string> unknown;
+    SubstituteTemplate(s.value, LogLinePrefixValues("r", 0, 0, "h"), &unknown);
+    if (!unknown.empty()) {
+      return Invalid(s, absl::StrCat("unknown macro ${", unknown.front(),
+                                     "} (known: ${role_name}, ${rank}, ${local_rank}, "
+                                     "${hostname})"));
+    }
+    o->log_line_prefix_template = s.value;
     return absl::OkStatus();
   }
   if (flag == "local-rank-arg") {
@@ -621,8 +637,12 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
   // Merge: defaults < Slurm < PET_* < YAML < command line. Apply in that order; later wins.
   LaunchOptions& o = result.options;
   std::vector<std::pair<std::string, Sourced>> ordered;
+  // torch 2.x's variables for two flags: the weakest explicit source, below PET_ variables.
   if (auto it = env.find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"); it != env.end()) {
     ordered.push_back({"shutdown-timeout", {it->second, it->first}});
+  }
+  if (auto it = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != env.end()) {
+    ordered.push_back({"log-line-prefix-template", {it->second, it->first}});
   }
   for (const FlagDef& f : kFlags) {
     auto it = env.find(PetName(f.name));

@@ -67,6 +67,9 @@ struct LaunchOptions {
   // for launch.
   std::string local_rank_arg;
   bool use_env = false;
+  // --log-line-prefix-template: the console prefix of each worker's lines (${role_name},
+  // ${rank}, ${local_rank}, ${hostname}); empty: [ROLE<local rank>]: with --tee only.
+  std::string log_line_prefix_template;
 
   // Restarts and monitoring.
   int max_restarts = 0;

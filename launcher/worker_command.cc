@@ -21,41 +21,52 @@ std::string PythonExecutable(const Environment& env) {
   return it != env.end() && !it->second.empty() ? it->second : "python3";
 }
 
-std::string SubstituteMacros(absl::string_view arg, int local_rank) {
-  constexpr absl::string_view kName = "local_rank";
+std::string SubstituteTemplate(absl::string_view text,
+                               const std::map<std::string, std::string>& values,
+                               std::vector<std::string>* unknown) {
   std::string out;
-  out.reserve(arg.size());
+  out.reserve(text.size());
   size_t i = 0;
-  while (i < arg.size()) {
-    if (arg[i] != '$') {
-      out.push_back(arg[i++]);
+  while (i < text.size()) {
+    if (text[i] != '$') {
+      out.push_back(text[i++]);
       continue;
     }
-    absl::string_view rest = arg.substr(i + 1);
+    absl::string_view rest = text.substr(i + 1);
     if (!rest.empty() && rest[0] == '$') {  // $$ -> $
       out.push_back('$');
       i += 2;
       continue;
     }
-    if (!rest.empty() && rest[0] == '{') {  // ${name}
-      const size_t n = IdentifierLength(rest.substr(1));
-      if (n > 0 && rest.size() > n + 1 && rest[n + 1] == '}' && rest.substr(1, n) == kName) {
-        absl::StrAppend(&out, local_rank);
-        i += n + 3;
+    const bool braced = !rest.empty() && rest[0] == '{';
+    const size_t n = IdentifierLength(rest.substr(braced ? 1 : 0));
+    if (n > 0 && (!braced || (rest.size() > n + 1 && rest[n + 1] == '}'))) {
+      const std::string name(rest.substr(braced ? 1 : 0, n));
+      auto it = values.find(name);
+      if (it != values.end()) {
+        out += it->second;
+        i += 1 + n + (braced ? 2 : 0);
         continue;
       }
-    } else {  // $name
-      const size_t n = IdentifierLength(rest);
-      if (n > 0 && rest.substr(0, n) == kName) {
-        absl::StrAppend(&out, local_rank);
-        i += n + 1;
-        continue;
-      }
+      if (unknown != nullptr) unknown->push_back(name);
     }
-    out.push_back('$');  // not a macro ddprun knows: left as written
+    out.push_back('$');  // left as written
     ++i;
   }
   return out;
+}
+
+std::map<std::string, std::string> LogLinePrefixValues(const std::string& role_name, int rank,
+                                                       int local_rank,
+                                                       const std::string& hostname) {
+  return {{"role_name", role_name},
+          {"rank", absl::StrCat(rank)},
+          {"local_rank", absl::StrCat(local_rank)},
+          {"hostname", hostname}};
+}
+
+std::string SubstituteMacros(absl::string_view arg, int local_rank) {
+  return SubstituteTemplate(arg, {{"local_rank", absl::StrCat(local_rank)}});
 }
 
 WorkerCommand BuildWorkerCommand(const LaunchOptions& options, const Environment& env,

@@ -3,6 +3,7 @@
 #ifndef DDPRUN_LAUNCHER_WORKER_COMMAND_H_
 #define DDPRUN_LAUNCHER_WORKER_COMMAND_H_
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -20,10 +21,19 @@ struct WorkerCommand {
 // PYTHON_EXEC from the environment (as torchrun reads it), else python3.
 std::string PythonExecutable(const Environment& env);
 
-// torchrun's macro substitution in one argument (torch.distributed.elastic.utils.api.macros,
-// which is Python's string.Template.safe_substitute): `${local_rank}` and `$local_rank` become
-// `local_rank`, `$$` becomes `$`, and anything else after a `$` (another name, `$local_ranks`,
-// an unclosed `${`) stays as written.
+// Python's string.Template.safe_substitute, which torchrun uses for its macros: `${name}` and
+// `$name` become values[name], `$$` becomes `$`, and anything else after a `$` (a name not in
+// `values`, an unclosed `${`) stays as written; such names are added to `unknown` when given.
+std::string SubstituteTemplate(absl::string_view text,
+                               const std::map<std::string, std::string>& values,
+                               std::vector<std::string>* unknown = nullptr);
+
+// The macros of --log-line-prefix-template for one worker.
+std::map<std::string, std::string> LogLinePrefixValues(const std::string& role_name, int rank,
+                                                       int local_rank, const std::string& hostname);
+
+// torchrun's argument macros (torch.distributed.elastic.utils.api.macros): `${local_rank}` and
+// `$local_rank` become the local rank; see SubstituteTemplate.
 std::string SubstituteMacros(absl::string_view arg, int local_rank);
 
 // The command of the worker with this local rank: every argument after the program (the script

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "tests/testing/reserved_port.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
@@ -291,6 +292,22 @@ TEST(AgentTest, VirtualLocalRankGivesEachWorkerLocalRankZeroAndItsOwnGpu) {
   EXPECT_THAT(few.err(), HasSubstr("--virtual-local-rank: CUDA_VISIBLE_DEVICES=3 lists 1 GPU(s) "
                                    "for 2 workers"));
   EXPECT_FALSE(std::filesystem::exists(dir.File("started")));
+}
+
+TEST(AgentTest, LogLinePrefixTemplatePrefixesEveryConsoleLine) {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=2",
+                "--log-line-prefix-template=[${hostname} ${rank}/${local_rank} ${role_name}] ",
+                "--no-python", "/bin/sh", "-c", "echo out; echo err >&2"});
+  auto st = p.Wait(std::chrono::seconds(30));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 0) << p.err();
+  for (int r = 0; r < 2; ++r) {
+    const std::string prefix = absl::StrCat("[", host, " ", r, "/", r, " default] ");
+    EXPECT_THAT(p.out(), HasSubstr(prefix + "out\n"));
+    EXPECT_THAT(p.err(), HasSubstr(prefix + "err\n"));
+  }
 }
 
 TEST(AgentTest, CrashThenRestartThenSuccess) {

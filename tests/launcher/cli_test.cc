@@ -87,6 +87,22 @@ TEST_F(CliTest, VirtualLocalRankTakesOneVisibleGpuPerWorker) {
   EXPECT_EQ(o->signals_to_handle, "SIGTERM,SIGUSR1");
 }
 
+TEST_F(CliTest, LogLinePrefixTemplateKnowsFourMacros) {
+  auto o = Parse(
+      {"--log-line-prefix-template=[${hostname} $rank ${local_rank} ${role_name}]$$", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->log_line_prefix_template, "[${hostname} $rank ${local_rank} ${role_name}]$$");
+  env_["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "${rank}| ";
+  o = Parse({script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->log_line_prefix_template, "${rank}| ");
+  EXPECT_EQ(Error({"--log-line-prefix-template=[${node}]", script_}),
+            "--log-line-prefix-template=[${node}]: unknown macro ${node} (known: ${role_name}, "
+            "${rank}, ${local_rank}, ${hostname})");
+  env_["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "$host ";
+  EXPECT_THAT(Error({script_}), HasSubstr("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=$host : unknown"));
+}
+
 TEST_F(CliTest, DefaultsMatchTorchrun) {
   auto o = Parse({script_});
   ASSERT_TRUE(o.ok()) << o.status();
