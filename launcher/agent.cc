@@ -1,5 +1,6 @@
 #include "launcher/agent.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/prctl.h>
@@ -59,6 +60,9 @@ Agent::Agent(LaunchOptions options, Environment env, HostInfo host)
 
 Agent::~Agent() {
   group_.reset();
+  for (int fd : filtered_fds_) {
+    if (fd >= 0) close(fd);
+  }
   if (signal_fd_ >= 0) close(signal_fd_);
   std::error_code ec;
   if (!ipc_dir_.empty()) std::filesystem::remove_all(ipc_dir_, ec);
@@ -158,6 +162,22 @@ std::string Agent::ErrorFilePath(int attempt, int local_rank) const {
   return absl::StrCat(log_root_, "/attempt_", attempt, "/", local_rank, "/error.json");
 }
 
+void Agent::OpenFilteredLogs() {
+  const std::vector<std::string>* filters[2] = {&options_.duplicate_stdout_filters,
+                                                &options_.duplicate_stderr_filters};
+  const char* names[2] = {"filtered_stdout.log", "filtered_stderr.log"};
+  for (int i = 0; i < 2; ++i) {
+    if (filtered_fds_[i] >= 0) close(filtered_fds_[i]);
+    filtered_fds_[i] = -1;
+    if (filters[i]->empty()) continue;
+    const std::string dir = absl::StrCat(log_root_, "/attempt_", attempt_);
+    if (absl::Status s = MakeDirs(dir); !s.ok()) LogWarning(s.message());
+    const std::string path = absl::StrCat(dir, "/", names[i]);
+    filtered_fds_[i] = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (filtered_fds_[i] < 0) LogWarning(absl::StrCat(path, ": ", strerror(errno)));
+  }
+}
+
 void Agent::StartWorkers(const rendezvous::Assignment& a) {
   if (const std::string glob = StacksGlob(); !glob.empty()) {
     std::string where;
@@ -169,6 +189,7 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
   }
   current_ = a;
   ++attempt_;
+  OpenFilteredLogs();
   std::vector<WorkerLaunch> launches;
   const int nproc = options_.nproc_per_node;
   for (int lr = 0; lr < nproc; ++lr) {
@@ -215,6 +236,10 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
       // An explicit template prefixes every console line; the default one only with --tee.
       if (templated || (tee & bit) != 0) config->prefix = prefix;
       if (always_log || ((redirect | tee) & bit) != 0) *log_path = absl::StrCat(dir, "/", name);
+      config->filtered_fd = filtered_fds_[bit == kStdOut ? 0 : 1];
+      config->filters =
+          bit == kStdOut ? options_.duplicate_stdout_filters : options_.duplicate_stderr_filters;
+      config->filtered_prefix = absl::StrCat("[", options_.role, lr, "]:");
     };
     configure(kStdOut, 1, &launch.stdout_config, &launch.stdout_log, "stdout.log");
     configure(kStdErr, 2, &launch.stderr_config, &launch.stderr_log, "stderr.log");

@@ -51,6 +51,8 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   absl::Status Prepare();
   void Execute(const std::vector<AgentAction>& actions);
   void StartWorkers(const rendezvous::Assignment& assignment);
+  // Opens this attempt's filtered_std{out,err}.log (closing the last attempt's).
+  void OpenFilteredLogs();
   void OnSignals();
   void ReapChildren();
   void Finish(int exit_code, const std::string& reason);
@@ -74,6 +76,8 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   RendezvousSetup setup_;  // the rendezvous (and the server, when hosted here)
   rendezvous::Rendezvous* rendezvous_ = nullptr;  // setup_.rendezvous
   std::unique_ptr<WorkerGroup> group_;
+  // --duplicate-std{out,err}-filters: the current attempt's filtered_std{out,err}.log, or -1.
+  int filtered_fds_[2] = {-1, -1};
   rendezvous::Assignment current_{};
   int attempt_ = -1;  // worker groups started by this agent so far, minus one (log folders)
   std::string run_id_;

@@ -84,6 +84,10 @@ constexpr FlagDef kFlags[] = {
      "MASTER_PORT for the static backend. Default 29500 for several nodes; one node gets a "
      "free port ddprun holds (and an explicit port must be free)."},
     {"local-addr", "", false, "This node's address as the other nodes should reach it."},
+    {"duplicate-stdout-filters", "", false,
+     "Comma-separated strings: workers' stdout lines containing any of them are copied to "
+     "LOG_DIR/RUN_ID/attempt_N/filtered_stdout.log."},
+    {"duplicate-stderr-filters", "", false, "The same for stderr lines (filtered_stderr.log)."},
     {"local-rank-arg", "", false,
      "torch.distributed.launch's way for scripts that parse --local_rank: local_rank appends "
      "--local_rank=N after the script (torch 1.x launch), local-rank --local-rank=N (torch "
@@ -313,6 +317,12 @@ absl::Status Apply(const std::string& flag, const Sourced& s, const HostInfo& ho
                                      "${hostname})"));
     }
     o->log_line_prefix_template = s.value;
+    return absl::OkStatus();
+  }
+  if (flag == "duplicate-stdout-filters" || flag == "duplicate-stderr-filters") {
+    std::vector<std::string> filters = absl::StrSplit(s.value, ',', absl::SkipEmpty());
+    (flag == "duplicate-stdout-filters" ? o->duplicate_stdout_filters
+                                        : o->duplicate_stderr_filters) = std::move(filters);
     return absl::OkStatus();
   }
   if (flag == "local-rank-arg") {

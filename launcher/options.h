@@ -70,6 +70,9 @@ struct LaunchOptions {
   // --log-line-prefix-template: the console prefix of each worker's lines (${role_name},
   // ${rank}, ${local_rank}, ${hostname}); empty: [ROLE<local rank>]: with --tee only.
   std::string log_line_prefix_template;
+  // --duplicate-stdout-filters / --duplicate-stderr-filters: lines containing any of these are
+  // copied to LOG_DIR/RUN_ID/attempt_N/filtered_stdout.log / filtered_stderr.log.
+  std::vector<std::string> duplicate_stdout_filters, duplicate_stderr_filters;
 
   // Restarts and monitoring.
   int max_restarts = 0;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 
@@ -9,8 +10,16 @@ namespace ddprun::launcher {
 
 OutputStream::OutputStream(Config config) : config_(std::move(config)) {}
 
-void OutputStream::EmitLine(absl::string_view line, std::string* console_batch) {
-  if (config_.console_fd >= 0) absl::StrAppend(console_batch, config_.prefix, line, "\n");
+void OutputStream::EmitLine(absl::string_view line, Batch* batch) {
+  if (config_.console_fd >= 0) absl::StrAppend(&batch->console, config_.prefix, line, "\n");
+  if (config_.filtered_fd >= 0) {
+    for (const std::string& f : config_.filters) {
+      if (absl::StrContains(line, f)) {
+        absl::StrAppend(&batch->filtered, config_.filtered_prefix, line, "\n");
+        break;
+      }
+    }
+  }
   if (config_.tail_lines > 0) {
     tail_.emplace_back(line);
     if (tail_.size() > config_.tail_lines) tail_.pop_front();
@@ -22,7 +31,7 @@ void OutputStream::Feed(absl::string_view data) {
   if (capturing_ && capture_.size() < capture_limit_) {
     capture_.append(data.data(), std::min(data.size(), capture_limit_ - capture_.size()));
   }
-  std::string batch;
+  Batch batch;
   while (!data.empty()) {
     const size_t nl = data.find('\n');
     if (nl == absl::string_view::npos) {
@@ -42,15 +51,21 @@ void OutputStream::Feed(absl::string_view data) {
     }
     data.remove_prefix(nl + 1);
   }
-  if (!batch.empty()) WriteAll(config_.console_fd, batch);
+  Write(batch);
+}
+
+void OutputStream::Write(const Batch& batch) {
+  // One write each: whole lines, never cut by another worker's (one loop thread writes all).
+  if (!batch.console.empty()) WriteAll(config_.console_fd, batch.console);
+  if (!batch.filtered.empty()) WriteAll(config_.filtered_fd, batch.filtered);
 }
 
 void OutputStream::Finish() {
   if (partial_.empty()) return;
-  std::string batch;
+  Batch batch;
   EmitLine(partial_, &batch);
   partial_.clear();
-  if (!batch.empty()) WriteAll(config_.console_fd, batch);
+  Write(batch);
 }
 
 }  // namespace ddprun::launcher

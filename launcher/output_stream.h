@@ -20,6 +20,11 @@ class OutputStream {
     std::string prefix;     // prepended to each console line
     int log_fd = -1;        // -1: no log file; not owned
     size_t tail_lines = 0;  // lines to keep for Tail()
+    // --duplicate-std*-filters: lines containing any of `filters` are also written, with
+    // `filtered_prefix`, to filtered_fd (one file for every worker of the attempt; not owned).
+    int filtered_fd = -1;
+    std::vector<std::string> filters;
+    std::string filtered_prefix;
   };
   // A line longer than this is emitted in pieces rather than buffered without bound.
   static constexpr size_t kMaxLine = 64 * 1024;
@@ -43,7 +48,11 @@ class OutputStream {
   }
 
  private:
-  void EmitLine(absl::string_view line, std::string* console_batch);
+  struct Batch {
+    std::string console, filtered;
+  };
+  void EmitLine(absl::string_view line, Batch* batch);
+  void Write(const Batch& batch);
 
   Config config_;
   std::string partial_;

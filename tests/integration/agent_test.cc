@@ -310,6 +310,36 @@ TEST(AgentTest, LogLinePrefixTemplatePrefixesEveryConsoleLine) {
   }
 }
 
+TEST(AgentTest, DuplicateFiltersCopyMatchingLinesToTheAttemptsFilteredLogs) {
+  TempDir logs;
+  Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=2", "--rdzv-id=filt",
+                "--log-dir=" + logs.path(), "--duplicate-stdout-filters=loss,acc",
+                "--duplicate-stderr-filters=WARN", "--no-python", "/bin/sh", "-c",
+                "echo step 1 loss 0.5; echo noise; echo acc 0.9; echo WARN slow >&2; "
+                "echo fine >&2"});
+  auto st = p.Wait(std::chrono::seconds(30));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 0) << p.err();
+  // The run id of a --standalone job is random: the one folder under the log dir.
+  std::string attempt;
+  for (const auto& e : std::filesystem::directory_iterator(logs.path())) {
+    attempt = e.path().string() + "/attempt_0";
+  }
+  const std::string out = ReadFile(attempt + "/filtered_stdout.log");
+  const std::string err = ReadFile(attempt + "/filtered_stderr.log");
+  for (int lr = 0; lr < 2; ++lr) {
+    const std::string prefix = "[default" + std::to_string(lr) + "]:";
+    EXPECT_THAT(out, HasSubstr(prefix + "step 1 loss 0.5\n"));
+    EXPECT_THAT(out, HasSubstr(prefix + "acc 0.9\n"));
+    EXPECT_THAT(err, HasSubstr(prefix + "WARN slow\n"));
+  }
+  EXPECT_THAT(out, Not(HasSubstr("noise")));
+  EXPECT_THAT(err, Not(HasSubstr("fine")));
+  EXPECT_EQ(testing::CountOccurrences(out, "\n"), 4);
+  // The full streams are still in each rank's own logs.
+  EXPECT_THAT(ReadFile(attempt + "/0/stdout.log"), HasSubstr("noise"));
+}
+
 TEST(AgentTest, CrashThenRestartThenSuccess) {
   TempDir dir;
   const std::string worker =

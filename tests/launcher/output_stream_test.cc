@@ -53,6 +53,21 @@ TEST(OutputStreamTest, InterleavedRanksNeverCutALine) {
   EXPECT_EQ(console.Drain(), "[default0]:rank zero line\n[default1]:rank one line\n");
 }
 
+TEST(OutputStreamTest, FilteredLinesGoWholeToTheSharedFilteredFile) {
+  Pipe console, filtered;
+  OutputStream::Config c{console.write_fd(), "", -1, 0};
+  c.filtered_fd = filtered.write_fd();
+  c.filters = {"loss", "acc"};
+  c.filtered_prefix = "[default0]:";
+  OutputStream s(c);
+  s.Feed("step 1 lo");
+  s.Feed("ss 0.5\nnoise\nac");
+  s.Feed("c 0.9");
+  s.Finish();
+  EXPECT_EQ(filtered.Drain(), "[default0]:step 1 loss 0.5\n[default0]:acc 0.9\n");
+  EXPECT_EQ(console.Drain(), "step 1 loss 0.5\nnoise\nacc 0.9\n");
+}
+
 TEST(OutputStreamTest, LogFileGetsRawBytesAndTailKeepsLastLines) {
   Pipe log;
   OutputStream s({-1, "", log.write_fd(), 2});
