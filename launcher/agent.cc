@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/strings.h"
+#include "launcher/error_file_relay.h"
 #include "launcher/failure_report.h"
 #include "launcher/worker_command.h"
 #include "launcher/worker_env.h"
@@ -160,6 +161,15 @@ int Agent::Run() {
 
 std::string Agent::ErrorFilePath(int attempt, int local_rank) const {
   return absl::StrCat(log_root_, "/attempt_", attempt, "/", local_rank, "/error.json");
+}
+
+void Agent::RelayErrorFileToParent(const std::string& worker_file, const WorkerExit& cause) {
+  auto parent = env_.find("TORCHELASTIC_ERROR_FILE");
+  if (parent == env_.end() || parent->second.empty()) return;
+  // torch's ProcessFailure.exitcode: the exit code, or minus the signal that killed it.
+  const int code = cause.signal != 0 ? -cause.signal : cause.exit_code;
+  const absl::Status s = RelayErrorFile(worker_file, parent->second, code);
+  if (!s.ok() && !absl::IsNotFound(s)) LogWarning(s.message());
 }
 
 void Agent::OpenFilteredLogs() {
@@ -355,6 +365,7 @@ void Agent::Finish(int exit_code, const std::string& reason) {
       const int lr = report.root_cause->local_rank;
       report.error_file = ErrorFilePath(attempt_, lr);
       report.error = ReadErrorFile(report.error_file);
+      RelayErrorFileToParent(report.error_file, *report.root_cause);
       if (group_) {
         report.stderr_tail = group_->StderrTail(lr);
         report.start_error = group_->StartError(lr);

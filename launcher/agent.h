@@ -53,6 +53,9 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   void StartWorkers(const rendezvous::Assignment& assignment);
   // Opens this attempt's filtered_std{out,err}.log (closing the last attempt's).
   void OpenFilteredLogs();
+  // Under another launcher (TORCHELASTIC_ERROR_FILE in ddprun's own environment): the root
+  // cause's error file goes up to it with errorCode, as torchrun's @record does.
+  void RelayErrorFileToParent(const std::string& worker_file, const WorkerExit& cause);
   void OnSignals();
   void ReapChildren();
   void Finish(int exit_code, const std::string& reason);

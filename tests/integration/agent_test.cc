@@ -481,6 +481,37 @@ TEST(AgentTest, RecordErrorFileShownInSummary) {
   EXPECT_THAT(err, HasSubstr("in check"));
 }
 
+// ddprun under another launcher that gave it a TORCHELASTIC_ERROR_FILE passes the root cause's
+// error file up, with errorCode, exactly as the real torchrun does.
+TEST(AgentTest, UnderAnotherLauncherTheWorkersErrorFileGoesUpAsTorchrunsDoes) {
+  if (access(TorchrunPath().c_str(), X_OK) != 0) {
+    GTEST_SKIP() << "reference torchrun not found at " << TorchrunPath();
+  }
+  TempDir dir;
+  auto run = [&](std::vector<std::string> argv, const std::string& parent_file) {
+    std::map<std::string, std::string> env = Env();
+    env["TORCHELASTIC_ERROR_FILE"] = parent_file;
+    Subprocess p(argv, env);
+    auto st = p.Wait(60s);
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->exit_code, 1) << p.err();
+  };
+  run({TorchrunPath(), "--standalone", "--nproc_per_node=1", "--monitor_interval=0.1",
+       Script("record_error.py")},
+      dir.File("theirs.json"));
+  run({BinPath("ddprun"), "--standalone", "--nproc-per-node=1", Script("record_error.py")},
+      dir.File("ours.json"));
+  const nlohmann::json theirs = LoadJson(dir.File("theirs.json"));
+  const nlohmann::json ours = LoadJson(dir.File("ours.json"));
+  ASSERT_TRUE(ours.contains("message")) << ours.dump();
+  EXPECT_EQ(ours["message"]["errorCode"], theirs["message"]["errorCode"]);
+  EXPECT_EQ(ours["message"]["errorCode"], 1);
+  EXPECT_EQ(ours["message"]["message"], theirs["message"]["message"]);
+  EXPECT_THAT(ours["message"]["message"].get<std::string>(),
+              HasSubstr("ValueError: learning rate must be positive, got -1.0"));
+  EXPECT_TRUE(ours["message"]["extraInfo"].contains("py_callstack"));
+}
+
 TEST(AgentTest, StaticTwoNodesFormOneWorld) {
   TempDir out;
   ReservedPort port;
