@@ -20,6 +20,7 @@
 #include "common/strings.h"
 #include "common/version.h"
 #include "launcher/completion.h"
+#include "launcher/platform_env.h"
 #include "launcher/slurm_env.h"
 #include "launcher/worker_command.h"
 #include "launcher/yaml_config.h"
@@ -112,6 +113,9 @@ constexpr FlagDef kFlags[] = {
      "report) after which a worker is hung: stacks of every worker, then a restart. Off by "
      "default."},
     {"quiet", "", true, "Only warnings and errors from ddprun itself."},
+    {"no-platform-env", "", true,
+     "Ignore MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK given to this node by a platform (also "
+     "DDPRUN_NO_PLATFORM=1); see README, Platform launches."},
     {"no-slurm", "", true,
      "Ignore the Slurm job environment (also DDPRUN_NO_SLURM=1); see README, Slurm."},
 };
@@ -350,7 +354,8 @@ absl::Status Apply(const std::string& flag, const Sourced& s, const HostInfo& ho
     if (o->hang_timeout.count() <= 0) return Invalid(s, "must be a positive number of seconds");
     return absl::OkStatus();
   }
-  if (flag == "no-slurm") return BoolOf(s).status();  // read by SlurmWanted()
+  if (flag == "no-slurm") return BoolOf(s).status();         // read by SlurmWanted()
+  if (flag == "no-platform-env") return BoolOf(s).status();  // read by PlanPlatform()
   if (flag == "quiet") {
     DDPRUN_ASSIGN_OR_RETURN(bool quiet, BoolOf(s));
     o->verbose = !quiet;
@@ -696,6 +701,15 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
     std::vector<std::pair<std::string, Sourced>> slurm;
     for (const FlagValue& f : result.slurm->defaults) slurm.push_back({f.flag, {f.value, f.where}});
     ordered.insert(ordered.begin(), slurm.begin(), slurm.end());
+  } else {
+    DDPRUN_ASSIGN_OR_RETURN(result.platform, PlanPlatform(env, given));
+    if (result.platform) {
+      std::vector<std::pair<std::string, Sourced>> platform;
+      for (const FlagValue& f : result.platform->defaults) {
+        platform.push_back({f.flag, {f.value, f.where}});
+      }
+      ordered.insert(ordered.begin(), platform.begin(), platform.end());
+    }
   }
   for (const auto& [flag, sourced] : ordered) {
     DDPRUN_RETURN_IF_ERROR(Apply(flag, sourced, effective_host, &o));

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "launcher/host_info.h"
 #include "launcher/options.h"
+#include "launcher/platform_env.h"
 #include "launcher/slurm_env.h"
 
 namespace ddprun::launcher {
@@ -26,6 +27,8 @@ struct CommandLine {
   std::string text;
   LaunchOptions options;
   std::optional<SlurmPlan> slurm;  // set inside a Slurm job (unless --no-slurm)
+  // Set on a node a platform describes with MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK.
+  std::optional<PlatformPlan> platform;
 };
 
 // `args` excludes argv[0]. Errors are kInvalidArgument with one line naming the flag (or

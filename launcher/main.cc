@@ -26,6 +26,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   ddprun::SetVerbose(parsed->options.verbose);
+  if (parsed->platform) {
+    ddprun::LogInfo(DescribePlatformPlan(*parsed->platform, parsed->options));
+  }
   if (parsed->slurm) {
     for (const std::string& w : parsed->slurm->warnings) ddprun::LogWarning(w);
     ddprun::LogInfo(DescribeSlurmPlan(*parsed->slurm, parsed->options));

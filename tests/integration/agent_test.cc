@@ -531,6 +531,60 @@ TEST(AgentTest, StaticTwoNodesFormOneWorld) {
   }
 }
 
+// A platform (Kubeflow's PyTorchJob, SenseCore) hands each node MASTER_ADDR, MASTER_PORT,
+// WORLD_SIZE = nodes and RANK = node rank: plain `ddprun --nproc-per-node=2 script` on each
+// forms one world of 4, and says what it took.
+TEST(AgentTest, PlatformEnvironmentFormsOneMultiNodeWorld) {
+  TempDir out;
+  ReservedPort port;
+  ASSERT_GT(port.port(), 0);
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int node = 0; node < 2; ++node) {
+    std::map<std::string, std::string> env = Env();
+    env["MASTER_ADDR"] = "127.0.0.1";
+    env["MASTER_PORT"] = std::to_string(port.port());
+    env["WORLD_SIZE"] = "2";
+    env["RANK"] = std::to_string(node);
+    nodes.push_back(std::make_unique<Subprocess>(
+        std::vector<std::string>{BinPath("ddprun"), "--nproc-per-node=2",
+                                 Script("gloo_allreduce.py"), out.path()},
+        env));
+  }
+  ASSERT_TRUE(testing::ExpectAllExit(nodes, 0, 90s));
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(ReadFile(out.File("rank" + std::to_string(rank) + ".txt")), "4 6\n") << rank;
+  }
+  EXPECT_THAT(nodes[1]->err(), HasSubstr("platform environment: node 1 of 2 (RANK, WORLD_SIZE), "
+                                         "master 127.0.0.1:" +
+                                         std::to_string(port.port())));
+}
+
+// Inside a worker of another launcher RANK and WORLD_SIZE count workers: ddprun must not read
+// them as a platform's node rank and count (it would wait for nodes that never come).
+TEST(AgentTest, InsideAnotherLaunchersWorkerThePlatformReadingStaysOff) {
+  std::map<std::string, std::string> env = {{"MASTER_ADDR", "127.0.0.1"},
+                                            {"MASTER_PORT", "29999"},
+                                            {"WORLD_SIZE", "8"},
+                                            {"RANK", "5"},
+                                            {"LOCAL_RANK", "1"}};
+  Subprocess p({BinPath("ddprun"), "--nproc-per-node=1", "--no-python", "/bin/sh", "-c",
+                "echo world=$WORLD_SIZE rank=$RANK"},
+               env);
+  auto st = p.Wait(30s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 0) << p.err();
+  EXPECT_THAT(p.out(), HasSubstr("world=1 rank=0"));
+  EXPECT_THAT(p.err(), Not(HasSubstr("platform environment")));
+
+  env.erase("LOCAL_RANK");
+  env["RANK"] = "x";
+  Subprocess bad({BinPath("ddprun"), "--nproc-per-node=1", "--no-python", "/bin/true"}, env);
+  st = bad.Wait(30s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 2);
+  EXPECT_THAT(bad.err(), HasSubstr("RANK=x: not a node rank below WORLD_SIZE=8"));
+}
+
 TEST(AgentTest, TeePrefixesLinesAndLogDirKeepsEveryAttempt) {
   TempDir dir, logs;
   const std::string worker = ShellWorker(
