@@ -11,7 +11,16 @@ namespace ddprun::launcher {
 OutputStream::OutputStream(Config config) : config_(std::move(config)) {}
 
 void OutputStream::EmitLine(absl::string_view line, Batch* batch) {
-  if (config_.console_fd >= 0) absl::StrAppend(&batch->console, config_.prefix, line, "\n");
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);  // CRLF
+  // A line redrawn with \r (a progress bar) ends showing what follows its last \r.
+  const size_t cr = line.rfind('\r');
+  const bool redrawn = cr != absl::string_view::npos || updating_;
+  if (cr != absl::string_view::npos) line.remove_prefix(cr + 1);
+  if (config_.console_fd >= 0) {
+    absl::StrAppend(&batch->console, redrawn ? "\r" : "", config_.prefix, line, "\n");
+  }
+  updating_ = false;
+  shown_.clear();
   if (config_.filtered_fd >= 0) {
     for (const std::string& f : config_.filters) {
       if (absl::StrContains(line, f)) {
@@ -51,7 +60,21 @@ void OutputStream::Feed(absl::string_view data) {
     }
     data.remove_prefix(nl + 1);
   }
+  ShowUpdate(&batch);
   Write(batch);
+}
+
+void OutputStream::ShowUpdate(Batch* batch) {
+  // Live \r updates (tqdm and the like): the text after the unfinished line's last \r is shown
+  // now, whole, over the line on the console, not an hour later when the line ends.
+  if (config_.console_fd < 0) return;
+  const size_t cr = partial_.rfind('\r');
+  if (cr == std::string::npos) return;
+  absl::string_view update = absl::string_view(partial_).substr(cr + 1);
+  if (update.empty() || update == shown_) return;
+  absl::StrAppend(&batch->console, "\r", config_.prefix, update);
+  shown_ = std::string(update);
+  updating_ = true;
 }
 
 void OutputStream::Write(const Batch& batch) {

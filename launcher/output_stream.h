@@ -2,6 +2,9 @@
 // optionally prefixed ("[default0]:") and written to the console, copied raw to a log file, and
 // the last lines kept for the failure summary. Every console write carries whole lines only, and
 // the agent's single loop thread does all writes, so one rank's line is never cut by another's.
+// A line redrawn with \r (a tqdm bar) is shown as it is redrawn: each update, as of the end of
+// the data read, is written whole as "\r<prefix><text>", and the finished line as
+// "\r<prefix><last text>\n"; the log file keeps the raw stream.
 #ifndef DDPRUN_LAUNCHER_OUTPUT_STREAM_H_
 #define DDPRUN_LAUNCHER_OUTPUT_STREAM_H_
 
@@ -53,9 +56,13 @@ class OutputStream {
   };
   void EmitLine(absl::string_view line, Batch* batch);
   void Write(const Batch& batch);
+  void ShowUpdate(Batch* batch);
 
   Config config_;
   std::string partial_;
+  // The unfinished line's latest \r update as shown on the console (updating_: one was shown).
+  std::string shown_;
+  bool updating_ = false;
   std::deque<std::string> tail_;
   bool capturing_ = false;
   size_t capture_limit_ = 0;

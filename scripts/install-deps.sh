@@ -17,6 +17,7 @@ PACKAGES=(
   # real peers and data for tests, demo and benchmarks
   python3-torch python3-torchvision dataset-fashion-mnist
   python3-matplotlib  # scripts/plot_metrics.py (ddp-train metrics plots)
+  python3-tqdm               # live progress bars through ddprun (agent_test)
   openssl                    # TLS test certificates (rendezvous_tls_test)
   etcd-server etcd-client    # the etcd v3 rendezvous backend's tests
   slurm-wlm munge            # tests/slurm: a private slurmctld + 2 slurmd on this host

@@ -585,6 +585,24 @@ TEST(AgentTest, InsideAnotherLaunchersWorkerThePlatformReadingStaysOff) {
   EXPECT_THAT(bad.err(), HasSubstr("RANK=x: not a node rank below WORLD_SIZE=8"));
 }
 
+// A tqdm bar redraws one line with \r and ends it only when done: its updates must reach the
+// console as they come, not when the line ends (for a one-hour epoch, an hour later).
+TEST(AgentTest, TqdmUpdatesReachTheConsoleWhileTheLineIsUnfinished) {
+  TempDir dir;
+  Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=1", "--tee=2",
+                Script("tqdm_worker.py"), dir.File("gate")},
+               Env());
+  ASSERT_TRUE(p.WaitForOutputContains(" 50%", 60s)) << p.err();
+  EXPECT_THAT(p.err(), HasSubstr("\r[default0]: 50%|"));
+  EXPECT_THAT(p.err(), Not(HasSubstr("100%")));  // still running: the update came live
+  WriteFile(dir.File("gate"), "");
+  auto st = p.Wait(60s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 0) << p.err();
+  EXPECT_THAT(p.err(), HasSubstr("\r[default0]:100%|"));
+  EXPECT_THAT(p.out(), HasSubstr("finished\n"));  // stdout is not teed: no prefix
+}
+
 TEST(AgentTest, TeePrefixesLinesAndLogDirKeepsEveryAttempt) {
   TempDir dir, logs;
   const std::string worker = ShellWorker(

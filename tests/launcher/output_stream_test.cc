@@ -68,6 +68,23 @@ TEST(OutputStreamTest, FilteredLinesGoWholeToTheSharedFilteredFile) {
   EXPECT_EQ(console.Drain(), "step 1 loss 0.5\nnoise\nacc 0.9\n");
 }
 
+TEST(OutputStreamTest, CarriageReturnUpdatesAreShownAsTheyComeEachWhole) {
+  Pipe console;
+  OutputStream s({console.write_fd(), "[default0]:", -1, 2});
+  s.Feed("\r  0%|");
+  s.Feed("     |\r 50%|##");  // the 0% update is superseded within this read
+  s.Feed("###|");
+  s.Feed("\r100%|#####|\n");
+  s.Feed("done\r\n");  // CRLF is a plain line end
+  EXPECT_EQ(console.Drain(),
+            "\r[default0]:  0%|"
+            "\r[default0]: 50%|##"
+            "\r[default0]: 50%|#####|"
+            "\r[default0]:100%|#####|\n"
+            "[default0]:done\n");
+  EXPECT_EQ(s.Tail(), (std::vector<std::string>{"100%|#####|", "done"}));
+}
+
 TEST(OutputStreamTest, LogFileGetsRawBytesAndTailKeepsLastLines) {
   Pipe log;
   OutputStream s({-1, "", log.write_fd(), 2});
