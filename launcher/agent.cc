@@ -191,7 +191,7 @@ void Agent::OpenFilteredLogs() {
 void Agent::StartWorkers(const rendezvous::Assignment& a) {
   if (const std::string glob = StacksGlob(); !glob.empty()) {
     std::string where;
-    if (const auto& root = state_.root_cause(); root.has_value() && !root->hang.empty()) {
+    if (const auto& root = state_.previous_root_cause(); root.has_value() && !root->hang.empty()) {
       const std::vector<std::string> frames = group_->InnermostFrames(root->local_rank, 3);
       if (!frames.empty()) where = absl::StrCat("; rank ", root->rank, " was at ", frames[0]);
     }

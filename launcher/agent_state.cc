@@ -34,6 +34,7 @@ std::vector<AgentAction> AgentStateMachine::OnAssignment(const rendezvous::Assig
       succeeded_ = 0;
       // The summary describes the attempt that ends the job: a failure here in an earlier round
       // is not the cause when the budget is spent by another node's failure in this one.
+      previous_root_cause_ = std::move(root_cause_);
       root_cause_.reset();
       other_failures_.clear();
       AgentAction start{Type::kStartWorkers};

@@ -85,6 +85,9 @@ class AgentStateMachine {
   // The first failure of the most recent failed attempt, and the other workers of that attempt
   // that failed before ddprun began stopping the group.
   const std::optional<WorkerExit>& root_cause() const { return root_cause_; }
+  // The root cause of the attempt before the current one (where a hung rank was, said when the
+  // next attempt starts).
+  const std::optional<WorkerExit>& previous_root_cause() const { return previous_root_cause_; }
   const std::vector<WorkerExit>& other_failures() const { return other_failures_; }
   // Why the agent exits (set with the kExit action).
   const std::string& exit_reason() const { return exit_reason_; }
@@ -112,6 +115,7 @@ class AgentStateMachine {
   bool pending_exit_is_signal_ = false;
   std::string pending_reason_;
   std::optional<WorkerExit> root_cause_;
+  std::optional<WorkerExit> previous_root_cause_;
   std::vector<WorkerExit> other_failures_;
   std::string exit_reason_;
   bool stopping_for_hang_ = false;  // our SIGABRTs are not failures

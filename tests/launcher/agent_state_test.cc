@@ -181,6 +181,8 @@ TEST(AgentStateTest, ANewRoundForgetsTheRootCauseOfTheLastOne) {
   agent.StoppedWorkersDie();
   ASSERT_EQ(agent.starts.size(), 2u);
   EXPECT_FALSE(agent.state().root_cause().has_value());
+  ASSERT_TRUE(agent.state().previous_root_cause().has_value());  // for "rank N was at ..."
+  EXPECT_EQ(agent.state().previous_root_cause()->local_rank, 1);
   // Then another node's failure spends the budget: no local failure is this attempt's cause.
   agent.OnClosed(absl::ResourceExhaustedError("rank 7 on n2 exited 1"), std::nullopt);
   agent.StoppedWorkersDie();
