@@ -512,6 +512,13 @@ TEST(AgentTest, UnderAnotherLauncherTheWorkersErrorFileGoesUpAsTorchrunsDoes) {
   EXPECT_TRUE(ours["message"]["extraInfo"].contains("py_callstack"));
 }
 
+// gloo_allreduce.py's files: every one of 4 ranks saw the same all-reduced tensor.
+void ExpectOneGlooWorldOfFour(const TempDir& out) {
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_EQ(ReadFile(out.File("rank" + std::to_string(rank) + ".txt")), "4 6\n") << rank;
+  }
+}
+
 TEST(AgentTest, StaticTwoNodesFormOneWorld) {
   TempDir out;
   ReservedPort port;
@@ -526,9 +533,7 @@ TEST(AgentTest, StaticTwoNodesFormOneWorld) {
         Env()));
   }
   ASSERT_TRUE(testing::ExpectAllExit(nodes, 0, 90s));
-  for (int rank = 0; rank < 4; ++rank) {
-    EXPECT_EQ(ReadFile(out.File("rank" + std::to_string(rank) + ".txt")), "4 6\n") << rank;
-  }
+  ExpectOneGlooWorldOfFour(out);
 }
 
 // A platform (Kubeflow's PyTorchJob, SenseCore) hands each node MASTER_ADDR, MASTER_PORT,
@@ -551,9 +556,7 @@ TEST(AgentTest, PlatformEnvironmentFormsOneMultiNodeWorld) {
         env));
   }
   ASSERT_TRUE(testing::ExpectAllExit(nodes, 0, 90s));
-  for (int rank = 0; rank < 4; ++rank) {
-    EXPECT_EQ(ReadFile(out.File("rank" + std::to_string(rank) + ".txt")), "4 6\n") << rank;
-  }
+  ExpectOneGlooWorldOfFour(out);
   EXPECT_THAT(nodes[1]->err(), HasSubstr("platform environment: node 1 of 2 (RANK, WORLD_SIZE), "
                                          "master 127.0.0.1:" +
                                          std::to_string(port.port())));
