@@ -525,16 +525,24 @@ absl::StatusOr<StdSpec> ParseStdSpec(const std::string& what, const std::string&
 
 namespace {
 
+// How a flag may be written: its short name, --dashed-name and, for a name with dashes, the
+// --underscore_name torchrun also accepts. One list for the parser, --help and completion.
+std::vector<std::string> Spellings(const FlagDef& f) {
+  std::vector<std::string> out;
+  if (f.short_name[0] != '\0') out.push_back(f.short_name);
+  out.push_back(absl::StrCat("--", f.name));
+  if (absl::StrContains(f.name, "-")) {
+    out.push_back(absl::StrCat("--", absl::StrReplaceAll(f.name, {{"-", "_"}})));
+  }
+  return out;
+}
+
 // Every flag of the command line for the shell's completion, in --help order.
 std::vector<CompletionFlag> CompletionFlags() {
   std::vector<CompletionFlag> out;
   for (const FlagDef& f : kFlags) {
     CompletionFlag c;
-    if (f.short_name[0] != '\0') c.spellings.push_back(f.short_name);
-    c.spellings.push_back(absl::StrCat("--", f.name));
-    if (absl::StrContains(f.name, "-")) {
-      c.spellings.push_back(absl::StrCat("--", absl::StrReplaceAll(f.name, {{"-", "_"}})));
-    }
+    c.spellings = Spellings(f);
     c.value = f.is_bool ? ValueKind::kNone : f.value;
     c.choices = absl::StrSplit(f.choices, ' ', absl::SkipEmpty());
     c.help = f.help;
@@ -567,11 +575,7 @@ std::string HelpText() {
     absl::StrAppend(&text, "  ", names, "\n      ", help, "\n");
   };
   for (const FlagDef& f : kFlags) {
-    std::string names = f.short_name[0] != '\0' ? absl::StrCat(f.short_name, ", --", f.name)
-                                                : absl::StrCat("--", f.name);
-    if (absl::StrContains(f.name, "-")) {
-      absl::StrAppend(&names, ", --", absl::StrReplaceAll(f.name, {{"-", "_"}}));
-    }
+    std::string names = absl::StrJoin(Spellings(f), ", ");
     if (!f.is_bool) absl::StrAppend(&names, "=VALUE");
     add(names, f.help);
   }
@@ -600,11 +604,7 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
   std::map<std::string, std::string> cli_values;
   std::map<std::string, CLI::Option*> cli_options;
   for (const FlagDef& f : kFlags) {
-    std::string names = absl::StrCat("--", f.name);
-    if (absl::StrContains(f.name, "-")) {
-      absl::StrAppend(&names, ",--", absl::StrReplaceAll(f.name, {{"-", "_"}}));
-    }
-    if (f.short_name[0] != '\0') names = absl::StrCat(f.short_name, ",", names);
+    const std::string names = absl::StrJoin(Spellings(f), ",");
     std::string& slot = cli_values[f.name];
     if (f.is_bool) {
       cli_options[f.name] = app.add_flag_callback(names, [&slot] { slot = "true"; });
@@ -653,11 +653,12 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
   LaunchOptions& o = result.options;
   std::vector<std::pair<std::string, Sourced>> ordered;
   // torch 2.x's variables for two flags: the weakest explicit source, below PET_ variables.
-  if (auto it = env.find("TORCH_ELASTIC_SHUTDOWN_TIMEOUT"); it != env.end()) {
-    ordered.push_back({"shutdown-timeout", {it->second, it->first}});
-  }
-  if (auto it = env.find("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"); it != env.end()) {
-    ordered.push_back({"log-line-prefix-template", {it->second, it->first}});
+  for (const auto& [variable, flag] :
+       {std::pair{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "shutdown-timeout"},
+        std::pair{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "log-line-prefix-template"}}) {
+    if (auto it = env.find(variable); it != env.end()) {
+      ordered.push_back({flag, {it->second, it->first}});
+    }
   }
   for (const FlagDef& f : kFlags) {
     auto it = env.find(PetName(f.name));

@@ -12,14 +12,14 @@ OutputStream::OutputStream(Config config) : config_(std::move(config)) {}
 
 void OutputStream::EmitLine(absl::string_view line, Batch* batch) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);  // CRLF
-  // A line redrawn with \r (a progress bar) ends showing what follows its last \r.
+  // A line redrawn with \r (a progress bar; any update shown of it came from such a \r) ends
+  // showing what follows its last \r.
   const size_t cr = line.rfind('\r');
-  const bool redrawn = cr != absl::string_view::npos || updating_;
-  if (cr != absl::string_view::npos) line.remove_prefix(cr + 1);
+  const bool redrawn = cr != absl::string_view::npos;
+  if (redrawn) line.remove_prefix(cr + 1);
   if (config_.console_fd >= 0) {
     absl::StrAppend(&batch->console, redrawn ? "\r" : "", config_.prefix, line, "\n");
   }
-  updating_ = false;
   shown_.clear();
   if (config_.filtered_fd >= 0) {
     for (const std::string& f : config_.filters) {
@@ -74,7 +74,6 @@ void OutputStream::ShowUpdate(Batch* batch) {
   if (update.empty() || update == shown_) return;
   absl::StrAppend(&batch->console, "\r", config_.prefix, update);
   shown_ = std::string(update);
-  updating_ = true;
 }
 
 void OutputStream::Write(const Batch& batch) {

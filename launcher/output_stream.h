@@ -60,9 +60,8 @@ class OutputStream {
 
   Config config_;
   std::string partial_;
-  // The unfinished line's latest \r update as shown on the console (updating_: one was shown).
+  // The unfinished line's latest \r update as shown on the console.
   std::string shown_;
-  bool updating_ = false;
   std::deque<std::string> tail_;
   bool capturing_ = false;
   size_t capture_limit_ = 0;

@@ -14,21 +14,6 @@ const std::string* Set(const Environment& env, const char* key) {
   return it == env.end() || it->second.empty() ? nullptr : &it->second;
 }
 
-const FlagValue* Last(const std::vector<FlagValue>& flags, absl::string_view name) {
-  const FlagValue* found = nullptr;
-  for (const FlagValue& f : flags) {
-    if (f.flag == name) found = &f;
-  }
-  return found;
-}
-
-bool TrueFlag(const std::vector<FlagValue>& flags, absl::string_view name) {
-  const FlagValue* f = Last(flags, name);
-  if (f == nullptr) return false;
-  absl::StatusOr<bool> on = ParseBool(f->where, f->value);
-  return on.ok() && *on;
-}
-
 constexpr char kIgnoreHint[] = "--no-platform-env or DDPRUN_NO_PLATFORM=1 ignores it";
 
 absl::Status Platform(absl::Status s) {
@@ -57,11 +42,11 @@ absl::StatusOr<std::optional<PlatformPlan>> PlanPlatform(
     if (!no.ok()) return no.status();
     if (*no) return std::nullopt;
   }
-  if (TrueFlag(explicit_flags, "no-platform-env") || TrueFlag(explicit_flags, "standalone") ||
-      Last(explicit_flags, "rdzv-endpoint") != nullptr) {
+  if (FlagIsTrue(explicit_flags, "no-platform-env") || FlagIsTrue(explicit_flags, "standalone") ||
+      LastFlagValue(explicit_flags, "rdzv-endpoint") != nullptr) {
     return std::nullopt;
   }
-  if (const FlagValue* b = Last(explicit_flags, "rdzv-backend");
+  if (const FlagValue* b = LastFlagValue(explicit_flags, "rdzv-backend");
       b != nullptr && absl::AsciiStrToLower(b->value) != "static") {
     return std::nullopt;
   }
@@ -81,7 +66,7 @@ absl::StatusOr<std::optional<PlatformPlan>> PlanPlatform(
   plan.master_port = static_cast<int>(*master_port);
   plan.master_addr = *addr;
 
-  if (const FlagValue* f = Last(explicit_flags, "nnodes")) {
+  if (const FlagValue* f = LastFlagValue(explicit_flags, "nnodes")) {
     // The platform's world is fixed: N or N:N.
     const std::string n = absl::StrCat(plan.nodes);
     if (f->value != n && f->value != absl::StrCat(n, ":", n)) {
@@ -89,7 +74,8 @@ absl::StatusOr<std::optional<PlatformPlan>> PlanPlatform(
           f->where, "=", f->value, " contradicts WORLD_SIZE=", *world, " (the node count)")));
     }
   }
-  if (const FlagValue* f = Last(explicit_flags, "node-rank"); f != nullptr && f->value != *rank) {
+  if (const FlagValue* f = LastFlagValue(explicit_flags, "node-rank");
+      f != nullptr && f->value != *rank) {
     return Platform(absl::InvalidArgumentError(
         absl::StrCat(f->where, "=", f->value, " contradicts RANK=", *rank, " (this node's rank)")));
   }

@@ -21,8 +21,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "launcher/flag_value.h"
 #include "launcher/host_info.h"
-#include "launcher/slurm_env.h"
+#include "launcher/options.h"
 
 namespace ddprun::launcher {
 

@@ -59,14 +59,6 @@ int PortSlot(const std::string& job_id, const std::string& step_id) {
   return static_cast<int>((IdNumber(job_id) * 16 + step) % 4000);
 }
 
-const FlagValue* Last(const std::vector<FlagValue>& flags, absl::string_view name) {
-  const FlagValue* found = nullptr;
-  for (const FlagValue& f : flags) {
-    if (f.flag == name) found = &f;
-  }
-  return found;
-}
-
 std::string Lower(const std::string& s) { return absl::AsciiStrToLower(s); }
 
 std::string StepName(const SlurmStep& s) {
@@ -90,25 +82,25 @@ absl::Status CheckExplicitFlags(const SlurmStep& step, SlurmMode mode,
     return absl::InvalidArgumentError(absl::StrCat(f.where, "=", f.value, " contradicts ", why,
                                                    " (pass --no-slurm to ignore Slurm)"));
   };
-  if (const FlagValue* f = Last(flags, "standalone")) {
+  if (const FlagValue* f = LastFlagValue(flags, "standalone")) {
     absl::StatusOr<bool> on = ParseBool(f->where, f->value);
     if (on.ok() && *on) {
       if (mode == SlurmMode::kPerTask) return conflict(*f, TasksFact(step));
       if (step.in_step() && step.num_nodes > 1) return conflict(*f, NodesFact(step));
     }
   }
-  if (const FlagValue* f = Last(flags, "nnodes"); f != nullptr && step.in_step()) {
+  if (const FlagValue* f = LastFlagValue(flags, "nnodes"); f != nullptr && step.in_step()) {
     int lo = 0, hi = 0;
     DDPRUN_RETURN_IF_ERROR(ParseNnodes(f->where, f->value, &lo, &hi));
     if (step.num_nodes < lo || step.num_nodes > hi) return conflict(*f, NodesFact(step));
   }
-  if (const FlagValue* f = Last(flags, "node-rank"); f != nullptr && step.in_step()) {
+  if (const FlagValue* f = LastFlagValue(flags, "node-rank"); f != nullptr && step.in_step()) {
     int rank = -1;
     if (absl::SimpleAtoi(f->value, &rank) && rank != step.node_id) {
       return conflict(*f, absl::StrCat("SLURM_NODEID=", step.node_id));
     }
   }
-  if (const FlagValue* f = Last(flags, "nproc-per-node")) {
+  if (const FlagValue* f = LastFlagValue(flags, "nproc-per-node")) {
     const std::string v = Lower(std::string(absl::StripAsciiWhitespace(f->value)));
     if (mode == SlurmMode::kPerTask && v != "1") {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -148,11 +140,7 @@ bool SlurmWanted(const Environment& env, const std::vector<FlagValue>& given) {
     absl::StatusOr<bool> no = ParseBool("DDPRUN_NO_SLURM", *off);
     if (no.ok() && *no) return false;
   }
-  if (const FlagValue* f = Last(given, "no-slurm")) {
-    absl::StatusOr<bool> no = ParseBool(f->where, f->value);
-    if (no.ok() && *no) return false;
-  }
-  return true;
+  return !FlagIsTrue(given, "no-slurm");
 }
 
 absl::StatusOr<std::vector<int>> ParseTasksPerNode(const std::string& what,
@@ -311,7 +299,7 @@ absl::StatusOr<SlurmPlan> PlanSlurm(const SlurmStep& step,
     for (const char* flag :
          {"max-restarts", "rdzv-backend", "rdzv-endpoint", "rdzv-conf", "log-dir", "redirects",
           "tee", "local-ranks-filter", "signals-to-handle", "stop-timeout"}) {
-      if (const FlagValue* f = Last(explicit_flags, flag)) {
+      if (const FlagValue* f = LastFlagValue(explicit_flags, flag)) {
         unused.push_back(absl::StrCat(f->where, "=", f->value));
       }
     }
@@ -328,19 +316,15 @@ absl::StatusOr<SlurmPlan> PlanSlurm(const SlurmStep& step,
     // A --signal=USR1@N warning must reach the workers (so they can checkpoint) rather than
     // kill the agent, whose default action for SIGUSR1 would be to die.
     d.push_back({"signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2", "Slurm"});
-    const FlagValue* standalone_flag = Last(explicit_flags, "standalone");
-    absl::StatusOr<bool> standalone_on =
-        standalone_flag == nullptr ? absl::StatusOr<bool>(false)
-                                   : ParseBool(standalone_flag->where, standalone_flag->value);
-    const bool standalone = standalone_on.ok() && *standalone_on;
-    const FlagValue* backend = Last(explicit_flags, "rdzv-backend");
+    const bool standalone = FlagIsTrue(explicit_flags, "standalone");
+    const FlagValue* backend = LastFlagValue(explicit_flags, "rdzv-backend");
     const std::string b = backend == nullptr ? "c10d" : Lower(backend->value);
     if (standalone) {
       // --standalone in a one-node step: nothing to agree on; keep the GPU default only.
     } else if (b == "c10d") {
       d.push_back({"rdzv-backend", "c10d", "Slurm"});
       d.push_back({"rdzv-endpoint", FormatHostPort(plan.first_host, plan.rdzv_port), list_var});
-      if (Last(explicit_flags, "rdzv-endpoint") == nullptr) {
+      if (LastFlagValue(explicit_flags, "rdzv-endpoint") == nullptr) {
         // Exactly one agent serves: the one on the step's first node. Asking each agent whether
         // the endpoint's name is local would elect several where node names share an address
         // (several slurmd on one host, as in the tests) and none behind some NAT setups.
@@ -354,7 +338,7 @@ absl::StatusOr<SlurmPlan> PlanSlurm(const SlurmStep& step,
     }
   }
   for (FlagValue& f : d) {
-    if (Last(explicit_flags, f.flag) == nullptr || f.flag == "rdzv-conf") {
+    if (LastFlagValue(explicit_flags, f.flag) == nullptr || f.flag == "rdzv-conf") {
       plan.defaults.push_back(std::move(f));
     }
   }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "launcher/flag_value.h"
 #include "launcher/host_info.h"
 #include "launcher/options.h"
 
@@ -66,14 +67,6 @@ absl::StatusOr<std::vector<int>> ParseTasksPerNode(const std::string& what,
 enum class SlurmMode {
   kAgent,    // one srun task per node: ddprun is the agent as usual
   kPerTask,  // several tasks per node: each task is one worker, exec'd in place
-};
-
-// One flag's value from one source, weakest first in the lists below. `where` names the source
-// for messages: "--nnodes", "PET_NNODES", "job.yaml:3: nnodes", "SLURM_STEP_NUM_NODES".
-struct FlagValue {
-  std::string flag;  // canonical name, dashes: "nproc-per-node"
-  std::string value;
-  std::string where;
 };
 
 // True when Slurm support applies: SLURM_JOB_ID is set, DDPRUN_NO_SLURM is not a true value

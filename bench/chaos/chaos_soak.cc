@@ -274,11 +274,8 @@ void Segment::StartAgent(Agent* a) {
 }
 
 void Segment::StartServer(int port) {
-  server_ = std::make_unique<testing::RdzvDaemon>(
-      kToken, hosts_->Address(1),
-      [this](std::vector<std::string> argv) { return hosts_->On(1, argv); }, port);
-  const std::string ep = server_->endpoint();
-  server_port_ = ep.empty() ? 0 : std::stoi(ep.substr(ep.rfind(':') + 1));
+  server_ = testing::RdzvDaemon::OnHost(*hosts_, 1, kToken, port);
+  server_port_ = server_->port();
 }
 
 void Segment::Observe() {

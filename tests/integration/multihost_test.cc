@@ -47,9 +47,7 @@ class MultiHostTest : public ::testing::Test {
 
   // ddprun-rdzv on host 1; `port` 0 picks one (a restarted server passes the old one).
   void StartDaemon(int port) {
-    daemon_ = std::make_unique<testing::RdzvDaemon>(
-        kToken, hosts_->Address(1),
-        [this](std::vector<std::string> argv) { return hosts_->On(1, argv); }, port);
+    daemon_ = testing::RdzvDaemon::OnHost(*hosts_, 1, kToken, port);
     ASSERT_FALSE(daemon_->endpoint().empty()) << daemon_->error();
   }
 
@@ -129,6 +127,17 @@ class MultiHostTest : public ::testing::Test {
       return std::nullopt;
     }
     return CutTimes{*stopped, *survivors};
+  }
+
+  // After CutHost4AndWatch: keeps the cut a while past the lease, heals it, and waits until the
+  // world of 3 runs again (host 4 back as a new node). Seconds from the heal; nullopt when that
+  // does not come within 30 s.
+  std::optional<double> HealHost4AndWatchTheWorldGrowBack() {
+    std::this_thread::sleep_for(1s);  // the cut lasts beyond the lease
+    const auto healed = std::chrono::steady_clock::now();
+    hosts_->Heal(4);
+    if (!WaitUntil([&] { return CountMatches(Log(), "world=3") == 6; }, 30s)) return std::nullopt;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - healed).count();
   }
 
   TempDir dir_;
@@ -263,16 +272,10 @@ TEST_F(MultiHostTest, ALinkCutLongerThanTheLeaseFencesRestartsTheSurvivorsAndThe
             << std::endl;
   EXPECT_LT(cut->worker_stopped, 1.5 + 1.5);
   EXPECT_LT(cut->survivors_running, 1.5 + 1.5);
-  // Keep the cut a while longer than the lease, then heal it.
-  std::this_thread::sleep_for(1s);
-  const auto healed = std::chrono::steady_clock::now();
-  hosts_->Heal(4);
-  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "world=3") == 6; }, 30s))
-      << Log() << agents[2]->err();
-  const double rejoined =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - healed).count();
-  std::cout << "heal -> world of 3 running again: " << rejoined << " s" << std::endl;
-  EXPECT_LT(rejoined, 6.0);
+  const std::optional<double> rejoined = HealHost4AndWatchTheWorldGrowBack();
+  ASSERT_TRUE(rejoined.has_value()) << Log() << agents[2]->err();
+  std::cout << "heal -> world of 3 running again: " << *rejoined << " s" << std::endl;
+  EXPECT_LT(*rejoined, 6.0);
   // The rejoin was a scale-up: the budget was spent once, by the loss.
   EXPECT_EQ(CountMatches(Log(), "restart=1 world=3"), 3) << Log();
   testing::WriteFile(dir_.File("done"), "");
@@ -310,8 +313,7 @@ TEST_F(MultiHostTest, ARestartedServerTakesTheRunBackWithoutRestartingAWorker) {
       },
       60s))
       << Log();
-  const int port =
-      std::atoi(daemon_->endpoint().substr(daemon_->endpoint().rfind(':') + 1).c_str());
+  const int port = daemon_->port();
   const auto killed = std::chrono::steady_clock::now();
   daemon_->Kill();
   std::this_thread::sleep_for(500ms);  // the outage itself, not a wait for a condition
@@ -432,15 +434,10 @@ TEST_F(MultiHostTest, EtcdWithOneAgentCutOffFencesRestartsTheSurvivorsAndTheHost
   // etcd rounds the 1.5 s lease up to its 2 s minimum TTL: the bound is that TTL + 1.5 s.
   EXPECT_LT(cut->worker_stopped, 2.0 + 1.5);
   EXPECT_LT(cut->survivors_running, 2.0 + 1.5);
-  std::this_thread::sleep_for(1s);  // the cut lasts beyond the lease
-  const auto healed = std::chrono::steady_clock::now();
-  hosts_->Heal(4);
-  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "world=3") == 6; }, 30s))
-      << Log() << agents[2]->err();
-  const double rejoined =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - healed).count();
-  std::cout << "etcd: heal -> world of 3 running again: " << rejoined << " s" << std::endl;
-  EXPECT_LT(rejoined, 6.0);
+  const std::optional<double> rejoined = HealHost4AndWatchTheWorldGrowBack();
+  ASSERT_TRUE(rejoined.has_value()) << Log() << agents[2]->err();
+  std::cout << "etcd: heal -> world of 3 running again: " << *rejoined << " s" << std::endl;
+  EXPECT_LT(*rejoined, 6.0);
   EXPECT_EQ(CountMatches(Log(), "restart=1 world=3"), 3) << Log();  // a scale-up: no budget
   testing::WriteFile(dir_.File("done"), "");
   ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s)) << Log();

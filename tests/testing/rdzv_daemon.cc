@@ -3,8 +3,10 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <regex>
 
+#include "tests/testing/net_hosts.h"
 #include "tests/testing/test_env.h"
 
 namespace ddprun::testing {
@@ -25,6 +27,17 @@ RdzvDaemon::RdzvDaemon(const std::string& token, const std::string& host,
     std::regex_search(out, m, re);
     endpoint_ = m[1];
   }
+}
+
+std::unique_ptr<RdzvDaemon> RdzvDaemon::OnHost(const NetHosts& hosts, int host,
+                                               const std::string& token, int port) {
+  return std::make_unique<RdzvDaemon>(
+      token, hosts.Address(host),
+      [&hosts, host](std::vector<std::string> argv) { return hosts.On(host, argv); }, port);
+}
+
+int RdzvDaemon::port() const {
+  return endpoint_.empty() ? 0 : std::atoi(endpoint_.substr(endpoint_.rfind(':') + 1).c_str());
 }
 
 void RdzvDaemon::Kill() {

@@ -12,8 +12,14 @@
 
 namespace ddprun::testing {
 
+class NetHosts;
+
 class RdzvDaemon {
  public:
+  // ddprun-rdzv on host `host` of `hosts`, bound to that host's address.
+  static std::unique_ptr<RdzvDaemon> OnHost(const NetHosts& hosts, int host,
+                                            const std::string& token, int port = 0);
+
   // `wrap` turns the daemon's argv into the one to start (NetHosts::On, to run it on a host).
   // `port` 0: the kernel picks one (a restarted server passes the old one).
   explicit RdzvDaemon(
@@ -23,6 +29,8 @@ class RdzvDaemon {
   // "127.0.0.1:PORT"; empty when the daemon did not come up within 10 s (then `error()` says
   // what it printed).
   const std::string& endpoint() const { return endpoint_; }
+  // The port of endpoint(); 0 when it did not come up.
+  int port() const;
   std::string error() const { return daemon_->err(); }
   // SIGKILL, as a crash would; returns once it is gone.
   void Kill();
