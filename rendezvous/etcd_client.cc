@@ -115,6 +115,15 @@ absl::Status EtcdClient::Call(
     if (aborted_.load()) return absl::CancelledError(absl::StrCat("etcd ", what, ": aborted"));
     size_t index = 0;
     std::shared_ptr<grpc::Channel> channel = CurrentChannel(&index);
+    // A member that is down (its connection refused or lost) is passed over while another may
+    // answer: waiting out a whole attempt on it made calls right after a member died take
+    // longer than the lease, and agents lost their leases to a cluster that still had a quorum.
+    if (channels_.size() > 1 && !channel->WaitForConnected(GrpcDeadline(std::min<TimePoint>(
+                                    deadline, Now() + options_.connect_timeout)))) {
+      last = grpc::Status(grpc::StatusCode::UNAVAILABLE, "no connection");
+      Failover(index);
+      continue;
+    }
     bool need_auth = false;
     if (!options_.user.empty()) {
       absl::MutexLock lock(&mu_);

@@ -36,6 +36,9 @@ struct EtcdOptions {
   // Deadline of one attempt on one endpoint; a call tries the endpoints in turn within its
   // budget.
   std::chrono::milliseconds attempt_timeout{2000};
+  // With several endpoints: how long a call waits for an endpoint's connection before it tries
+  // the next one (a member that is down refuses at once; one being partitioned takes longer).
+  std::chrono::milliseconds connect_timeout{250};
 };
 
 // "a/b/" -> "a/b0": the range_end that makes [key, range_end) the keys starting with `prefix`.

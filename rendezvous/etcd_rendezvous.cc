@@ -264,7 +264,7 @@ void EtcdRendezvous::BecomeCoordinator(int64_t revision) {
   coordinator_->Rebuild(kvs, revision, Now());
   LogInfo(
       absl::StrCat("this agent now coordinates the etcd rendezvous of run '", node_.run_id, "'"));
-  Flush();
+  Flush().IgnoreError();  // kept pending for the next tick
   ScheduleTick();
 }
 
@@ -285,7 +285,7 @@ void EtcdRendezvous::OnEvents(const std::vector<mvccpb::Event>& events) {
     if (coordinator_ != nullptr) coordinator_->OnEvent(e, now);
   }
   if (coordinator_ != nullptr) {
-    Flush();
+    Flush().IgnoreError();  // kept pending for the next tick
     ScheduleTick();
   }
 }
@@ -319,18 +319,19 @@ void EtcdRendezvous::OnInbox(const std::string& value) {
   }
 }
 
-void EtcdRendezvous::Flush(std::optional<Duration> budget) {
-  if (coordinator_ == nullptr) return;
+absl::Status EtcdRendezvous::Flush(std::optional<Duration> budget) {
+  if (coordinator_ == nullptr) return absl::OkStatus();
   std::optional<etcdserverpb::TxnRequest> txn = coordinator_->PendingWrite();
-  if (!txn) return;
+  if (!txn) return absl::OkStatus();
   auto done = client_->Txn(*txn, budget.value_or(options_.timeouts.keep_alive_interval));
-  if (!done.ok()) return;  // kept pending; the next tick writes it again
+  if (!done.ok()) return done.status();  // kept pending; the next tick writes it again
   if (!done->succeeded()) {
     LogWarning("this agent no longer holds the etcd rendezvous coordinator key; stepping down");
     coordinator_.reset();
-    return;
+    return absl::OkStatus();
   }
   coordinator_->WriteConfirmed();
+  return absl::OkStatus();
 }
 
 void EtcdRendezvous::ScheduleTick() {
@@ -342,7 +343,7 @@ void EtcdRendezvous::ScheduleTick() {
     tick_timer_ = 0;
     if (coordinator_ == nullptr || left_) return;
     coordinator_->Tick(Now());
-    Flush();
+    Flush().IgnoreError();  // kept pending for the next tick
     ScheduleTick();
   });
 }
@@ -412,7 +413,10 @@ void EtcdRendezvous::LeaveNow(const std::string& reason) {
   if (coordinator_ != nullptr) {
     // Apply our own leave and write the run's state before giving the coordinator key up.
     coordinator_->LocalLeave(reason, Now());
-    Flush(left());
+    if (absl::Status flushed = Flush(left()); !flushed.ok()) {
+      LogWarning(absl::StrCat("etcd rendezvous: could not write the run's last state on leaving (",
+                              flushed.message(), ")"));
+    }
     coordinator_.reset();
   } else if (!closed_) {
     AgentRecord record;
@@ -424,7 +428,10 @@ void EtcdRendezvous::LeaveNow(const std::string& reason) {
     client_->Put(put, left()).IgnoreError();
   }
   // Deletes our node, status and (if ours) coordinator keys at once; another agent takes over.
-  client_->LeaseRevoke(lease_, left()).IgnoreError();
+  if (absl::Status revoked = client_->LeaseRevoke(lease_, left()); !revoked.ok()) {
+    LogWarning(absl::StrCat("etcd rendezvous: could not remove this agent's keys on leaving (",
+                            revoked.message(), "); they expire with its lease"));
+  }
   // The last agent of a closed run removes every key of the run.
   etcdserverpb::TxnRequest txn;
   auto* closed = txn.add_compare();
@@ -441,7 +448,10 @@ void EtcdRendezvous::LeaveNow(const std::string& reason) {
   auto* del = txn.add_success()->mutable_request_delete_range();
   del->set_key(keys_->run());
   del->set_range_end(EtcdPrefixEnd(keys_->run()));
-  client_->Txn(txn, left()).IgnoreError();
+  if (auto done = client_->Txn(txn, left()); !done.ok()) {
+    LogWarning(absl::StrCat("etcd rendezvous: could not clean up the finished run's keys (",
+                            done.status().message(), ")"));
+  }
 }
 
 }  // namespace ddprun::rendezvous

@@ -76,8 +76,8 @@ class EtcdRendezvous final : public Rendezvous {
   void BecomeCoordinator(int64_t revision);
   void OnEvents(const std::vector<mvccpb::Event>& events);
   void OnInbox(const std::string& value);
-  // Writes the coordinator's pending changes; kept for the next tick when etcd does not answer.
-  void Flush(std::optional<Duration> budget = std::nullopt);
+  // Writes what the coordinator has pending; the error when etcd did not take it (kept pending).
+  absl::Status Flush(std::optional<Duration> budget = std::nullopt);
   void LeaveNow(const std::string& reason);
   void ScheduleTick();
   void Closed(absl::Status status, std::optional<HangNotice> hang = std::nullopt);

@@ -76,10 +76,13 @@ class MultiHostTest : public ::testing::Test {
   }
   std::string Log() const { return ReadFile(dir_.File("log")); }
 
-  // A worker that records its pid in DIR/pid-<host name>-<restart count> (whole before the file
-  // exists) and runs until DIR/done exists.
+  // A worker that records its pid in DIR/pid-<host name>-<restart count>-<world size> (whole
+  // before the file exists) and runs until DIR/done exists. The world size tells a world of 3
+  // from the world of 2 that forms first when the third agent is late (a scale-up keeps the
+  // restart count).
   std::string PidWorkerUntilDone() {
-    return Worker("p=" + dir_.File("pid-") + "$(hostname)-$TORCHELASTIC_RESTART_COUNT\n" +
+    return Worker("p=" + dir_.File("pid-") +
+                  "$(hostname)-$TORCHELASTIC_RESTART_COUNT-$WORLD_SIZE\n" +
                   "echo $$ > $p.tmp && mv $p.tmp $p\n" + "while [ ! -e " + dir_.File("done") +
                   " ]; do sleep 0.05; done; exit 0");
   }
@@ -96,15 +99,16 @@ class MultiHostTest : public ::testing::Test {
     if (!WaitUntil(
             [&] {
               return CountMatches(Log(), "restart=0 world=3") == 3 &&
-                     !ReadFile(dir_.File("pid-n4-0")).empty();
+                     !ReadFile(dir_.File("pid-n4-0-3")).empty();
             },
             60s)) {
       *why = "the world of 3 never ran:\n" + Log() + agents[2]->err();
       return std::nullopt;
     }
-    const pid_t cut_off_worker = std::atoi(ReadFile(dir_.File("pid-n4-0")).c_str());
+    const pid_t cut_off_worker = std::atoi(ReadFile(dir_.File("pid-n4-0-3")).c_str());
     if (!testing::ProcessAlive(cut_off_worker)) {
-      *why = "host 4's worker is not running";
+      *why = "host 4's worker is not running:\n" + Log();
+      for (const auto& a : agents) *why += a->err();
       return std::nullopt;
     }
     const auto cut = std::chrono::steady_clock::now();
@@ -305,7 +309,7 @@ TEST_F(MultiHostTest, ARestartedServerTakesTheRunBackWithoutRestartingAWorker) {
       [&] {
         pids.clear();
         for (const char* h : {"n2", "n3", "n4"}) {
-          const std::string pid = ReadFile(dir_.File(std::string("pid-") + h + "-0"));
+          const std::string pid = ReadFile(dir_.File(std::string("pid-") + h + "-0-3"));
           if (pid.empty()) return false;
           pids.push_back(std::atoi(pid.c_str()));
         }
@@ -322,8 +326,8 @@ TEST_F(MultiHostTest, ARestartedServerTakesTheRunBackWithoutRestartingAWorker) {
   ASSERT_TRUE(WaitUntil(
       [&] {
         for (const auto& a : agents) {
-          if (a->err().find("re-registered with the rendezvous: round 1 goes on") ==
-              std::string::npos) {
+          if (CountMatches(a->err(), "re-registered with the rendezvous: round \\d+ goes on") ==
+              0) {
             return false;
           }
         }
@@ -333,15 +337,15 @@ TEST_F(MultiHostTest, ARestartedServerTakesTheRunBackWithoutRestartingAWorker) {
       << agents[0]->err() << daemon_->error();
   const double resumed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
-  std::cout << "server kill -> every agent re-registered, round 1 going on: " << resumed << " s"
+  std::cout << "server kill -> every agent re-registered, the round going on: " << resumed << " s"
             << std::endl;
   for (pid_t pid : pids) EXPECT_TRUE(testing::ProcessAlive(pid)) << pid;
   EXPECT_EQ(CountMatches(Log(), "restart=1"), 0) << Log();
   // The daemon's log is read by another thread: wait for the line rather than race it.
   EXPECT_TRUE(WaitUntil(
       [&] {
-        return daemon_->error().find("run 'srvrestart': round 1 goes on: 3 node(s)") !=
-               std::string::npos;
+        return CountMatches(daemon_->error(),
+                            "run 'srvrestart': round \\d+ goes on: 3 node\\(s\\)") == 1;
       },
       10s))
       << daemon_->error();
