@@ -12,12 +12,16 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/strings.h"
 #include "launcher/error_file_relay.h"
+#include "launcher/event_log.h"
 #include "launcher/failure_report.h"
 #include "launcher/worker_command.h"
 #include "launcher/worker_env.h"
@@ -130,6 +134,7 @@ absl::Status Agent::Prepare() {
 }
 
 int Agent::Run() {
+  started_ = std::chrono::steady_clock::now();
   if (absl::Status s = Prepare(); !s.ok()) {
     LogError(s.message());
     return s.code() == absl::StatusCode::kInvalidArgument ||
@@ -199,6 +204,7 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
   }
   current_ = a;
   ++attempt_;
+  exits_.assign(options_.nproc_per_node, std::nullopt);
   OpenFilteredLogs();
   std::vector<WorkerLaunch> launches;
   const int nproc = options_.nproc_per_node;
@@ -383,11 +389,69 @@ void Agent::Finish(int exit_code, const std::string& reason) {
   } else if (exit_code >= kExitSignalBase) {
     LogInfo(absl::StrCat("workers stopped; exiting with ", exit_code, " (", reason, ")"));
   }
+  if (options_.event_log_handler == "console") WriteEventLog(exit_code, reason);
   if (setup_.grpc != nullptr && setup_.grpc->hosting() && exit_code == kExitSuccess) {
     StopLoopWhenServerIdle();
   } else {
     loop_.Stop();
   }
+}
+
+void Agent::WriteEventLog(int exit_code, const std::string& reason) {
+  RunFacts run;
+  run.run_id = run_id_;
+  run.role = options_.role;
+  run.hostname = host_.hostname;
+  run.rdzv_backend = options_.rdzv_backend;
+  run.entry_point = std::filesystem::path(options_.entrypoint).filename().string();
+  run.group_rank = current_.group_rank;
+  run.group_world_size = current_.group_world_size;
+  run.world_size = current_.world_size;
+  run.agent_restarts = current_.restart_count;
+  run.total_run_time = std::chrono::duration_cast<std::chrono::seconds>(
+                           std::chrono::steady_clock::now() - started_)
+                           .count();
+  run.timestamp_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+  // As torch: the workers' events only when the agent's run returned (the group succeeded or
+  // failed for good); a signal or a rendezvous error ends it with the agent's FAILED alone.
+  const bool run_returned = exit_code == kExitSuccess || exit_code == kExitWorkersFailed;
+  std::string out;
+  if (run_returned && group_ != nullptr) {
+    auto failed = [&](int local_rank) {
+      if (state_.root_cause().has_value() && state_.root_cause()->local_rank == local_rank) {
+        return true;
+      }
+      for (const WorkerExit& e : state_.other_failures()) {
+        if (e.local_rank == local_rank) return true;
+      }
+      return false;
+    };
+    for (int lr = 0; lr < static_cast<int>(exits_.size()); ++lr) {
+      WorkerEventFacts w;
+      w.local_rank = lr;
+      w.global_rank = current_.rank_offset + lr;
+      w.pid = group_->Pid(lr);
+      const std::optional<WorkerExit>& e = exits_[lr];
+      if (e.has_value() && e->signal == 0) w.exit_code = e->exit_code;
+      if (exit_code == kExitSuccess) {
+        w.state = "SUCCEEDED";
+      } else if (failed(lr)) {
+        w.state = "FAILED";
+        std::ifstream error_file(ErrorFilePath(attempt_, lr));
+        w.raw_error.assign(std::istreambuf_iterator<char>(error_file), {});
+        if (w.raw_error.empty() && e.has_value()) {
+          w.raw_error = nlohmann::json({{"message", DescribeExit(*e)}}).dump();
+        }
+      } else {
+        w.state = "TERMINATED";
+      }
+      absl::StrAppend(&out, FormatWorkerEvent(run, w), "\n");
+    }
+  }
+  absl::StrAppend(&out, FormatAgentEvent(run, run_returned, run_returned ? "" : reason), "\n");
+  WriteAll(2, out);
 }
 
 void Agent::StopLoopWhenServerIdle() {
@@ -441,6 +505,9 @@ void Agent::NoteHangNotice(const std::optional<rendezvous::HangNotice>& hang) {
 }
 
 void Agent::OnWorkerExited(const WorkerExit& exit) {
+  if (exit.local_rank >= 0 && exit.local_rank < static_cast<int>(exits_.size())) {
+    exits_[exit.local_rank] = exit;
+  }
   hangs_.OnExited(exit.local_rank, exit.pid);
   // Posted, not handled inline: the group that reports the exit may be replaced by the actions
   // that follow (a restart starts a new group).

@@ -59,6 +59,8 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   void OnSignals();
   void ReapChildren();
   void Finish(int exit_code, const std::string& reason);
+  // --event-log-handler=console: torchrun's end-of-run events (event_log.h) on stderr.
+  void WriteEventLog(int exit_code, const std::string& reason);
   std::string ErrorFilePath(int attempt, int local_rank) const;
   // When this agent hosts the rendezvous server, other nodes may still be running: keep
   // serving them until they have all left, then stop the loop.
@@ -94,6 +96,9 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   std::string ipc_dir_;        // private directory of the FIFOs; removed at exit
   std::string straggler_;      // named by the rendezvous for the last hang
   bool stacks_taken_ = false;  // some attempt's stacks were written: keep a temporary log root
+  TimePoint started_{};        // Run() began (the events' total_run_time)
+  // How each worker of the current group ended, by local rank (nullopt: still running).
+  std::vector<std::optional<WorkerExit>> exits_;
 };
 
 }  // namespace ddprun::launcher

@@ -79,6 +79,10 @@ constexpr FlagDef kFlags[] = {
      "Prefix of every console line of a worker, e.g. '[${hostname} ${rank}]:' (macros "
      "${role_name}, ${rank}, ${local_rank}, ${hostname}; also "
      "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE). Default: [ROLE<local rank>]: with --tee."},
+    {"event-log-handler", "", false,
+     "Where torchrun's end-of-run events go: null (default) drops them, console writes one "
+     "JSON line per worker and one for the agent on stderr.",
+     ValueKind::kChoice, "null console"},
     {"node-rank", "", false, "This node's rank (static backend; honoured by the others)."},
     {"master-addr", "", false, "MASTER_ADDR for the static backend. Default 127.0.0.1."},
     {"master-port", "", false,
@@ -289,6 +293,11 @@ absl::Status Apply(const std::string& flag, const Sourced& s, const HostInfo& ho
       }
       o->local_ranks_filter.insert(rank);
     }
+    return absl::OkStatus();
+  }
+  if (flag == "event-log-handler") {
+    if (s.value != "null" && s.value != "console") return Invalid(s, "must be null or console");
+    o->event_log_handler = s.value;
     return absl::OkStatus();
   }
   if (flag == "node-rank") {

@@ -86,6 +86,8 @@ struct LaunchOptions {
   // --virtual-local-rank: each worker sees LOCAL_RANK=0 and only its own GPU, the local rank's
   // entry of virtual_gpus (CUDA_VISIBLE_DEVICES's entries, else 0..nproc-1; set by the parser).
   bool virtual_local_rank = false;
+  // --event-log-handler: "null" or "console" (torchrun's end-of-run events on stderr).
+  std::string event_log_handler = "null";
   std::vector<std::string> virtual_gpus;
 
   // Hangs (README, "Hangs"). A hung worker is a failure of the job: stacks, then a restart.

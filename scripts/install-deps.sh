@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Installs exactly the Debian 12 packages ddprun needs to build, test, run its demo and its
-# benchmarks. Idempotent: when everything is present it only checks and returns (about 0.1 s).
+# Installs exactly the Debian 12 packages ddprun needs. Idempotent: when everything is present it
+# only checks and returns (about 0.1 s).
+#
+#   scripts/install-deps.sh          build, test, demo and benchmarks (`make test`)
+#   scripts/install-deps.sh --demo   only what `make demo` needs: the build of the three programs,
+#                                    the dataset and the plot (no test peers: Slurm, etcd, torch)
 set -euo pipefail
 
-PACKAGES=(
+DEMO_PACKAGES=(
   # build
   cmake make g++ pkg-config
   # launcher + rendezvous
@@ -12,11 +16,15 @@ PACKAGES=(
   # worker (LibTorch CPU with gloo) and its JPEG decoder
   libtorch-dev libgloo-dev libgoogle-glog-dev libturbojpeg0-dev libjpeg62-turbo-dev
   libpng-dev                 # ddp-train imagenet: PNG images in ImageFolder data
+  dataset-fashion-mnist      # the demo's data
+  python3-matplotlib         # scripts/plot_metrics.py (ddp-train metrics plots)
+)
+
+TEST_PACKAGES=(
   # tests and micro-benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
-  # real peers and data for tests, demo and benchmarks
-  python3-torch python3-torchvision dataset-fashion-mnist
-  python3-matplotlib  # scripts/plot_metrics.py (ddp-train metrics plots)
+  # real peers and data for tests and benchmarks
+  python3-torch python3-torchvision
   python3-tqdm               # live progress bars through ddprun (agent_test)
   openssl                    # TLS test certificates (rendezvous_tls_test)
   etcd-server etcd-client    # the etcd v3 rendezvous backend's tests
@@ -30,6 +38,12 @@ PACKAGES=(
   man-db zsh                 # tests/packaging: render the man pages, parse the zsh completion
   debootstrap                # scripts/check-package.sh: a clean Debian 12 root (not make test)
 )
+
+case "${1:-}" in
+  "") PACKAGES=("${DEMO_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
+  --demo) PACKAGES=("${DEMO_PACKAGES[@]}") ;;
+  *) echo "install-deps: unknown argument '$1' (expected nothing or --demo)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Plot ddp-train --metrics-file runs: loss and accuracy against epoch, one line per run.
+"""Plot ddp-train --metrics-file runs: loss and accuracy against epoch, one line per run, and
+each run's training throughput (median samples/s over its epochs) as a bar.
 
   scripts/plot_metrics.py -o curves.png run-1proc.jsonl run-2proc.jsonl run-4proc.jsonl
   scripts/plot_metrics.py -o curves.png --label "1 process" a.jsonl --label "2 processes" b.jsonl
@@ -50,7 +51,9 @@ def main(argv):
     matplotlib.use("Agg")  # no display needed
     import matplotlib.pyplot as plt
 
-    fig, (ax_loss, ax_acc) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (ax_loss, ax_acc, ax_speed) = plt.subplots(
+        1, 3, figsize=(15, 4.4), gridspec_kw={"width_ratios": [3, 3, 2]})
+    speeds = []  # (label, median samples/s, colour)
     for i, path in enumerate(a.files):
         rows = load(path)
         label = a.label[i] if a.label else default_label(path, rows)
@@ -61,6 +64,9 @@ def main(argv):
                          label=f"{label} train")
         ax_acc.plot(epochs, [100.0 * r["test_acc"] for r in rows], marker="o", color=line.get_color(),
                     label=label)
+        rates = sorted(r["samples_per_s"] for r in rows if "samples_per_s" in r)
+        if rates:
+            speeds.append((label, rates[len(rates) // 2], line.get_color()))
     ax_loss.set_xlabel("epoch")
     ax_loss.set_ylabel("NLL loss")
     ax_loss.set_title("loss")
@@ -73,6 +79,16 @@ def main(argv):
     ax_acc.legend(fontsize=8)
     for ax in (ax_loss, ax_acc):
         ax.xaxis.get_major_locator().set_params(integer=True)
+    # Training throughput of each run: the median over its epochs (all processes together).
+    if speeds:
+        bars = ax_speed.bar(range(len(speeds)), [s for _, s, _ in speeds], color=[c for _, _, c in speeds])
+        ax_speed.bar_label(bars, fmt="%.0f", fontsize=8)
+        ax_speed.set_xticks(range(len(speeds)), [l for l, _, _ in speeds], rotation=15, fontsize=8)
+        for label, rate, _ in speeds:
+            print(f"{label}: {rate:.0f} samples/s (median over epochs)")
+    ax_speed.set_ylabel("samples/s")
+    ax_speed.set_title("training throughput")
+    ax_speed.grid(alpha=0.3, axis="y")
     fig.suptitle(a.title)
     fig.tight_layout()
     fig.savefig(a.output, dpi=110)

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -512,6 +513,93 @@ TEST(AgentTest, UnderAnotherLauncherTheWorkersErrorFileGoesUpAsTorchrunsDoes) {
   EXPECT_TRUE(ours["message"]["extraInfo"].contains("py_callstack"));
 }
 
+// The lines of `err` that are torchelastic events (JSON objects named torchelastic.*).
+std::vector<nlohmann::json> Events(const std::string& err) {
+  std::vector<nlohmann::json> events;
+  std::istringstream in(err);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("{", 0) != 0) continue;
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_discarded() && j.value("name", "").rfind("torchelastic.", 0) == 0) {
+      events.push_back(std::move(j));
+    }
+  }
+  return events;
+}
+
+// --event-log-handler=console prints the events torchrun records at the end of a run: one per
+// worker of the last group, then the agent's, with torch's names, sources, states and fields
+// (the reference is Debian's torchrun with its event handler pointed at stderr).
+TEST(AgentTest, EventLogHandlerConsolePrintsTorchrunsEndOfRunEvents) {
+  TempDir dir;
+  // Rank 1 fails with exit 3; rank 0 waits to be stopped (TERMINATED).
+  const std::string worker =
+      ShellWorker(dir, "fail1.sh", "[ \"$RANK\" = 1 ] && exit 3\nexec sleep 60\n");
+  auto run = [&](std::vector<std::string> argv, std::map<std::string, std::string> env) {
+    Subprocess p(argv, Env(env));
+    auto st = p.Wait(60s);
+    EXPECT_TRUE(st.has_value());
+    EXPECT_EQ(st.has_value() ? st->exit_code : -1, 1) << p.err();
+    return Events(p.err());
+  };
+  const std::vector<nlohmann::json> theirs =
+      run({Script("torchrun_py311.py"), "--standalone", "--nproc_per_node=2",
+           "--monitor_interval=0.1", "--no_python", worker},
+          {{"TORCHRUN_EVENTS_TO_STDERR", "1"}});
+  const std::vector<nlohmann::json> ours = run({BinPath("ddprun"), "--standalone",
+                                                "--nproc-per-node=2", "--event-log-handler=console",
+                                                "--no-python", worker},
+                                               {});
+  ASSERT_EQ(theirs.size(), 3u);
+  ASSERT_EQ(ours.size(), theirs.size());
+  auto by_rank = [](const std::vector<nlohmann::json>& events, nlohmann::json rank) {
+    for (const auto& e : events) {
+      if (e["metadata"]["global_rank"] == rank) return e;
+    }
+    return nlohmann::json();
+  };
+  for (const nlohmann::json rank : {nlohmann::json(0), nlohmann::json(1), nlohmann::json()}) {
+    const nlohmann::json t = by_rank(theirs, rank);
+    const nlohmann::json o = by_rank(ours, rank);
+    ASSERT_FALSE(t.is_null()) << rank;
+    ASSERT_FALSE(o.is_null()) << rank << " " << nlohmann::json(ours).dump();
+    EXPECT_EQ(o["name"], t["name"]) << rank;
+    EXPECT_EQ(o["source"], t["source"]) << rank;
+    EXPECT_TRUE(o["timestamp"].is_number_integer());
+    for (const auto& [key, value] : t["metadata"].items()) {
+      ASSERT_TRUE(o["metadata"].contains(key)) << key;
+      EXPECT_EQ(o["metadata"][key].type(), value.type()) << key << " " << o.dump();
+    }
+    for (const char* key : {"state", "group_rank", "role", "agent_restarts"}) {
+      EXPECT_EQ(o["metadata"][key], t["metadata"][key]) << key;
+    }
+    const auto inner_t = nlohmann::json::parse(t["metadata"]["metadata"].get<std::string>());
+    const auto inner_o = nlohmann::json::parse(o["metadata"]["metadata"].get<std::string>());
+    EXPECT_EQ(inner_o, inner_t);  // group_world_size, entry_point, [local_rank], ...
+  }
+  EXPECT_EQ(by_rank(ours, 0)["name"], "torchelastic.worker.status.TERMINATED");
+  EXPECT_EQ(by_rank(ours, 1)["name"], "torchelastic.worker.status.FAILED");
+  EXPECT_EQ(by_rank(ours, 1)["metadata"]["exit_code"], 3);
+  EXPECT_EQ(by_rank(ours, nlohmann::json())["name"], "torchelastic.worker.status.SUCCEEDED")
+      << "the agent's run returned, as torch records it";
+  EXPECT_EQ(ours.back()["source"], "AGENT") << "the agent's event comes last";
+
+  // A job that succeeds: every worker SUCCEEDED; the default handler (null) prints nothing.
+  const std::string ok = ShellWorker(dir, "ok.sh", "exit 0\n");
+  for (const bool console : {true, false}) {
+    std::vector<std::string> argv = {BinPath("ddprun"), "--standalone", "--nproc-per-node=2",
+                                     "--no-python", ok};
+    if (console) argv.insert(argv.begin() + 1, "--event-log-handler=console");
+    Subprocess p(argv, Env());
+    auto st = p.Wait(60s);
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->exit_code, 0) << p.err();
+    const std::vector<nlohmann::json> events = Events(p.err());
+    ASSERT_EQ(events.size(), console ? 3u : 0u) << p.err();
+    for (const auto& e : events) EXPECT_EQ(e["metadata"]["state"], "SUCCEEDED") << e.dump();
+  }
+}
+
 // gloo_allreduce.py's files: every one of 4 ranks saw the same all-reduced tensor.
 void ExpectOneGlooWorldOfFour(const TempDir& out) {
   for (int rank = 0; rank < 4; ++rank) {
@@ -650,7 +738,7 @@ TEST(AgentTest, BadInputExitsTwoAndStartsNothing) {
       {"--nnodes=3:2"},        {"--nnodes=abc"},          {"--nproc-per-node=0"},
       {"--nproc-per-node=-1"}, {"--nproc-per-node=many"}, {"--no-such-flag"},
       {"--master-port=0"},     {"--master-port=65536"},   {"--config=" + yaml_bad},
-      {"--rdzv-endpoint=h:0"},
+      {"--rdzv-endpoint=h:0"}, {"--event-log-handler=file"},
   };
   for (const auto& flags : cases) {
     std::vector<std::string> argv = {BinPath("ddprun")};

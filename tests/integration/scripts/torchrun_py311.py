@@ -5,6 +5,7 @@
 # so this wrapper replaces that one function with an int-based parse and runs torchrun
 # unchanged otherwise. (../shared/tools/torchrun113 is the team's copy of the same fix; this one
 # lets the tests run from any checkout.)
+import os
 import re
 import sys
 
@@ -21,6 +22,16 @@ def _parse_std(cls, value):
 
 
 api.Std.from_str = classmethod(_parse_std)
+
+# TORCHRUN_EVENTS_TO_STDERR=1: torch 1.13 records its end-of-run events to the "null" handler
+# and has no --event_log_handler; pointing that handler at stderr gives what torch 2.x's
+# --event-log-handler=console prints, the reference for ddprun's.
+if os.environ.get("TORCHRUN_EVENTS_TO_STDERR") == "1":
+    import logging
+
+    import torch.distributed.elastic.events.handlers as handlers
+
+    handlers._log_handlers["null"] = logging.StreamHandler()
 
 from torch.distributed.run import main  # noqa: E402
 
