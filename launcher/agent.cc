@@ -85,6 +85,7 @@ absl::Status Agent::Prepare() {
   // Orphaned grandchildren of workers are re-parented to us, not to init, so we can reap them
   // and no zombie outlives the job.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
+  if (absl::Status s = PlanNumaBinding(); !s.ok()) return s;
   // Before the rendezvous (which may start gRPC threads): the guard is a plain fork.
   if (absl::Status s = guard_.Start(); !s.ok()) return s;
 
@@ -164,6 +165,35 @@ int Agent::Run() {
   return exit_code_;
 }
 
+absl::Status Agent::PlanNumaBinding() {
+  if (!options_.numa_binding.has_value()) return absl::OkStatus();
+  const std::string flag = absl::StrCat("--numa-binding=", options_.numa_binding_name, ": ");
+  // DDPRUN_SYSFS_ROOT: another tree shaped like /sys (the tests' fake machines).
+  auto root = env_.find("DDPRUN_SYSFS_ROOT");
+  auto topology = NumaTopology::Read(root != env_.end() ? root->second : "/sys");
+  if (!topology.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(flag, topology.status().message()));
+  }
+  auto visible = env_.find("CUDA_VISIBLE_DEVICES");
+  auto gpus =
+      GpuIndexOfLocalRanks(visible != env_.end() ? visible->second : "", options_.nproc_per_node);
+  if (!gpus.ok()) return gpus.status();
+  const std::set<int> allowed = AllowedCpus();
+  worker_cpus_.clear();
+  for (int lr = 0; lr < options_.nproc_per_node; ++lr) {
+    auto cpus = topology->CpusFor((*gpus)[lr], *options_.numa_binding, allowed);
+    if (!cpus.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, "local rank ", lr, ": ", cpus.status().message()));
+    }
+    LogInfo(absl::StrCat("numa binding (", options_.numa_binding_name, "): local rank ", lr,
+                         " -> GPU ", (*gpus)[lr], " (", topology->gpu_addresses()[(*gpus)[lr]],
+                         "): CPUs ", FormatCpuList(*cpus)));
+    worker_cpus_.push_back(*std::move(cpus));
+  }
+  return absl::OkStatus();
+}
+
 std::string Agent::ErrorFilePath(int attempt, int local_rank) const {
   return absl::StrCat(log_root_, "/attempt_", attempt, "/", local_rank, "/error.json");
 }
@@ -226,6 +256,7 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
     launch.local_rank = lr;
     launch.rank = a.rank_offset + lr;
     launch.spawn.env = BuildWorkerEnv(env_, spec, a);
+    if (!worker_cpus_.empty()) launch.spawn.cpus = worker_cpus_[lr];
     launch.python = options_.entrypoint_kind != EntrypointKind::kBinary;
     launch.stacks_path = absl::StrCat(dir, "/stacks.txt");
     hangs_.AddWorkerEnv(launch.python, &launch.spawn.env);
@@ -246,9 +277,15 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
                         LogLinePrefixValues(options_.role, launch.rank, lr, host_.hostname))
                   : absl::StrCat("[", options_.role, lr, "]:");
     auto configure = [&](int bit, int console_fd, OutputStream::Config* config,
-                         std::string* log_path, const char* name) {
+                         std::string* log_path, int* tty_of, const char* name) {
       const bool redirected = (redirect & bit) != 0 && (tee & bit) == 0;
       config->console_fd = visible && !redirected ? console_fd : -1;
+      // A stream shown as is on ddprun's terminal gets a terminal of its own (as under torchrun
+      // without --tee, where the worker writes to that terminal itself); --tee gives pipes there.
+      if (options_.worker_tty && config->console_fd >= 0 && (tee & bit) == 0 &&
+          isatty(console_fd)) {
+        *tty_of = console_fd;
+      }
       // An explicit template prefixes every console line; the default one only with --tee.
       if (templated || (tee & bit) != 0) config->prefix = prefix;
       if (always_log || ((redirect | tee) & bit) != 0) *log_path = absl::StrCat(dir, "/", name);
@@ -257,8 +294,10 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
           bit == kStdOut ? options_.duplicate_stdout_filters : options_.duplicate_stderr_filters;
       config->filtered_prefix = absl::StrCat("[", options_.role, lr, "]:");
     };
-    configure(kStdOut, 1, &launch.stdout_config, &launch.stdout_log, "stdout.log");
-    configure(kStdErr, 2, &launch.stderr_config, &launch.stderr_log, "stderr.log");
+    configure(kStdOut, 1, &launch.stdout_config, &launch.stdout_log, &launch.stdout_tty_of,
+              "stdout.log");
+    configure(kStdErr, 2, &launch.stderr_config, &launch.stderr_log, &launch.stderr_tty_of,
+              "stderr.log");
     launches.push_back(std::move(launch));
   }
   group_ = std::make_unique<WorkerGroup>(&loop_, this, options_.stop_timeout, &guard_,
@@ -408,9 +447,9 @@ void Agent::WriteEventLog(int exit_code, const std::string& reason) {
   run.group_world_size = current_.group_world_size;
   run.world_size = current_.world_size;
   run.agent_restarts = current_.restart_count;
-  run.total_run_time = std::chrono::duration_cast<std::chrono::seconds>(
-                           std::chrono::steady_clock::now() - started_)
-                           .count();
+  run.total_run_time =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_)
+          .count();
   run.timestamp_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count();

@@ -49,6 +49,8 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
 
  private:
   absl::Status Prepare();
+  // --numa-binding: each local rank's CPUs (worker_cpus_), or an error naming the flag.
+  absl::Status PlanNumaBinding();
   void Execute(const std::vector<AgentAction>& actions);
   void StartWorkers(const rendezvous::Assignment& assignment);
   // Opens this attempt's filtered_std{out,err}.log (closing the last attempt's).
@@ -99,6 +101,7 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   TimePoint started_{};        // Run() began (the events' total_run_time)
   // How each worker of the current group ended, by local rank (nullopt: still running).
   std::vector<std::optional<WorkerExit>> exits_;
+  std::vector<std::set<int>> worker_cpus_;  // --numa-binding, by local rank; empty: off
 };
 
 }  // namespace ddprun::launcher

@@ -20,6 +20,7 @@
 #include "common/strings.h"
 #include "common/version.h"
 #include "launcher/completion.h"
+#include "launcher/numa_binding.h"
 #include "launcher/platform_env.h"
 #include "launcher/slurm_env.h"
 #include "launcher/worker_command.h"
@@ -112,10 +113,19 @@ constexpr FlagDef kFlags[] = {
     {"virtual-local-rank", "", true,
      "Every worker sees LOCAL_RANK=0 and only its own GPU in CUDA_VISIBLE_DEVICES (the "
      "N-th entry of ddprun's CUDA_VISIBLE_DEVICES, else GPU N)."},
+    {"numa-binding", "", false,
+     "Run each worker on the CPUs near its GPU (from sysfs; no numactl): node (the GPU's NUMA "
+     "node), socket (its socket), exclusive (the node's cores shared out among its GPUs), "
+     "core-complex (one last-level-cache domain per GPU). Off by default.",
+     ValueKind::kChoice, "node socket exclusive core-complex"},
     {"hang-timeout", "", false,
      "Seconds without a sign of life (output, a '\\r' update, a FileTimer message, a step "
      "report) after which a worker is hung: stacks of every worker, then a restart. Off by "
      "default."},
+    {"no-worker-tty", "", true,
+     "Give workers pipes even when ddprun's output is a terminal (by default a worker whose "
+     "stream goes to ddprun's terminal gets a pseudo-terminal sized like it, so isatty(), "
+     "colours and progress bars behave as under torchrun)."},
     {"quiet", "", true, "Only warnings and errors from ddprun itself."},
     {"no-platform-env", "", true,
      "Ignore MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK given to this node by a platform (also "
@@ -358,6 +368,13 @@ absl::Status Apply(const std::string& flag, const Sourced& s, const HostInfo& ho
     DDPRUN_ASSIGN_OR_RETURN(o->stop_timeout, ParseSeconds(s.where, s.value));
     return absl::OkStatus();
   }
+  if (flag == "numa-binding") {
+    auto mode = ParseNumaMode(s.value);
+    if (!mode.ok()) return Invalid(s, mode.status().message());
+    o->numa_binding = *mode;
+    o->numa_binding_name = s.value;
+    return absl::OkStatus();
+  }
   if (flag == "hang-timeout") {
     DDPRUN_ASSIGN_OR_RETURN(o->hang_timeout, ParseSeconds(s.where, s.value));
     if (o->hang_timeout.count() <= 0) return Invalid(s, "must be a positive number of seconds");
@@ -365,6 +382,11 @@ absl::Status Apply(const std::string& flag, const Sourced& s, const HostInfo& ho
   }
   if (flag == "no-slurm") return BoolOf(s).status();         // read by SlurmWanted()
   if (flag == "no-platform-env") return BoolOf(s).status();  // read by PlanPlatform()
+  if (flag == "no-worker-tty") {
+    DDPRUN_ASSIGN_OR_RETURN(bool off, BoolOf(s));
+    o->worker_tty = !off;
+    return absl::OkStatus();
+  }
   if (flag == "quiet") {
     DDPRUN_ASSIGN_OR_RETURN(bool quiet, BoolOf(s));
     o->verbose = !quiet;

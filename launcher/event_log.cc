@@ -16,8 +16,8 @@ Json Event(const RunFacts& run, const std::string& state, const char* source, Js
   return event;
 }
 
-Json CommonMetadata(const RunFacts& run, const std::string& state, Json global_rank,
-                    Json worker_id, Json raw_error, Json inner) {
+Json CommonMetadata(const RunFacts& run, const std::string& state, Json global_rank, Json worker_id,
+                    Json raw_error, Json inner) {
   Json m;
   m["run_id"] = run.run_id;
   m["global_rank"] = std::move(global_rank);

@@ -6,9 +6,12 @@
 #include <chrono>
 #include <csignal>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
+
+#include "launcher/numa_binding.h"
 
 namespace ddprun::launcher {
 
@@ -86,6 +89,12 @@ struct LaunchOptions {
   // --virtual-local-rank: each worker sees LOCAL_RANK=0 and only its own GPU, the local rank's
   // entry of virtual_gpus (CUDA_VISIBLE_DEVICES's entries, else 0..nproc-1; set by the parser).
   bool virtual_local_rank = false;
+  // Workers whose stream is shown on ddprun's terminal write to a pseudo-terminal of their own
+  // (off with --no-worker-tty).
+  bool worker_tty = true;
+  // --numa-binding: how each worker is placed on the CPUs near its GPU (numa_binding.h).
+  std::optional<NumaMode> numa_binding;
+  std::string numa_binding_name;  // as given, for messages
   // --event-log-handler: "null" or "console" (torchrun's end-of-run events on stderr).
   std::string event_log_handler = "null";
   std::vector<std::string> virtual_gpus;

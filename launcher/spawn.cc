@@ -1,6 +1,7 @@
 #include "launcher/spawn.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -10,9 +11,17 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
 namespace ddprun::launcher {
+namespace {
+
+// What a child that could not become the worker reports first, before errno.
+constexpr int kExecFailed = 1;
+constexpr int kAffinityFailed = 2;
+
+}  // namespace
 
 absl::StatusOr<std::string> FindProgram(const std::string& name, const std::string& path) {
   if (name.find('/') != std::string::npos) return name;
@@ -41,7 +50,14 @@ absl::StatusOr<pid_t> Spawn(const SpawnRequest& request) {
   for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
 
-  // The child reports an exec failure's errno through this pipe; a successful exec closes it.
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  for (int cpu : request.cpus) {
+    if (cpu < CPU_SETSIZE) CPU_SET(cpu, &cpus);
+  }
+
+  // The child reports a failure through this pipe (what failed, then errno); a successful exec
+  // closes it.
   int error_pipe[2];
   if (pipe2(error_pipe, O_CLOEXEC) != 0) {
     return absl::InternalError(absl::StrCat("pipe2: ", strerror(errno)));
@@ -66,9 +82,14 @@ absl::StatusOr<pid_t> Spawn(const SpawnRequest& request) {
     signal(SIGPIPE, SIG_DFL);
     if (request.stdout_fd >= 0) dup2(request.stdout_fd, 1);
     if (request.stderr_fd >= 0) dup2(request.stderr_fd, 2);
-    execve(program->c_str(), argv.data(), envp.data());
-    const int err = errno;
-    ssize_t ignored = write(error_pipe[1], &err, sizeof(err));
+    int failure[2] = {kExecFailed, 0};
+    if (!request.cpus.empty() && sched_setaffinity(0, sizeof(cpus), &cpus) != 0) {
+      failure[0] = kAffinityFailed;
+    } else {
+      execve(program->c_str(), argv.data(), envp.data());
+    }
+    failure[1] = errno;
+    ssize_t ignored = write(error_pipe[1], failure, sizeof(failure));
     (void)ignored;
     _exit(127);
   }
@@ -76,16 +97,20 @@ absl::StatusOr<pid_t> Spawn(const SpawnRequest& request) {
   // immediate stop).
   setpgid(pid, pid);
   close(error_pipe[1]);
-  int child_errno = 0;
+  int failure[2] = {0, 0};
   ssize_t n;
   do {
-    n = read(error_pipe[0], &child_errno, sizeof(child_errno));
+    n = read(error_pipe[0], failure, sizeof(failure));
   } while (n < 0 && errno == EINTR);
   close(error_pipe[0]);
-  if (n == sizeof(child_errno)) {
+  if (n == sizeof(failure)) {
     waitpid(pid, nullptr, 0);
+    if (failure[0] == kAffinityFailed) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cannot bind to CPUs ", absl::StrJoin(request.cpus, ","), ": ", strerror(failure[1])));
+    }
     return absl::FailedPreconditionError(
-        absl::StrCat("cannot execute ", *program, ": ", strerror(child_errno)));
+        absl::StrCat("cannot execute ", *program, ": ", strerror(failure[1])));
   }
   return pid;
 }

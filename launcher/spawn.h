@@ -7,6 +7,7 @@
 
 #include <sys/types.h>
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@ struct SpawnRequest {
   Environment env;
   int stdout_fd = -1;  // -1: inherit the agent's
   int stderr_fd = -1;
+  std::set<int> cpus;  // the CPUs the worker runs on (sched_setaffinity); empty: the agent's
 };
 
 // Forks and execs. On success the child is running `program` (the exec has happened). Must be

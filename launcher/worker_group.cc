@@ -1,9 +1,12 @@
 #include "launcher/worker_group.h"
 
 #include <fcntl.h>
+#include <pty.h>
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -59,6 +62,36 @@ WorkerGroup::~WorkerGroup() {
   }
 }
 
+namespace {
+
+// ends[0] is read by the agent, ends[1] becomes the worker's stream: a pipe, or with `tty_of`
+// >= 0 a pseudo-terminal (master, slave) sized like the terminal `tty_of`. The slave does no
+// output processing (no "\n" -> "\r\n"): ddprun's own terminal does that once, so the bytes
+// read are the bytes written, as through a pipe.
+absl::Status OpenStream(int tty_of, int ends[2]) {
+  if (tty_of < 0) {
+    if (pipe2(ends, O_CLOEXEC) != 0) {
+      return absl::InternalError(absl::StrCat("pipe2: ", strerror(errno)));
+    }
+    return absl::OkStatus();
+  }
+  struct winsize size {};
+  const bool sized = ioctl(tty_of, TIOCGWINSZ, &size) == 0;
+  if (openpty(&ends[0], &ends[1], nullptr, nullptr, sized ? &size : nullptr) != 0) {
+    return absl::InternalError(absl::StrCat("openpty: ", strerror(errno)));
+  }
+  struct termios mode;
+  if (tcgetattr(ends[1], &mode) == 0) {
+    mode.c_oflag &= ~OPOST;
+    tcsetattr(ends[1], TCSANOW, &mode);
+  }
+  fcntl(ends[0], F_SETFD, FD_CLOEXEC);
+  fcntl(ends[1], F_SETFD, FD_CLOEXEC);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 void WorkerGroup::Start(std::vector<WorkerLaunch> launches) {
   for (auto& launch : launches) {
     auto w = std::make_unique<Worker>();
@@ -67,8 +100,15 @@ void WorkerGroup::Start(std::vector<WorkerLaunch> launches) {
     w->stacks_path = launch.stacks_path;
     w->python = launch.python;
     int out_pipe[2], err_pipe[2];
-    if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0) {
-      w->start_error = absl::StrCat("pipe2: ", strerror(errno));
+    const absl::Status opened = OpenStream(launch.stdout_tty_of, out_pipe);
+    const absl::Status opened_err =
+        opened.ok() ? OpenStream(launch.stderr_tty_of, err_pipe) : absl::OkStatus();
+    if (!opened.ok() || !opened_err.ok()) {
+      w->start_error = std::string((opened.ok() ? opened_err : opened).message());
+      if (opened.ok()) {
+        close(out_pipe[0]);
+        close(out_pipe[1]);
+      }
     } else {
       launch.spawn.stdout_fd = out_pipe[1];
       launch.spawn.stderr_fd = err_pipe[1];

@@ -31,6 +31,11 @@ struct WorkerLaunch {
   OutputStream::Config stderr_config;
   std::string stdout_log;  // empty: no log file
   std::string stderr_log;
+  // A pseudo-terminal instead of a pipe for the stream, sized like `tty_of` (ddprun's own
+  // terminal), so that the worker's isatty(), colours and terminal width behave as if it wrote
+  // to that terminal itself. -1: a pipe.
+  int stdout_tty_of = -1;
+  int stderr_tty_of = -1;
   std::string stacks_path;  // where StopWithStacks writes this worker's stacks
   bool python = false;      // a CPython worker: SIGABRT makes faulthandler print its threads
 };

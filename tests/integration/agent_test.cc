@@ -4,17 +4,23 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pty.h>
+#include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <set>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "tests/testing/fake_sysfs.h"
 #include "tests/testing/reserved_port.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
@@ -513,6 +519,167 @@ TEST(AgentTest, UnderAnotherLauncherTheWorkersErrorFileGoesUpAsTorchrunsDoes) {
   EXPECT_TRUE(ours["message"]["extraInfo"].contains("py_callstack"));
 }
 
+// Runs `argv` with its stdout (and, unless `stderr_to_pipe`, its stderr) on a new terminal of
+// `cols` columns, as a user's shell would; returns what appeared on the terminal, what went to
+// the stderr pipe, and the exit code (-1: it did not exit within 60 s).
+struct TerminalRun {
+  std::string terminal;
+  std::string stderr_pipe;
+  int exit_code = -1;
+};
+TerminalRun RunOnATerminal(const std::vector<std::string>& argv, unsigned short cols,
+                           bool stderr_to_pipe) {
+  TerminalRun result;
+  int err_pipe[2];
+  if (pipe(err_pipe) != 0) return result;
+  struct winsize size {};
+  size.ws_col = cols;
+  size.ws_row = 40;
+  int master = -1;
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry = *e;
+    if (entry.rfind("COLUMNS=", 0) != 0 && entry.rfind("LINES=", 0) != 0) {
+      env_strings.push_back(entry);
+    }
+  }
+  env_strings.push_back("PYTHON_EXEC=" + testing::SystemPython());
+  std::vector<char*> c_argv, c_env;
+  for (const auto& a : argv) c_argv.push_back(const_cast<char*>(a.c_str()));
+  c_argv.push_back(nullptr);
+  for (auto& e : env_strings) c_env.push_back(e.data());
+  c_env.push_back(nullptr);
+  const pid_t pid = forkpty(&master, nullptr, nullptr, &size);
+  if (pid == 0) {
+    if (stderr_to_pipe) dup2(err_pipe[1], 2);
+    close(err_pipe[0]);
+    close(err_pipe[1]);
+    execve(c_argv[0], c_argv.data(), c_env.data());
+    _exit(127);
+  }
+  close(err_pipe[1]);
+  if (pid < 0) return result;
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  bool terminal_open = true, pipe_open = true;
+  while ((terminal_open || pipe_open) && std::chrono::steady_clock::now() < deadline) {
+    struct pollfd fds[2] = {{terminal_open ? master : -1, POLLIN, 0},
+                            {pipe_open ? err_pipe[0] : -1, POLLIN, 0}};
+    if (poll(fds, 2, 200) <= 0) continue;
+    char buf[4096];
+    if (fds[0].revents != 0) {
+      const ssize_t n = read(master, buf, sizeof(buf));
+      if (n > 0) result.terminal.append(buf, n);
+      if (n <= 0) terminal_open = false;  // EIO: the last writer has gone
+    }
+    if (fds[1].revents != 0) {
+      const ssize_t n = read(err_pipe[0], buf, sizeof(buf));
+      if (n > 0) result.stderr_pipe.append(buf, n);
+      if (n <= 0) pipe_open = false;
+    }
+  }
+  close(master);
+  close(err_pipe[0]);
+  int status = 0;
+  if (waitpid(pid, &status, 0) == pid && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  return result;
+}
+
+// ddprun on a terminal: a worker whose stream is shown there writes to a terminal of its own,
+// as wide as ddprun's (as under torchrun without --tee); stdout and stderr stay apart; pipes
+// with --no-worker-tty and with --tee.
+TEST(AgentTest, OnATerminalWorkersSeeATerminalSizedLikeIt) {
+  TempDir dir;
+  const std::string script = dir.File("tty.py");
+  WriteFile(script,
+            "import os, shutil, sys\n"
+            "print('out', os.isatty(1), shutil.get_terminal_size().columns, flush=True)\n"
+            "print('err', os.isatty(2), file=sys.stderr, flush=True)\n");
+  const std::vector<std::string> base = {BinPath("ddprun"), "--standalone", "--nproc-per-node=2"};
+  auto with = [&](std::vector<std::string> flags) {
+    std::vector<std::string> argv = base;
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.push_back(script);
+    return argv;
+  };
+  TerminalRun both = RunOnATerminal(with({}), 137, /*stderr_to_pipe=*/false);
+  ASSERT_EQ(both.exit_code, 0) << both.terminal;
+  EXPECT_EQ(testing::CountOccurrences(both.terminal, "out True 137"), 2) << both.terminal;
+  EXPECT_EQ(testing::CountOccurrences(both.terminal, "err True"), 2) << both.terminal;
+
+  TerminalRun apart = RunOnATerminal(with({}), 99, /*stderr_to_pipe=*/true);
+  ASSERT_EQ(apart.exit_code, 0) << apart.terminal << apart.stderr_pipe;
+  EXPECT_EQ(testing::CountOccurrences(apart.terminal, "out True 99"), 2) << apart.terminal;
+  EXPECT_EQ(testing::CountOccurrences(apart.stderr_pipe, "err False"), 2) << apart.stderr_pipe;
+  EXPECT_THAT(apart.terminal, Not(HasSubstr("err "))) << "stderr stays off stdout's terminal";
+
+  for (const std::string flag : {"--no-worker-tty", "--tee=3"}) {
+    TerminalRun piped = RunOnATerminal(with({flag}), 137, /*stderr_to_pipe=*/false);
+    ASSERT_EQ(piped.exit_code, 0) << flag << piped.terminal;
+    EXPECT_EQ(testing::CountOccurrences(piped.terminal, "out False"), 2) << flag << piped.terminal;
+    EXPECT_EQ(testing::CountOccurrences(piped.terminal, "err False"), 2) << flag << piped.terminal;
+  }
+}
+
+// --numa-binding on a fake machine whose GPU 0 sits on NUMA node 0 (CPU 0) and GPU 1 on node 1
+// (CPU 1): each worker really runs on its GPU's CPU (the kernel's Cpus_allowed_list), and a
+// binding that cannot be made stops the job before any worker starts.
+TEST(AgentTest, NumaBindingRunsEachWorkerOnItsGpusCpus) {
+  cpu_set_t mine;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(mine), &mine), 0);
+  if (!CPU_ISSET(0, &mine) || !CPU_ISSET(1, &mine)) GTEST_SKIP() << "needs CPUs 0 and 1";
+  TempDir dir;
+  testing::FakeMachine machine;
+  for (int cpu : {0, 1}) {
+    testing::FakeMachine::Node node;
+    node.socket = cpu;
+    node.cores = {cpu};
+    machine.nodes.push_back(node);
+  }
+  machine.gpus = {{"0000:3b:00.0", 0}, {"0000:af:00.0", 1}};
+  testing::WriteFakeSysfs(dir.File("sys"), machine);
+  const std::string worker = ShellWorker(
+      dir, "cpus.sh",
+      "grep Cpus_allowed_list /proc/self/status | cut -f2 > " + dir.path() + "/cpus$RANK\n");
+  Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=2", "--numa-binding=node",
+                "--no-python", worker},
+               Env({{"DDPRUN_SYSFS_ROOT", dir.File("sys")}}));
+  auto st = p.Wait(30s);
+  ASSERT_TRUE(st.has_value());
+  ASSERT_EQ(st->exit_code, 0) << p.err();
+  EXPECT_EQ(ReadFile(dir.File("cpus0")), "0\n");
+  EXPECT_EQ(ReadFile(dir.File("cpus1")), "1\n");
+  EXPECT_THAT(p.err(), HasSubstr("numa binding (node): local rank 1 -> GPU 1 (0000:af:00.0): "
+                                 "CPUs 1"));
+  // CUDA_VISIBLE_DEVICES picks the GPUs: local rank 0 gets GPU 1.
+  Subprocess swapped({BinPath("ddprun"), "--standalone", "--nproc-per-node=1",
+                      "--numa-binding=socket", "--no-python", worker},
+                     Env({{"DDPRUN_SYSFS_ROOT", dir.File("sys")}, {"CUDA_VISIBLE_DEVICES", "1"}}));
+  st = swapped.Wait(30s);
+  ASSERT_TRUE(st.has_value());
+  ASSERT_EQ(st->exit_code, 0) << swapped.err();
+  EXPECT_EQ(ReadFile(dir.File("cpus0")), "1\n");
+
+  // Bindings that cannot be made: exit 2 naming the flag, no worker started.
+  std::remove(dir.File("cpus0").c_str());
+  const std::vector<std::pair<std::map<std::string, std::string>, std::string>> bad = {
+      {{{"CUDA_VISIBLE_DEVICES", "GPU-5f2c0a"}}, "CUDA_VISIBLE_DEVICES=GPU-5f2c0a"},
+      {{{"CUDA_VISIBLE_DEVICES", "0,7"}}, "local rank 1: GPU 7 is not on this machine"},
+  };
+  for (const auto& [extra, message] : bad) {
+    std::map<std::string, std::string> env = Env(extra);
+    env["DDPRUN_SYSFS_ROOT"] = dir.File("sys");
+    Subprocess q({BinPath("ddprun"), "--standalone", "--nproc-per-node=2", "--numa-binding=node",
+                  "--no-python", worker},
+                 env);
+    auto r = q.Wait(30s);
+    ASSERT_TRUE(r.has_value());
+    EXPECT_EQ(r->exit_code, 2) << q.err();
+    EXPECT_THAT(q.err(), HasSubstr(message));
+    EXPECT_THAT(q.err(), HasSubstr("--numa-binding"));
+    EXPECT_FALSE(std::filesystem::exists(dir.File("cpus0"))) << message;
+  }
+}
+
 // The lines of `err` that are torchelastic events (JSON objects named torchelastic.*).
 std::vector<nlohmann::json> Events(const std::string& err) {
   std::vector<nlohmann::json> events;
@@ -546,10 +713,10 @@ TEST(AgentTest, EventLogHandlerConsolePrintsTorchrunsEndOfRunEvents) {
       run({Script("torchrun_py311.py"), "--standalone", "--nproc_per_node=2",
            "--monitor_interval=0.1", "--no_python", worker},
           {{"TORCHRUN_EVENTS_TO_STDERR", "1"}});
-  const std::vector<nlohmann::json> ours = run({BinPath("ddprun"), "--standalone",
-                                                "--nproc-per-node=2", "--event-log-handler=console",
-                                                "--no-python", worker},
-                                               {});
+  const std::vector<nlohmann::json> ours =
+      run({BinPath("ddprun"), "--standalone", "--nproc-per-node=2", "--event-log-handler=console",
+           "--no-python", worker},
+          {});
   ASSERT_EQ(theirs.size(), 3u);
   ASSERT_EQ(ours.size(), theirs.size());
   auto by_rank = [](const std::vector<nlohmann::json>& events, nlohmann::json rank) {
@@ -558,7 +725,7 @@ TEST(AgentTest, EventLogHandlerConsolePrintsTorchrunsEndOfRunEvents) {
     }
     return nlohmann::json();
   };
-  for (const nlohmann::json rank : {nlohmann::json(0), nlohmann::json(1), nlohmann::json()}) {
+  for (const nlohmann::json& rank : {nlohmann::json(0), nlohmann::json(1), nlohmann::json()}) {
     const nlohmann::json t = by_rank(theirs, rank);
     const nlohmann::json o = by_rank(ours, rank);
     ASSERT_FALSE(t.is_null()) << rank;
@@ -735,10 +902,18 @@ TEST(AgentTest, BadInputExitsTwoAndStartsNothing) {
   const std::string yaml_bad = dir.File("bad.yaml");
   WriteFile(yaml_bad, "nproc-per-node: 2\nbogus-key: 1\n");
   const std::vector<std::vector<std::string>> cases = {
-      {"--nnodes=3:2"},        {"--nnodes=abc"},          {"--nproc-per-node=0"},
-      {"--nproc-per-node=-1"}, {"--nproc-per-node=many"}, {"--no-such-flag"},
-      {"--master-port=0"},     {"--master-port=65536"},   {"--config=" + yaml_bad},
-      {"--rdzv-endpoint=h:0"}, {"--event-log-handler=file"},
+      {"--nnodes=3:2"},
+      {"--nnodes=abc"},
+      {"--nproc-per-node=0"},
+      {"--nproc-per-node=-1"},
+      {"--nproc-per-node=many"},
+      {"--no-such-flag"},
+      {"--master-port=0"},
+      {"--master-port=65536"},
+      {"--config=" + yaml_bad},
+      {"--rdzv-endpoint=h:0"},
+      {"--event-log-handler=file"},
+      {"--numa-binding=numa"},
   };
   for (const auto& flags : cases) {
     std::vector<std::string> argv = {BinPath("ddprun")};
