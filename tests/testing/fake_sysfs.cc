@@ -57,18 +57,21 @@ void WriteFakeSysfs(const std::string& root_dir, const FakeMachine& machine) {
         const fs::path dir = root / "devices/system/cpu" / absl::StrCat("cpu", cpu);
         Put(dir / "topology/physical_package_id", absl::StrCat(node.socket));
         Put(dir / "topology/thread_siblings_list", List(threads));
-        Put(dir / "cache/index0/level", "1");
-        Put(dir / "cache/index0/type", "Data");
-        Put(dir / "cache/index0/shared_cpu_list", List(threads));
-        Put(dir / "cache/index1/level", "1");
-        Put(dir / "cache/index1/type", "Instruction");
-        Put(dir / "cache/index1/shared_cpu_list", List(threads));
-        Put(dir / "cache/index2/level", "2");
-        Put(dir / "cache/index2/type", "Unified");
-        Put(dir / "cache/index2/shared_cpu_list", List(threads));
-        Put(dir / "cache/index3/level", "3");
-        Put(dir / "cache/index3/type", "Unified");
-        Put(dir / "cache/index3/shared_cpu_list", List(llc));
+        // L1 data and instruction, L2 per core; L3 shared as the machine says.
+        const struct {
+          const char* level;
+          const char* type;
+          const std::set<int>& shared;
+        } caches[] = {{"1", "Data", threads},
+                      {"1", "Instruction", threads},
+                      {"2", "Unified", threads},
+                      {"3", "Unified", llc}};
+        for (size_t i = 0; i < std::size(caches); ++i) {
+          const fs::path cache = dir / "cache" / absl::StrCat("index", i);
+          Put(cache / "level", caches[i].level);
+          Put(cache / "type", caches[i].type);
+          Put(cache / "shared_cpu_list", List(caches[i].shared));
+        }
       }
     }
     Put(root / "devices/system/node" / absl::StrCat("node", n) / "cpulist", List(node_cpus));
