@@ -69,6 +69,7 @@ Agent::~Agent() {
     if (fd >= 0) close(fd);
   }
   if (signal_fd_ >= 0) close(signal_fd_);
+  if (events_fd_ >= 0) close(events_fd_);
   std::error_code ec;
   if (!ipc_dir_.empty()) std::filesystem::remove_all(ipc_dir_, ec);
   if (log_root_is_temp_ && !log_root_.empty()) {
@@ -117,6 +118,13 @@ absl::Status Agent::Prepare() {
     log_root_is_temp_ = true;
   }
 
+  timeline_ = std::make_unique<RunTimeline>(run_id_, host_.hostname);
+  if (!options_.log_dir.empty()) {
+    const std::string events = absl::StrCat(log_root_, "/events.jsonl");
+    events_fd_ = open(events.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (events_fd_ < 0) LogWarning(absl::StrCat(events, ": ", strerror(errno)));
+  }
+
   if (hangs_.enabled()) {
     const char* tmp = getenv("TMPDIR");
     std::string tmpl = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/ddprun-ipc-XXXXXX");
@@ -160,6 +168,7 @@ int Agent::Run() {
   node.requested_node_rank = options_.node_rank;
   node.local_addr = options_.local_addr;
   node.master_port = setup_.master_port.has_value() ? setup_.master_port->port() : 0;
+  RecordStep(StepEvent{Step::kJoining});
   rendezvous_->Join(node, this);
   loop_.Run();
   return exit_code_;
@@ -309,6 +318,11 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
                        a.restart_count > 0 ? absl::StrCat(", restart ", a.restart_count) : ""));
   group_->Start(std::move(launches));
   hangs_.OnGroupStarted(group_.get());
+  StepEvent started{Step::kWorkersStarted};
+  started.round = a.round;
+  started.workers = nproc;
+  started.restart_count = a.restart_count;
+  RecordStep(started);
   rendezvous_->ReportGroupState(a.round, rendezvous::GroupState::kRunning, std::nullopt);
 }
 
@@ -320,6 +334,10 @@ void Agent::Execute(const std::vector<AgentAction>& actions) {
         break;
       case AgentAction::Type::kStopWorkers:
         hangs_.OnGroupStopping();
+        if (group_ && group_->live() > 0 && !stopping_) {
+          stopping_ = true;
+          RecordStep(StepEvent{Step::kStopBegun});
+        }
         if (group_ && action.collect_stacks) {
           StackPlan plan;
           plan.reason = action.failure.hang.empty() ? action.message
@@ -363,6 +381,18 @@ void Agent::Execute(const std::vector<AgentAction>& actions) {
         } else if (!tail.empty()) {
           failure.message = tail.back();
         }
+        StepEvent detected{Step::kFailureDetected};
+        detected.cause = failure.hang          ? kCauseHang
+                         : failure.signal != 0 ? kCauseWorkerSignal
+                                               : kCauseWorkerExit;
+        detected.rank = e.rank;
+        detected.host = host_.hostname;
+        detected.detail = failure.hang ? absl::StrCat("hung (", e.hang, ")")
+                          : failure.signal != 0
+                              ? absl::StrCat("was killed by ", SignalName(failure.signal))
+                              : absl::StrCat("exited ", failure.exit_code);
+        detected.round = action.round;
+        RecordStep(detected);
         if (!failure.hang) {
           LogWarning(absl::StrCat("worker rank ", e.rank, " (local rank ", e.local_rank, ", pid ",
                                   e.pid, ") failed with ", DescribeExit(e),
@@ -428,6 +458,9 @@ void Agent::Finish(int exit_code, const std::string& reason) {
   } else if (exit_code >= kExitSignalBase) {
     LogInfo(absl::StrCat("workers stopped; exiting with ", exit_code, " (", reason, ")"));
   }
+  StepEvent closed{Step::kClosed};
+  closed.detail = absl::StrCat("exit ", exit_code, ": ", reason);
+  RecordStep(closed);
   if (options_.event_log_handler == "console") WriteEventLog(exit_code, reason);
   if (setup_.grpc != nullptr && setup_.grpc->hosting() && exit_code == kExitSuccess) {
     StopLoopWhenServerIdle();
@@ -508,12 +541,24 @@ void Agent::StopLoopWhenServerIdle() {
 }
 
 void Agent::OnAssignment(const rendezvous::Assignment& assignment) {
+  StepEvent complete{Step::kRoundComplete};
+  complete.round = assignment.round;
+  complete.world_size = assignment.world_size;
+  complete.group_rank = assignment.group_rank;
+  complete.restart_count = assignment.restart_count;
+  RecordStep(complete);
   Execute(state_.OnAssignment(assignment));
 }
 
 void Agent::OnRestart(const std::string& reason,
                       const std::optional<rendezvous::HangNotice>& hang) {
   LogInfo(reason);
+  if (!failure_in_cycle_) {  // else the restart is the consequence of this node's own failure
+    StepEvent detected{Step::kFailureDetected};
+    detected.cause = CauseOfRestart(reason, hang.has_value());
+    detected.detail = reason;
+    RecordStep(detected);
+  }
   NoteHangNotice(hang);
   Execute(state_.OnRestart(reason, hang.has_value()));
 }
@@ -521,6 +566,9 @@ void Agent::OnRestart(const std::string& reason,
 void Agent::OnReconnecting(const std::string& why) { LogInfo(why); }
 
 void Agent::OnResumed(int64_t round) {
+  StepEvent resumed{Step::kResumed};
+  resumed.round = round;
+  RecordStep(resumed);
   LogInfo(absl::StrCat("re-registered with the rendezvous: round ", round,
                        " goes on, no worker restarted"));
 }
@@ -550,10 +598,49 @@ void Agent::OnWorkerExited(const WorkerExit& exit) {
   hangs_.OnExited(exit.local_rank, exit.pid);
   // Posted, not handled inline: the group that reports the exit may be replaced by the actions
   // that follow (a restart starts a new group).
-  loop_.Post([this, exit] { Execute(state_.OnWorkerExited(exit)); });
+  loop_.Post([this, exit] {
+    if (stopping_ && group_ && group_->live() == 0) {
+      stopping_ = false;
+      RecordStep(StepEvent{Step::kStopFinished});
+    }
+    Execute(state_.OnWorkerExited(exit));
+  });
 }
 
-void Agent::OnWorkerOutput(int local_rank) { hangs_.OnOutput(local_rank); }
+void Agent::OnWorkerOutput(int local_rank) {
+  hangs_.OnOutput(local_rank);
+  if (awaiting_first_progress_) {
+    awaiting_first_progress_ = false;
+    StepEvent first{Step::kFirstProgress};
+    first.rank = current_.rank_offset + local_rank;
+    first.round = current_.round;
+    RecordStep(first);
+  }
+}
+
+void Agent::OnStacksTaken() { RecordStep(StepEvent{Step::kStacksTaken}); }
+
+void Agent::RecordStep(StepEvent event) {
+  if (timeline_ == nullptr) return;
+  event.when = std::chrono::steady_clock::now();
+  event.unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+  const std::string line = timeline_->Add(event);
+  if (events_fd_ >= 0) WriteAll(events_fd_, absl::StrCat(line, "\n"));
+  switch (event.step) {
+    case Step::kFailureDetected:
+      failure_in_cycle_ = true;
+      break;
+    case Step::kWorkersStarted:
+      if (std::optional<std::string> cycle = timeline_->CycleLine()) LogInfo(*cycle);
+      failure_in_cycle_ = false;
+      awaiting_first_progress_ = true;
+      break;
+    default:
+      break;
+  }
+}
 
 void Agent::OnHang(const HangVerdict& verdict) {
   if (!group_) return;

@@ -17,6 +17,7 @@
 #include "launcher/orphan_guard.h"
 #include "launcher/port_reservation.h"
 #include "launcher/rendezvous_setup.h"
+#include "launcher/run_timeline.h"
 #include "launcher/worker_group.h"
 #include "rendezvous/rendezvous.h"
 
@@ -46,6 +47,7 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   // WorkerGroup::Listener
   void OnWorkerExited(const WorkerExit& exit) override;
   void OnWorkerOutput(int local_rank) override;
+  void OnStacksTaken() override;
 
  private:
   absl::Status Prepare();
@@ -61,6 +63,9 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   void OnSignals();
   void ReapChildren();
   void Finish(int exit_code, const std::string& reason);
+  // Records a step of the run (run_timeline.h): events.jsonl with --log-dir, and after a
+  // restart the cycle's timeline line. Fills in the times.
+  void RecordStep(StepEvent event);
   // --event-log-handler=console: torchrun's end-of-run events (event_log.h) on stderr.
   void WriteEventLog(int exit_code, const std::string& reason);
   std::string ErrorFilePath(int attempt, int local_rank) const;
@@ -102,6 +107,11 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   // How each worker of the current group ended, by local rank (nullopt: still running).
   std::vector<std::optional<WorkerExit>> exits_;
   std::vector<std::set<int>> worker_cpus_;  // --numa-binding, by local rank; empty: off
+  std::unique_ptr<RunTimeline> timeline_;   // made once the run id is known
+  int events_fd_ = -1;                      // LOG_ROOT/events.jsonl with --log-dir
+  bool failure_in_cycle_ = false;           // a failure step since the last workers started
+  bool stopping_ = false;                   // a stop step not yet finished
+  bool awaiting_first_progress_ = false;
 };
 
 }  // namespace ddprun::launcher

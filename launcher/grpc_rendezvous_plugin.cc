@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -112,20 +113,30 @@ class GrpcRendezvousImpl final : public GrpcRendezvous {
   std::unique_ptr<rendezvous::RendezvousClient> client_;
 };
 
-std::string FormatRunStatus(const rendezvous::RunStatus& status) {
-  std::string out =
-      absl::StrCat("run ", status.run_id, ": ", rendezvous::RunPhaseName(status.phase), ", round ",
-                   status.round, ", nodes ", status.min_nodes, ":", status.max_nodes,
-                   ", restarts used ", status.restarts_used, " of ", status.max_restarts, "\n");
-  if (!status.close_message.empty()) absl::StrAppend(&out, "closed: ", status.close_message, "\n");
+// The run as the JSON object of `ddprun status --json` (status_command.h).
+std::string RunStatusJson(const rendezvous::RunStatus& status) {
+  nlohmann::ordered_json j;
+  j["version"] = 1;
+  j["run_id"] = status.run_id;
+  j["phase"] = rendezvous::RunPhaseName(status.phase);
+  j["round"] = status.round;
+  j["min_nodes"] = status.min_nodes;
+  j["max_nodes"] = status.max_nodes;
+  j["restarts_used"] = status.restarts_used;
+  j["max_restarts"] = status.max_restarts;
+  j["close_message"] = status.close_message;
+  j["members"] = nlohmann::ordered_json::array();
   for (const auto& m : status.members) {
-    absl::StrAppend(
-        &out, "  ",
-        m.group_rank >= 0 ? absl::StrCat("node rank ", m.group_rank) : std::string("waiting    "),
-        "  ", m.hostname, "  ", m.addr, "  nproc ", m.nproc_per_node, "  ", m.state, "  ",
-        m.node_id, "\n");
+    nlohmann::ordered_json member;
+    member["node_id"] = m.node_id;
+    member["hostname"] = m.hostname;
+    member["addr"] = m.addr;
+    member["group_rank"] = m.group_rank;
+    member["state"] = m.state;
+    member["nproc_per_node"] = m.nproc_per_node;
+    j["members"].push_back(std::move(member));
   }
-  return out;
+  return j.dump();
 }
 
 // The etcd backend behind the plugin's interface: it never hosts anything.
@@ -195,8 +206,8 @@ absl::StatusOr<rendezvous::EtcdRendezvousOptions> EtcdOptionsFor(const EtcdSetti
 class PluginImpl final : public GrpcRendezvousPlugin {
  public:
   void SetVerbose(bool verbose) override { ::ddprun::SetVerbose(verbose); }
-  absl::StatusOr<std::string> DescribeEtcdRun(const EtcdSettings& s,
-                                              const std::string& run_id) override {
+  absl::StatusOr<std::string> QueryEtcdRun(const EtcdSettings& s,
+                                           const std::string& run_id) override {
     auto o = EtcdOptionsFor(s);
     if (!o.ok()) return o.status();
     auto client = rendezvous::EtcdClient::Create(o->etcd);
@@ -204,7 +215,7 @@ class PluginImpl final : public GrpcRendezvousPlugin {
     auto status = rendezvous::QueryEtcdRunStatus(client->get(), o->prefix, run_id,
                                                  std::chrono::milliseconds(10000));
     if (!status.ok()) return status.status();
-    return FormatRunStatus(*status);
+    return RunStatusJson(*status);
   }
 
   absl::StatusOr<std::unique_ptr<GrpcRendezvous>> CreateEtcd(const EtcdSettings& s,
@@ -244,13 +255,12 @@ class PluginImpl final : public GrpcRendezvousPlugin {
         new GrpcRendezvousImpl(std::move(server), *std::move(client), executor));
   }
 
-  absl::StatusOr<std::string> DescribeRun(const C10dSettings& s,
-                                          const std::string& run_id) override {
+  absl::StatusOr<std::string> QueryRun(const C10dSettings& s, const std::string& run_id) override {
     auto client = ClientOptionsFor(s);
     if (!client.ok()) return client.status();
     auto status = rendezvous::QueryRunStatus(*client, run_id);
     if (!status.ok()) return status.status();
-    return FormatRunStatus(*status);
+    return RunStatusJson(*status);
   }
 };
 

@@ -68,12 +68,13 @@ class GrpcRendezvousPlugin {
   // The etcd v3 backend (never hosting).
   virtual absl::StatusOr<std::unique_ptr<GrpcRendezvous>> CreateEtcd(const EtcdSettings& settings,
                                                                      Executor* executor) = 0;
-  // `ddprun status --rdzv-backend=etcd`: as DescribeRun, read from etcd.
-  virtual absl::StatusOr<std::string> DescribeEtcdRun(const EtcdSettings& settings,
-                                                      const std::string& run_id) = 0;
-  // `ddprun status`: the run's round, members, ranks and addresses, restarts used, as text.
-  virtual absl::StatusOr<std::string> DescribeRun(const C10dSettings& settings,
-                                                  const std::string& run_id) = 0;
+  // `ddprun status --rdzv-backend=etcd`: as QueryRun, read from etcd.
+  virtual absl::StatusOr<std::string> QueryEtcdRun(const EtcdSettings& settings,
+                                                   const std::string& run_id) = 0;
+  // `ddprun status`: the run's phase, round, members, ranks and addresses, restarts used, as
+  // the JSON object `ddprun status --json` prints (status_command.h names its fields).
+  virtual absl::StatusOr<std::string> QueryRun(const C10dSettings& settings,
+                                               const std::string& run_id) = 0;
 };
 
 // The symbol the plugin exports, and the loader the agent calls.

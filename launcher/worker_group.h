@@ -55,6 +55,8 @@ class WorkerGroup {
     virtual void OnWorkerExited(const WorkerExit& exit) = 0;
     // The worker wrote something (a line, a '\r' update): a sign of life.
     virtual void OnWorkerOutput(int local_rank) = 0;
+    // StopWithStacks has written every worker's stacks and now stops them.
+    virtual void OnStacksTaken() {}
   };
 
   // `guard` (optional, not owned) is told of every worker process group.

@@ -101,6 +101,7 @@ void WorkerGroup::FinishStacks(const StackPlan& plan) {
     Worker* w = Find(plan.signal_rank);
     if (w != nullptr && w->running) kill(w->pid, plan.signal);
   }
+  listener_->OnStacksTaken();
   // No SIGTERM grace: the ranks of a hung group are stuck in or before a collective, and a
   // graceful stop (a checkpoint) would need the very peers they are waiting for.
   Kill();

@@ -29,6 +29,7 @@ namespace ddprun {
 namespace {
 
 using testing::BinPath;
+using testing::CountMatches;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::ReadFile;
@@ -618,6 +619,56 @@ TEST(AgentTest, OnATerminalWorkersSeeATerminalSizedLikeIt) {
     EXPECT_EQ(testing::CountOccurrences(piped.terminal, "out False"), 2) << flag << piped.terminal;
     EXPECT_EQ(testing::CountOccurrences(piped.terminal, "err False"), 2) << flag << piped.terminal;
   }
+}
+
+// --log-dir: every step of the run in LOG_DIR/RUN_ID/events.jsonl, and the restart as one
+// timeline line on stderr.
+TEST(AgentTest, EventsJsonlAndATimelineLinePerRestart) {
+  TempDir dir;
+  // Attempt 0: rank 1 fails with exit 3 while rank 0 waits; attempt 1: both succeed.
+  const std::string worker = ShellWorker(dir, "once.sh",
+                                         "[ \"$TORCHELASTIC_RESTART_COUNT\" = 1 ] && exit 0\n"
+                                         "[ \"$RANK\" = 1 ] && exit 3\nexec sleep 30\n");
+  Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=2", "--max-restarts=1",
+                "--log-dir=" + dir.File("logs"), "--no-python", worker},
+               Env());
+  auto st = p.Wait(60s);
+  ASSERT_TRUE(st.has_value());
+  ASSERT_EQ(st->exit_code, 0) << p.err();
+  // The new round may complete before or after the old workers are all stopped (the local
+  // rendezvous assigns at once); the workers start after both.
+  EXPECT_EQ(CountMatches(p.err(),
+                         "restart 1: rank 1 on \\S+ exited 3 -> (all stopped \\+\\d+ ms -> "
+                         "round \\d+ complete \\+\\d+ ms|round \\d+ complete \\+\\d+ ms -> "
+                         "all stopped \\+\\d+ ms) -> 2 workers running \\+\\d+ ms"),
+            1)
+      << p.err();
+  std::vector<std::filesystem::path> runs;
+  for (const auto& e : std::filesystem::directory_iterator(dir.File("logs"))) {
+    runs.push_back(e.path());
+  }
+  ASSERT_EQ(runs.size(), 1u);
+  std::ifstream in(runs[0] / "events.jsonl");
+  std::vector<std::string> steps;
+  int64_t last_ts = 0;
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    steps.push_back(j["step"]);
+    EXPECT_GE(j["ts_ms"].get<int64_t>(), last_ts);
+    last_ts = j["ts_ms"];
+    EXPECT_EQ(j["run_id"], runs[0].filename().string());
+    if (j["step"] == "failure_detected") {
+      EXPECT_EQ(j["cause"], "worker_exit");
+      EXPECT_EQ(j["rank"], 1);
+      EXPECT_EQ(j["detail"], "exited 3");
+    }
+    if (j["step"] == "closed") EXPECT_EQ(j["detail"], "exit 0: all workers exited 0");
+  }
+  ASSERT_EQ(steps.size(), 9u);
+  if (steps[5] == "round_complete") std::swap(steps[5], steps[6]);
+  EXPECT_EQ(steps, (std::vector<std::string>{"joining", "round_complete", "workers_started",
+                                             "failure_detected", "stop_begun", "stop_finished",
+                                             "round_complete", "workers_started", "closed"}));
 }
 
 // --numa-binding on a fake machine whose GPU 0 sits on NUMA node 0 (CPU 0) and GPU 1 on node 1

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -215,6 +216,13 @@ TEST_P(ElasticTest, KilledAgentTakesItsWorkersAndSurvivorsFinishSmaller) {
     ASSERT_TRUE(st.has_value());
     EXPECT_EQ(st->exit_code, 0) << agents[i]->err();
     EXPECT_THAT(agents[i]->err(), HasSubstr("(node"));
+    // The survivor's restart, as one timeline line (the new round may complete before or
+    // after the old workers are all stopped).
+    EXPECT_EQ(CountMatches(agents[i]->err(),
+                           "restart 1: node \\S+ \\(\\S+\\) was lost: .* -> "
+                           "all stopped \\+\\d+ ms -> .*2 workers running"),
+              1)
+        << agents[i]->err();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - killed_at, 10s);
   EXPECT_EQ(CountMatches(Log(), "world=4"), 4) << Log();
@@ -265,6 +273,12 @@ TEST_P(ElasticTest, LateAgentScalesUpWithoutSpendingTheBudget) {
     EXPECT_EQ(st->exit_code, 0) << a->err();
   }
   EXPECT_EQ(CountMatches(Log(), "world=4 rank=\\d group=\\d restart=0"), 4) << Log();
+  // A scale-up is named by its round, not counted as a restart.
+  EXPECT_EQ(CountMatches(first->err(),
+                         "round \\d+: node \\S+ \\(\\S+\\) joined -> .*all stopped "
+                         "\\+\\d+ ms.* -> 2 workers running \\+\\d+ ms"),
+            1)
+      << first->err();
 }
 
 TEST_P(ElasticTest, WorkerFailureOnOneNodeRestartsEveryNodeAndSpendsTheBudgetOnce) {
@@ -384,6 +398,65 @@ TEST_P(ElasticTest, DisagreeingNodeCountsAreRefused) {
   ASSERT_TRUE(st.has_value());
   EXPECT_EQ(st->exit_code, 3);
   EXPECT_THAT(b->err(), HasSubstr("this agent has --nnodes=3 but the run has --nnodes=2"));
+}
+
+// `ddprun status --json` describes the running run; `--watch --json` follows it, one object per
+// line, until it closes.
+TEST_P(ElasticTest, StatusJsonAndWatchFollowTheRunUntilItCloses) {
+  const std::string go = dir_.File("go");
+  const std::string worker = LoggingWorker(
+      dir_, "w.sh",
+      "i=0; while [ ! -e " + go + " ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done");
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int i = 0; i < 2; ++i) {
+    agents.push_back(Agent({"--nnodes=2", "--nproc-per-node=1", "--rdzv-id=watched"}, {worker}));
+  }
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "world=2") == 2; }, 30s)) << Log();
+  auto status_argv = [&](std::vector<std::string> extra) {
+    std::vector<std::string> argv = {BinPath("ddprun"), "status", "--rdzv-id=watched"};
+    for (const auto& f : backend_->AgentFlags()) argv.push_back(f);
+    for (const auto& f : extra) argv.push_back(f);
+    return argv;
+  };
+  Subprocess once(status_argv({"--json"}), {{"DDPRUN_RDZV_TOKEN", kToken}});
+  auto st = once.Wait(20s);
+  ASSERT_TRUE(st.has_value());
+  ASSERT_EQ(st->exit_code, 0) << once.err();
+  const nlohmann::json run = nlohmann::json::parse(once.out());
+  EXPECT_EQ(run["version"], 1);
+  EXPECT_EQ(run["run_id"], "watched");
+  EXPECT_EQ(run["phase"], "running");
+  EXPECT_EQ(run["min_nodes"], 2);
+  ASSERT_EQ(run["members"].size(), 2u) << run.dump();
+  std::set<int> group_ranks;
+  for (const auto& m : run["members"]) {
+    group_ranks.insert(m["group_rank"].get<int>());
+    EXPECT_EQ(m["state"], "running");
+    EXPECT_EQ(m["nproc_per_node"], 1);
+    EXPECT_FALSE(m["hostname"].get<std::string>().empty());
+  }
+  EXPECT_EQ(group_ranks, (std::set<int>{0, 1}));
+
+  Subprocess watch(status_argv({"--watch", "--json", "--interval=0.2"}),
+                   {{"DDPRUN_RDZV_TOKEN", kToken}});
+  ASSERT_TRUE(
+      WaitUntil([&] { return CountMatches(watch.out(), "\"phase\":\"running\"") >= 2; }, 20s))
+      << watch.out() << watch.err();
+  WriteFile(go, "");
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s)) << Log();
+  st = watch.Wait(20s);
+  ASSERT_TRUE(st.has_value()) << "--watch ends with the run";
+  EXPECT_EQ(st->exit_code, 0) << watch.err();
+  // Each line one object; the last says the run closed, or the run is already forgotten.
+  std::istringstream lines(watch.out());
+  std::string line, last;
+  while (std::getline(lines, line)) {
+    ASSERT_FALSE(nlohmann::json::parse(line, nullptr, false).is_discarded()) << line;
+    last = line;
+  }
+  EXPECT_TRUE(nlohmann::json::parse(last)["phase"] == "closed" ||
+              watch.err().find("is over") != std::string::npos)
+      << watch.out() << watch.err();
 }
 
 TEST_P(ElasticTest, ThirtyTwoAgents) {

@@ -56,6 +56,45 @@ TEST_F(CliTest, LaunchStyleFlags) {
             "(--local-rank=N)");
 }
 
+// The flags of this version, each from the command line, its PET_ variable and a YAML key.
+TEST_F(CliTest, NumaBindingEventLogHandlerAndWorkerTtyFromEverySource) {
+  auto o = Parse(
+      {"--numa-binding=exclusive", "--event_log_handler=console", "--no-worker-tty", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->numa_binding, NumaMode::kExclusive);
+  EXPECT_EQ(o->event_log_handler, "console");
+  EXPECT_FALSE(o->worker_tty);
+  o = Parse({script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_FALSE(o->numa_binding.has_value()) << "off by default";
+  EXPECT_EQ(o->event_log_handler, "null");
+  EXPECT_TRUE(o->worker_tty);
+
+  env_["PET_NUMA_BINDING"] = "core-complex";
+  env_["PET_EVENT_LOG_HANDLER"] = "console";
+  env_["PET_NO_WORKER_TTY"] = "1";
+  o = Parse({script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->numa_binding, NumaMode::kCoreComplex);
+  EXPECT_EQ(o->event_log_handler, "console");
+  EXPECT_FALSE(o->worker_tty);
+  env_.erase("PET_NUMA_BINDING");
+  env_.erase("PET_EVENT_LOG_HANDLER");
+  env_.erase("PET_NO_WORKER_TTY");
+
+  const std::string yaml = dir_.File("job.yaml");
+  testing::WriteFile(yaml, "numa_binding: socket\nevent-log-handler: console\n");
+  o = Parse({"--config=" + yaml, script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->numa_binding, NumaMode::kSocket);
+  EXPECT_EQ(o->event_log_handler, "console");
+
+  EXPECT_EQ(Error({"--numa-binding=numa", script_}),
+            "--numa-binding=numa: must be node, socket, exclusive or core-complex");
+  env_["PET_EVENT_LOG_HANDLER"] = "file";
+  EXPECT_EQ(Error({script_}), "PET_EVENT_LOG_HANDLER=file: must be null or console");
+}
+
 TEST_F(CliTest, ShutdownTimeoutIsStopTimeoutAndItsVariableTheWeakestSource) {
   env_["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "4";
   auto o = Parse({script_});
