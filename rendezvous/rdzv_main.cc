@@ -3,7 +3,8 @@
 //
 //   DDPRUN_RDZV_TOKEN=... ddprun-rdzv --port 29400 --host 0.0.0.0
 //
-// Prints "ddprun-rdzv listening on HOST:PORT" once serving (with --port 0, the port picked).
+// Prints "ddprun-rdzv listening on HOST:PORT" once serving (with --port 0, the port picked),
+// then with --http-port "ddprun-rdzv http on HOST:PORT" (/metrics and the status page).
 // SIGTERM / SIGINT shut it down. Exit codes: 0 after a signal, 2 bad usage, 3 cannot serve.
 #include <signal.h>
 
@@ -15,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/log.h"
+#include "common/strings.h"
 #include "common/version.h"
 #include "rendezvous/rendezvous_server.h"
 #include "rendezvous/security.h"
@@ -40,6 +42,13 @@ int main(int argc, char** argv) {
   app.add_option("--max-message-bytes", options.max_receive_message_bytes,
                  "largest message accepted from an agent")
       ->check(CLI::Range(1024, 16 << 20));
+  int http_port = -1;
+  std::string http_host = "127.0.0.1";
+  app.add_option("--http-port", http_port,
+                 "serve /metrics (Prometheus) and a status page on this port; 0 picks a free one "
+                 "and prints it; off by default")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--http-host", http_host, "address of the HTTP side (default: loopback only)");
   bool quiet = false;
   app.add_flag("--quiet", quiet, "log only warnings and errors, not rounds and restarts");
   CLI11_PARSE(app, argc, argv);
@@ -69,12 +78,22 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  if (http_port >= 0) {
+    ddprun::rendezvous::HttpOptions http;
+    http.host = http_host;
+    http.port = http_port;
+    options.http = http;
+  }
   auto server = ddprun::rendezvous::RendezvousServer::Start(options);
   if (!server.ok()) {
     ddprun::LogError(server.status().message());
     return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 3;
   }
   std::cout << "ddprun-rdzv listening on " << (*server)->address() << std::endl;
+  if ((*server)->http_port() > 0) {
+    std::cout << "ddprun-rdzv http on " << ddprun::FormatHostPort(http_host, (*server)->http_port())
+              << std::endl;
+  }
 
   int sig = 0;
   sigwait(&signals, &sig);

@@ -53,6 +53,20 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
     health->SetServingStatus(true);
     health->SetServingStatus(proto::RendezvousService::service_full_name(), true);
   }
+  if (options.http.has_value()) {
+    HttpOptions http = *options.http;
+    http.token = options.token;
+    RendezvousServiceImpl* service = server->service_.get();
+    const std::string name = server->address();
+    auto endpoint = HttpEndpoint::Start(
+        http, [service] { return service->RenderMetrics(); },
+        [service, name] { return service->RenderStatusPage(name); });
+    if (!endpoint.ok()) {
+      server->Shutdown();
+      return endpoint.status();
+    }
+    server->http_ = *std::move(endpoint);
+  }
   return server;
 }
 
@@ -60,12 +74,15 @@ RendezvousServer::~RendezvousServer() { Shutdown(); }
 
 std::string RendezvousServer::address() const { return FormatHostPort(host_, port_); }
 
+int RendezvousServer::http_port() const { return http_ != nullptr ? http_->port() : 0; }
+
 void RendezvousServer::Shutdown(std::chrono::milliseconds grace) {
   {
     absl::MutexLock lock(&mu_);
     if (shut_down_) return;
     shut_down_ = true;
   }
+  http_.reset();  // its pages are rendered on the loop, which stops below
   if (server_ != nullptr) {
     if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {
       health->SetServingStatus(false);

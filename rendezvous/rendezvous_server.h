@@ -9,11 +9,13 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
+#include "rendezvous/http_endpoint.h"
 #include "rendezvous/run_config.h"
 #include "rendezvous/security.h"
 
@@ -44,6 +46,9 @@ struct ServerOptions {
   // Hosted inside an agent: the agents are told so, and end the run when its stream breaks
   // (nobody will start a new server on its address).
   bool embedded = false;
+  // The HTTP side (/metrics and the status page, http_endpoint.h); off unless set. Its token is
+  // the server's.
+  std::optional<HttpOptions> http;
 };
 
 class RendezvousServer {
@@ -58,6 +63,8 @@ class RendezvousServer {
   RendezvousServer& operator=(const RendezvousServer&) = delete;
 
   int port() const { return port_; }
+  // The HTTP side's port (0: off).
+  int http_port() const;
   // "host:port" ("[::1]:port" for IPv6), with the real port.
   std::string address() const;
   // Stops accepting calls, ends every stream (agents see the server go away), stops the loop.
@@ -74,6 +81,7 @@ class RendezvousServer {
   std::unique_ptr<LoopThread> loop_;
   std::unique_ptr<RendezvousServiceImpl> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<HttpEndpoint> http_;
   absl::Mutex mu_;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };

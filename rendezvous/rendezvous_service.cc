@@ -1,5 +1,7 @@
 #include "rendezvous/rendezvous_service.h"
 
+#include <functional>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +11,8 @@
 #include "rendezvous/agent_stream.h"
 #include "rendezvous/proto_convert.h"
 #include "rendezvous/security.h"
+#include "rendezvous/server_metrics.h"
+#include "rendezvous/status_page.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -51,7 +55,10 @@ RendezvousServiceImpl::~RendezvousServiceImpl() {
 
 grpc::ServerBidiReactor<proto::AgentMessage, proto::ServerMessage>* RendezvousServiceImpl::Connect(
     grpc::CallbackServerContext* context) {
-  if (!CallHasToken(*context, token_)) return new RefusedStream(Unauthenticated());
+  if (!CallHasToken(*context, token_)) {
+    loop_->Post([this] { ++state_.metrics().refused["unauthenticated"]; });
+    return new RefusedStream(Unauthenticated());
+  }
   const int max_streams = state_.limits().max_streams;
   if (open_streams_.fetch_add(1) >= max_streams) {
     open_streams_.fetch_sub(1);
@@ -86,6 +93,7 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Status(grpc::CallbackServerCont
                                                         proto::StatusResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!CallHasToken(*context, token_)) {
+    loop_->Post([this] { ++state_.metrics().refused["unauthenticated"]; });
     reactor->Finish(Unauthenticated());
     return reactor;
   }
@@ -101,6 +109,38 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Status(grpc::CallbackServerCont
     reactor->Finish(grpc::Status::OK);
   });
   return reactor;
+}
+
+namespace {
+
+// Runs `render` on `loop` and returns its text; "" when the loop does not run it within a
+// second (it is stopping). The result lives in a shared cell: a late task writes there, never
+// into a caller that has given up.
+std::string OnLoop(LoopThread* loop, std::function<std::string()> render) {
+  struct Cell {
+    absl::Notification done;
+    std::string text;
+  };
+  auto cell = std::make_shared<Cell>();
+  loop->Post([cell, render = std::move(render)] {
+    cell->text = render();
+    cell->done.Notify();
+  });
+  if (!cell->done.WaitForNotificationWithTimeout(absl::Seconds(1))) return "";
+  return cell->text;
+}
+
+}  // namespace
+
+std::string RendezvousServiceImpl::RenderMetrics() {
+  return OnLoop(loop_, [this] { return FormatMetrics(state_.metrics(), state_.AllStatus()); });
+}
+
+std::string RendezvousServiceImpl::RenderStatusPage(const std::string& server) {
+  return OnLoop(loop_, [this, server] {
+    return rendezvous::RenderStatusPage(state_.AllStatus(), state_.metrics(), server,
+                                        clock_->Now());
+  });
 }
 
 void RendezvousServiceImpl::EndAllStreams() {

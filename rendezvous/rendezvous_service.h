@@ -50,6 +50,10 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
   // so that shutdown need not wait for long-lived streams. Thread-safe; returns once done.
   void EndAllStreams();
 
+  // The /metrics text and the status page, rendered on the loop (empty when the loop does not
+  // answer within a second: it is stopping). Any thread.
+  std::string RenderMetrics();
+  std::string RenderStatusPage(const std::string& server);
   // Streams accepted so far (for tests and load reports).
   uint64_t streams_accepted() const { return next_conn_.load() - 1; }
 

@@ -63,6 +63,7 @@ RunState::RunState(const JoinRequest& first, TimePoint now)
       timeouts_(first.timeouts),
       creator_(absl::StrCat("node ", first.node.node_id, " on ", first.node.hostname)) {
   join_deadline_ = now + timeouts_.join_timeout;
+  round_began_ = now;
 }
 
 absl::Status RunState::CheckJoin(const JoinRequest& request) const {
@@ -149,7 +150,8 @@ void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outb
   } else if (members_in_round() < max_nodes_ && succeeded_in_round_ == 0) {
     // Scale up: the world is below max, so the newcomer gets in by restarting the round. A
     // round where some node already succeeded is finishing; the newcomer waits instead.
-    RestartRound(absl::StrCat(who, " joined"), /*is_failure=*/false, std::nullopt, now, out);
+    RestartRound(absl::StrCat(who, " joined"), kRestartNodeJoined, /*is_failure=*/false,
+                 std::nullopt, now, out);
   }
 }
 
@@ -187,7 +189,8 @@ absl::Status RunState::GroupStatus(ConnId conn, int64_t round, GroupState state,
     case GroupState::kFailed: {
       WorkerFailure f = failure.value_or(WorkerFailure{});
       if (f.hostname.empty()) f.hostname = it->second.info.hostname;
-      RestartRound(DescribeFailure(f), /*is_failure=*/true, f, now, out);
+      RestartRound(DescribeFailure(f), f.hang ? kRestartHang : kRestartWorkerFailure,
+                   /*is_failure=*/true, f, now, out);
       return absl::OkStatus();
     }
   }
@@ -203,7 +206,7 @@ void RunState::Leave(ConnId conn, const std::string& reason, TimePoint now, Outb
   out->push_back({conn, CloseNotice{absl::OkStatus(), std::nullopt}});
   if (phase_ == RunPhase::kRunning && was_member) {
     if (EndsWithoutRestart(out)) return;
-    RestartRound(absl::StrCat(who, " left", reason.empty() ? "" : ": ", reason),
+    RestartRound(absl::StrCat(who, " left", reason.empty() ? "" : ": ", reason), kRestartNodeLeft,
                  /*is_failure=*/false, std::nullopt, now, out);
   } else if (phase_ == RunPhase::kJoining) {
     MaybeFormRound(now, out);
@@ -222,7 +225,7 @@ void RunState::LoseNode(ConnId conn, const std::string& why, TimePoint now, Outb
   RemoveNode(conn);
   if (phase_ == RunPhase::kRunning && was_member) {
     if (EndsWithoutRestart(out)) return;
-    RestartRound(reason, /*is_failure=*/true, std::nullopt, now, out);
+    RestartRound(reason, kRestartNodeLost, /*is_failure=*/true, std::nullopt, now, out);
   } else if (phase_ == RunPhase::kJoining) {
     MaybeFormRound(now, out);
   }
@@ -249,8 +252,8 @@ void RunState::Tick(TimePoint now, Outbox* out) {
   if (phase_ == RunPhase::kRunning && num_lost_members > 0 && !EndsWithoutRestart(out)) {
     const std::string more =
         num_lost_members > 1 ? absl::StrCat(" (and ", num_lost_members - 1, " more)") : "";
-    RestartRound(absl::StrCat(lost_members, more, " was lost: ", why), /*is_failure=*/true,
-                 std::nullopt, now, out);
+    RestartRound(absl::StrCat(lost_members, more, " was lost: ", why), kRestartNodeLost,
+                 /*is_failure=*/true, std::nullopt, now, out);
   }
   if (phase_ == RunPhase::kRecovering && recovery_deadline_ && now >= *recovery_deadline_) {
     Settle(now, out);
@@ -356,7 +359,7 @@ bool RunState::EndsWithoutRestart(Outbox* out) {
   return true;
 }
 
-void RunState::RestartRound(const std::string& reason, bool is_failure,
+void RunState::RestartRound(const std::string& reason, const char* cause, bool is_failure,
                             const std::optional<WorkerFailure>& root_cause, TimePoint now,
                             Outbox* out) {
   std::optional<HangNotice> hang;
@@ -370,7 +373,12 @@ void RunState::RestartRound(const std::string& reason, bool is_failure,
       return;
     }
     ++restarts_used_;
+    failed_at_ = now;
   }
+  restart_causes_.push_back(cause);
+  if (restart_log_.size() == kMaxRestartRecords) restart_log_.erase(restart_log_.begin());
+  restart_log_.push_back(RestartRecord{now, round_, cause, reason, std::nullopt});
+  round_began_ = now;
   for (auto& [conn, node] : nodes_) {
     if (!node.in_round) continue;
     node.in_round = false;  // group_rank stays: it orders the survivors in the next round
@@ -401,6 +409,15 @@ void RunState::MaybeFormRound(TimePoint now, Outbox* out) {
 }
 
 void RunState::FormRound(TimePoint now, Outbox* out) {
+  RoundTiming timing;
+  timing.completion_s = std::chrono::duration<double>(now - round_began_).count();
+  if (failed_at_) timing.after_failure_s = std::chrono::duration<double>(now - *failed_at_).count();
+  failed_at_.reset();
+  round_timings_.push_back(timing);
+  if (!restart_log_.empty() && !restart_log_.back().formed_after_s) {
+    restart_log_.back().formed_after_s =
+        std::chrono::duration<double>(now - restart_log_.back().when).count();
+  }
   // Survivors of earlier rounds first, by their old rank; then newcomers by arrival.
   std::vector<Node*> order;
   order.reserve(nodes_.size());
@@ -546,9 +563,11 @@ void RunState::Restore(const RunSnapshot& s, TimePoint now, Outbox* out) {
   } else if (num_lost > 0) {
     const std::string more = num_lost > 1 ? absl::StrCat(" (and ", num_lost - 1, " more)") : "";
     RestartRound(absl::StrCat(lost, more, " was lost while the rendezvous changed coordinator"),
+                 kRestartNodeLost,
                  /*is_failure=*/true, std::nullopt, now, out);
   } else if (!newcomer.empty() && members_in_round() < max_nodes_ && succeeded_in_round_ == 0) {
-    RestartRound(absl::StrCat(newcomer, " joined"), /*is_failure=*/false, std::nullopt, now, out);
+    RestartRound(absl::StrCat(newcomer, " joined"), kRestartNodeJoined, /*is_failure=*/false,
+                 std::nullopt, now, out);
   }
 }
 
@@ -562,6 +581,7 @@ RunStatus RunState::Status() const {
   s.min_nodes = min_nodes_;
   s.max_nodes = max_nodes_;
   s.close_message = close_message_;
+  s.restarts = restart_log_;
   std::vector<const Node*> order;
   for (const auto& [conn, node] : nodes_) order.push_back(&node);
   std::sort(order.begin(), order.end(), [](const Node* a, const Node* b) {
@@ -577,6 +597,7 @@ RunStatus RunState::Status() const {
     m.group_rank = n->in_round ? n->group_rank : -1;
     m.nproc_per_node = n->info.nproc_per_node;
     m.state = n->in_round ? "running" : "waiting";
+    m.last_seen = n->last_seen;
     if (n->claim.has_value() && n->claim->group != ResumeClaim::Group::kWaiting) {
       m.group_rank = n->claim->last.group_rank;
       m.state = "recovering";

@@ -50,6 +50,20 @@ namespace ddprun::rendezvous {
 enum class RunPhase { kJoining, kRunning, kRecovering, kClosed };
 const char* RunPhaseName(RunPhase phase);
 
+// Why a round was restarted (the label of ddprun-rdzv's restarts metric).
+inline constexpr char kRestartWorkerFailure[] = "worker_failure";
+inline constexpr char kRestartHang[] = "hang";
+inline constexpr char kRestartNodeLost[] = "node_lost";
+inline constexpr char kRestartNodeJoined[] = "node_joined";
+inline constexpr char kRestartNodeLeft[] = "node_left";
+inline constexpr char kRestartServerRestart[] = "server_restart";  // re-registrations disagreed
+
+// How long a round took to form, for the server's latency histograms.
+struct RoundTiming {
+  double completion_s = 0;  // from the round's start (first join, or the restart) to formed
+  std::optional<double> after_failure_s;  // from the failure that restarted it, if one did
+};
+
 // A snapshot of a run for the Status call.
 struct MemberStatus {
   std::string node_id;
@@ -57,7 +71,17 @@ struct MemberStatus {
   std::string addr;
   int group_rank = -1;  // -1: waiting for the next round
   int nproc_per_node = 0;
-  std::string state;  // "running", "waiting", "recovering" (re-registered, not yet settled)
+  std::string state;      // "running", "waiting", "recovering" (re-registered, not yet settled)
+  TimePoint last_seen{};  // the agent's last message
+};
+
+// One restart of a run, for the status page.
+struct RestartRecord {
+  TimePoint when{};
+  int64_t round = 0;  // the round that ended
+  std::string cause;  // kRestart*
+  std::string reason;
+  std::optional<double> formed_after_s;  // until the next round formed
 };
 
 struct RunStatus {
@@ -70,7 +94,10 @@ struct RunStatus {
   int min_nodes = 0;
   int max_nodes = 0;
   std::string close_message;
+  std::vector<RestartRecord> restarts;  // the latest kMaxRestartRecords, oldest first
 };
+
+inline constexpr size_t kMaxRestartRecords = 20;
 
 // The durable part of a run: what a new coordinator needs to continue it when the old one is
 // gone (the etcd backend persists it with every change). Connections are not in it: the nodes
@@ -113,6 +140,10 @@ class RunState {
   void Tick(TimePoint now, Outbox* out);
 
   RunSnapshot Snapshot() const;
+  // For the server's metrics: the rounds formed and the restarts (their causes) since the
+  // last call.
+  std::vector<RoundTiming> TakeRoundTimings() { return std::exchange(round_timings_, {}); }
+  std::vector<std::string> TakeRestartCauses() { return std::exchange(restart_causes_, {}); }
   // Continues the run of `snapshot` with the nodes that joined this RunState since it was made
   // (their join messages are not to be sent again). Members of the snapshot's round that did
   // not join again are lost (a failure, as with a broken stream); nodes the snapshot does not
@@ -157,7 +188,7 @@ class RunState {
   // succeeded): no restart can bring the finished ones back, so there is none; the run closes OK
   // once no member is left. False (nothing done) while no member has finished.
   bool EndsWithoutRestart(Outbox* out);
-  void RestartRound(const std::string& reason, bool is_failure,
+  void RestartRound(const std::string& reason, const char* cause, bool is_failure,
                     const std::optional<WorkerFailure>& root_cause, TimePoint now, Outbox* out);
   // While joining: forms a round if max is reached or the last call expired.
   void MaybeFormRound(TimePoint now, Outbox* out);
@@ -193,7 +224,12 @@ class RunState {
   const std::string creator_;  // "node X on host H", for refusal messages
 
   RunPhase phase_ = RunPhase::kJoining;
-  int64_t round_ = 0;  // the last round formed; 0: none yet
+  int64_t round_ = 0;                        // the last round formed; 0: none yet
+  std::vector<std::string> restart_causes_;  // not yet taken
+  std::vector<RestartRecord> restart_log_;   // the latest kMaxRestartRecords
+  TimePoint round_began_{};                  // the forming round's start
+  std::optional<TimePoint> failed_at_;       // the failure that restarted it
+  std::vector<RoundTiming> round_timings_;   // formed, not yet taken
   int restarts_used_ = 0;
   int succeeded_in_round_ = 0;
   uint64_t next_arrival_ = 0;

@@ -19,6 +19,8 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& what, const std::st
   return s.str();
 }
 
+}  // namespace
+
 // Constant time in the length of `expected`, so the comparison does not leak a prefix match.
 bool SecureEquals(absl::string_view got, absl::string_view expected) {
   unsigned char diff = got.size() == expected.size() ? 0 : 1;
@@ -28,8 +30,6 @@ bool SecureEquals(absl::string_view got, absl::string_view expected) {
   }
   return diff == 0;
 }
-
-}  // namespace
 
 absl::StatusOr<std::string> LoadToken(const std::string& token_file) {
   if (!token_file.empty()) {
@@ -51,15 +51,19 @@ absl::StatusOr<std::string> LoadToken(const std::string& token_file) {
 
 std::string AuthMetadataValue(absl::string_view token) { return absl::StrCat("Bearer ", token); }
 
+bool BearerHasToken(absl::string_view authorization, absl::string_view token) {
+  if (token.empty()) return true;
+  const absl::string_view prefix = "Bearer ";
+  if (authorization.substr(0, prefix.size()) != prefix) return false;
+  return SecureEquals(authorization.substr(prefix.size()), token);
+}
+
 bool CallHasToken(const grpc::ServerContextBase& context, absl::string_view token) {
   if (token.empty()) return true;
   const auto& metadata = context.client_metadata();
   auto it = metadata.find(kAuthMetadataKey);
   if (it == metadata.end()) return false;
-  const absl::string_view value(it->second.data(), it->second.size());
-  const absl::string_view prefix = "Bearer ";
-  if (value.substr(0, prefix.size()) != prefix) return false;
-  return SecureEquals(value.substr(prefix.size()), token);
+  return BearerHasToken(absl::string_view(it->second.data(), it->second.size()), token);
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(

@@ -28,6 +28,11 @@ absl::StatusOr<std::string> LoadToken(const std::string& token_file);
 
 // True when `token` is empty (authentication off) or the call carries it.
 bool CallHasToken(const grpc::ServerContextBase& context, absl::string_view token);
+// Whether an "Authorization" value is "Bearer TOKEN" (compared in constant time); true when
+// `token` is empty (no authentication).
+bool BearerHasToken(absl::string_view authorization, absl::string_view token);
+// Compares in time that depends only on the length of `expected`.
+bool SecureEquals(absl::string_view got, absl::string_view expected);
 
 // "Bearer <token>".
 std::string AuthMetadataValue(absl::string_view token);

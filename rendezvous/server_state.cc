@@ -66,22 +66,28 @@ Outbox ServerState::Join(ConnId conn, const JoinRequest& request, TimePoint now)
     // A second join on one stream: a protocol error. The first join stands.
     return {};
   }
-  if (absl::Status invalid = Validate(request); !invalid.ok()) return CloseOnly(conn, invalid);
+  if (absl::Status invalid = Validate(request); !invalid.ok()) {
+    ++metrics_.refused["invalid_join"];
+    return CloseOnly(conn, invalid);
+  }
   const std::string& run_id = request.node.run_id;
   auto it = runs_.find(run_id);
   if (it == runs_.end()) {
     if (static_cast<int>(runs_.size()) >= limits_.max_runs) {
+      ++metrics_.refused["server_limit"];
       return CloseOnly(conn, absl::FailedPreconditionError(absl::StrCat(
                                  "rendezvous server is at its limit of ", limits_.max_runs,
                                  " runs; cannot start run '", run_id, "'")));
     }
     it = runs_.emplace(run_id, Run{std::make_unique<RunState>(request, now), std::nullopt}).first;
   } else if (static_cast<int>(it->second.state->num_nodes()) >= limits_.max_nodes_per_run) {
+    ++metrics_.refused["server_limit"];
     return CloseOnly(conn, absl::FailedPreconditionError(
                                absl::StrCat("run '", run_id, "' is at this server's limit of ",
                                             limits_.max_nodes_per_run, " nodes")));
   }
   conn_run_[conn] = run_id;
+  ++metrics_.joins;
   Outbox out;
   it->second.state->Join(conn, request, now, &out);
   AfterEvent(run_id, out, now);
@@ -94,6 +100,7 @@ Outbox ServerState::Heartbeat(ConnId conn, const std::vector<RankProgress>& prog
   Run* run = RunOf(conn, &run_id);
   if (run == nullptr) return CloseOnly(conn, absl::FailedPreconditionError("not joined"));
   run->state->Heartbeat(conn, now);
+  ++metrics_.heartbeats;
   if (!progress.empty()) run->state->Progress(conn, progress, now);
   return {};
 }
@@ -162,6 +169,7 @@ void ServerState::AfterEvent(const std::string& run_id, const Outbox& out, TimeP
   auto it = runs_.find(run_id);
   if (it == runs_.end()) return;
   RunState& run = *it->second.state;
+  metrics_.Add(run.TakeRoundTimings(), run.TakeRestartCauses());
   if (run.num_nodes() > 0) return;
   if (run.phase() == RunPhase::kClosed) {
     // Remembered for a while so that late agents learn why, then forgotten.
@@ -182,6 +190,12 @@ std::optional<TimePoint> ServerState::NextDeadline() const {
     if (t && (!next || *t < *next)) next = t;
   }
   return next;
+}
+
+std::vector<RunStatus> ServerState::AllStatus() const {
+  std::vector<RunStatus> all;
+  for (const auto& [id, run] : runs_) all.push_back(run.state->Status());
+  return all;
 }
 
 absl::StatusOr<RunStatus> ServerState::Status(const std::string& run_id) const {

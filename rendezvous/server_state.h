@@ -19,6 +19,7 @@
 #include "rendezvous/outgoing.h"
 #include "rendezvous/run_config.h"
 #include "rendezvous/run_state.h"
+#include "rendezvous/server_metrics.h"
 
 namespace ddprun::rendezvous {
 
@@ -50,6 +51,10 @@ class ServerState {
     return it == conn_run_.end() ? std::string() : it->second;
   }
   const ServerLimits& limits() const { return limits_; }
+  // Counters for /metrics; the service adds the calls it refuses itself.
+  ServerMetrics& metrics() { return metrics_; }
+  // Every run's status, by run id (for /metrics and the status page).
+  std::vector<RunStatus> AllStatus() const;
 
  private:
   struct Run {
@@ -65,6 +70,7 @@ class ServerState {
   const ServerLimits limits_;
   std::map<std::string, Run> runs_;
   std::unordered_map<ConnId, std::string> conn_run_;
+  ServerMetrics metrics_;
 };
 
 }  // namespace ddprun::rendezvous

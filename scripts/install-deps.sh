@@ -13,6 +13,7 @@ DEMO_PACKAGES=(
   # launcher + rendezvous
   libgrpc++-dev protobuf-compiler-grpc protobuf-compiler libprotobuf-dev libabsl-dev
   libyaml-cpp-dev libcli11-dev nlohmann-json3-dev
+  libmicrohttpd-dev          # ddprun-rdzv's /metrics and status page
   # worker (LibTorch CPU with gloo) and its JPEG decoder
   libtorch-dev libgloo-dev libgoogle-glog-dev libturbojpeg0-dev libjpeg62-turbo-dev
   libpng-dev                 # ddp-train imagenet: PNG images in ImageFolder data
@@ -32,6 +33,7 @@ TEST_PACKAGES=(
   procps time
   elfutils                   # eu-stack: native stacks of hung workers (ddprun hang reports)
   iproute2                   # tests/integration/multihost_test: hosts from network namespaces
+  prometheus                 # promtool and a real server scrape ddprun-rdzv's /metrics (tests)
   # packaging: man pages, the .deb and its dependencies, and their tests
   help2man                   # man pages from --help (packaging/make-man-page.sh)
   dpkg-dev                   # dpkg-shlibdeps: the package's dependencies from its binaries

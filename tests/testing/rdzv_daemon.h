@@ -32,6 +32,7 @@ class RdzvDaemon {
   // The port of endpoint(); 0 when it did not come up.
   int port() const;
   std::string error() const { return daemon_->err(); }
+  std::string output() const { return daemon_->out(); }
   // SIGKILL, as a crash would; returns once it is gone.
   void Kill();
 

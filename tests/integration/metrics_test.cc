@@ -1,0 +1,294 @@
+// ddprun-rdzv's HTTP side with real tools: promtool checks the exposition, a real Prometheus
+// server scrapes it with the token, and junk, slow and oversized requests, unknown paths and
+// many connections leave the server (and its gRPC side) serving.
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/testing/rdzv_daemon.h"
+#include "tests/testing/reserved_port.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/test_env.h"
+
+namespace ddprun {
+namespace {
+
+using testing::BinPath;
+using testing::CountMatches;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using testing::ReadFile;
+using testing::Subprocess;
+using testing::TempDir;
+using testing::WaitUntil;
+using testing::WriteFile;
+using namespace std::chrono_literals;
+
+constexpr char kToken[] = "metrics-test-token";
+
+int Connect(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  timeval timeout{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  return fd;
+}
+
+// Sends `raw` and reads the whole answer (the server closes: "Connection: close").
+std::string Exchange(int port, const std::string& raw) {
+  const int fd = Connect(port);
+  if (fd < 0) return "";
+  if (write(fd, raw.data(), raw.size()) < 0) {
+    close(fd);
+    return "";
+  }
+  std::string answer;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) answer.append(buf, n);
+  close(fd);
+  return answer;
+}
+
+struct Response {
+  int status = 0;
+  std::string head;
+  std::string body;
+};
+
+Response Get(int port, const std::string& path, const std::string& headers = "") {
+  const std::string answer = Exchange(
+      port, "GET " + path + " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + headers + "\r\n");
+  Response r;
+  const size_t end = answer.find("\r\n\r\n");
+  if (answer.size() < 12 || end == std::string::npos) return r;
+  r.status = std::atoi(answer.substr(9, 3).c_str());
+  r.head = answer.substr(0, end);
+  r.body = answer.substr(end + 4);
+  return r;
+}
+
+std::string Bearer() { return std::string("Authorization: Bearer ") + kToken + "\r\n"; }
+
+class MetricsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    daemon_ = std::make_unique<testing::RdzvDaemon>(kToken, "127.0.0.1",
+                                                    [](std::vector<std::string> argv) {
+                                                      argv.push_back("--http-port=0");
+                                                      return argv;
+                                                    });
+    ASSERT_FALSE(daemon_->endpoint().empty()) << daemon_->error();
+    ASSERT_TRUE(WaitUntil(
+        [&] {
+          std::smatch m;
+          const std::string out = daemon_->output();
+          if (!std::regex_search(out, m, std::regex("http on 127\\.0\\.0\\.1:(\\d+)"))) {
+            return false;
+          }
+          http_port_ = std::atoi(m[1].str().c_str());
+          return true;
+        },
+        10s))
+        << daemon_->output() << daemon_->error();
+  }
+
+  // Two agents of run "watched", --max-restarts=1; rank 1 fails once.
+  std::vector<std::unique_ptr<Subprocess>> StartJob() {
+    const std::string worker = dir_.File("w.sh");
+    WriteFile(worker,
+              "#!/bin/sh\n[ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 1 ] && exit 3\n"
+              "while [ ! -e " +
+                  dir_.File("go") + " ]; do sleep 0.05; done\n",
+              0755);
+    std::vector<std::unique_ptr<Subprocess>> agents;
+    for (int i = 0; i < 2; ++i) {
+      agents.push_back(std::make_unique<Subprocess>(
+          std::vector<std::string>{BinPath("ddprun"), "--nnodes=2", "--nproc-per-node=1",
+                                   "--max-restarts=1", "--rdzv-backend=c10d",
+                                   "--rdzv-endpoint=" + daemon_->endpoint(), "--rdzv-id=watched",
+                                   "--rdzv-conf=keep_alive_interval=0.3", "--no-python", worker},
+          std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", kToken}}));
+    }
+    return agents;
+  }
+
+  bool JobRestartedAndRunning() {
+    const Response r = Get(http_port_, "/metrics", Bearer());
+    return CountMatches(r.body, "ddprun_rdzv_run_round\\{run_id=\"watched\"\\} 2") == 1 &&
+           CountMatches(r.body, "ddprun_rdzv_run_nodes\\{run_id=\"watched\"\\} 2") == 1;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<testing::RdzvDaemon> daemon_;
+  int http_port_ = 0;
+};
+
+TEST_F(MetricsTest, PromtoolAcceptsTheMetricsAndARealPrometheusScrapesThem) {
+  auto agents = StartJob();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return JobRestartedAndRunning() && CountMatches(Get(http_port_, "/metrics", Bearer()).body,
+                                                        "ddprun_rdzv_heartbeats_total [1-9]") == 1;
+      },
+      30s))
+      << Get(http_port_, "/metrics", Bearer()).body;
+  const Response metrics = Get(http_port_, "/metrics", Bearer());
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_THAT(metrics.head, HasSubstr("text/plain; version=0.0.4"));
+  EXPECT_THAT(metrics.body, HasSubstr("ddprun_rdzv_restarts_total{cause=\"worker_failure\"} 1"));
+  EXPECT_THAT(metrics.body, HasSubstr("ddprun_rdzv_run_restarts_used{run_id=\"watched\"} 1"));
+  EXPECT_THAT(metrics.body, HasSubstr("ddprun_rdzv_failure_to_restart_seconds_count 1"));
+  EXPECT_THAT(metrics.body, HasSubstr("ddprun_rdzv_round_completion_seconds_count 2"));
+  EXPECT_EQ(CountMatches(metrics.body, "ddprun_rdzv_heartbeats_total [1-9]"), 1) << metrics.body;
+
+  if (access("/usr/bin/promtool", X_OK) != 0) GTEST_SKIP() << "promtool missing (prometheus)";
+  WriteFile(dir_.File("metrics.txt"), metrics.body);
+  Subprocess promtool(
+      {"/bin/sh", "-c", "/usr/bin/promtool check metrics < " + dir_.File("metrics.txt")});
+  auto st = promtool.Wait(30s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 0) << promtool.out() << promtool.err();
+
+  // A real Prometheus, scraping every 200 ms with the token from a file.
+  int port = 0;
+  {
+    testing::ReservedPort free_port;  // released for Prometheus to bind
+    port = free_port.port();
+  }
+  ASSERT_GT(port, 0);
+  WriteFile(dir_.File("token"), kToken);
+  WriteFile(dir_.File("prometheus.yml"),
+            "global:\n  scrape_interval: 200ms\n  scrape_timeout: 150ms\n"
+            "scrape_configs:\n  - job_name: ddprun-rdzv\n"
+            "    authorization:\n      credentials_file: " +
+                dir_.File("token") +
+                "\n"
+                "    static_configs:\n      - targets: ['127.0.0.1:" +
+                std::to_string(http_port_) + "']\n");
+  Subprocess prometheus({"/usr/bin/prometheus", "--config.file=" + dir_.File("prometheus.yml"),
+                         "--storage.tsdb.path=" + dir_.File("tsdb"),
+                         "--web.listen-address=127.0.0.1:" + std::to_string(port)});
+  std::string answer;
+  const bool scraped = WaitUntil(
+      [&] {
+        answer =
+            Get(port, "/api/v1/query?query=ddprun_rdzv_run_nodes%7Brun_id%3D%22watched%22%7D").body;
+        const auto j = nlohmann::json::parse(answer, nullptr, false);
+        return !j.is_discarded() && j.value("status", "") == "success" &&
+               !j["data"]["result"].empty() && j["data"]["result"][0]["value"][1] == "2";
+      },
+      60s);
+  EXPECT_TRUE(scraped) << answer << prometheus.err().substr(0, 3000);
+  WriteFile(dir_.File("go"), "");
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s));
+}
+
+TEST_F(MetricsTest, AWrongOrMissingTokenGets401AndShowsNothing) {
+  auto agents = StartJob();
+  ASSERT_TRUE(WaitUntil([&] { return JobRestartedAndRunning(); }, 30s));
+  for (const std::string headers : {std::string(""), std::string("Authorization: Bearer nope\r\n"),
+                                    std::string("Cookie: ddprun_session=guess\r\n")}) {
+    for (const char* path : {"/", "/metrics"}) {
+      const Response r = Get(http_port_, path, headers);
+      EXPECT_EQ(r.status, 401) << path << " " << headers;
+      EXPECT_THAT(r.body, Not(HasSubstr("watched"))) << path;
+      EXPECT_THAT(r.body, Not(HasSubstr(kToken))) << path;
+    }
+  }
+  // The login form: a wrong token is refused; the right one sets a session cookie (not the
+  // token) that opens the page.
+  auto login = [&](const std::string& token) {
+    const std::string body = "token=" + token;
+    return Exchange(http_port_,
+                    "POST /login HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                    "Content-Type: application/x-www-form-urlencoded\r\n"
+                    "Content-Length: " +
+                        std::to_string(body.size()) + "\r\n\r\n" + body);
+  };
+  EXPECT_THAT(login("nope"), HasSubstr("HTTP/1.1 401"));
+  const std::string ok = login(kToken);
+  EXPECT_THAT(ok, HasSubstr("HTTP/1.1 303"));
+  std::smatch cookie;
+  ASSERT_TRUE(std::regex_search(ok, cookie, std::regex("Set-Cookie: (ddprun_session=[0-9a-f]+)")))
+      << ok;
+  EXPECT_THAT(ok, Not(HasSubstr(kToken)));
+  const Response page = Get(http_port_, "/", "Cookie: " + cookie[1].str() + "\r\n");
+  EXPECT_EQ(page.status, 200);
+  EXPECT_THAT(page.body, HasSubstr("run watched"));
+  EXPECT_THAT(page.body, Not(HasSubstr(kToken)));
+  EXPECT_EQ(CountMatches(page.body, "<tr class=\"member\">"), 2) << page.body;
+  EXPECT_THAT(page.body, HasSubstr("worker_failure"));
+  WriteFile(dir_.File("go"), "");
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s));
+}
+
+TEST_F(MetricsTest, JunkSlowOversizedAndManyConnectionsLeaveTheServerServing) {
+  auto agents = StartJob();
+  ASSERT_TRUE(WaitUntil([&] { return JobRestartedAndRunning(); }, 30s));
+  // Junk, an unknown path, another method, a huge header.
+  EXPECT_THAT(Exchange(http_port_, "\x16\x03\x01 garbage\r\n\r\n"), Not(HasSubstr(" 200 ")));
+  EXPECT_EQ(Get(http_port_, "/admin", Bearer()).status, 404);
+  EXPECT_THAT(Exchange(http_port_, "DELETE /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" +
+                                       Bearer() + "\r\n"),
+              HasSubstr(" 405 "));
+  EXPECT_THAT(Exchange(http_port_, "GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " +
+                                       std::string(100000, 'a') + "\r\n\r\n"),
+              Not(HasSubstr(" 200 ")));
+  // Many connections at once, and slow ones: a byte a second.
+  std::vector<int> idle;
+  for (int i = 0; i < 100; ++i) {
+    const int fd = Connect(http_port_);
+    if (fd >= 0) idle.push_back(fd);
+  }
+  std::thread slow([&] {
+    const int fd = Connect(http_port_);
+    const std::string request = "GET /metrics HTTP/1.1\r\n";
+    for (size_t i = 0; i < request.size() && i < 4; ++i) {
+      if (write(fd, &request[i], 1) < 0) break;
+      std::this_thread::sleep_for(1s);
+    }
+    close(fd);
+  });
+  for (int fd : idle) close(fd);
+  // Still serving, over HTTP and gRPC, while the slow client dribbles.
+  EXPECT_TRUE(WaitUntil([&] { return Get(http_port_, "/metrics", Bearer()).status == 200; }, 10s));
+  Subprocess status(
+      {BinPath("ddprun"), "status", "--rdzv-endpoint=" + daemon_->endpoint(), "--rdzv-id=watched"},
+      {{"DDPRUN_RDZV_TOKEN", kToken}});
+  auto st = status.Wait(20s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 0) << status.err();
+  slow.join();
+  WriteFile(dir_.File("go"), "");
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s)) << "the job was not disturbed";
+}
+
+TEST_F(MetricsTest, ATakenHttpPortExitsTwoNamingIt) {
+  Subprocess second(
+      {BinPath("ddprun-rdzv"), "--port=0", "--http-port=" + std::to_string(http_port_)});
+  auto st = second.Wait(10s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 2) << second.err();
+  EXPECT_THAT(second.err(), HasSubstr("--http-port=" + std::to_string(http_port_)));
+}
+
+}  // namespace
+}  // namespace ddprun
