@@ -133,13 +133,15 @@ std::string OnLoop(LoopThread* loop, std::function<std::string()> render) {
 }  // namespace
 
 std::string RendezvousServiceImpl::RenderMetrics() {
-  return OnLoop(loop_, [this] { return FormatMetrics(state_.metrics(), state_.AllStatus()); });
+  return OnLoop(loop_, [this] {
+    return FormatMetrics(state_.metrics(), state_.AllStatus(/*with_members=*/false));
+  });
 }
 
 std::string RendezvousServiceImpl::RenderStatusPage(const std::string& server) {
   return OnLoop(loop_, [this, server] {
-    return rendezvous::RenderStatusPage(state_.AllStatus(), state_.metrics(), server,
-                                        clock_->Now());
+    return rendezvous::RenderStatusPage(state_.AllStatus(/*with_members=*/true), state_.metrics(),
+                                        server, clock_->Now());
   });
 }
 

@@ -571,7 +571,7 @@ void RunState::Restore(const RunSnapshot& s, TimePoint now, Outbox* out) {
   }
 }
 
-RunStatus RunState::Status() const {
+RunStatus RunState::Status(bool with_members) const {
   RunStatus s;
   s.run_id = run_id_;
   s.round = round_;
@@ -581,6 +581,8 @@ RunStatus RunState::Status() const {
   s.min_nodes = min_nodes_;
   s.max_nodes = max_nodes_;
   s.close_message = close_message_;
+  s.num_nodes = static_cast<int>(nodes_.size());
+  if (!with_members) return s;
   s.restarts = restart_log_;
   std::vector<const Node*> order;
   for (const auto& [conn, node] : nodes_) order.push_back(&node);

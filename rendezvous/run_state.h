@@ -95,6 +95,7 @@ struct RunStatus {
   int max_nodes = 0;
   std::string close_message;
   std::vector<RestartRecord> restarts;  // the latest kMaxRestartRecords, oldest first
+  int num_nodes = 0;                    // agents connected (= members.size() when listed)
 };
 
 inline constexpr size_t kMaxRestartRecords = 20;
@@ -159,7 +160,9 @@ class RunState {
   int64_t round() const { return round_; }
   int restarts_used() const { return restarts_used_; }
   const std::string& run_id() const { return run_id_; }
-  RunStatus Status() const;
+  // Without `with_members`, members and restarts are left empty (num_nodes is always set):
+  // /metrics needs the counts, not 10,000 members copied and sorted on the loop every scrape.
+  RunStatus Status(bool with_members = true) const;
 
  private:
   struct Node {

@@ -74,7 +74,7 @@ std::string FormatMetrics(const ServerMetrics& m, const std::vector<RunStatus>& 
   };
   const Gauge gauges[] = {
       {"ddprun_rdzv_run_nodes", "Agents connected to the run.",
-       [](const RunStatus& r) { return static_cast<double>(r.members.size()); }},
+       [](const RunStatus& r) { return static_cast<double>(r.num_nodes); }},
       {"ddprun_rdzv_run_round", "The run's current round (0 before the first).",
        [](const RunStatus& r) { return static_cast<double>(r.round); }},
       {"ddprun_rdzv_run_restarts_used", "Failure restarts spent of the run's budget.",

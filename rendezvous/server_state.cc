@@ -192,9 +192,9 @@ std::optional<TimePoint> ServerState::NextDeadline() const {
   return next;
 }
 
-std::vector<RunStatus> ServerState::AllStatus() const {
+std::vector<RunStatus> ServerState::AllStatus(bool with_members) const {
   std::vector<RunStatus> all;
-  for (const auto& [id, run] : runs_) all.push_back(run.state->Status());
+  for (const auto& [id, run] : runs_) all.push_back(run.state->Status(with_members));
   return all;
 }
 

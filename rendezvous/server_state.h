@@ -53,8 +53,8 @@ class ServerState {
   const ServerLimits& limits() const { return limits_; }
   // Counters for /metrics; the service adds the calls it refuses itself.
   ServerMetrics& metrics() { return metrics_; }
-  // Every run's status, by run id (for /metrics and the status page).
-  std::vector<RunStatus> AllStatus() const;
+  // Every run's status, by run id (for /metrics and the status page; see RunState::Status).
+  std::vector<RunStatus> AllStatus(bool with_members) const;
 
  private:
   struct Run {

@@ -10,7 +10,9 @@ namespace {
 
 std::string Seconds(double s) {
   char buf[32];
-  if (s < 1) {
+  if (s < 0.01) {
+    snprintf(buf, sizeof(buf), "%.1f ms", s * 1000);
+  } else if (s < 1) {
     snprintf(buf, sizeof(buf), "%.0f ms", s * 1000);
   } else {
     snprintf(buf, sizeof(buf), "%.1f s", s);
@@ -21,6 +23,9 @@ std::string Seconds(double s) {
 double Since(TimePoint then, TimePoint now) {
   return std::chrono::duration<double>(now - then).count();
 }
+
+// A page for a person: a 10,000-node run lists its first members, not all.
+constexpr size_t kMaxMembersShown = 256;
 
 const char kStyle[] =
     "body{font:14px system-ui,sans-serif;margin:1.5em;color:#1d2330}"
@@ -63,7 +68,14 @@ std::string RenderStatusPage(const std::vector<RunStatus>& runs, const ServerMet
                     "<table class=\"members\"><tr><th>host</th><th>address</th><th>group rank"
                     "</th><th>global ranks</th><th>last heartbeat</th><th>state</th>"
                     "<th>node id</th></tr>");
+    size_t shown = 0;
     for (const MemberStatus& m : run.members) {
+      if (++shown > kMaxMembersShown) {
+        absl::StrAppend(&out, "<tr><td colspan=\"7\">&hellip; and ",
+                        run.members.size() - kMaxMembersShown,
+                        " more (all of them: ddprun status --json)</td></tr>");
+        break;
+      }
       // Global ranks follow the group ranks: every node has nproc_per_node workers.
       const std::string ranks = m.group_rank < 0
                                     ? "-"

@@ -34,6 +34,7 @@ TEST_PACKAGES=(
   elfutils                   # eu-stack: native stacks of hung workers (ddprun hang reports)
   iproute2                   # tests/integration/multihost_test: hosts from network namespaces
   prometheus                 # promtool and a real server scrape ddprun-rdzv's /metrics (tests)
+  chromium                   # the status page in a real (headless) browser (tests)
   # packaging: man pages, the .deb and its dependencies, and their tests
   help2man                   # man pages from --help (packaging/make-man-page.sh)
   dpkg-dev                   # dpkg-shlibdeps: the package's dependencies from its binaries

@@ -5,12 +5,18 @@
 //   2. the server's CPU while every agent heartbeats every --keep-alive seconds;
 //   3. failure-to-restart: one agent reports a worker failure; time until every agent has the
 //      restart and the next round's assignment.
+// With --scrape-http the daemon also serves /metrics (--http-port 0) and a scraper GETs it
+// every second for the whole run, as Prometheus would: the cost of being watched.
 // The server runs in its own process so that its CPU (from /proc/PID/stat) is its own.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -24,6 +30,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
 #include "rendezvous/agent_call.h"
@@ -97,10 +104,84 @@ class Tally {
 struct Daemon {
   pid_t pid = -1;
   std::string endpoint;
+  int http_port = 0;
+};
+
+std::string ReadLine(int fd) {
+  std::string line;
+  char c;
+  while (read(fd, &c, 1) == 1 && c != '\n') line.push_back(c);
+  return line;
+}
+
+// GET /metrics on loopback with the token; the body's size, or -1.
+long ScrapeOnce(int port, const std::string& token) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  const std::string request =
+      "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+      "Authorization: Bearer " +
+      token + "\r\n\r\n";
+  if (write(fd, request.data(), request.size()) < 0) {
+    close(fd);
+    return -1;
+  }
+  std::string answer;
+  char buf[16384];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) answer.append(buf, n);
+  close(fd);
+  if (answer.rfind("HTTP/1.1 200", 0) != 0) return -1;
+  return static_cast<long>(answer.size() - answer.find("\r\n\r\n") - 4);
+}
+
+// Scrapes every second until stopped, like a Prometheus server with scrape_interval 1s.
+class Scraper {
+ public:
+  Scraper(int port, std::string token) : port_(port), token_(std::move(token)) {
+    thread_ = std::thread([this] { Run(); });
+  }
+  ~Scraper() {
+    stop_.Notify();
+    thread_.join();
+  }
+  std::string Summary() {
+    std::sort(ms_.begin(), ms_.end());
+    return absl::StrCat(ms_.size(), " scrapes of /metrics (", failed_, " failed), median ",
+                        ms_.empty() ? 0.0 : ms_[ms_.size() / 2], " ms, ", bytes_, " bytes");
+  }
+
+ private:
+  void Run() {
+    do {
+      const auto t0 = Clock::now();
+      const long bytes = ScrapeOnce(port_, token_);
+      if (bytes < 0) {
+        ++failed_;
+      } else {
+        ms_.push_back(1000 * Seconds(Clock::now() - t0));
+        bytes_ = bytes;
+      }
+    } while (!stop_.WaitForNotificationWithTimeout(absl::Seconds(1)));
+  }
+  const int port_;
+  const std::string token_;
+  absl::Notification stop_;
+  std::vector<double> ms_;
+  int failed_ = 0;
+  long bytes_ = 0;
+  std::thread thread_;
 };
 
 // Starts ddprun-rdzv --port 0 and reads the port it prints.
-absl::StatusOr<Daemon> StartDaemon(const std::string& path, const std::string& token) {
+absl::StatusOr<Daemon> StartDaemon(const std::string& path, const std::string& token, bool http) {
   int out[2];
   if (pipe(out) != 0) return absl::InternalError("pipe");
   posix_spawn_file_actions_t actions;
@@ -109,19 +190,24 @@ absl::StatusOr<Daemon> StartDaemon(const std::string& path, const std::string& t
   posix_spawn_file_actions_addclose(&actions, out[0]);
   setenv(kTokenEnv, token.c_str(), 1);
   std::vector<char*> argv = {const_cast<char*>(path.c_str()), const_cast<char*>("--port"),
-                             const_cast<char*>("0"), nullptr};
+                             const_cast<char*>("0")};
+  if (http) argv.push_back(const_cast<char*>("--http-port=0"));
+  argv.push_back(nullptr);
   Daemon d;
   if (posix_spawn(&d.pid, path.c_str(), &actions, nullptr, argv.data(), environ) != 0) {
     return absl::InternalError("cannot start " + path);
   }
   close(out[1]);
-  std::string line;
-  char c;
-  while (read(out[0], &c, 1) == 1 && c != '\n') line.push_back(c);
-  close(out[0]);
+  const std::string line = ReadLine(out[0]);
   const std::string prefix = "ddprun-rdzv listening on ";
   if (line.rfind(prefix, 0) != 0) return absl::InternalError("daemon said: " + line);
   d.endpoint = line.substr(prefix.size());
+  if (http) {
+    const std::string http_line = ReadLine(out[0]);
+    d.http_port = std::atoi(http_line.substr(http_line.rfind(':') + 1).c_str());
+    if (d.http_port <= 0) return absl::InternalError("daemon said: " + http_line);
+  }
+  close(out[0]);
   return d;
 }
 
@@ -129,6 +215,7 @@ int Main(int argc, char** argv) {
   int agents = 10000, channels = 16, nproc = 8, client_threads = 4;
   double heartbeat_seconds = 10, keep_alive = 1.0;
   std::string endpoint, daemon_path;
+  bool scrape_http = false;
   CLI::App app{"rendezvous load generator"};
   app.add_option("--agents", agents, "simulated agents (one stream each)");
   app.add_option("--channels", channels, "TCP connections the streams share");
@@ -138,6 +225,8 @@ int Main(int argc, char** argv) {
   app.add_option("--keep-alive", keep_alive, "heartbeat interval in seconds");
   app.add_option("--endpoint", endpoint, "use this server instead of starting ddprun-rdzv");
   app.add_option("--daemon", daemon_path, "ddprun-rdzv to start (default: next to this binary)");
+  app.add_flag("--scrape-http", scrape_http,
+               "serve /metrics (--http-port 0) and GET it every second during the run");
   CLI11_PARSE(app, argc, argv);
 
   const std::string token = "load-test-token";
@@ -147,7 +236,7 @@ int Main(int argc, char** argv) {
       std::string self(argv[0]);
       daemon_path = self.substr(0, self.rfind('/') + 1) + "ddprun-rdzv";
     }
-    absl::StatusOr<Daemon> d = StartDaemon(daemon_path, token);
+    absl::StatusOr<Daemon> d = StartDaemon(daemon_path, token, scrape_http);
     if (!d.ok()) {
       std::fprintf(stderr, "rdzv-load: %s\n", std::string(d.status().message()).c_str());
       return 1;
@@ -156,6 +245,8 @@ int Main(int argc, char** argv) {
     endpoint = daemon.endpoint;
   }
 
+  std::unique_ptr<Scraper> scraper;
+  if (daemon.http_port > 0) scraper = std::make_unique<Scraper>(daemon.http_port, token);
   ClientOptions options;
   options.endpoint = endpoint;
   std::vector<std::shared_ptr<grpc::Channel>> pool;
@@ -265,6 +356,8 @@ int Main(int argc, char** argv) {
   std::printf("worker failure on one node -> all %d nodes restarted and reassigned in %.3f s\n",
               agents, Seconds(Clock::now() - f0));
 
+  if (scraper != nullptr) std::printf("http: %s\n", scraper->Summary().c_str());
+  scraper.reset();
   for (auto& call : calls) call->Cancel();
   for (auto& call : calls) call->done().WaitForNotification();
   if (daemon.pid > 0) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
@@ -89,8 +90,11 @@ std::string Bearer() { return std::string("Authorization: Bearer ") + kToken + "
 
 class MetricsTest : public ::testing::Test {
  protected:
+  // The rendezvous token of the test's daemon and agents.
+  virtual std::string Token() const { return kToken; }
+
   void SetUp() override {
-    daemon_ = std::make_unique<testing::RdzvDaemon>(kToken, "127.0.0.1",
+    daemon_ = std::make_unique<testing::RdzvDaemon>(Token(), "127.0.0.1",
                                                     [](std::vector<std::string> argv) {
                                                       argv.push_back("--http-port=0");
                                                       return argv;
@@ -125,7 +129,7 @@ class MetricsTest : public ::testing::Test {
                                    "--max-restarts=1", "--rdzv-backend=c10d",
                                    "--rdzv-endpoint=" + daemon_->endpoint(), "--rdzv-id=watched",
                                    "--rdzv-conf=keep_alive_interval=0.3", "--no-python", worker},
-          std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", kToken}}));
+          std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", Token()}}));
     }
     return agents;
   }
@@ -279,6 +283,59 @@ TEST_F(MetricsTest, JunkSlowOversizedAndManyConnectionsLeaveTheServerServing) {
   slow.join();
   WriteFile(dir_.File("go"), "");
   ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s)) << "the job was not disturbed";
+}
+
+// A daemon on loopback without a token (a browser started from the command line sends no
+// header), for the page as a person sees it.
+class StatusPageTest : public MetricsTest {
+ protected:
+  std::string Token() const override { return ""; }
+};
+
+// The status page in a real browser (headless Chromium) while a 2-agent job runs after a
+// restart: the run, its two members and the restart's cause are on the page; the screenshot
+// is kept in BUILD/test-artifacts/status-page.png.
+TEST_F(StatusPageTest, HeadlessChromiumShowsTheRunItsMembersAndTheRestart) {
+  const std::string chromium = "/usr/bin/chromium";
+  if (access(chromium.c_str(), X_OK) != 0) GTEST_SKIP() << "chromium missing";
+  auto agents = StartJob();
+  ASSERT_TRUE(WaitUntil([&] { return JobRestartedAndRunning(); }, 30s));
+  const std::string url = "http://127.0.0.1:" + std::to_string(http_port_) + "/";
+  const std::vector<std::string> browser = {chromium,
+                                            "--headless=new",
+                                            "--no-sandbox",
+                                            "--disable-gpu",
+                                            "--no-first-run",
+                                            "--user-data-dir=" + dir_.File("chromium"),
+                                            "--window-size=1280,720"};
+  std::vector<std::string> dump = browser;
+  dump.push_back("--dump-dom");
+  dump.push_back(url);
+  Subprocess dom(dump);
+  auto st = dom.Wait(90s);
+  ASSERT_TRUE(st.has_value()) << "chromium did not finish";
+  ASSERT_EQ(st->exit_code, 0) << dom.err().substr(0, 2000);
+  EXPECT_THAT(dom.out(), HasSubstr("run watched"));
+  EXPECT_EQ(CountMatches(dom.out(), "<tr class=\"member\">"), 2) << dom.out();
+  EXPECT_THAT(dom.out(), HasSubstr("worker_failure"));
+  EXPECT_THAT(dom.out(), HasSubstr("running"));
+
+  const std::string artifacts = BinPath("../test-artifacts");
+  std::filesystem::create_directories(artifacts);
+  const std::string png = artifacts + "/status-page.png";
+  std::filesystem::remove(png);
+  std::vector<std::string> shot = browser;
+  shot.push_back("--screenshot=" + png);
+  shot.push_back(url);
+  Subprocess screenshot(shot);
+  st = screenshot.Wait(90s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 0) << screenshot.err().substr(0, 2000);
+  const std::string image = ReadFile(png);
+  EXPECT_GT(image.size(), 10000u) << png;
+  EXPECT_EQ(image.substr(0, 4), "\x89PNG") << png;
+  WriteFile(dir_.File("go"), "");
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s));
 }
 
 TEST_F(MetricsTest, ATakenHttpPortExitsTwoNamingIt) {
