@@ -52,7 +52,7 @@ constexpr FlagDef kFlags[] = {
      "Rendezvous settings k=v,...: join_timeout, last_call_timeout, close_timeout, "
      "read_timeout, keep_alive_interval, keep_alive_max_attempt, is_host, token_file, "
      "tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name, etcd_prefix, etcd_user, "
-     "etcd_password_file."},
+     "etcd_password_file, http_port, http_host."},
     {"standalone", "", true, "One node: a private rendezvous on loopback, random port and run id."},
     {"max-restarts", "", false,
      "Failure-triggered restarts of the worker group, one budget for the job. Default 0."},

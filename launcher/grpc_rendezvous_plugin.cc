@@ -242,10 +242,20 @@ class PluginImpl final : public GrpcRendezvousPlugin {
       o.tls.client_ca_file = s.tls_client_ca;
       o.default_timeouts = s.timeouts;
       o.embedded = true;
+      if (s.http_port.has_value()) {
+        rendezvous::HttpOptions http;
+        http.host = s.http_host;
+        http.port = *s.http_port;
+        o.http = http;
+      }
       auto started = rendezvous::RendezvousServer::Start(o);
       if (started.ok()) {
         server = std::move(*started);
         LogInfo(absl::StrCat("hosting the rendezvous on ", server->address()));
+        if (server->http_port() > 0) {
+          LogInfo(absl::StrCat("serving /metrics and the status page on ",
+                               FormatHostPort(s.http_host, server->http_port())));
+        }
       } else if (s.must_host || started.status().code() != absl::StatusCode::kUnavailable) {
         return started.status();
       }

@@ -34,6 +34,9 @@ struct C10dSettings {
   std::chrono::milliseconds read_timeout{60000};
   std::chrono::milliseconds rpc_timeout{10000};
   std::optional<std::chrono::milliseconds> close_timeout;  // unset: the client's default
+  // When hosting: the server's /metrics and status page on http_host:http_port; unset: off.
+  std::optional<int> http_port;
+  std::string http_host = "127.0.0.1";
 };
 
 // Everything the etcd v3 backend needs (--rdzv-backend=etcd), parsed from the options.

@@ -93,6 +93,11 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
       c.etcd_user = value;
     } else if (key == "etcd_password_file") {
       c.etcd_password_file = value;
+    } else if (key == "http_port") {
+      DDPRUN_ASSIGN_OR_RETURN(int64_t port, ParseInt("--rdzv-conf http_port", value, 0, 65535));
+      c.http_port = static_cast<int>(port);
+    } else if (key == "http_host") {
+      c.http_host = value;
     } else if (key == "store_type" || key == "use_libuv") {
       // torch 2.x store options; meaningless without an agent store, accepted and ignored.
     } else {
@@ -100,7 +105,8 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
           "--rdzv-conf ", key, "=", value,
           ": unknown key (known: join_timeout, last_call_timeout, close_timeout, read_timeout, "
           "keep_alive_interval, keep_alive_max_attempt, is_host, token_file, tls_cert, tls_key, "
-          "tls_ca, tls_client_ca, tls_server_name, etcd_prefix, etcd_user, etcd_password_file)"));
+          "tls_ca, tls_client_ca, tls_server_name, etcd_prefix, etcd_user, etcd_password_file, "
+          "http_port, http_host)"));
     }
   }
   return c;
@@ -152,6 +158,8 @@ absl::StatusOr<C10dSettings> MakeC10dSettings(const LaunchOptions& options, cons
   s.timeouts = conf.timeouts;
   s.read_timeout = conf.read_timeout;
   s.close_timeout = conf.close_timeout;
+  s.http_port = conf.http_port;
+  s.http_host = conf.http_host;
   return s;
 }
 

@@ -46,6 +46,9 @@ struct RdzvConf {
   std::string token_file;
   std::string tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name;
   std::string etcd_prefix, etcd_user, etcd_password_file;  // --rdzv-backend=etcd
+  // The embedded server's /metrics and status page (as ddprun-rdzv --http-port/--http-host).
+  std::optional<int> http_port;
+  std::string http_host = "127.0.0.1";
 };
 absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>& conf);
 

@@ -338,6 +338,48 @@ TEST_F(StatusPageTest, HeadlessChromiumShowsTheRunItsMembersAndTheRestart) {
   ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s));
 }
 
+// The agent that hosts the embedded server serves the same HTTP side
+// (--rdzv-conf=http_port=P).
+TEST(EmbeddedServerHttpTest, TheHostingAgentServesMetricsForTheRun) {
+  TempDir dir;
+  int rdzv_port = 0, http_port = 0;
+  {
+    testing::ReservedPort a, b;  // released for the agent to bind
+    rdzv_port = a.port();
+    http_port = b.port();
+  }
+  const std::string worker = dir.File("w.sh");
+  WriteFile(worker, "#!/bin/sh\nwhile [ ! -e " + dir.File("go") + " ]; do sleep 0.05; done\n",
+            0755);
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int i = 0; i < 2; ++i) {
+    std::vector<std::string> argv = {BinPath("ddprun"), "--nnodes=2", "--rdzv-backend=c10d",
+                                     "--rdzv-endpoint=127.0.0.1:" + std::to_string(rdzv_port),
+                                     "--rdzv-id=embedded"};
+    if (i == 0) argv.push_back("--rdzv-conf=is_host=1,http_port=" + std::to_string(http_port));
+    argv.push_back("--no-python");
+    argv.push_back(worker);
+    agents.push_back(std::make_unique<Subprocess>(
+        argv, std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", kToken}}));
+    if (i == 0) {
+      ASSERT_TRUE(WaitUntil(
+          [&] { return agents[0]->err().find("serving /metrics") != std::string::npos; }, 10s))
+          << agents[0]->err();
+    }
+  }
+  std::string body;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        body = Get(http_port, "/metrics", Bearer()).body;
+        return body.find("ddprun_rdzv_run_nodes{run_id=\"embedded\"} 2") != std::string::npos;
+      },
+      30s))
+      << body;
+  EXPECT_EQ(Get(http_port, "/metrics").status, 401);
+  WriteFile(dir.File("go"), "");
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s));
+}
+
 TEST_F(MetricsTest, ATakenHttpPortExitsTwoNamingIt) {
   Subprocess second(
       {BinPath("ddprun-rdzv"), "--port=0", "--http-port=" + std::to_string(http_port_)});
