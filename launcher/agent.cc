@@ -628,6 +628,7 @@ void Agent::RecordStep(StepEvent event) {
                       .count();
   const std::string line = timeline_->Add(event);
   if (events_fd_ >= 0) WriteAll(events_fd_, absl::StrCat(line, "\n"));
+  if (rendezvous_ != nullptr) rendezvous_->ReportStep(line);
   switch (event.step) {
     case Step::kFailureDetected:
       failure_in_cycle_ = true;

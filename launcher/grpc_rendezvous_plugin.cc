@@ -94,6 +94,7 @@ class GrpcRendezvousImpl final : public GrpcRendezvous {
   void ReportProgress(const std::vector<rendezvous::RankProgress>& progress, bool urgent) override {
     client_->ReportProgress(progress, urgent);
   }
+  void ReportStep(const std::string& json) override { client_->ReportStep(json); }
   void Leave(const std::string& reason) override { client_->Leave(reason); }
 
   bool hosting() const override { return server_ != nullptr; }

@@ -123,6 +123,9 @@ class Rendezvous {
   // The last sign of life of this node's workers. Sent with the next heartbeat; `urgent`
   // (before reporting a hang) sends it at once.
   virtual void ReportProgress(const std::vector<RankProgress>& progress, bool urgent) = 0;
+  // A step of this agent's run timeline (a JSON object), for the server's status page. Best
+  // effort: dropped while not connected; a backend without a page ignores it.
+  virtual void ReportStep(const std::string& json) {}
   // This node leaves the run (after success, or on a signal). Idempotent; no events follow.
   virtual void Leave(const std::string& reason) = 0;
 };

@@ -370,6 +370,15 @@ void RendezvousClient::ReportProgress(const std::vector<RankProgress>& progress,
   });
 }
 
+void RendezvousClient::ReportStep(const std::string& json) {
+  loop_->Post([this, json] {
+    if (!joined_ || closed_ || call_ == nullptr) return;
+    proto::AgentMessage m;
+    m.mutable_step()->set_json(json.substr(0, kMaxFailureMessage));
+    call_->Send(std::move(m));
+  });
+}
+
 void RendezvousClient::ReportGroupState(int64_t round, GroupState state,
                                         const std::optional<WorkerFailure>& failure) {
   loop_->Post([this, round, state, failure] {

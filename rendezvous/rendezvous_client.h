@@ -87,6 +87,7 @@ class RendezvousClient final : public Rendezvous {
   void ReportGroupState(int64_t round, GroupState state,
                         const std::optional<WorkerFailure>& failure) override;
   void ReportProgress(const std::vector<RankProgress>& progress, bool urgent) override;
+  void ReportStep(const std::string& json) override;
   void Leave(const std::string& reason) override;
 
   // Cuts the stream without a leave, as a crashed agent would (tests): no reconnect, no

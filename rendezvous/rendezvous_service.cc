@@ -218,6 +218,9 @@ void RendezvousServiceImpl::HandleMessage(ConnId conn, const proto::AgentMessage
     case proto::AgentMessage::kLeave:
       Apply(state_.Leave(conn, message.leave().reason(), now));
       break;
+    case proto::AgentMessage::kStep:
+      Apply(state_.Step(conn, message.step().json(), now));
+      break;
     default: {
       // Unknown or empty message: a client speaking another protocol. Drop it and its stream.
       Outbox out = state_.StreamBroken(conn, now);

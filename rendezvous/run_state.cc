@@ -160,6 +160,14 @@ void RunState::Heartbeat(ConnId conn, TimePoint now) {
   if (it != nodes_.end()) Touch(it->second, now);
 }
 
+void RunState::Step(ConnId conn, const std::string& json, TimePoint now) {
+  auto it = nodes_.find(conn);
+  if (it == nodes_.end()) return;
+  Touch(it->second, now);
+  if (steps_.size() == kMaxSteps) steps_.pop_front();
+  steps_.push_back(json);
+}
+
 absl::Status RunState::GroupStatus(ConnId conn, int64_t round, GroupState state,
                                    const std::optional<WorkerFailure>& failure, TimePoint now,
                                    Outbox* out) {
@@ -584,6 +592,7 @@ RunStatus RunState::Status(bool with_members) const {
   s.num_nodes = static_cast<int>(nodes_.size());
   if (!with_members) return s;
   s.restarts = restart_log_;
+  s.steps.assign(steps_.begin(), steps_.end());
   std::vector<const Node*> order;
   for (const auto& [conn, node] : nodes_) order.push_back(&node);
   std::sort(order.begin(), order.end(), [](const Node* a, const Node* b) {

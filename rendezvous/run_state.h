@@ -29,6 +29,7 @@
 #define DDPRUN_RENDEZVOUS_RUN_STATE_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -96,9 +97,11 @@ struct RunStatus {
   std::string close_message;
   std::vector<RestartRecord> restarts;  // the latest kMaxRestartRecords, oldest first
   int num_nodes = 0;                    // agents connected (= members.size() when listed)
+  std::vector<std::string> steps;       // the agents' latest timeline steps (JSON), oldest first
 };
 
 inline constexpr size_t kMaxRestartRecords = 20;
+inline constexpr size_t kMaxSteps = 60;
 
 // The durable part of a run: what a new coordinator needs to continue it when the old one is
 // gone (the etcd backend persists it with every change). Connections are not in it: the nodes
@@ -127,6 +130,8 @@ class RunState {
   void Join(ConnId conn, const JoinRequest& request, TimePoint now, Outbox* out);
   // Any message from the agent renews its lease; so does this.
   void Heartbeat(ConnId conn, TimePoint now);
+  // A step of the agent's timeline (JSON); the run keeps its latest kMaxSteps.
+  void Step(ConnId conn, const std::string& json, TimePoint now);
   // The agent's workers' last signs of life (sent with its heartbeats when hang detection is
   // on): when a round ends in a hang, the rank furthest behind is named to every node.
   void Progress(ConnId conn, const std::vector<RankProgress>& progress, TimePoint now);
@@ -230,6 +235,7 @@ class RunState {
   int64_t round_ = 0;                        // the last round formed; 0: none yet
   std::vector<std::string> restart_causes_;  // not yet taken
   std::vector<RestartRecord> restart_log_;   // the latest kMaxRestartRecords
+  std::deque<std::string> steps_;            // the latest kMaxSteps
   TimePoint round_began_{};                  // the forming round's start
   std::optional<TimePoint> failed_at_;       // the failure that restarted it
   std::vector<RoundTiming> round_timings_;   // formed, not yet taken

@@ -132,6 +132,14 @@ Outbox ServerState::Leave(ConnId conn, const std::string& reason, TimePoint now)
   return out;
 }
 
+Outbox ServerState::Step(ConnId conn, const std::string& json, TimePoint now) {
+  std::string run_id;
+  Run* run = RunOf(conn, &run_id);
+  if (run == nullptr) return CloseOnly(conn, absl::FailedPreconditionError("not joined"));
+  run->state->Step(conn, json.substr(0, limits_.max_message_length), now);
+  return {};
+}
+
 Outbox ServerState::StreamBroken(ConnId conn, TimePoint now) {
   std::string run_id;
   Run* run = RunOf(conn, &run_id);

@@ -35,6 +35,8 @@ class ServerState {
                      const std::optional<WorkerFailure>& failure, TimePoint now,
                      absl::Status* result = nullptr);
   Outbox Leave(ConnId conn, const std::string& reason, TimePoint now);
+  // A step of the agent's run timeline (kept for the status page; renews its lease).
+  Outbox Step(ConnId conn, const std::string& json, TimePoint now);
   Outbox StreamBroken(ConnId conn, TimePoint now);
   Outbox Tick(TimePoint now);
 

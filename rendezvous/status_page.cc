@@ -1,6 +1,8 @@
 #include "rendezvous/status_page.h"
 
 #include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -89,6 +91,34 @@ std::string RenderStatusPage(const std::vector<RunStatus>& runs, const ServerMet
                       HtmlEscape(m.node_id), "</td></tr>");
     }
     absl::StrAppend(&out, "</table>");
+    if (!run.steps.empty()) {
+      // The agents' own timelines, newest first (their events.jsonl steps).
+      absl::StrAppend(&out,
+                      "<details open><summary>timeline (the agents' latest steps)</summary>"
+                      "<table class=\"timeline\"><tr><th>time</th><th>node</th><th>step</th>"
+                      "<th>round</th><th>detail</th></tr>");
+      for (auto it = run.steps.rbegin(); it != run.steps.rend(); ++it) {
+        const nlohmann::json step = nlohmann::json::parse(*it, nullptr, false);
+        if (!step.is_object()) continue;
+        const int64_t ms = step.value("ts_ms", int64_t{0});
+        const std::time_t secs = static_cast<std::time_t>(ms / 1000);
+        std::tm tm{};
+        gmtime_r(&secs, &tm);
+        char when[32];
+        snprintf(when, sizeof(when), "%02d:%02d:%02d.%03d", tm.tm_hour, tm.tm_min, tm.tm_sec,
+                 static_cast<int>(ms % 1000));
+        std::string detail = step.value("cause", "");
+        const std::string more = step.value("detail", "");
+        if (!more.empty()) absl::StrAppend(&detail, detail.empty() ? "" : ": ", more);
+        const int64_t round = step.value("round", int64_t{-1});
+        absl::StrAppend(&out, "<tr class=\"step\"><td>", when, "</td><td>",
+                        HtmlEscape(step.value("node", "")), "</td><td>",
+                        HtmlEscape(step.value("step", "")), "</td><td>",
+                        round >= 0 ? absl::StrCat(round) : std::string(), "</td><td>",
+                        HtmlEscape(detail), "</td></tr>");
+      }
+      absl::StrAppend(&out, "</table></details>");
+    }
     if (!run.restarts.empty()) {
       absl::StrAppend(&out,
                       "<table class=\"restarts\"><tr><th>when</th><th>round</th><th>cause</th>"

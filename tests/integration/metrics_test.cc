@@ -240,6 +240,16 @@ TEST_F(MetricsTest, AWrongOrMissingTokenGets401AndShowsNothing) {
   EXPECT_THAT(page.body, Not(HasSubstr(kToken)));
   EXPECT_EQ(CountMatches(page.body, "<tr class=\"member\">"), 2) << page.body;
   EXPECT_THAT(page.body, HasSubstr("worker_failure"));
+  // The agents' own timelines reached the server: the failing agent's step names its cause.
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        const std::string body = Get(http_port_, "/", "Cookie: " + cookie[1].str() + "\r\n").body;
+        return body.find("failure_detected") != std::string::npos &&
+               body.find("worker_exit: exited 3") != std::string::npos &&
+               body.find("workers_started") != std::string::npos;
+      },
+      10s))
+      << Get(http_port_, "/", "Cookie: " + cookie[1].str() + "\r\n").body;
   WriteFile(dir_.File("go"), "");
   ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s));
 }
@@ -319,6 +329,7 @@ TEST_F(StatusPageTest, HeadlessChromiumShowsTheRunItsMembersAndTheRestart) {
   EXPECT_EQ(CountMatches(dom.out(), "<tr class=\"member\">"), 2) << dom.out();
   EXPECT_THAT(dom.out(), HasSubstr("worker_failure"));
   EXPECT_THAT(dom.out(), HasSubstr("running"));
+  EXPECT_THAT(dom.out(), HasSubstr("failure_detected"));
 
   const std::string artifacts = BinPath("../test-artifacts");
   std::filesystem::create_directories(artifacts);
