@@ -51,10 +51,14 @@ const char* StepName(Step step) {
 
 std::string CauseOfRestart(const std::string& reason, bool hang) {
   // The rendezvous server's reasons (rendezvous/run_state.cc): "worker failure on H: ...",
-  // "worker hang on H: ...", "node ... was lost: ...", "node ... joined", "node ... left: ...".
+  // "worker hang on H: ...", "node ... was lost: its connection broke" (or ": no heartbeat for
+  // ..."), "node ... joined", "node ... left: ...", "group rank N ... did not re-register ...".
   if (hang || absl::StartsWith(reason, "worker hang")) return kCauseHang;
   if (absl::StartsWith(reason, "worker failure")) return kCauseRemoteFailure;
-  if (absl::StrContains(reason, " was lost")) return kCauseNodeLost;
+  if (absl::StrContains(reason, " was lost: its connection broke")) return kCauseNodeLostStream;
+  if (absl::StrContains(reason, " was lost") || absl::StrContains(reason, "did not re-register")) {
+    return kCauseNodeLostLease;
+  }
   if (absl::EndsWith(reason, " joined")) return kCauseNodeJoined;
   if (absl::StrContains(reason, " left")) return kCauseNodeLeft;
   return "other";

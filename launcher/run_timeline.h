@@ -39,8 +39,9 @@ inline constexpr char kCauseWorkerSignal[] = "worker_signal";    // killed by a 
 inline constexpr char kCauseHang[] = "hang";                     // no sign of life for too long
 inline constexpr char kCauseStopSignal[] = "stop_signal";        // ddprun itself was told to stop
 inline constexpr char kCauseRemoteFailure[] = "remote_failure";  // a worker on another node
-inline constexpr char kCauseNodeLost[] = "node_lost";            // a node's stream or lease ended
-inline constexpr char kCauseNodeJoined[] = "node_joined";        // a scale-up
+inline constexpr char kCauseNodeLostStream[] = "node_lost_stream";  // its stream broke
+inline constexpr char kCauseNodeLostLease[] = "node_lost_lease";    // silent past its lease
+inline constexpr char kCauseNodeJoined[] = "node_joined";           // a scale-up
 inline constexpr char kCauseNodeLeft[] = "node_left";
 
 struct StepEvent {
@@ -60,7 +61,8 @@ struct StepEvent {
 
 const char* StepName(Step step);  // "failure_detected", ...
 
-// The restart reason the rendezvous sent, as a cause ("node ... was lost: ..." -> node_lost).
+// The restart reason the rendezvous sent, as a cause ("node ... was lost: its connection
+// broke" -> node_lost_stream; other losses, all of a lease, -> node_lost_lease).
 std::string CauseOfRestart(const std::string& reason, bool hang);
 
 class RunTimeline {

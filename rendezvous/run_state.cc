@@ -233,7 +233,7 @@ void RunState::LoseNode(ConnId conn, const std::string& why, TimePoint now, Outb
   RemoveNode(conn);
   if (phase_ == RunPhase::kRunning && was_member) {
     if (EndsWithoutRestart(out)) return;
-    RestartRound(reason, kRestartNodeLost, /*is_failure=*/true, std::nullopt, now, out);
+    RestartRound(reason, kRestartNodeLostStream, /*is_failure=*/true, std::nullopt, now, out);
   } else if (phase_ == RunPhase::kJoining) {
     MaybeFormRound(now, out);
   }
@@ -260,7 +260,7 @@ void RunState::Tick(TimePoint now, Outbox* out) {
   if (phase_ == RunPhase::kRunning && num_lost_members > 0 && !EndsWithoutRestart(out)) {
     const std::string more =
         num_lost_members > 1 ? absl::StrCat(" (and ", num_lost_members - 1, " more)") : "";
-    RestartRound(absl::StrCat(lost_members, more, " was lost: ", why), kRestartNodeLost,
+    RestartRound(absl::StrCat(lost_members, more, " was lost: ", why), kRestartNodeLostLease,
                  /*is_failure=*/true, std::nullopt, now, out);
   }
   if (phase_ == RunPhase::kRecovering && recovery_deadline_ && now >= *recovery_deadline_) {
@@ -571,7 +571,7 @@ void RunState::Restore(const RunSnapshot& s, TimePoint now, Outbox* out) {
   } else if (num_lost > 0) {
     const std::string more = num_lost > 1 ? absl::StrCat(" (and ", num_lost - 1, " more)") : "";
     RestartRound(absl::StrCat(lost, more, " was lost while the rendezvous changed coordinator"),
-                 kRestartNodeLost,
+                 kRestartNodeLostLease,  // etcd: its key (and lease) vanished
                  /*is_failure=*/true, std::nullopt, now, out);
   } else if (!newcomer.empty() && members_in_round() < max_nodes_ && succeeded_in_round_ == 0) {
     RestartRound(absl::StrCat(newcomer, " joined"), kRestartNodeJoined, /*is_failure=*/false,

@@ -54,7 +54,8 @@ const char* RunPhaseName(RunPhase phase);
 // Why a round was restarted (the label of ddprun-rdzv's restarts metric).
 inline constexpr char kRestartWorkerFailure[] = "worker_failure";
 inline constexpr char kRestartHang[] = "hang";
-inline constexpr char kRestartNodeLost[] = "node_lost";
+inline constexpr char kRestartNodeLostStream[] = "node_lost_stream";  // its stream broke
+inline constexpr char kRestartNodeLostLease[] = "node_lost_lease";    // silent past its lease
 inline constexpr char kRestartNodeJoined[] = "node_joined";
 inline constexpr char kRestartNodeLeft[] = "node_left";
 inline constexpr char kRestartServerRestart[] = "server_restart";  // re-registrations disagreed

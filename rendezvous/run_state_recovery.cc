@@ -231,7 +231,7 @@ void RunState::Settle(TimePoint now, Outbox* out) {
         absl::StrCat("group rank", missing.size() > 1 ? "s " : " ", absl::StrJoin(missing, ", "),
                      " of round ", newest, " did not re-register within ",
                      ToMillis(timeouts_.lease()), " ms ", after_restart),
-        kRestartNodeLost, /*is_failure=*/true, std::nullopt, now, out);
+        kRestartNodeLostLease, /*is_failure=*/true, std::nullopt, now, out);
     return;
   }
   for (ConnId conn : claimants) out->push_back({conn, ResumedNotice{newest}});

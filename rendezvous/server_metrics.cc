@@ -98,11 +98,13 @@ std::string FormatMetrics(const ServerMetrics& m, const std::vector<RunStatus>& 
                     "\",phase=\"", RunPhaseName(r.phase), "\"} 1\n");
   }
   Family("ddprun_rdzv_restarts_total", "counter",
-         "Rounds restarted, every run, by cause (worker_failure, hang, node_lost, node_joined, "
+         "Rounds restarted, every run, by cause (worker_failure, hang, node_lost_stream, "
+         "node_lost_lease, node_joined, "
          "node_left, server_restart).",
          &out);
-  for (const char* cause : {kRestartWorkerFailure, kRestartHang, kRestartNodeLost,
-                            kRestartNodeJoined, kRestartNodeLeft, kRestartServerRestart}) {
+  for (const char* cause :
+       {kRestartWorkerFailure, kRestartHang, kRestartNodeLostStream, kRestartNodeLostLease,
+        kRestartNodeJoined, kRestartNodeLeft, kRestartServerRestart}) {
     auto it = m.restarts.find(cause);
     absl::StrAppend(&out, "ddprun_rdzv_restarts_total{cause=\"", cause, "\"} ",
                     it == m.restarts.end() ? 0 : it->second, "\n");

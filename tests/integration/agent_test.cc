@@ -1,6 +1,7 @@
 // The agent end to end: real ddprun processes, real worker processes (shell scripts and Python
 // with Debian's torch), real signals, and the real torchrun as the reference.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -8,6 +9,7 @@
 #include <pty.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -53,6 +55,26 @@ std::string TorchrunPath() {
   if (access(shared.c_str(), X_OK) == 0) return shared;
   return Script("torchrun_py311.py");
 }
+
+// Debian's torchrun 1.13 takes fixed ports (--standalone: 29400, static: 29500): two of these
+// tests running at once (ctest -j) would collide. Each torchrun run holds this lock, shared by
+// every test process through a file.
+class TorchrunPortsLock {
+ public:
+  explicit TorchrunPortsLock(const std::string& program) {
+    if (program.find("torchrun") == std::string::npos) return;
+    fd_ = open("/tmp/ddprun-tests-torchrun-ports.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd_ >= 0) flock(fd_, LOCK_EX);
+  }
+  ~TorchrunPortsLock() {
+    if (fd_ >= 0) close(fd_);  // releases the lock
+  }
+  TorchrunPortsLock(const TorchrunPortsLock&) = delete;
+  TorchrunPortsLock& operator=(const TorchrunPortsLock&) = delete;
+
+ private:
+  int fd_ = -1;
+};
 
 std::map<std::string, std::string> Env(std::map<std::string, std::string> extra = {}) {
   extra.emplace("PYTHON_EXEC", testing::SystemPython());
@@ -102,6 +124,7 @@ void DumpEnvWith(const std::vector<std::string>& launcher, const std::string& ou
   std::vector<std::string> argv = launcher;
   argv.push_back(Script("dump_env.py"));
   argv.push_back(out);
+  TorchrunPortsLock lock(argv[0]);
   Subprocess p(argv, Env());
   auto st = p.Wait(60s);
   ASSERT_TRUE(st.has_value()) << p.err();
@@ -198,6 +221,7 @@ TEST(AgentTest, ArgumentMacrosAreSubstitutedAsTorchrunDoes) {
     argv.insert(argv.end(),
                 {"/bin/sh", "-c", "printf '%s|%s\n' \"$1\" \"$2\" > " + dir + "/args-$LOCAL_RANK",
                  "sh", "--gpu=${local_rank}", "x=$$y$local_rank,$local_ranks"});
+    TorchrunPortsLock lock(launcher);
     Subprocess p(argv);
     auto st = p.Wait(std::chrono::seconds(60));
     ASSERT_TRUE(st.has_value());
@@ -499,6 +523,7 @@ TEST(AgentTest, UnderAnotherLauncherTheWorkersErrorFileGoesUpAsTorchrunsDoes) {
   auto run = [&](std::vector<std::string> argv, const std::string& parent_file) {
     std::map<std::string, std::string> env = Env();
     env["TORCHELASTIC_ERROR_FILE"] = parent_file;
+    TorchrunPortsLock lock(argv[0]);
     Subprocess p(argv, env);
     auto st = p.Wait(60s);
     ASSERT_TRUE(st.has_value());
@@ -754,6 +779,7 @@ TEST(AgentTest, EventLogHandlerConsolePrintsTorchrunsEndOfRunEvents) {
   const std::string worker =
       ShellWorker(dir, "fail1.sh", "[ \"$RANK\" = 1 ] && exit 3\nexec sleep 60\n");
   auto run = [&](std::vector<std::string> argv, std::map<std::string, std::string> env) {
+    TorchrunPortsLock lock(argv[0]);
     Subprocess p(argv, Env(env));
     auto st = p.Wait(60s);
     EXPECT_TRUE(st.has_value());

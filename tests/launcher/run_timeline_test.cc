@@ -107,7 +107,13 @@ TEST(CauseOfRestartTest, NamesTheServersReasons) {
   EXPECT_EQ(CauseOfRestart("worker hang on n2: rank 3 (local_rank 1, pid 9) hung", true),
             kCauseHang);
   EXPECT_EQ(CauseOfRestart("node n3_1_ab (n3) was lost: no heartbeat within the lease", false),
-            kCauseNodeLost);
+            kCauseNodeLostLease);
+  EXPECT_EQ(CauseOfRestart("node n3_1_ab (n3) was lost: its connection broke", false),
+            kCauseNodeLostStream);
+  EXPECT_EQ(CauseOfRestart("group rank 1 of round 4 did not re-register within 3000 ms after "
+                           "the rendezvous server restarted",
+                           false),
+            kCauseNodeLostLease);
   EXPECT_EQ(CauseOfRestart("node n3_1_ab (n3) joined", false), kCauseNodeJoined);
   EXPECT_EQ(CauseOfRestart("node n3_1_ab (n3) left: SIGTERM", false), kCauseNodeLeft);
 }

@@ -66,7 +66,7 @@ TEST(StatusPageTest, EscapesWhatAgentsSentAndCapsHugeRuns) {
   RestartRecord r;
   r.when = now - std::chrono::seconds(3);
   r.round = 1;
-  r.cause = kRestartNodeLost;
+  r.cause = kRestartNodeLostLease;
   r.reason = "node n3 was lost";
   r.formed_after_s = 0.0042;
   run.restarts.push_back(r);
