@@ -3,6 +3,7 @@
 #define DDPRUN_COMMON_CLOCK_H_
 
 #include <chrono>
+#include <cstdint>
 
 namespace ddprun {
 
@@ -36,6 +37,13 @@ class FakeClock final : public Clock {
 
 inline int64_t ToMillis(Duration d) {
   return std::chrono::duration_cast<std::chrono::milliseconds>(d).count();
+}
+
+// Wall-clock time in milliseconds since the Unix epoch, for timestamps people and tools read.
+inline int64_t UnixMillisNow() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace ddprun

@@ -12,12 +12,11 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_text.h"
 #include "common/log.h"
 #include "common/strings.h"
 #include "launcher/error_file_relay.h"
@@ -483,9 +482,7 @@ void Agent::WriteEventLog(int exit_code, const std::string& reason) {
   run.total_run_time =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::steady_clock::now() - started_)
           .count();
-  run.timestamp_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
+  run.timestamp_ms = UnixMillisNow();
   // As torch: the workers' events only when the agent's run returned (the group succeeded or
   // failed for good); a signal or a rendezvous error ends it with the agent's FAILED alone.
   const bool run_returned = exit_code == kExitSuccess || exit_code == kExitWorkersFailed;
@@ -511,8 +508,7 @@ void Agent::WriteEventLog(int exit_code, const std::string& reason) {
         w.state = "SUCCEEDED";
       } else if (failed(lr)) {
         w.state = "FAILED";
-        std::ifstream error_file(ErrorFilePath(attempt_, lr));
-        w.raw_error.assign(std::istreambuf_iterator<char>(error_file), {});
+        w.raw_error = ReadTextFile(ErrorFilePath(attempt_, lr));
         if (w.raw_error.empty() && e.has_value()) {
           w.raw_error = nlohmann::json({{"message", DescribeExit(*e)}}).dump();
         }
@@ -623,9 +619,7 @@ void Agent::OnStacksTaken() { RecordStep(StepEvent{Step::kStacksTaken}); }
 void Agent::RecordStep(StepEvent event) {
   if (timeline_ == nullptr) return;
   event.when = std::chrono::steady_clock::now();
-  event.unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
-                      std::chrono::system_clock::now().time_since_epoch())
-                      .count();
+  event.unix_ms = UnixMillisNow();
   const std::string line = timeline_->Add(event);
   if (events_fd_ >= 0) WriteAll(events_fd_, absl::StrCat(line, "\n"));
   if (rendezvous_ != nullptr) rendezvous_->ReportStep(line);

@@ -4,13 +4,13 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/file_text.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -19,10 +19,8 @@ namespace fs = std::filesystem;
 
 // The first line of a small sysfs file, trimmed; "" when it cannot be read.
 std::string ReadLine(const fs::path& path) {
-  std::ifstream in(path);
-  std::string line;
-  std::getline(in, line);
-  return std::string(absl::StripAsciiWhitespace(line));
+  const std::string text = ReadTextFile(path.string());
+  return std::string(absl::StripAsciiWhitespace(text.substr(0, text.find('\n'))));
 }
 
 // Entries of `dir` whose names are `prefix` followed by a number, by that number.

@@ -2,32 +2,18 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_text.h"
 
 namespace ddprun::launcher {
 
 char ProcessState(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string stat = ReadTextFile(absl::StrCat("/proc/", pid, "/stat"));
   const size_t paren = stat.rfind(')');  // the command name may contain spaces and ')'
   if (paren == std::string::npos || paren + 2 >= stat.size()) return '?';
   return stat[paren + 2];
 }
-
-namespace {
-
-std::string ReadSmallFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-}  // namespace
 
 std::string KernelSideOf(pid_t pid) {
   std::string out = "== kernel side ==\n";
@@ -37,8 +23,8 @@ std::string KernelSideOf(pid_t pid) {
     const std::string tid = entry.path().filename().string();
     absl::StrAppend(&out, "TID ", tid, ": state ",
                     std::string(1, ProcessState(std::atoi(tid.c_str()))), ", wchan ",
-                    ReadSmallFile(entry.path().string() + "/wchan"), "\n");
-    const std::string stack = ReadSmallFile(entry.path().string() + "/stack");
+                    ReadTextFile(entry.path().string() + "/wchan"), "\n");
+    const std::string stack = ReadTextFile(entry.path().string() + "/stack");
     if (!stack.empty()) absl::StrAppend(&out, stack);
   }
   return out;

@@ -11,10 +11,9 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_text.h"
 #include "common/log.h"
 #include "launcher/proc_info.h"
 #include "launcher/stack_text.h"
@@ -316,10 +315,7 @@ std::string WorkerGroup::StacksPath(int local_rank) const {
 std::vector<std::string> WorkerGroup::InnermostFrames(int local_rank, size_t n) const {
   const std::string path = StacksPath(local_rank);
   if (path.empty()) return {};
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return launcher::InnermostFrames(text.str(), n);
+  return launcher::InnermostFrames(ReadTextFile(path), n);
 }
 
 std::vector<std::pair<int, char>> WorkerGroup::ProcessStates() const {

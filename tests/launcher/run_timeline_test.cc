@@ -26,6 +26,15 @@ class RunTimelineTest : public ::testing::Test {
     e.restart_count = restarts;
     return e;
   }
+  static StepEvent Failure(const char* cause, int rank, const std::string& host,
+                           const std::string& detail) {
+    StepEvent e{Step::kFailureDetected};
+    e.cause = cause;
+    e.rank = rank;
+    e.host = host;
+    e.detail = detail;
+    return e;
+  }
   static StepEvent Started(int64_t round, int workers, int restarts) {
     StepEvent e{Step::kWorkersStarted};
     e.round = round;
@@ -53,16 +62,9 @@ TEST_F(RunTimelineTest, ARestartReadsAsOneLineFromItsFailure) {
   At(5, Round(1, 4, 0));
   At(6, Started(1, 2, 0));
   EXPECT_EQ(timeline_.CycleLine(), std::nullopt) << "the first start is no restart";
-  StepEvent failed{Step::kFailureDetected};
-  failed.cause = kCauseWorkerExit;
-  failed.rank = 5;
-  failed.host = "n2";
-  failed.detail = "exited 1";
-  At(1000, failed);
+  At(1000, Failure(kCauseWorkerExit, 5, "n2", "exited 1"));
   At(1001, StepEvent{Step::kStopBegun});
-  StepEvent echo{Step::kFailureDetected};  // a later consequence, not the cause
-  echo.cause = kCauseRemoteFailure;
-  At(1005, echo);
+  At(1005, Failure(kCauseRemoteFailure, -1, "", ""));  // a later consequence, not the cause
   At(1011, StepEvent{Step::kStopFinished});
   At(1024, Round(2, 4, 1));
   At(1031, Started(2, 2, 1));
@@ -73,12 +75,7 @@ TEST_F(RunTimelineTest, ARestartReadsAsOneLineFromItsFailure) {
 
 TEST_F(RunTimelineTest, AHangCycleShowsTheStacksAndAScaleUpIsNamedByItsRound) {
   At(0, Started(1, 2, 0));
-  StepEvent hang{Step::kFailureDetected};
-  hang.cause = kCauseHang;
-  hang.rank = 0;
-  hang.host = "n1";
-  hang.detail = "hung (no progress for 3.0 s)";
-  At(3000, hang);
+  At(3000, Failure(kCauseHang, 0, "n1", "hung (no progress for 3.0 s)"));
   At(3100, StepEvent{Step::kStacksTaken});
   At(3150, StepEvent{Step::kStopFinished});
   At(3160, Round(2, 2, 1));
@@ -86,10 +83,8 @@ TEST_F(RunTimelineTest, AHangCycleShowsTheStacksAndAScaleUpIsNamedByItsRound) {
   EXPECT_EQ(timeline_.CycleLine(),
             "restart 1: rank 0 on n1 hung (no progress for 3.0 s) -> stacks taken +100 ms -> "
             "all stopped +150 ms -> round 2 complete +160 ms -> 2 workers running +170 ms");
-  StepEvent joined{Step::kFailureDetected};
-  joined.cause = CauseOfRestart("node n3_1_ab (n3) joined", false);
-  joined.detail = "node n3_1_ab (n3) joined";
-  At(5000, joined);
+  const std::string joined = "node n3_1_ab (n3) joined";
+  At(5000, Failure(CauseOfRestart(joined, false).c_str(), -1, "", joined));
   At(5010, StepEvent{Step::kStopFinished});
   At(5020, Round(3, 3, 1));
   At(5030, Started(3, 2, 1));

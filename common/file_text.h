@@ -1,0 +1,15 @@
+// Reading small text files whole (/proc and /sys entries, error files, stacks files), where a
+// file that cannot be read simply counts as empty.
+#ifndef DDPRUN_COMMON_FILE_TEXT_H_
+#define DDPRUN_COMMON_FILE_TEXT_H_
+
+#include <string>
+
+namespace ddprun {
+
+// The file's whole contents; "" when it does not exist or cannot be read.
+std::string ReadTextFile(const std::string& path);
+
+}  // namespace ddprun
+
+#endif  // DDPRUN_COMMON_FILE_TEXT_H_
