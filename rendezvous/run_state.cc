@@ -383,6 +383,7 @@ void RunState::RestartRound(const std::string& reason, const char* cause, bool i
     ++restarts_used_;
     failed_at_ = now;
   }
+  if (restart_causes_.size() == kMaxUntaken) restart_causes_.erase(restart_causes_.begin());
   restart_causes_.push_back(cause);
   if (restart_log_.size() == kMaxRestartRecords) restart_log_.erase(restart_log_.begin());
   restart_log_.push_back(RestartRecord{now, round_, cause, reason, std::nullopt});
@@ -421,6 +422,7 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
   timing.completion_s = std::chrono::duration<double>(now - round_began_).count();
   if (failed_at_) timing.after_failure_s = std::chrono::duration<double>(now - *failed_at_).count();
   failed_at_.reset();
+  if (round_timings_.size() == kMaxUntaken) round_timings_.erase(round_timings_.begin());
   round_timings_.push_back(timing);
   if (!restart_log_.empty() && !restart_log_.back().formed_after_s) {
     restart_log_.back().formed_after_s =

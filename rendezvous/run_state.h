@@ -103,6 +103,7 @@ struct RunStatus {
 
 inline constexpr size_t kMaxRestartRecords = 20;
 inline constexpr size_t kMaxSteps = 60;
+inline constexpr size_t kMaxUntaken = 1024;
 
 // The durable part of a run: what a new coordinator needs to continue it when the old one is
 // gone (the etcd backend persists it with every change). Connections are not in it: the nodes
@@ -148,7 +149,8 @@ class RunState {
 
   RunSnapshot Snapshot() const;
   // For the server's metrics: the rounds formed and the restarts (their causes) since the
-  // last call.
+  // last call. At most kMaxUntaken of each are kept, the newest: an owner that never takes
+  // them (the etcd coordinator has no metrics) does not make them grow for the whole job.
   std::vector<RoundTiming> TakeRoundTimings() { return std::exchange(round_timings_, {}); }
   std::vector<std::string> TakeRestartCauses() { return std::exchange(restart_causes_, {}); }
   // Continues the run of `snapshot` with the nodes that joined this RunState since it was made
