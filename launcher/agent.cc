@@ -134,6 +134,8 @@ absl::Status Agent::Prepare() {
     if (absl::Status s = hangs_.Start(ipc_dir_); !s.ok()) return s;
   }
 
+  if (absl::Status s = StartSpares(); !s.ok()) return s;
+
   sigset_t set = AgentSignalSet(options_);
   signal_fd_ = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
   if (signal_fd_ < 0) return absl::InternalError(absl::StrCat("signalfd: ", strerror(errno)));
@@ -202,6 +204,35 @@ absl::Status Agent::PlanNumaBinding() {
   return absl::OkStatus();
 }
 
+WorkerEnvSpec Agent::EnvSpec(int lr) const {
+  WorkerEnvSpec spec;
+  spec.run_id = run_id_;
+  spec.role = options_.role;
+  spec.local_rank = lr;
+  spec.local_world_size = options_.nproc_per_node;
+  spec.max_restarts = options_.max_restarts;
+  spec.signals_to_handle = options_.signals_to_handle;
+  if (options_.virtual_local_rank) spec.virtual_gpu = options_.virtual_gpus.at(lr);
+  return spec;
+}
+
+absl::Status Agent::StartSpares() {
+  if (options_.preload.empty()) return absl::OkStatus();
+  std::vector<SpawnRequest> templates;
+  for (int lr = 0; lr < options_.nproc_per_node; ++lr) {
+    SpawnRequest t;
+    t.env = BuildSpareEnv(env_, EnvSpec(lr));
+    hangs_.AddWorkerEnv(/*python=*/true, &t.env);
+    WorkerCommand command = BuildWorkerCommand(options_, env_, lr);
+    t.program = std::move(command.program);
+    t.argv = std::move(command.argv);
+    if (!worker_cpus_.empty()) t.cpus = worker_cpus_[lr];
+    templates.push_back(std::move(t));
+  }
+  spares_ = std::make_unique<SparePool>(&loop_, &guard_, options_.preload);
+  return spares_->Start(std::move(templates));
+}
+
 std::string Agent::ErrorFilePath(int attempt, int local_rank) const {
   return absl::StrCat(log_root_, "/attempt_", attempt, "/", local_rank, "/error.json");
 }
@@ -249,15 +280,8 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
   for (int lr = 0; lr < nproc; ++lr) {
     const std::string dir = absl::StrCat(log_root_, "/attempt_", attempt_, "/", lr);
     if (absl::Status s = MakeDirs(dir); !s.ok()) LogWarning(s.message());
-    WorkerEnvSpec spec;
-    spec.run_id = run_id_;
-    spec.role = options_.role;
-    spec.local_rank = lr;
-    spec.local_world_size = nproc;
-    spec.max_restarts = options_.max_restarts;
+    WorkerEnvSpec spec = EnvSpec(lr);
     spec.error_file = ErrorFilePath(attempt_, lr);
-    spec.signals_to_handle = options_.signals_to_handle;
-    if (options_.virtual_local_rank) spec.virtual_gpu = options_.virtual_gpus.at(lr);
     unlink(spec.error_file.c_str());  // a stale file must not be mistaken for this attempt's
 
     WorkerLaunch launch;
@@ -309,13 +333,19 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
     launches.push_back(std::move(launch));
   }
   group_ = std::make_unique<WorkerGroup>(&loop_, this, options_.stop_timeout, &guard_,
-                                         hangs_.enabled() ? FindStackTool(env_) : std::nullopt);
+                                         hangs_.enabled() ? FindStackTool(env_) : std::nullopt,
+                                         spares_.get());
   LogInfo(absl::StrCat("round ", a.round, ": starting ", nproc, " worker(s), ranks ", a.rank_offset,
                        "-", a.rank_offset + nproc - 1, " of ", a.world_size, " (node ",
                        a.group_rank, " of ", a.group_world_size, "), master ", a.master_addr, ":",
                        a.master_port,
                        a.restart_count > 0 ? absl::StrCat(", restart ", a.restart_count) : ""));
+  const int handed_before = spares_ ? spares_->handed_over() : 0;
   group_->Start(std::move(launches));
+  if (spares_) {
+    LogInfo(absl::StrCat("preload: ", spares_->handed_over() - handed_before, " of ", nproc,
+                         " worker(s) started from spares"));
+  }
   hangs_.OnGroupStarted(group_.get());
   StepEvent started{Step::kWorkersStarted};
   started.round = a.round;
@@ -457,6 +487,7 @@ void Agent::Finish(int exit_code, const std::string& reason) {
   } else if (exit_code >= kExitSignalBase) {
     LogInfo(absl::StrCat("workers stopped; exiting with ", exit_code, " (", reason, ")"));
   }
+  spares_.reset();  // no start follows; a node that keeps serving others needs no spares
   StepEvent closed{Step::kClosed};
   closed.detail = absl::StrCat("exit ", exit_code, ": ", reason);
   RecordStep(closed);
@@ -678,6 +709,7 @@ void Agent::ReapChildren() {
     if (pid <= 0) return;
     // Not a worker: an orphaned grandchild adopted as subreaper (reaping it is all we owe), or
     // the orphan guard (which only exits early if killed).
+    if (spares_ && spares_->HandleChildExit(pid, status)) continue;
     if (group_) group_->HandleChildExit(pid, status);
   }
 }

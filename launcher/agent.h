@@ -18,6 +18,8 @@
 #include "launcher/port_reservation.h"
 #include "launcher/rendezvous_setup.h"
 #include "launcher/run_timeline.h"
+#include "launcher/spare_pool.h"
+#include "launcher/worker_env.h"
 #include "launcher/worker_group.h"
 #include "rendezvous/rendezvous.h"
 
@@ -69,6 +71,10 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   // --event-log-handler=console: torchrun's end-of-run events (event_log.h) on stderr.
   void WriteEventLog(int exit_code, const std::string& reason);
   std::string ErrorFilePath(int attempt, int local_rank) const;
+  // What the environment of local rank `lr`'s worker is built from (the error file aside).
+  WorkerEnvSpec EnvSpec(int local_rank) const;
+  // --preload: one spare per local rank, started now so the imports overlap the rendezvous.
+  absl::Status StartSpares();
   // When this agent hosts the rendezvous server, other nodes may still be running: keep
   // serving them until they have all left, then stop the loop.
   void StopLoopWhenServerIdle();
@@ -84,7 +90,8 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   const HostInfo host_;
   EventLoop loop_;
   AgentStateMachine state_;
-  OrphanGuard guard_;      // outlives group_ (declared before it)
+  OrphanGuard guard_;      // outlives group_ and spares_ (declared before them)
+  std::unique_ptr<SparePool> spares_;  // --preload; null: off
   RendezvousSetup setup_;  // the rendezvous (and the server, when hosted here)
   rendezvous::Rendezvous* rendezvous_ = nullptr;  // setup_.rendezvous
   std::unique_ptr<WorkerGroup> group_;

@@ -118,6 +118,11 @@ constexpr FlagDef kFlags[] = {
      "node), socket (its socket), exclusive (the node's cores shared out among its GPUs), "
      "core-complex (one last-level-cache domain per GPU). Off by default.",
      ValueKind::kChoice, "node socket exclusive core-complex"},
+    {"preload", "", false,
+     "Warm restarts for Python workers: comma-separated modules (e.g. torch) that a spare "
+     "interpreter per local rank imports ahead of every start, at idle priority; a start hands "
+     "it the worker's environment and streams and it runs the script as python3 -u would. "
+     "Off by default; see README, Warm restarts."},
     {"hang-timeout", "", false,
      "Seconds without a sign of life (output, a '\\r' update, a FileTimer message, a step "
      "report) after which a worker is hung: stacks of every worker, then a restart. Off by "
@@ -175,6 +180,20 @@ absl::StatusOr<std::string> ResolveExecutable(const std::string& name, const Env
     if (access(candidate.c_str(), X_OK) == 0) return name;
   }
   return absl::InvalidArgumentError(absl::StrCat(name, ": not found in PATH"));
+}
+
+// A dotted module name (torch, torch.distributed): identifiers of letters, digits and '_' (any
+// non-ASCII byte counts as a letter, as Python allows Unicode names), not starting with a digit.
+bool IsPythonModuleName(absl::string_view name) {
+  for (absl::string_view part : absl::StrSplit(name, '.')) {
+    if (part.empty() || absl::ascii_isdigit(part[0])) return false;
+    for (char c : part) {
+      if (!absl::ascii_isalnum(c) && c != '_' && static_cast<unsigned char>(c) < 0x80) {
+        return false;
+      }
+    }
+  }
+  return true;
 }
 
 absl::Status ApplyRdzvConf(const Sourced& s, LaunchOptions* o) {
@@ -375,6 +394,19 @@ absl::Status Apply(const std::string& flag, const Sourced& s, const HostInfo& ho
     o->numa_binding_name = s.value;
     return absl::OkStatus();
   }
+  if (flag == "preload") {
+    std::vector<std::string> modules;
+    for (absl::string_view item : absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
+      item = absl::StripAsciiWhitespace(item);
+      if (!IsPythonModuleName(item)) {
+        return Invalid(s, absl::StrCat("'", item, "' is not a Python module name"));
+      }
+      modules.emplace_back(item);
+    }
+    o->preload = std::move(modules);
+    o->preload_given = absl::StrCat(s.where, "=", s.value);
+    return absl::OkStatus();
+  }
   if (flag == "hang-timeout") {
     DDPRUN_ASSIGN_OR_RETURN(o->hang_timeout, ParseSeconds(s.where, s.value));
     if (o->hang_timeout.count() <= 0) return Invalid(s, "must be a positive number of seconds");
@@ -487,6 +519,12 @@ absl::Status Validate(const Environment& env, LaunchOptions* o) {
     }
     case EntrypointKind::kPythonModule:
       break;
+  }
+  if (!o->preload.empty() && o->entrypoint_kind == EntrypointKind::kBinary) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(o->preload_given,
+                     ": preloads Python modules for a Python script or -m module, not a "
+                     "--no-python program"));
   }
   return absl::OkStatus();
 }

@@ -98,6 +98,11 @@ struct LaunchOptions {
   // --event-log-handler: "null" or "console" (torchrun's end-of-run events on stderr).
   std::string event_log_handler = "null";
   std::vector<std::string> virtual_gpus;
+  // --preload: modules each local rank's spare interpreter imports ahead of a start
+  // (spare_pool.h); empty: off. preload_given is the setting as given ("--preload=torch",
+  // "PET_PRELOAD=torch", "job.yaml:3: preload=torch"), for messages.
+  std::vector<std::string> preload;
+  std::string preload_given;
 
   // Hangs (README, "Hangs"). A hung worker is a failure of the job: stacks, then a restart.
   std::chrono::milliseconds hang_timeout{0};  // --hang-timeout: no sign of life that long

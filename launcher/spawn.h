@@ -23,6 +23,7 @@ struct SpawnRequest {
   int stdout_fd = -1;  // -1: inherit the agent's
   int stderr_fd = -1;
   std::set<int> cpus;  // the CPUs the worker runs on (sched_setaffinity); empty: the agent's
+  int keep_fd = -1;    // a close-on-exec descriptor the child keeps, at the same number
 };
 
 // Forks and execs. On success the child is running `program` (the exec has happened). Must be

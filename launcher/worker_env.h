@@ -27,6 +27,14 @@ struct WorkerEnvSpec {
 Environment BuildWorkerEnv(const Environment& base, const WorkerEnvSpec& spec,
                            const rendezvous::Assignment& assignment);
 
+// The variables BuildWorkerEnv sets anew for every start (they depend on the assignment or the
+// attempt); every other variable of a worker is the same at every start on this node.
+extern const char* const kPerStartVariables[];
+
+// The environment a --preload spare starts with: the worker's, without kPerStartVariables
+// (which the hand-over brings).
+Environment BuildSpareEnv(const Environment& base, const WorkerEnvSpec& spec);
+
 // True when ddprun should set OMP_NUM_THREADS=1 (and warn, as torchrun does): unset in the
 // agent's environment and more than one worker per node.
 bool ShouldDefaultOmpThreads(const Environment& base, int nproc_per_node);

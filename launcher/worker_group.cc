@@ -41,11 +41,12 @@ int OpenLog(const std::string& path) {
 
 WorkerGroup::WorkerGroup(EventLoop* loop, Listener* listener,
                          std::chrono::milliseconds stop_timeout, OrphanGuard* guard,
-                         std::optional<StackTool> stack_tool)
+                         std::optional<StackTool> stack_tool, SparePool* spares)
     : loop_(loop),
       listener_(listener),
       stop_timeout_(stop_timeout),
       guard_(guard),
+      spares_(spares),
       stacks_(loop, std::move(stack_tool), kStackToolDeadline) {}
 
 WorkerGroup::~WorkerGroup() {
@@ -111,7 +112,8 @@ void WorkerGroup::Start(std::vector<WorkerLaunch> launches) {
     } else {
       launch.spawn.stdout_fd = out_pipe[1];
       launch.spawn.stderr_fd = err_pipe[1];
-      auto pid = Spawn(launch.spawn);
+      auto pid = spares_ != nullptr ? spares_->Launch(launch.local_rank, launch.spawn)
+                                    : Spawn(launch.spawn);
       close(out_pipe[1]);
       close(err_pipe[1]);
       w->out_fd = out_pipe[0];

@@ -18,6 +18,7 @@
 #include "launcher/agent_state.h"
 #include "launcher/orphan_guard.h"
 #include "launcher/output_stream.h"
+#include "launcher/spare_pool.h"
 #include "launcher/spawn.h"
 #include "launcher/stack_collector.h"
 
@@ -59,9 +60,11 @@ class WorkerGroup {
     virtual void OnStacksTaken() {}
   };
 
-  // `guard` (optional, not owned) is told of every worker process group.
+  // `guard` (optional, not owned) is told of every worker process group. `spares` (optional,
+  // not owned: --preload) starts the workers it has a spare for.
   WorkerGroup(EventLoop* loop, Listener* listener, std::chrono::milliseconds stop_timeout,
-              OrphanGuard* guard = nullptr, std::optional<StackTool> stack_tool = std::nullopt);
+              OrphanGuard* guard = nullptr, std::optional<StackTool> stack_tool = std::nullopt,
+              SparePool* spares = nullptr);
   ~WorkerGroup();  // SIGKILLs whatever is still running
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
@@ -129,6 +132,7 @@ class WorkerGroup {
   Listener* listener_;
   const std::chrono::milliseconds stop_timeout_;
   OrphanGuard* guard_;
+  SparePool* spares_;
   std::vector<std::unique_ptr<Worker>> workers_;
   EventLoop::TimerId kill_timer_ = 0;
   EventLoop::TimerId abandon_timer_ = 0;

@@ -63,7 +63,7 @@ TEST(HangTest, TorchFileTimerExpiryTakesStacksRestartsAndNamesTheScope) {
   EXPECT_THAT(p.err(), HasSubstr("contextlib.py#"));
   EXPECT_THAT(p.err(), HasSubstr("stacks of the hung attempt: "));
   EXPECT_THAT(p.err(), HasSubstr("rank 1 was at File \"" + Script("file_timer_worker.py") +
-                                 "\", line 18 in load_batch_forever"));
+                                 "\", line 19 in load_batch_forever"));
   // Stacks of every worker of the group, Python and native.
   const std::string run = RunDir(logs);
   for (int lr : {0, 1}) {
