@@ -78,6 +78,28 @@ TEST(HangTest, TorchFileTimerExpiryTakesStacksRestartsAndNamesTheScope) {
   EXPECT_LT(SecondsSince(t0), 30);
 }
 
+// The same hang in a worker started from a --preload spare: the FileTimer client, the SIGABRT
+// that makes faulthandler print the Python stacks, the stacks file: all as for a cold start.
+TEST(HangTest, FileTimerExpiryInAWorkerStartedFromASpareTakesItsPythonStacks) {
+  TempDir logs;
+  Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=2", "--max-restarts=2",
+                "--preload=torch", "--log-dir=" + logs.path(), Script("file_timer_worker.py")},
+               Env({{"TORCHELASTIC_ENABLE_FILE_TIMER", "1"}, {"HANG_ATTEMPT", "1"}}));
+  auto st = p.Wait(120s);
+  ASSERT_TRUE(st.has_value()) << p.err();
+  EXPECT_EQ(st->exit_code, 0) << p.out() << p.err();
+  // Attempt 1 (the hung one) and 2 came from spares.
+  EXPECT_EQ(CountOccurrences(p.err(), "preload: 2 of 2 worker(s) started from spares"), 2)
+      << p.err();
+  EXPECT_THAT(p.err(), HasSubstr(") is hung: FileTimer scope "));
+  EXPECT_THAT(p.err(), HasSubstr("rank 1 was at File \"" + Script("file_timer_worker.py") +
+                                 "\", line 19 in load_batch_forever"));
+  const std::string stacks = ReadFile(RunDir(logs) + "/attempt_1/1/stacks.txt");
+  EXPECT_THAT(stacks, HasSubstr("== Python stacks, all threads (faulthandler"));
+  EXPECT_THAT(stacks, HasSubstr("file_timer_worker.py\", line 19 in load_batch_forever"));
+  EXPECT_THAT(p.out(), HasSubstr("rank 1 attempt 2"));
+}
+
 TEST(HangTest, ANamedScopeIsNamedAndItsSignalIsSent) {
   TempDir logs;
   Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=2", "--log-dir=" + logs.path(),

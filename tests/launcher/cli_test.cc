@@ -95,6 +95,44 @@ TEST_F(CliTest, NumaBindingEventLogHandlerAndWorkerTtyFromEverySource) {
   EXPECT_EQ(Error({script_}), "PET_EVENT_LOG_HANDLER=file: must be null or console");
 }
 
+TEST_F(CliTest, PreloadFromEverySourceAndItsErrors) {
+  auto o = Parse({"--preload=torch, numpy ,torch.distributed", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->preload, (std::vector<std::string>{"torch", "numpy", "torch.distributed"}));
+  o = Parse({script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->preload.empty()) << "off by default";
+  o = Parse({"-m", "pkg.train", "--preload=torch"});  // after the module: the module's own
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->preload.empty());
+  o = Parse({"--preload=torch", "-m", "pkg.train"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->preload, std::vector<std::string>{"torch"});
+
+  env_["PET_PRELOAD"] = "transformers";
+  o = Parse({script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->preload, std::vector<std::string>{"transformers"});
+  env_.erase("PET_PRELOAD");
+  const std::string yaml = dir_.File("job.yaml");
+  testing::WriteFile(yaml, "preload: [torch, numpy]\n");
+  o = Parse({"--config=" + yaml, script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->preload, (std::vector<std::string>{"torch", "numpy"}));
+
+  EXPECT_EQ(Error({"--preload=torch,9lives", script_}),
+            "--preload=torch,9lives: '9lives' is not a Python module name");
+  EXPECT_EQ(Error({"--preload=torch.", script_}),
+            "--preload=torch.: 'torch.' is not a Python module name");
+  EXPECT_EQ(Error({"--preload=torch", "--no-python", "/bin/true"}),
+            "--preload=torch: preloads Python modules for a Python script or -m module, not a "
+            "--no-python program");
+  env_["PET_PRELOAD"] = "torch";
+  EXPECT_EQ(Error({"--no-python", "/bin/true"}),
+            "PET_PRELOAD=torch: preloads Python modules for a Python script or -m module, not a "
+            "--no-python program");
+}
+
 TEST_F(CliTest, ShutdownTimeoutIsStopTimeoutAndItsVariableTheWeakestSource) {
   env_["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "4";
   auto o = Parse({script_});

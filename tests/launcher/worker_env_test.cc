@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+
 namespace ddprun::launcher {
 namespace {
 
@@ -81,6 +84,52 @@ TEST(WorkerEnvTest, OmpDefaultOnlyWithSeveralWorkers) {
   spec.local_world_size = 1;
   Environment env = BuildWorkerEnv({}, spec, TwoNodeAssignment());
   EXPECT_EQ(env.count("OMP_NUM_THREADS"), 0u);
+}
+
+// --preload: a spare starts with every variable that is the same at every start, and the
+// hand-over brings exactly the ones that can differ. Two starts as different as can be (round,
+// ranks, master, restart count, error file) differ only in kPerStartVariables.
+TEST(WorkerEnvTest, SpareEnvIsTheWorkerEnvWithoutExactlyThePerStartVariables) {
+  const Environment base = {{"PATH", "/bin"}, {"RANK", "7"}, {"OMP_NUM_THREADS", "4"}};
+  WorkerEnvSpec spec;
+  spec.run_id = "job";
+  spec.local_rank = 1;
+  spec.local_world_size = 2;
+  spec.max_restarts = 3;
+  spec.virtual_gpu = "5";
+  WorkerEnvSpec first = spec, later = spec;
+  first.error_file = "/logs/attempt_0/1/error.json";
+  later.error_file = "/logs/attempt_4/1/error.json";
+  rendezvous::Assignment a;
+  a.round = 1;
+  a.world_size = 2;
+  a.group_world_size = 1;
+  a.master_addr = "127.0.0.1";
+  a.master_port = 1234;
+  const Environment cold_first = BuildWorkerEnv(base, first, a);
+  const Environment cold_later = BuildWorkerEnv(base, later, TwoNodeAssignment());
+
+  std::set<std::string> per_start;
+  for (const char* const* name = kPerStartVariables; *name != nullptr; ++name) {
+    per_start.insert(*name);
+  }
+  for (const auto& [key, value] : cold_first) {
+    auto it = cold_later.find(key);
+    if (it == cold_later.end() || it->second != value) {
+      EXPECT_EQ(per_start.count(key), 1u) << key << " differs between starts";
+    }
+  }
+  const Environment spare = BuildSpareEnv(base, spec);
+  for (const std::string& key : per_start) EXPECT_EQ(spare.count(key), 0u) << key;
+  for (const auto& [key, value] : cold_later) {
+    if (per_start.count(key) > 0) continue;
+    auto it = spare.find(key);
+    ASSERT_NE(it, spare.end()) << key << " missing from the spare's environment";
+    EXPECT_EQ(it->second, value) << key;
+  }
+  EXPECT_EQ(spare.size() + per_start.size(), cold_later.size());
+  EXPECT_EQ(spare.at("LOCAL_RANK"), "0");  // --virtual-local-rank
+  EXPECT_EQ(spare.at("CUDA_VISIBLE_DEVICES"), "5");
 }
 
 }  // namespace
