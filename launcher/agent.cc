@@ -642,6 +642,7 @@ void Agent::OnWorkerOutput(int local_rank) {
     first.rank = current_.rank_offset + local_rank;
     first.round = current_.round;
     RecordStep(first);
+    if (spares_) spares_->WorkersSettled();
   }
 }
 

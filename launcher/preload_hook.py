@@ -5,9 +5,10 @@
 # during start-up, before the script. With DDPRUN_PRELOAD_FD set, it:
 #   1. removes its own traces (that folder from sys.path, its variables, the user's PYTHONPATH
 #      put back);
-#   2. imports the preload modules on a helper thread at SCHED_IDLE priority (the main thread
-#      could not get its priority back without CAP_SYS_NICE), while the main thread waits on
-#      the socket for the hand-over;
+#   2. imports the preload modules on a helper thread, while the main thread waits on the
+#      socket for the hand-over; the helper runs at SCHED_IDLE when ddprun says so (a spare made
+#      while workers run must not slow them; a thread, because the main thread could not get
+#      its priority back without CAP_SYS_NICE);
 #   3. at the hand-over takes the start's whole environment and its stdout/stderr, joins the
 #      helper and returns: Python then goes on exactly as for a cold start (sys.path[0], the
 #      script or -m module, tracebacks, exit codes are Python's own, not emulated).
@@ -73,6 +74,7 @@ def _ddprun_spare(fd, hook_dir):
 
     environ = os.environb
     modules = [m for m in environ.pop(b"DDPRUN_PRELOAD_MODULES", b"").decode().split(",") if m]
+    idle = environ.pop(b"DDPRUN_PRELOAD_IDLE", b"0") == b"1"
     saved_path = environ.pop(b"DDPRUN_PRELOAD_PYTHONPATH", None)
     if saved_path is None:
         environ.pop(b"PYTHONPATH", None)
@@ -91,17 +93,20 @@ def _ddprun_spare(fd, hook_dir):
 
     done = _thread.allocate_lock()
     done.acquire()
-    helper = []
+    # The helper's thread id and whether it went idle, and whether the hand-over has come (then
+    # it must not go idle any more): read and written under `state_lock`.
+    state_lock = _thread.allocate_lock()
+    state = {"tid": None, "idle": False, "handed_over": False}
 
     def preload():
-        helper.append(_thread.get_native_id())
-        try:
-            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-        except (AttributeError, OSError):
-            try:
-                os.setpriority(os.PRIO_PROCESS, 0, 19)  # this thread only, on Linux
-            except OSError:
-                pass
+        with state_lock:
+            state["tid"] = _thread.get_native_id()
+            if idle and not state["handed_over"]:
+                try:
+                    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+                    state["idle"] = True
+                except (AttributeError, OSError):
+                    pass
         report = b"ready"
         sys.path.insert(0, path0)
         try:
@@ -149,16 +154,18 @@ def _ddprun_spare(fd, hook_dir):
         if environ.get(key) != value:
             environ[key] = value
 
-    # The helper may still be importing (a start soon after ddprun began): give it the main
-    # thread's priority back if allowed (CAP_SYS_NICE), then wait for it.
-    if not done.acquire(blocking=False):
-        try:
-            os.sched_setscheduler(helper[0], os.SCHED_OTHER, os.sched_param(0))
-        except (IndexError, OSError):
-            pass
-        done.acquire()
+    # The helper may still be importing: give it the main thread's priority back if it went idle
+    # (allowed with CAP_SYS_NICE; otherwise it finishes at idle priority), then wait for it.
+    with state_lock:
+        state["handed_over"] = True
+        if state["idle"]:
+            try:
+                os.sched_setscheduler(state["tid"], os.SCHED_OTHER, os.sched_param(0))
+            except OSError:
+                pass
+    done.acquire()
     helper_ident = [i for i, t in list(threading._active.items())
-                    if isinstance(t, threading._DummyThread) and t.native_id in helper]
+                    if isinstance(t, threading._DummyThread) and t.native_id == state["tid"]]
     for ident in helper_ident:  # a helper that called threading.current_thread()
         threading._active.pop(ident, None)
 

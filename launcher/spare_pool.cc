@@ -26,6 +26,10 @@ namespace {
 constexpr int kMaxEarlyDeaths = 3;
 // A spare that died is replaced after this pause, so a crashing interpreter cannot spin.
 constexpr std::chrono::milliseconds kRespawnDelay{200};
+// Spares made once workers run start when the new workers have shown a first sign of life, at
+// most this long after the start: their interpreter start-up runs at normal priority (only the
+// import thread can go idle) and must not compete with the workers' own start-up burst.
+constexpr std::chrono::milliseconds kSettleAfterStart{3000};
 // The probe's own code, run only when the hook was not: tells ddprun so by its exit code.
 constexpr char kProbeCode[] = "import sys; sys.exit(3)";
 
@@ -60,6 +64,9 @@ SparePool::SparePool(EventLoop* loop, OrphanGuard* guard, std::vector<std::strin
 
 SparePool::~SparePool() {
   active_ = false;
+  for (EventLoop::TimerId t : settle_timers_) {
+    if (t != 0) loop_->CancelTimer(t);
+  }
   for (Spare& s : spares_) Forget(&s, /*kill_it=*/true);
   if (probe_ > 0) {
     kill(probe_, SIGKILL);
@@ -72,6 +79,7 @@ SparePool::~SparePool() {
 absl::Status SparePool::Start(std::vector<SpawnRequest> templates) {
   templates_ = std::move(templates);
   spares_.assign(templates_.size(), Spare{});
+  settle_timers_.assign(templates_.size(), 0);
   const char* tmp = getenv("TMPDIR");
   std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/ddprun-preload-XXXXXX");
   if (mkdtemp(dir.data()) == nullptr) {
@@ -91,6 +99,9 @@ absl::Status SparePool::Start(std::vector<SpawnRequest> templates) {
   probe.cpus.clear();
   AddHookEnv(hook_dir_, &probe.env);
   probe.env["DDPRUN_PRELOAD_PROBE"] = "1";
+  // It may overlap the first start (a single node forms its world at once): never at the cost
+  // of the workers' own start-up.
+  probe.idle = true;
   const int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
   probe.stdout_fd = probe.stderr_fd = null_fd;
   auto pid = Spawn(probe);
@@ -115,6 +126,9 @@ void SparePool::StartSpare(int lr) {
   AddHookEnv(hook_dir_, &request.env);
   request.env["DDPRUN_PRELOAD_FD"] = absl::StrCat(ends[1]);
   request.env["DDPRUN_PRELOAD_MODULES"] = absl::StrJoin(modules_, ",");
+  // Before the first start the node is only waiting for its peers: import at full speed. Later
+  // workers run, and a spare's import must never slow them.
+  request.env["DDPRUN_PRELOAD_IDLE"] = workers_started_ ? "1" : "0";
   request.keep_fd = ends[1];
   request.stdout_fd = MemoryFile("ddprun-spare-stdout");
   request.stderr_fd = MemoryFile("ddprun-spare-stderr");
@@ -137,6 +151,28 @@ void SparePool::StartSpare(int lr) {
   if (guard_ != nullptr) guard_->Add(s.pid);
   fcntl(s.socket, F_SETFL, O_NONBLOCK);
   loop_->AddFd(s.socket, EPOLLIN, [this, lr](uint32_t) { OnSpareMessage(lr); });
+}
+
+void SparePool::StartSpareLater(int lr, std::chrono::milliseconds delay) {
+  if (delay.count() == 0) {
+    StartSpare(lr);
+    return;
+  }
+  if (settle_timers_[lr] != 0) loop_->CancelTimer(settle_timers_[lr]);
+  settle_timers_[lr] = loop_->AddTimerAfter(delay, [this, lr] {
+    settle_timers_[lr] = 0;
+    StartSpare(lr);
+  });
+}
+
+void SparePool::WorkersSettled() {
+  workers_settled_ = true;
+  for (int lr = 0; lr < static_cast<int>(settle_timers_.size()); ++lr) {
+    if (settle_timers_[lr] == 0) continue;
+    loop_->CancelTimer(settle_timers_[lr]);
+    settle_timers_[lr] = 0;
+    StartSpare(lr);
+  }
 }
 
 void SparePool::OnSpareMessage(int lr) {
@@ -168,6 +204,8 @@ void SparePool::OnSpareMessage(int lr) {
 }
 
 absl::StatusOr<pid_t> SparePool::Launch(int lr, const SpawnRequest& request) {
+  workers_started_ = true;
+  workers_settled_ = false;
   if (!active_ || lr < 0 || lr >= static_cast<int>(spares_.size()) || spares_[lr].pid <= 0 ||
       spares_[lr].socket < 0 || !SameCommand(templates_[lr], request)) {
     return Spawn(request);
@@ -203,7 +241,7 @@ absl::StatusOr<pid_t> SparePool::Launch(int lr, const SpawnRequest& request) {
     LogWarning(absl::StrCat("preload: hand-over to the spare of local rank ", lr,
                             " failed: ", strerror(errno), "; starting it cold"));
     Forget(&s, /*kill_it=*/true);
-    loop_->Post([this, lr] { StartSpare(lr); });
+    StartSpareLater(lr, kSettleAfterStart);
     return Spawn(request);
   }
   // The spare is the worker now: its process group goes to the worker group's care.
@@ -212,8 +250,7 @@ absl::StatusOr<pid_t> SparePool::Launch(int lr, const SpawnRequest& request) {
   close(s.socket);
   s = Spare{};
   ++handed_over_;
-  // After the caller has started every worker of this start.
-  loop_->Post([this, lr] { StartSpare(lr); });
+  StartSpareLater(lr, kSettleAfterStart);
   return pid;
 }
 
@@ -223,7 +260,10 @@ bool SparePool::HandleChildExit(pid_t pid, int wait_status) {
     const bool passed = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
     if (passed) {
       active_ = true;
-      for (int lr = 0; lr < static_cast<int>(spares_.size()); ++lr) StartSpare(lr);
+      for (int lr = 0; lr < static_cast<int>(spares_.size()); ++lr) {
+        const bool wait = workers_started_ && !workers_settled_;
+        StartSpareLater(lr, wait ? kSettleAfterStart : std::chrono::milliseconds(0));
+      }
     } else if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 3) {
       LogWarning(absl::StrCat("--preload: ", templates_[0].program,
                               " does not run sitecustomize (started with -E, -I or -S?); "
@@ -252,7 +292,7 @@ bool SparePool::HandleChildExit(pid_t pid, int wait_status) {
     }
     LogWarning(absl::StrCat("preload: the spare of local rank ", lr, " (pid ", pid, ") ended (",
                             DescribeExit(wait_status), "); starting another"));
-    loop_->AddTimerAfter(kRespawnDelay, [this, lr] { StartSpare(lr); });
+    StartSpareLater(lr, kRespawnDelay);
     return true;
   }
   return false;

@@ -1,7 +1,8 @@
 // --preload=MODULES: warm starts for Python workers. For each local rank one spare interpreter
 // runs the worker's own command line (python3 -u script args) but stops in site's
-// sitecustomize (launcher/preload_hook.py) before the script: it imports MODULES on a
-// SCHED_IDLE thread and waits. A start hands the spare what belongs to that start (the whole
+// sitecustomize (launcher/preload_hook.py) before the script: it imports MODULES on a thread of
+// its own and waits. That thread runs at SCHED_IDLE once workers have started (the spares made
+// at ddprun's start import at full speed while the node waits for its peers). A start hands the spare what belongs to that start (the whole
 // environment, stdout and stderr) over a socket; the spare then returns to Python's start-up,
 // which runs the script as for a cold start. A new spare is prepared at once for the next
 // start.
@@ -51,6 +52,10 @@ class SparePool {
   // to that rank's spare when one is running the same command, else Spawn(request).
   absl::StatusOr<pid_t> Launch(int local_rank, const SpawnRequest& request);
 
+  // The workers of the latest start have shown a first sign of life (output): their start-up
+  // is over, and the spares waiting for that start now.
+  void WorkersSettled();
+
   // A child of the agent exited; false when it is neither a spare nor the probe.
   bool HandleChildExit(pid_t pid, int wait_status);
 
@@ -68,6 +73,7 @@ class SparePool {
     std::chrono::steady_clock::time_point started;
   };
   void StartSpare(int local_rank);
+  void StartSpareLater(int local_rank, std::chrono::milliseconds delay);
   void OnSpareMessage(int local_rank);
   void Forget(Spare* spare, bool kill_it);
   // Turns preloading off for the rest of the run: one warning, every spare killed.
@@ -78,11 +84,14 @@ class SparePool {
   const std::vector<std::string> modules_;
   std::vector<SpawnRequest> templates_;
   std::vector<Spare> spares_;
+  std::vector<EventLoop::TimerId> settle_timers_;  // by local rank; 0: none pending
   std::string hook_dir_;  // holds sitecustomize.py; removed by the destructor
   pid_t probe_ = -1;
   bool active_ = false;   // the probe passed and nothing has turned preloading off
   int early_deaths_ = 0;  // spares in a row that died before they were ready
   int handed_over_ = 0;
+  bool workers_started_ = false;  // Launch has been called: spares import at SCHED_IDLE
+  bool workers_settled_ = false;  // WorkersSettled() since the latest Launch
 };
 
 }  // namespace ddprun::launcher
