@@ -33,6 +33,12 @@ int main(int argc, char** argv) {
     for (const std::string& w : parsed->slurm->warnings) ddprun::LogWarning(w);
     ddprun::LogInfo(DescribeSlurmPlan(*parsed->slurm, parsed->options));
     if (parsed->slurm->mode == SlurmMode::kPerTask) {
+      if (!parsed->options.preload.empty()) {
+        // Each task becomes its worker in place: there is no agent to keep a spare.
+        ddprun::LogWarning(absl::StrCat(parsed->options.preload_given,
+                                        ": not used when each Slurm task runs its worker in "
+                                        "place (no agent, no restarts)"));
+      }
       const absl::Status s = ExecPerTask(*parsed->slurm, parsed->options, env);  // on failure
       ddprun::WriteAll(2, absl::StrCat("ddprun: error: ", s.message(), "\n"));
       return kExitUsage;

@@ -2,10 +2,10 @@
 // runs the worker's own command line (python3 -u script args) but stops in site's
 // sitecustomize (launcher/preload_hook.py) before the script: it imports MODULES on a thread of
 // its own and waits. That thread runs at SCHED_IDLE once workers have started (the spares made
-// at ddprun's start import at full speed while the node waits for its peers). A start hands the spare what belongs to that start (the whole
-// environment, stdout and stderr) over a socket; the spare then returns to Python's start-up,
-// which runs the script as for a cold start. A new spare is prepared at once for the next
-// start.
+// at ddprun's start import at full speed while the node waits for its peers). A start hands the
+// spare what belongs to that start (the whole environment, stdout and stderr) over a socket; the
+// spare then returns to Python's start-up, which runs the script as for a cold start. A new spare
+// is prepared at once for the next start.
 //
 // Safety:
 //  - the spare's environment is the node-level one (BuildSpareEnv): what differs between

@@ -39,14 +39,17 @@ def read_time(path):
         return float(f.read())
 
 
+def children_of(pid):
+    try:
+        return [int(c) for c in open("/proc/%d/task/%d/children" % (pid, pid)).read().split()]
+    except OSError:
+        return []
+
+
 def spare_memory(agent_pid, workers):
     """(RSS, PSS) in MiB of each python3 child of ddprun that is not a worker: its spares."""
     out = []
-    try:
-        children = open("/proc/%d/task/%d/children" % (agent_pid, agent_pid)).read().split()
-    except OSError:
-        return out
-    for c in map(int, children):
+    for c in children_of(agent_pid):
         try:
             if c in workers or open("/proc/%d/comm" % c).read().strip() != "python3":
                 continue
@@ -72,7 +75,6 @@ def restart_run(name, argv, fail_after, memory):
             while not os.path.exists(os.path.join(d, "ready-0-1")) and time.time() < deadline:
                 time.sleep(0.05)
             time.sleep(fail_after * 0.75)
-            workers = set()
             memory.extend(spare_memory(p.pid, workers_of(p.pid)))
         rc = p.wait(timeout=300)
         if rc != 0:
@@ -85,11 +87,7 @@ def restart_run(name, argv, fail_after, memory):
 def workers_of(agent_pid):
     """The worker pids: children of ddprun whose environment has RANK (spares have none)."""
     out = set()
-    try:
-        children = open("/proc/%d/task/%d/children" % (agent_pid, agent_pid)).read().split()
-    except OSError:
-        return out
-    for c in map(int, children):
+    for c in children_of(agent_pid):
         try:
             env = open("/proc/%d/environ" % c, "rb").read().split(b"\0")
             if any(e.startswith(b"RANK=") for e in env):

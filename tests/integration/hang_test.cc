@@ -33,13 +33,7 @@ std::map<std::string, std::string> Env(std::map<std::string, std::string> extra 
   return extra;
 }
 
-// The one RUN_ID folder under a --log-dir.
-std::string RunDir(const TempDir& logs) {
-  for (const auto& e : std::filesystem::directory_iterator(logs.path())) {
-    if (e.is_directory()) return e.path().string();
-  }
-  return "";
-}
+std::string RunDir(const TempDir& logs) { return testing::RunDir(logs.path()); }
 
 double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -33,6 +33,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using testing::ReadFile;
 using testing::ReservedPort;
+using testing::RunDir;
 using testing::Subprocess;
 using testing::TempDir;
 using testing::WaitUntil;
@@ -43,14 +44,6 @@ const std::string kScripts = testing::SourcePath("tests/integration/scripts");
 std::map<std::string, std::string> Env(std::map<std::string, std::string> extra = {}) {
   extra.emplace("PYTHON_EXEC", testing::SystemPython());
   return extra;
-}
-
-// The one RUN_ID folder under a --log-dir.
-std::string RunDir(const std::string& logs) {
-  for (const auto& e : std::filesystem::directory_iterator(logs)) {
-    if (e.is_directory()) return e.path().string();
-  }
-  return "";
 }
 
 // A report with what legitimately differs between two runs taken out: ports, the run's own

@@ -55,6 +55,14 @@ void WriteFile(const std::string& path, const std::string& contents, int mode) {
 
 std::string SystemPython() { return EnvOr("DDPRUN_TEST_PYTHON", "/usr/bin/python3"); }
 
+std::string RunDir(const std::string& log_dir) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(log_dir, ec)) {
+    if (e.is_directory()) return e.path().string();
+  }
+  return "";
+}
+
 std::string IntegrationScript(const std::string& name) {
   return SourcePath("tests/integration/scripts/" + name);
 }

@@ -30,6 +30,8 @@ int CountMatches(const std::string& text, const std::string& pattern);
 int CountOccurrences(const std::string& text, const std::string& needle);
 // tests/integration/scripts/<name> in the source tree.
 std::string IntegrationScript(const std::string& name);
+// The one RUN_ID folder ddprun made under a --log-dir (empty: none yet).
+std::string RunDir(const std::string& log_dir);
 // The Python interpreter that has Debian's torch (python3-torch installs for /usr/bin/python3).
 std::string SystemPython();
 
