@@ -646,6 +646,29 @@ TEST(AgentTest, OnATerminalWorkersSeeATerminalSizedLikeIt) {
   }
 }
 
+// The same for workers started from --preload spares: their pseudo-terminals come with the
+// hand-over (the spares themselves were started on files in memory).
+TEST(AgentTest, OnATerminalWorkersStartedFromSparesSeeTheirTerminal) {
+  TempDir dir;
+  const std::string script = dir.File("tty.py");
+  WriteFile(script,
+            "import os, shutil, sys, time\n"
+            "rc = os.environ['TORCHELASTIC_RESTART_COUNT']\n"
+            "print('out', rc, os.isatty(1), shutil.get_terminal_size().columns, flush=True)\n"
+            "print('err', rc, os.isatty(2), file=sys.stderr, flush=True)\n"
+            "if rc == '0':\n"
+            "    time.sleep(1.5)\n"
+            "    sys.exit(1 if os.environ['RANK'] == '0' else 0)\n");
+  TerminalRun run = RunOnATerminal({BinPath("ddprun"), "--standalone", "--nproc-per-node=2",
+                                    "--max-restarts=1", "--preload=json", script},
+                                   137, /*stderr_to_pipe=*/false);
+  ASSERT_EQ(run.exit_code, 0) << run.terminal;
+  EXPECT_THAT(run.terminal, HasSubstr("preload: 2 of 2 worker(s) started from spares"))
+      << run.terminal;
+  EXPECT_EQ(testing::CountOccurrences(run.terminal, "out 1 True 137"), 2) << run.terminal;
+  EXPECT_EQ(testing::CountOccurrences(run.terminal, "err 1 True"), 2) << run.terminal;
+}
+
 // --log-dir: every step of the run in LOG_DIR/RUN_ID/events.jsonl, and the restart as one
 // timeline line on stderr.
 TEST(AgentTest, EventsJsonlAndATimelineLinePerRestart) {
