@@ -16,7 +16,8 @@
 # stderr (memory files from ddprun) and written to the real streams at the hand-over, where a
 # cold start would have written it.
 #
-# Messages to ddprun (one SOCK_SEQPACKET message each): b"ready", or b"failed\0MODULE\0ERROR".
+# Messages to ddprun (one SOCK_SEQPACKET message each): b"ready", b"failed\0MODULE\0ERROR" (an
+# import failed), or b"cuda\0MODULES\0WHAT" (the imports touched CUDA).
 # From ddprun: the hand-over, b"start\0" then KEY=VALUE\0 for every variable, with the stdout
 # and stderr descriptors attached (SCM_RIGHTS). End of file: ddprun is gone, exit at once.
 #
@@ -120,9 +121,7 @@ def _ddprun_spare(fd, hook_dir):
             else:
                 touched = _ddprun_cuda_touched()
                 if touched is not None:
-                    report = b"\0".join([b"failed", ",".join(modules).encode(),
-                                         ("initialised CUDA before the hand-over (%s)" %
-                                          touched).encode()])
+                    report = b"\0".join([b"cuda", ",".join(modules).encode(), touched.encode()])
         finally:
             if sys.path and sys.path[0] == path0:
                 del sys.path[0]

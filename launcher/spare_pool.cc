@@ -200,6 +200,9 @@ void SparePool::OnSpareMessage(int lr) {
   std::vector<std::string> parts = absl::StrSplit(message, '\0');
   if (parts.size() == 3 && parts[0] == "failed") {
     TurnOff(absl::StrCat("cannot import ", parts[1], ": ", parts[2]));
+  } else if (parts.size() == 3 && parts[0] == "cuda") {
+    TurnOff(absl::StrCat("importing ", parts[1], " initialised CUDA before the hand-over (",
+                         parts[2], ")"));
   }
 }
 

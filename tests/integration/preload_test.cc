@@ -257,9 +257,9 @@ TEST(PreloadTest, SpareThatInitialisedCudaIsNeverHandedOver) {
   ASSERT_TRUE(st.has_value()) << p.err();
   EXPECT_EQ(st->exit_code, 0) << p.err();
   EXPECT_EQ(CountOccurrences(p.err(),
-                             "--preload=torch: cannot import torch: initialised CUDA "
-                             "before the hand-over (torch.cuda is initialised); "
-                             "workers start cold from now on"),
+                             "--preload=torch: importing torch initialised CUDA before "
+                             "the hand-over (torch.cuda is initialised); workers start "
+                             "cold from now on"),
             1)
       << p.err();
   EXPECT_THAT(p.err(), Not(HasSubstr("1 of 1 worker(s) started from spares")));
