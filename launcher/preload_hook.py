@@ -28,22 +28,14 @@ import os
 import sys
 
 
-def _ddprun_next_sitecustomize(hook_dir):
-    # The sitecustomize this file shadows (Debian's, or the user's on PYTHONPATH), imported as
-    # site.py would have: missing is fine, failing prints site's own message.
-    sys.modules.pop("sitecustomize", None)
-    try:
-        import sitecustomize  # noqa: F401
-    except ImportError as exc:
-        if exc.name != "sitecustomize":
-            raise
-    except Exception as exc:
-        if sys.flags.verbose:
-            sys.excepthook(*sys.exc_info())
-        else:
-            sys.stderr.write(
-                "Error in sitecustomize; set PYTHONVERBOSE for traceback:\n"
-                "%s: %s\n" % (exc.__class__.__name__, exc))
+def _ddprun_next_sitecustomize():
+    # The sitecustomize this file shadows (Debian's, or the user's on PYTHONPATH), imported in
+    # its place. Whatever that import raises goes on to site.py, which then does what it does
+    # for a cold start: a missing one (ModuleNotFoundError for 'sitecustomize') is passed over
+    # in silence and leaves no entry in sys.modules; a failing one prints site's one-line
+    # "Error in sitecustomize" message.
+    del sys.modules["sitecustomize"]
+    import sitecustomize  # noqa: F401
 
 
 def _ddprun_cuda_touched():
@@ -163,6 +155,12 @@ def _ddprun_spare(fd, hook_dir):
             except OSError:
                 pass
     done.acquire()
+    # `done` is released as the helper's last act, just before its thread ends: the script must
+    # not see that thread still there (/proc/self/task, a thread count), so wait until it is gone.
+    import time
+    deadline = time.monotonic() + 2.0
+    while os.path.exists("/proc/self/task/%d" % state["tid"]) and time.monotonic() < deadline:
+        time.sleep(0.0002)
     helper_ident = [i for i, t in list(threading._active.items())
                     if isinstance(t, threading._DummyThread) and t.native_id == state["tid"]]
     for ident in helper_ident:  # a helper that called threading.current_thread()
@@ -180,7 +178,7 @@ def _ddprun_spare(fd, hook_dir):
         os.dup2(new, target)
         os.close(new)
     sock.close()
-    _ddprun_next_sitecustomize(hook_dir)
+    _ddprun_next_sitecustomize()
 
 
 def _ddprun_main():
@@ -190,7 +188,7 @@ def _ddprun_main():
     fd = os.environ.pop("DDPRUN_PRELOAD_FD", None)
     if fd is None:  # not a spare: this file is only ever on a spare's PYTHONPATH, but be inert
         sys.path[:] = [p for p in sys.path if p != hook_dir]
-        _ddprun_next_sitecustomize(hook_dir)
+        _ddprun_next_sitecustomize()
         return
     _ddprun_spare(int(fd), hook_dir)
 

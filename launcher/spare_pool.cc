@@ -99,9 +99,6 @@ absl::Status SparePool::Start(std::vector<SpawnRequest> templates) {
   probe.cpus.clear();
   AddHookEnv(hook_dir_, &probe.env);
   probe.env["DDPRUN_PRELOAD_PROBE"] = "1";
-  // It may overlap the first start (a single node forms its world at once): never at the cost
-  // of the workers' own start-up.
-  probe.idle = true;
   const int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
   probe.stdout_fd = probe.stderr_fd = null_fd;
   auto pid = Spawn(probe);

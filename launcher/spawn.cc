@@ -83,10 +83,6 @@ absl::StatusOr<pid_t> Spawn(const SpawnRequest& request) {
     if (request.stdout_fd >= 0) dup2(request.stdout_fd, 1);
     if (request.stderr_fd >= 0) dup2(request.stderr_fd, 2);
     if (request.keep_fd >= 0) fcntl(request.keep_fd, F_SETFD, 0);
-    if (request.idle) {
-      sched_param none{};
-      sched_setscheduler(0, SCHED_IDLE, &none);
-    }
     int failure[2] = {kExecFailed, 0};
     if (!request.cpus.empty() && sched_setaffinity(0, sizeof(cpus), &cpus) != 0) {
       failure[0] = kAffinityFailed;

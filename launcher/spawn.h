@@ -24,7 +24,6 @@ struct SpawnRequest {
   int stderr_fd = -1;
   std::set<int> cpus;  // the CPUs the worker runs on (sched_setaffinity); empty: the agent's
   int keep_fd = -1;    // a close-on-exec descriptor the child keeps, at the same number
-  bool idle = false;   // SCHED_IDLE from the start (a throw-away helper, never a worker)
 };
 
 // Forks and execs. On success the child is running `program` (the exec has happened). Must be

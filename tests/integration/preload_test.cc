@@ -216,20 +216,40 @@ std::string WriteScript(const TempDir& dir, const std::string& body) {
   return path;
 }
 
+// Attempt 0 waits for the file GO_FILE (the test creates it once ddprun has said what the test
+// waits for: a spare's verdict on a loaded machine may take a while), then fails; attempt 1
+// succeeds.
 constexpr char kFailOnceScript[] =
     "import os, sys, time\n"
     "print('rank', os.environ['RANK'], 'attempt', os.environ['TORCHELASTIC_RESTART_COUNT'],\n"
     "      'PYTHONPATH', os.environ.get('PYTHONPATH'), flush=True)\n"
     "if os.environ['TORCHELASTIC_RESTART_COUNT'] == '0':\n"
-    "    time.sleep(1.5)\n"
+    "    while not os.path.exists(os.environ['GO_FILE']):\n"
+    "        time.sleep(0.05)\n"
     "    sys.exit(1)\n";
+
+// Runs ddprun on kFailOnceScript and lets attempt 0 fail once ddprun's stderr has `wait_for`.
+std::optional<testing::ExitStatus> RunFailOnce(const TempDir& dir, std::vector<std::string> flags,
+                                               std::map<std::string, std::string> env,
+                                               const std::string& wait_for,
+                                               std::unique_ptr<Subprocess>* out) {
+  std::vector<std::string> argv = {BinPath("ddprun"), "--standalone", "--max-restarts=1"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.push_back(WriteScript(dir, kFailOnceScript));
+  env["GO_FILE"] = dir.File("go");
+  *out = std::make_unique<Subprocess>(argv, Env(env));
+  const bool seen = (*out)->WaitForOutputContains(wait_for, 90s);
+  testing::WriteFile(dir.File("go"), "");
+  EXPECT_TRUE(seen) << "never saw: " << wait_for << "\n" << (*out)->err();
+  return (*out)->Wait(60s);
+}
 
 TEST(PreloadTest, ModuleThatFailsToImportWarnsOnceNamingItAndWorkersStartCold) {
   TempDir dir;
-  Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=2", "--max-restarts=1",
-                "--preload=json,no_such_module_xyz", WriteScript(dir, kFailOnceScript)},
-               Env());
-  auto st = p.Wait(60s);
+  std::unique_ptr<Subprocess> run;
+  auto st = RunFailOnce(dir, {"--nproc-per-node=2", "--preload=json,no_such_module_xyz"}, {},
+                        "workers start cold from now on", &run);
+  Subprocess& p = *run;
   ASSERT_TRUE(st.has_value()) << p.err();
   EXPECT_EQ(st->exit_code, 0) << p.err();
   EXPECT_EQ(CountOccurrences(p.err(),
@@ -242,6 +262,33 @@ TEST(PreloadTest, ModuleThatFailsToImportWarnsOnceNamingItAndWorkersStartCold) {
   EXPECT_THAT(p.out(), HasSubstr("rank 0 attempt 1 PYTHONPATH None"));
 }
 
+// The spare's hook stands in for sitecustomize; the one it shadows (here the user's, on
+// PYTHONPATH, which prints and then fails) still runs at the start, after the hand-over, with
+// site's own handling of its failure, as in a cold start.
+TEST(PreloadTest, ShadowedSitecustomizeRunsAtTheStartAsInAColdStart) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.File("site"));
+  testing::WriteFile(dir.File("site/sitecustomize.py"),
+                     "import os, sys\n"
+                     "print('user sitecustomize, rank', os.environ.get('RANK'), file=sys.stderr)\n"
+                     "raise ValueError('broken on purpose')\n");
+  std::unique_ptr<Subprocess> run;
+  auto st =
+      RunFailOnce(dir, {"--preload=json"}, {{"PYTHONPATH", dir.File("site")}}, "spare (pid", &run);
+  Subprocess& p = *run;
+  ASSERT_TRUE(st.has_value()) << p.err();
+  EXPECT_EQ(st->exit_code, 0) << p.err();
+  EXPECT_THAT(p.err(), HasSubstr("preload: 1 of 1 worker(s) started from spares")) << p.err();
+  // Once per start (cold, then from the spare), with the start's own RANK.
+  EXPECT_EQ(CountOccurrences(p.err(),
+                             "user sitecustomize, rank 0\n"
+                             "Error in sitecustomize; set PYTHONVERBOSE for traceback:\n"
+                             "ValueError: broken on purpose\n"),
+            2)
+      << p.err();
+  EXPECT_THAT(p.out(), HasSubstr("rank 0 attempt 1 PYTHONPATH " + dir.File("site")));
+}
+
 TEST(PreloadTest, SpareThatInitialisedCudaIsNeverHandedOver) {
   // A stand-in torch whose CUDA reports itself initialised, as a real one would after
   // torch.cuda.init() at import time.
@@ -250,10 +297,10 @@ TEST(PreloadTest, SpareThatInitialisedCudaIsNeverHandedOver) {
   testing::WriteFile(dir.File("fake/torch/__init__.py"),
                      "class cuda:\n    @staticmethod\n    def is_initialized():\n"
                      "        return True\n");
-  Subprocess p({BinPath("ddprun"), "--standalone", "--max-restarts=1", "--preload=torch",
-                WriteScript(dir, kFailOnceScript)},
-               Env({{"PYTHONPATH", dir.File("fake")}}));
-  auto st = p.Wait(60s);
+  std::unique_ptr<Subprocess> run;
+  auto st = RunFailOnce(dir, {"--preload=torch"}, {{"PYTHONPATH", dir.File("fake")}},
+                        "workers start cold from now on", &run);
+  Subprocess& p = *run;
   ASSERT_TRUE(st.has_value()) << p.err();
   EXPECT_EQ(st->exit_code, 0) << p.err();
   EXPECT_EQ(CountOccurrences(p.err(),
