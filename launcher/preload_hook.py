@@ -86,10 +86,10 @@ def _ddprun_spare(fd, hook_dir):
 
     done = _thread.allocate_lock()
     done.acquire()
-    # The helper's thread id and whether it went idle, and whether the hand-over has come (then
-    # it must not go idle any more): read and written under `state_lock`.
+    # The helper's thread id, and whether the hand-over has come (then it must not go idle any
+    # more): read and written under `state_lock`.
     state_lock = _thread.allocate_lock()
-    state = {"tid": None, "idle": False, "handed_over": False}
+    state = {"tid": None, "handed_over": False}
 
     def preload():
         with state_lock:
@@ -97,7 +97,6 @@ def _ddprun_spare(fd, hook_dir):
             if idle and not state["handed_over"]:
                 try:
                     os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-                    state["idle"] = True
                 except (AttributeError, OSError):
                     pass
         report = b"ready"
@@ -145,15 +144,10 @@ def _ddprun_spare(fd, hook_dir):
         if environ.get(key) != value:
             environ[key] = value
 
-    # The helper may still be importing: give it the main thread's priority back if it went idle
-    # (allowed with CAP_SYS_NICE; otherwise it finishes at idle priority), then wait for it.
+    # The helper may still be importing: ddprun has given it normal priority back before the
+    # hand-over (it could hold the GIL this thread needs); it must not go idle now. Wait for it.
     with state_lock:
         state["handed_over"] = True
-        if state["idle"]:
-            try:
-                os.sched_setscheduler(state["tid"], os.SCHED_OTHER, os.sched_param(0))
-            except OSError:
-                pass
     done.acquire()
     # `done` is released as the helper's last act, just before its thread ends: the script must
     # not see that thread still there (/proc/self/task, a thread count), so wait until it is gone.

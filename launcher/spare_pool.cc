@@ -1,6 +1,7 @@
 #include "launcher/spare_pool.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
@@ -14,6 +15,7 @@
 #include <fstream>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -51,6 +53,25 @@ void AddHookEnv(const std::string& hook_dir, Environment* env) {
   } else {
     (*env)["PYTHONPATH"] = hook_dir;
   }
+}
+
+// Gives every SCHED_IDLE thread of `pid` (the import thread, and any thread an import started,
+// which inherits its policy) normal priority back. False when one cannot be raised: without
+// CAP_SYS_NICE a thread cannot leave SCHED_IDLE. Done by ddprun before the hand-over, not by the
+// spare: a starved idle thread may hold Python's GIL, which the spare's main thread would need
+// first (priority inversion).
+bool RaiseIdleThreads(pid_t pid) {
+  std::error_code ec;
+  bool all = true;
+  for (const auto& e :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ec)) {
+    int tid = 0;
+    if (!absl::SimpleAtoi(e.path().filename().string(), &tid)) continue;
+    if (sched_getscheduler(tid) != SCHED_IDLE) continue;
+    sched_param normal{};
+    if (sched_setscheduler(tid, SCHED_OTHER, &normal) != 0 && errno != ESRCH) all = false;
+  }
+  return all;
 }
 
 bool SameCommand(const SpawnRequest& a, const SpawnRequest& b) {
@@ -215,6 +236,17 @@ absl::StatusOr<pid_t> SparePool::Launch(int lr, const SpawnRequest& request) {
   int status = 0;
   if (waitpid(s.pid, &status, WNOHANG) == s.pid) {
     HandleChildExit(s.pid, status);
+    return Spawn(request);
+  }
+  if (!RaiseIdleThreads(s.pid)) {
+    // Its import would go on at idle priority, or its threads stay there: a cold start is
+    // sooner and clean.
+    LogWarning(absl::StrCat("preload: the spare of local rank ", lr,
+                            (s.ready ? " has threads" : " is still importing"),
+                            " at idle priority that ddprun may not raise (no CAP_SYS_NICE); "
+                            "starting this worker cold"));
+    Forget(&s, /*kill_it=*/true);
+    StartSpareLater(lr, kSettleAfterStart);
     return Spawn(request);
   }
   std::string message = "start";
