@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -423,6 +424,44 @@ TEST(PreloadTest, SparesImportAtIdlePriorityAreReplacedWhenKilledAndDieWithDdpru
   kill(agent, SIGKILL);
   EXPECT_TRUE(WaitUntil([&] { return !testing::ProcessAlive(second); }, 10s));
   EXPECT_TRUE(WaitUntil([&] { return !testing::ProcessAlive(worker); }, 10s));
+}
+
+// Without CAP_SYS_NICE ddprun may not give a spare's idle import thread normal priority back;
+// a spare still importing at a start is then dropped and the worker starts cold (root only:
+// the test runs ddprun as nobody through setpriv).
+TEST(PreloadTest, SpareStillImportingWithoutCapSysNiceIsDroppedAndTheWorkerStartsCold) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to run ddprun as another user";
+  TempDir dir;
+  chmod(dir.path().c_str(), 0777);
+  testing::WriteFile(dir.File("slow_import.py"),
+                     "import time\nt = time.time()\nwhile time.time() - t < 60:\n    pass\n");
+  const std::string script = WriteScript(dir, kFailOnceScript);
+  auto ddprun = std::make_unique<Subprocess>(
+      std::vector<std::string>{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                               BinPath("ddprun"), "--standalone", "--max-restarts=1",
+                               "--preload=slow_import", script},
+      Env({{"PYTHONPATH", dir.path()}, {"GO_FILE", dir.File("go")}, {"HOME", dir.path()}}));
+  // setpriv execs ddprun in place: its children are ddprun's. Wait for a spare importing (two
+  // threads: neither the worker nor the probe has a second one).
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (pid_t child : ChildrenOf(ddprun->pid())) {
+          if (Comm(child) == "python3" && ThreadPolicies(child).size() >= 2) return true;
+        }
+        return false;
+      },
+      30s))
+      << ddprun->err();
+  testing::WriteFile(dir.File("go"), "");
+  auto st = ddprun->Wait(60s);
+  ASSERT_TRUE(st.has_value()) << ddprun->err();
+  EXPECT_EQ(st->exit_code, 0) << ddprun->err();
+  EXPECT_THAT(ddprun->err(),
+              HasSubstr("preload: the spare of local rank 0 is still importing at idle priority "
+                        "that ddprun may not raise (no CAP_SYS_NICE); starting this worker cold"));
+  EXPECT_EQ(CountOccurrences(ddprun->err(), "preload: 0 of 1 worker(s) started from spares"), 2)
+      << ddprun->err();
+  EXPECT_THAT(ddprun->out(), HasSubstr("rank 0 attempt 1"));
 }
 
 // The rule that makes a spare safe: a module imported ahead of the start sees the node-level
