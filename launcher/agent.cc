@@ -216,18 +216,22 @@ WorkerEnvSpec Agent::EnvSpec(int lr) const {
   return spec;
 }
 
+SpawnRequest Agent::WorkerSpawn(int lr, Environment env) const {
+  SpawnRequest spawn;
+  spawn.env = std::move(env);
+  hangs_.AddWorkerEnv(options_.entrypoint_kind != EntrypointKind::kBinary, &spawn.env);
+  WorkerCommand command = BuildWorkerCommand(options_, env_, lr);
+  spawn.program = std::move(command.program);
+  spawn.argv = std::move(command.argv);
+  if (!worker_cpus_.empty()) spawn.cpus = worker_cpus_[lr];
+  return spawn;
+}
+
 absl::Status Agent::StartSpares() {
   if (options_.preload.empty()) return absl::OkStatus();
   std::vector<SpawnRequest> templates;
   for (int lr = 0; lr < options_.nproc_per_node; ++lr) {
-    SpawnRequest t;
-    t.env = BuildSpareEnv(env_, EnvSpec(lr));
-    hangs_.AddWorkerEnv(/*python=*/true, &t.env);
-    WorkerCommand command = BuildWorkerCommand(options_, env_, lr);
-    t.program = std::move(command.program);
-    t.argv = std::move(command.argv);
-    if (!worker_cpus_.empty()) t.cpus = worker_cpus_[lr];
-    templates.push_back(std::move(t));
+    templates.push_back(WorkerSpawn(lr, BuildSpareEnv(env_, EnvSpec(lr))));
   }
   spares_ = std::make_unique<SparePool>(&loop_, &guard_, options_.preload);
   return spares_->Start(std::move(templates));
@@ -287,14 +291,9 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
     WorkerLaunch launch;
     launch.local_rank = lr;
     launch.rank = a.rank_offset + lr;
-    launch.spawn.env = BuildWorkerEnv(env_, spec, a);
-    if (!worker_cpus_.empty()) launch.spawn.cpus = worker_cpus_[lr];
+    launch.spawn = WorkerSpawn(lr, BuildWorkerEnv(env_, spec, a));
     launch.python = options_.entrypoint_kind != EntrypointKind::kBinary;
     launch.stacks_path = absl::StrCat(dir, "/stacks.txt");
-    hangs_.AddWorkerEnv(launch.python, &launch.spawn.env);
-    WorkerCommand command = BuildWorkerCommand(options_, env_, lr);
-    launch.spawn.program = std::move(command.program);
-    launch.spawn.argv = std::move(command.argv);
 
     // Console and log files, as torchrun's --redirects / --tee / --local-ranks-filter say.
     const bool visible =

@@ -73,6 +73,10 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   std::string ErrorFilePath(int attempt, int local_rank) const;
   // What the environment of local rank `lr`'s worker is built from (the error file aside).
   WorkerEnvSpec EnvSpec(int local_rank) const;
+  // How local rank `lr`'s worker process is started from `env` (its command, CPUs, the hang
+  // monitor's variables): one place for workers and their --preload spares, whose hand-over
+  // requires the same command.
+  SpawnRequest WorkerSpawn(int lr, Environment env) const;
   // --preload: one spare per local rank, started now so the imports overlap the rendezvous.
   absl::Status StartSpares();
   // When this agent hosts the rendezvous server, other nodes may still be running: keep
@@ -90,9 +94,9 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   const HostInfo host_;
   EventLoop loop_;
   AgentStateMachine state_;
-  OrphanGuard guard_;      // outlives group_ and spares_ (declared before them)
+  OrphanGuard guard_;                  // outlives group_ and spares_ (declared before them)
   std::unique_ptr<SparePool> spares_;  // --preload; null: off
-  RendezvousSetup setup_;  // the rendezvous (and the server, when hosted here)
+  RendezvousSetup setup_;              // the rendezvous (and the server, when hosted here)
   rendezvous::Rendezvous* rendezvous_ = nullptr;  // setup_.rendezvous
   std::unique_ptr<WorkerGroup> group_;
   // --duplicate-std{out,err}-filters: the current attempt's filtered_std{out,err}.log, or -1.
