@@ -4,24 +4,11 @@
 
 namespace ddprun::launcher {
 
-const char* const kPerStartVariables[] = {"RANK",
-                                          "GROUP_RANK",
-                                          "ROLE_RANK",
-                                          "WORLD_SIZE",
-                                          "GROUP_WORLD_SIZE",
-                                          "ROLE_WORLD_SIZE",
-                                          "MASTER_ADDR",
-                                          "MASTER_PORT",
-                                          "TORCHELASTIC_RESTART_COUNT",
-                                          "TORCHELASTIC_ERROR_FILE",
-                                          "DDPRUN_ROUND",
-                                          nullptr};
-
 Environment BuildSpareEnv(const Environment& base, const WorkerEnvSpec& spec) {
   WorkerEnvSpec node_level = spec;
   node_level.error_file.clear();
   Environment env = BuildWorkerEnv(base, node_level, rendezvous::Assignment{});
-  for (const char* const* name = kPerStartVariables; *name != nullptr; ++name) env.erase(*name);
+  for (const char* name : kPerStartVariables) env.erase(name);
   return env;
 }
 

@@ -29,7 +29,17 @@ Environment BuildWorkerEnv(const Environment& base, const WorkerEnvSpec& spec,
 
 // The variables BuildWorkerEnv sets anew for every start (they depend on the assignment or the
 // attempt); every other variable of a worker is the same at every start on this node.
-extern const char* const kPerStartVariables[];
+inline constexpr const char* kPerStartVariables[] = {"RANK",
+                                                     "GROUP_RANK",
+                                                     "ROLE_RANK",
+                                                     "WORLD_SIZE",
+                                                     "GROUP_WORLD_SIZE",
+                                                     "ROLE_WORLD_SIZE",
+                                                     "MASTER_ADDR",
+                                                     "MASTER_PORT",
+                                                     "TORCHELASTIC_RESTART_COUNT",
+                                                     "TORCHELASTIC_ERROR_FILE",
+                                                     "DDPRUN_ROUND"};
 
 // The environment a --preload spare starts with: the worker's, without kPerStartVariables
 // (which the hand-over brings).

@@ -496,8 +496,8 @@ TEST(PreloadTest, ImportingTorchReadsNoPerStartVariable) {
   // Both watches work: OpenMP reads its thread count, torch's Python reads PYTORCH_JIT.
   EXPECT_TRUE(read.count("OMP_NUM_THREADS") > 0) << ReadFile(log);
   EXPECT_TRUE(read.count("PYTORCH_JIT") > 0) << ReadFile(log);
-  for (const char* const* name = launcher::kPerStartVariables; *name != nullptr; ++name) {
-    EXPECT_EQ(read.count(*name), 0u) << *name << " is read while torch is imported";
+  for (const char* name : launcher::kPerStartVariables) {
+    EXPECT_EQ(read.count(name), 0u) << name << " is read while torch is imported";
   }
 }
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <iterator>
 #include <set>
 #include <string>
 
@@ -109,10 +110,8 @@ TEST(WorkerEnvTest, SpareEnvIsTheWorkerEnvWithoutExactlyThePerStartVariables) {
   const Environment cold_first = BuildWorkerEnv(base, first, a);
   const Environment cold_later = BuildWorkerEnv(base, later, TwoNodeAssignment());
 
-  std::set<std::string> per_start;
-  for (const char* const* name = kPerStartVariables; *name != nullptr; ++name) {
-    per_start.insert(*name);
-  }
+  const std::set<std::string> per_start(std::begin(kPerStartVariables),
+                                        std::end(kPerStartVariables));
   for (const auto& [key, value] : cold_first) {
     auto it = cold_later.find(key);
     if (it == cold_later.end() || it->second != value) {
