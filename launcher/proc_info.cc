@@ -1,12 +1,23 @@
 #include "launcher/proc_info.h"
 
-#include <cstdlib>
 #include <filesystem>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/file_text.h"
 
 namespace ddprun::launcher {
+
+std::vector<pid_t> ThreadsOf(pid_t pid) {
+  std::vector<pid_t> tids;
+  std::error_code ec;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ec)) {
+    int tid = 0;
+    if (absl::SimpleAtoi(entry.path().filename().string(), &tid)) tids.push_back(tid);
+  }
+  return tids;
+}
 
 char ProcessState(pid_t pid) {
   const std::string stat = ReadTextFile(absl::StrCat("/proc/", pid, "/stat"));
@@ -17,14 +28,11 @@ char ProcessState(pid_t pid) {
 
 std::string KernelSideOf(pid_t pid) {
   std::string out = "== kernel side ==\n";
-  std::error_code ec;
-  const std::string task_dir = absl::StrCat("/proc/", pid, "/task");
-  for (const auto& entry : std::filesystem::directory_iterator(task_dir, ec)) {
-    const std::string tid = entry.path().filename().string();
-    absl::StrAppend(&out, "TID ", tid, ": state ",
-                    std::string(1, ProcessState(std::atoi(tid.c_str()))), ", wchan ",
-                    ReadTextFile(entry.path().string() + "/wchan"), "\n");
-    const std::string stack = ReadTextFile(entry.path().string() + "/stack");
+  for (pid_t tid : ThreadsOf(pid)) {
+    const std::string task = absl::StrCat("/proc/", pid, "/task/", tid);
+    absl::StrAppend(&out, "TID ", tid, ": state ", std::string(1, ProcessState(tid)), ", wchan ",
+                    ReadTextFile(task + "/wchan"), "\n");
+    const std::string stack = ReadTextFile(task + "/stack");
     if (!stack.empty()) absl::StrAppend(&out, stack);
   }
   return out;

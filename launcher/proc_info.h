@@ -6,8 +6,12 @@
 #include <sys/types.h>
 
 #include <string>
+#include <vector>
 
 namespace ddprun::launcher {
+
+// The thread ids of a process (/proc/PID/task); empty when it is gone.
+std::vector<pid_t> ThreadsOf(pid_t pid);
 
 // The state letter of /proc/PID/stat ('R', 'S', 'D', 'Z', ...); '?' when unreadable.
 char ProcessState(pid_t pid);

@@ -15,12 +15,12 @@
 #include <fstream>
 #include <utility>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/log.h"
 #include "launcher/preload_hook_py.h"  // kPreloadHookSource, generated from preload_hook.py
+#include "launcher/proc_info.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -61,12 +61,8 @@ void AddHookEnv(const std::string& hook_dir, Environment* env) {
 // spare: a starved idle thread may hold Python's GIL, which the spare's main thread would need
 // first (priority inversion).
 bool RaiseIdleThreads(pid_t pid) {
-  std::error_code ec;
   bool all = true;
-  for (const auto& e :
-       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ec)) {
-    int tid = 0;
-    if (!absl::SimpleAtoi(e.path().filename().string(), &tid)) continue;
+  for (pid_t tid : ThreadsOf(pid)) {
     if (sched_getscheduler(tid) != SCHED_IDLE) continue;
     sched_param normal{};
     if (sched_setscheduler(tid, SCHED_OTHER, &normal) != 0 && errno != ESRCH) all = false;

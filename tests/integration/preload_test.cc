@@ -6,6 +6,7 @@
 // and after restarts, in script and -m mode.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,6 +21,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "launcher/proc_info.h"
 #include "launcher/worker_env.h"
 #include "tests/testing/reserved_port.h"
 #include "tests/testing/subprocess.h"
@@ -356,20 +358,12 @@ std::string Comm(pid_t pid) {
   return c;
 }
 
-// Scheduling policy of each thread of `pid` (field 41 of /proc/PID/task/TID/stat), by thread id.
+// Scheduling policy of each thread of `pid` (sched_getscheduler), by thread id.
 std::map<pid_t, int> ThreadPolicies(pid_t pid) {
   std::map<pid_t, int> out;
-  std::error_code ec;
-  for (const auto& e :
-       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ec)) {
-    const std::string stat = ReadFile(e.path().string() + "/stat");
-    const size_t close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    std::vector<std::string> fields = absl::StrSplit(stat.substr(close + 2), ' ');
-    int policy = -1;  // fields[0] is field 3 (state)
-    if (fields.size() > 38 && absl::SimpleAtoi(fields[38], &policy)) {
-      out[std::stoi(e.path().filename().string())] = policy;
-    }
+  for (pid_t tid : launcher::ThreadsOf(pid)) {
+    const int policy = sched_getscheduler(tid);
+    if (policy >= 0) out[tid] = policy;
   }
   return out;
 }
