@@ -237,13 +237,11 @@ absl::StatusOr<pid_t> SparePool::Launch(int lr, const SpawnRequest& request) {
   if (!RaiseIdleThreads(s.pid)) {
     // Its import would go on at idle priority, or its threads stay there: a cold start is
     // sooner and clean.
-    LogWarning(absl::StrCat("preload: the spare of local rank ", lr,
-                            (s.ready ? " has threads" : " is still importing"),
-                            " at idle priority that ddprun may not raise (no CAP_SYS_NICE); "
-                            "starting this worker cold"));
-    Forget(&s, /*kill_it=*/true);
-    StartSpareLater(lr, kSettleAfterStart);
-    return Spawn(request);
+    return ColdInsteadOfSpare(lr, request,
+                              absl::StrCat("preload: the spare of local rank ", lr,
+                                           (s.ready ? " has threads" : " is still importing"),
+                                           " at idle priority that ddprun may not raise (no "
+                                           "CAP_SYS_NICE); starting this worker cold"));
   }
   std::string message = "start";
   message.push_back('\0');
@@ -266,11 +264,9 @@ absl::StatusOr<pid_t> SparePool::Launch(int lr, const SpawnRequest& request) {
   memcpy(CMSG_DATA(cmsg), fds, sizeof(fds));
   const pid_t pid = s.pid;
   if (sendmsg(s.socket, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(message.size())) {
-    LogWarning(absl::StrCat("preload: hand-over to the spare of local rank ", lr,
-                            " failed: ", strerror(errno), "; starting it cold"));
-    Forget(&s, /*kill_it=*/true);
-    StartSpareLater(lr, kSettleAfterStart);
-    return Spawn(request);
+    return ColdInsteadOfSpare(lr, request,
+                              absl::StrCat("preload: hand-over to the spare of local rank ", lr,
+                                           " failed: ", strerror(errno), "; starting it cold"));
   }
   // The spare is the worker now: its process group goes to the worker group's care.
   if (guard_ != nullptr) guard_->Remove(pid);
@@ -280,6 +276,14 @@ absl::StatusOr<pid_t> SparePool::Launch(int lr, const SpawnRequest& request) {
   ++handed_over_;
   StartSpareLater(lr, kSettleAfterStart);
   return pid;
+}
+
+absl::StatusOr<pid_t> SparePool::ColdInsteadOfSpare(int lr, const SpawnRequest& request,
+                                                    const std::string& why) {
+  LogWarning(why);
+  Forget(&spares_[lr], /*kill_it=*/true);
+  StartSpareLater(lr, kSettleAfterStart);
+  return Spawn(request);
 }
 
 bool SparePool::HandleChildExit(pid_t pid, int wait_status) {

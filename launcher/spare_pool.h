@@ -76,6 +76,9 @@ class SparePool {
   void StartSpareLater(int local_rank, std::chrono::milliseconds delay);
   void OnSpareMessage(int local_rank);
   void Forget(Spare* spare, bool kill_it);
+  // Logs `why`, drops local rank `lr`'s spare (a new one follows) and starts `request` cold.
+  absl::StatusOr<pid_t> ColdInsteadOfSpare(int lr, const SpawnRequest& request,
+                                           const std::string& why);
   // Turns preloading off for the rest of the run: one warning, every spare killed.
   void TurnOff(const std::string& why);
 
