@@ -8,11 +8,8 @@
 // With --scrape-http the daemon also serves /metrics (--http-port 0) and a scraper GETs it
 // every second for the whole run, as Prometheus would: the cost of being watched.
 // The server runs in its own process so that its CPU (from /proc/PID/stat) is its own.
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,6 +34,7 @@
 #include "rendezvous/proto_convert.h"
 #include "rendezvous/rendezvous_client.h"
 #include "rendezvous/security.h"
+#include "tests/testing/loopback.h"
 
 extern char** environ;
 
@@ -116,28 +114,9 @@ std::string ReadLine(int fd) {
 
 // GET /metrics on loopback with the token; the body's size, or -1.
 long ScrapeOnce(int port, const std::string& token) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  const std::string request =
-      "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-      "Authorization: Bearer " +
-      token + "\r\n\r\n";
-  if (write(fd, request.data(), request.size()) < 0) {
-    close(fd);
-    return -1;
-  }
-  std::string answer;
-  char buf[16384];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) answer.append(buf, n);
-  close(fd);
+  const std::string answer = ddprun::testing::LoopbackExchange(
+      port, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer " +
+                token + "\r\n\r\n");
   if (answer.rfind("HTTP/1.1 200", 0) != 0) return -1;
   return static_cast<long>(answer.size() - answer.find("\r\n\r\n") - 4);
 }

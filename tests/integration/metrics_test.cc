@@ -1,11 +1,8 @@
 // ddprun-rdzv's HTTP side with real tools: promtool checks the exposition, a real Prometheus
 // server scrapes it with the token, and junk, slow and oversized requests, unknown paths and
 // many connections leave the server (and its gRPC side) serving.
-#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/testing/loopback.h"
 #include "tests/testing/rdzv_daemon.h"
 #include "tests/testing/reserved_port.h"
 #include "tests/testing/subprocess.h"
@@ -37,35 +35,13 @@ using namespace std::chrono_literals;
 
 constexpr char kToken[] = "metrics-test-token";
 
-int Connect(int port) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  timeval timeout{5, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  return fd;
-}
+// Every read in these tests gives up after 5 s rather than hang the test.
+constexpr int kReadTimeoutS = 5;
 
-// Sends `raw` and reads the whole answer (the server closes: "Connection: close").
+int Connect(int port) { return testing::ConnectLoopback(port, kReadTimeoutS); }
+
 std::string Exchange(int port, const std::string& raw) {
-  const int fd = Connect(port);
-  if (fd < 0) return "";
-  if (write(fd, raw.data(), raw.size()) < 0) {
-    close(fd);
-    return "";
-  }
-  std::string answer;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) answer.append(buf, n);
-  close(fd);
-  return answer;
+  return testing::LoopbackExchange(port, raw, kReadTimeoutS);
 }
 
 struct Response {

@@ -1,0 +1,55 @@
+// Plain TCP on 127.0.0.1 for tests and benchmarks that talk to a server ddprun runs (its HTTP
+// side): connect, send raw bytes, read until the server closes. Header-only, so that a
+// benchmark can use it without linking the test helpers (and GoogleTest).
+#ifndef DDPRUN_TESTS_TESTING_LOOPBACK_H_
+#define DDPRUN_TESTS_TESTING_LOOPBACK_H_
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <string>
+
+namespace ddprun::testing {
+
+// A connection to 127.0.0.1:port, or -1. With read_timeout_s > 0 a read gives up after that.
+inline int ConnectLoopback(int port, int read_timeout_s = 0) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  if (read_timeout_s > 0) {
+    timeval timeout{read_timeout_s, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  }
+  return fd;
+}
+
+// Sends `raw` and reads the whole answer (the server closes: "Connection: close"); "" when the
+// connection or the write fails.
+inline std::string LoopbackExchange(int port, const std::string& raw, int read_timeout_s = 0) {
+  const int fd = ConnectLoopback(port, read_timeout_s);
+  if (fd < 0) return "";
+  if (write(fd, raw.data(), raw.size()) < 0) {
+    close(fd);
+    return "";
+  }
+  std::string answer;
+  char buf[16384];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) answer.append(buf, static_cast<size_t>(n));
+  close(fd);
+  return answer;
+}
+
+}  // namespace ddprun::testing
+
+#endif  // DDPRUN_TESTS_TESTING_LOOPBACK_H_
