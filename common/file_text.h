@@ -5,10 +5,16 @@
 
 #include <string>
 
+#include "absl/status/statusor.h"
+
 namespace ddprun {
 
 // The file's whole contents; "" when it does not exist or cannot be read.
 std::string ReadTextFile(const std::string& path);
+
+// A file the caller needs (a token, a certificate): its whole contents, or kInvalidArgument
+// "WHAT: cannot read PATH".
+absl::StatusOr<std::string> ReadRequiredFile(const std::string& what, const std::string& path);
 
 }  // namespace ddprun
 

@@ -16,13 +16,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "worker/image_folder.h"
-#include "worker/input_pipeline.h"
+#include "trainer/image/image_folder.h"
+#include "trainer/image/input_pipeline.h"
 
 namespace fs = std::filesystem;
-using ddprun::worker::ImageFolder;
-using ddprun::worker::InputPipeline;
-using ddprun::worker::PipelineOptions;
+using ddprun::trainer::ImageFolder;
+using ddprun::trainer::InputPipeline;
+using ddprun::trainer::PipelineOptions;
 
 int main(int argc, char** argv) {
   CLI::App app{"ddp-train ImageNet input pipeline throughput"};
@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
     }
     data = tmp;
   }
-  absl::StatusOr<ImageFolder> folder = ddprun::worker::ScanImageFolder(data);
+  absl::StatusOr<ImageFolder> folder = ddprun::trainer::ScanImageFolder(data);
   if (!folder.ok()) {
     std::cerr << folder.status() << "\n";
     return 2;
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
       const auto t0 = std::chrono::steady_clock::now();
       InputPipeline pipeline(&*folder, indices, options);
       int64_t decoded = 0;
-      while (std::optional<ddprun::worker::ImageBatch> b = pipeline.Next()) decoded += b->size;
+      while (std::optional<ddprun::trainer::ImageBatch> b = pipeline.Next()) decoded += b->size;
       const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       if (pass == 1) {
         std::cout << absl::StrFormat("| %d | %.0f | %.0f |\n", t, decoded / s, decoded / s / t);

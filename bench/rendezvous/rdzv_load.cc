@@ -30,10 +30,10 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "grpcpp/grpcpp.h"
-#include "rendezvous/agent_call.h"
-#include "rendezvous/proto_convert.h"
-#include "rendezvous/rendezvous_client.h"
-#include "rendezvous/security.h"
+#include "rendezvous/grpc/agent_call.h"
+#include "rendezvous/grpc/proto_convert.h"
+#include "rendezvous/grpc/rendezvous_client.h"
+#include "rendezvous/grpc/security.h"
 #include "tests/testing/loopback.h"
 
 extern char** environ;

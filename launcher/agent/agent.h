@@ -1,0 +1,130 @@
+// The per-node agent: joins the rendezvous, starts one worker per local rank with the torchrun
+// environment, watches them, and carries out AgentStateMachine's decisions. Owns one EventLoop;
+// signals (signalfd), child exits (SIGCHLD through the same signalfd), worker output (pipes) and
+// rendezvous events (posted) all arrive on it, so no state is shared between threads.
+#ifndef DDPRUN_LAUNCHER_AGENT_AGENT_H_
+#define DDPRUN_LAUNCHER_AGENT_AGENT_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/event_loop.h"
+#include "launcher/agent/agent_state.h"
+#include "launcher/hangs/hang_monitor.h"
+#include "launcher/config/host_info.h"
+#include "launcher/config/options.h"
+#include "launcher/process/orphan_guard.h"
+#include "launcher/rdzv/port_reservation.h"
+#include "launcher/rdzv/rendezvous_setup.h"
+#include "launcher/agent/run_timeline.h"
+#include "launcher/preload/spare_pool.h"
+#include "launcher/workers/worker_env.h"
+#include "launcher/workers/worker_group.h"
+#include "rendezvous/api/rendezvous.h"
+
+namespace ddprun::launcher {
+
+class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Listener {
+ public:
+  Agent(LaunchOptions options, Environment env, HostInfo host);
+  ~Agent() override;
+
+  // Runs the job to its end; returns the process exit code. Call once, from the main thread,
+  // after BlockAgentSignals().
+  int Run();
+
+  // Blocks the signals the agent takes through its signalfd. Call in main before any thread
+  // starts, so that every thread inherits the mask.
+  static void BlockAgentSignals(const LaunchOptions& options);
+
+  // RendezvousEvents
+  void OnAssignment(const rendezvous::Assignment& assignment) override;
+  void OnRestart(const std::string& reason,
+                 const std::optional<rendezvous::HangNotice>& hang) override;
+  void OnClosed(const absl::Status& status,
+                const std::optional<rendezvous::HangNotice>& hang) override;
+  void OnReconnecting(const std::string& why) override;
+  void OnResumed(int64_t round) override;
+  // WorkerGroup::Listener
+  void OnWorkerExited(const WorkerExit& exit) override;
+  void OnWorkerOutput(int local_rank) override;
+  void OnStacksTaken() override;
+
+ private:
+  absl::Status Prepare();
+  // --numa-binding: each local rank's CPUs (worker_cpus_), or an error naming the flag.
+  absl::Status PlanNumaBinding();
+  void Execute(const std::vector<AgentAction>& actions);
+  void StartWorkers(const rendezvous::Assignment& assignment);
+  // Opens this attempt's filtered_std{out,err}.log (closing the last attempt's).
+  void OpenFilteredLogs();
+  // Under another launcher (TORCHELASTIC_ERROR_FILE in ddprun's own environment): the root
+  // cause's error file goes up to it with errorCode, as torchrun's @record does.
+  void RelayErrorFileToParent(const std::string& worker_file, const WorkerExit& cause);
+  void OnSignals();
+  void ReapChildren();
+  void Finish(int exit_code, const std::string& reason);
+  // Records a step of the run (run_timeline.h): events.jsonl with --log-dir, and after a
+  // restart the cycle's timeline line. Fills in the times.
+  void RecordStep(StepEvent event);
+  // --event-log-handler=console: torchrun's end-of-run events (event_log.h) on stderr.
+  void WriteEventLog(int exit_code, const std::string& reason);
+  std::string ErrorFilePath(int attempt, int local_rank) const;
+  // What the environment of local rank `lr`'s worker is built from (the error file aside).
+  WorkerEnvSpec EnvSpec(int local_rank) const;
+  // How local rank `lr`'s worker process is started from `env` (its command, CPUs, the hang
+  // monitor's variables): one place for workers and their --preload spares, whose hand-over
+  // requires the same command.
+  SpawnRequest WorkerSpawn(int lr, Environment env) const;
+  // --preload: one spare per local rank, started now so the imports overlap the rendezvous.
+  absl::Status StartSpares();
+  // When this agent hosts the rendezvous server, other nodes may still be running: keep
+  // serving them until they have all left, then stop the loop.
+  void StopLoopWhenServerIdle();
+  // Hang detection (hang_monitor.h).
+  void OnHang(const HangVerdict& verdict);
+  void ReportProgress(const std::vector<LocalProgress>& progress, bool urgent);
+  void NoteHangNotice(const std::optional<rendezvous::HangNotice>& hang);
+  // "LOG_ROOT/attempt_N/*/stacks.txt" when this attempt's stacks were taken, else "".
+  std::string StacksGlob() const;
+
+  const LaunchOptions options_;
+  const Environment env_;
+  const HostInfo host_;
+  EventLoop loop_;
+  AgentStateMachine state_;
+  OrphanGuard guard_;                  // outlives group_ and spares_ (declared before them)
+  std::unique_ptr<SparePool> spares_;  // --preload; null: off
+  RendezvousSetup setup_;              // the rendezvous (and the server, when hosted here)
+  rendezvous::Rendezvous* rendezvous_ = nullptr;  // setup_.rendezvous
+  std::unique_ptr<WorkerGroup> group_;
+  // --duplicate-std{out,err}-filters: the current attempt's filtered_std{out,err}.log, or -1.
+  int filtered_fds_[2] = {-1, -1};
+  rendezvous::Assignment current_{};
+  int attempt_ = -1;  // worker groups started by this agent so far, minus one (log folders)
+  std::string run_id_;
+  std::string log_root_;  // LOG_DIR/RUN_ID, or a temporary directory
+  bool log_root_is_temp_ = false;
+  int signal_fd_ = -1;
+  bool waiting_for_peers_ = false;
+  bool awaiting_close_ = false;  // succeeded; waiting for the server to close our stream
+  int exit_code_ = kExitSuccess;
+  HangMonitor hangs_;
+  std::string ipc_dir_;        // private directory of the FIFOs; removed at exit
+  std::string straggler_;      // named by the rendezvous for the last hang
+  bool stacks_taken_ = false;  // some attempt's stacks were written: keep a temporary log root
+  TimePoint started_{};        // Run() began (the events' total_run_time)
+  // How each worker of the current group ended, by local rank (nullopt: still running).
+  std::vector<std::optional<WorkerExit>> exits_;
+  std::vector<std::set<int>> worker_cpus_;  // --numa-binding, by local rank; empty: off
+  std::unique_ptr<RunTimeline> timeline_;   // made once the run id is known
+  int events_fd_ = -1;                      // LOG_ROOT/events.jsonl with --log-dir
+  bool failure_in_cycle_ = false;           // a failure step since the last workers started
+  bool stopping_ = false;                   // a stop step not yet finished
+  bool awaiting_first_progress_ = false;
+};
+
+}  // namespace ddprun::launcher
+
+#endif  // DDPRUN_LAUNCHER_AGENT_AGENT_H_

@@ -1,0 +1,116 @@
+// The agent's decisions as a pure state machine: events in (assignment, worker exit, restart,
+// close, signal), actions out (start/stop/kill workers, report to the rendezvous, exit). No
+// processes, no sockets, no clock reads: the Agent (agent.h) performs the actions, and tests
+// drive this class directly.
+//
+//   kRendezvous --assignment--> kRunning --all exit 0--> kDone(0)
+//        ^                        |  worker fails / restart / close / signal
+//        |                        v
+//        +---(no exit pending)-- kStopping --(exit pending)--> kDone(code)
+//                                  |  pending assignment
+//                                  +--> kRunning
+#ifndef DDPRUN_LAUNCHER_AGENT_AGENT_STATE_H_
+#define DDPRUN_LAUNCHER_AGENT_AGENT_STATE_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/clock.h"
+#include "launcher/workers/worker_exit.h"
+#include "rendezvous/api/rendezvous.h"
+
+namespace ddprun::launcher {
+
+// Exit codes (docs/design.md, "Failure reporting and exit codes").
+inline constexpr int kExitSuccess = 0;
+inline constexpr int kExitWorkersFailed = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitRendezvous = 3;
+inline constexpr int kExitSignalBase = 128;
+
+struct AgentAction {
+  enum class Type {
+    kStartWorkers,     // `assignment`
+    kStopWorkers,      // SIGTERM every worker's process group, SIGKILL after the grace period;
+                       // with `collect_stacks`, every worker's stacks first (a hang)
+    kKillWorkers,      // SIGKILL now (a second stop signal)
+    kReportFailed,     // tell the rendezvous: `round` failed, root cause `failure`
+    kReportSucceeded,  // tell the rendezvous: `round` succeeded on this node
+    kLeave,            // leave the rendezvous, `message` says why
+    kExit,             // exit the agent with `exit_code`; `message` says why
+  };
+  explicit AgentAction(Type t) : type(t) {}
+  Type type;
+  rendezvous::Assignment assignment;
+  WorkerExit failure;
+  int64_t round = 0;
+  int exit_code = 0;
+  std::string message;
+  bool collect_stacks = false;  // kStopWorkers: a worker hung here or on another node
+  int hang_signal = 0;          // kStopWorkers: for `failure.local_rank` after its stacks
+};
+
+class AgentStateMachine {
+ public:
+  enum class Phase { kRendezvous, kRunning, kStopping, kDone };
+
+  explicit AgentStateMachine(int nproc_per_node);
+
+  std::vector<AgentAction> OnAssignment(const rendezvous::Assignment& assignment);
+  std::vector<AgentAction> OnWorkerExited(const WorkerExit& exit);
+  // A local worker is hung (`hung.hang` says how); `signal` is what its FileTimer client asked
+  // to be sent after the stacks (0: none). Like a failure, plus stacks before the stop.
+  std::vector<AgentAction> OnHang(const WorkerExit& hung, int signal);
+  // `hang`: the round ended because a worker hung somewhere; take stacks before stopping.
+  std::vector<AgentAction> OnRestart(const std::string& reason, bool hang);
+  std::vector<AgentAction> OnClosed(const absl::Status& status, bool hang);
+  // A stop signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT).
+  std::vector<AgentAction> OnStopSignal(int signal);
+
+  Phase phase() const { return phase_; }
+  int64_t round() const { return round_; }
+  int live_workers() const { return live_; }
+  // The first failure of the most recent failed attempt, and the other workers of that attempt
+  // that failed before ddprun began stopping the group.
+  const std::optional<WorkerExit>& root_cause() const { return root_cause_; }
+  // The root cause of the attempt before the current one (where a hung rank was, said when the
+  // next attempt starts).
+  const std::optional<WorkerExit>& previous_root_cause() const { return previous_root_cause_; }
+  const std::vector<WorkerExit>& other_failures() const { return other_failures_; }
+  // Why the agent exits (set with the kExit action).
+  const std::string& exit_reason() const { return exit_reason_; }
+
+  // Maps a rendezvous close status to an exit code: OK 0, kResourceExhausted (restart budget
+  // spent) 1, anything else 3.
+  static int ExitCodeForClose(const absl::Status& status);
+
+ private:
+  std::vector<AgentAction> BeginStop(std::optional<int> exit_code, const std::string& why,
+                                     bool collect_stacks = false);
+  std::vector<AgentAction> GroupStopped();
+  // A local worker failed or hung (`cause.hang`): report it, stop the group (stacks first when
+  // hung; then `hang_signal` to it).
+  std::vector<AgentAction> Fail(const WorkerExit& cause, int hang_signal);
+  std::vector<AgentAction> Exit(int code, const std::string& why);
+
+  const int nproc_;
+  Phase phase_ = Phase::kRendezvous;
+  int64_t round_ = -1;
+  int live_ = 0;
+  int succeeded_ = 0;
+  std::optional<rendezvous::Assignment> pending_assignment_;
+  std::optional<int> pending_exit_;
+  bool pending_exit_is_signal_ = false;
+  std::string pending_reason_;
+  std::optional<WorkerExit> root_cause_;
+  std::optional<WorkerExit> previous_root_cause_;
+  std::vector<WorkerExit> other_failures_;
+  std::string exit_reason_;
+  bool stopping_for_hang_ = false;  // our SIGABRTs are not failures
+};
+
+}  // namespace ddprun::launcher
+
+#endif  // DDPRUN_LAUNCHER_AGENT_AGENT_STATE_H_

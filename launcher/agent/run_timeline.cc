@@ -1,0 +1,132 @@
+#include "launcher/agent/run_timeline.h"
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace ddprun::launcher {
+namespace {
+
+int64_t MillisBetween(TimePoint from, TimePoint to) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(to - from).count();
+}
+
+// "rank 5 on n2 exited 1", "node n3 was lost: ...", from a failure step.
+std::string DescribeFailureStep(const StepEvent& e) {
+  if (e.rank >= 0) {
+    return absl::StrCat("rank ", e.rank, e.host.empty() ? "" : " on ", e.host, " ", e.detail);
+  }
+  return e.detail.empty() ? e.cause : e.detail;
+}
+
+}  // namespace
+
+const char* StepName(Step step) {
+  switch (step) {
+    case Step::kJoining:
+      return "joining";
+    case Step::kRoundComplete:
+      return "round_complete";
+    case Step::kWorkersStarted:
+      return "workers_started";
+    case Step::kFirstProgress:
+      return "first_progress";
+    case Step::kFailureDetected:
+      return "failure_detected";
+    case Step::kStopBegun:
+      return "stop_begun";
+    case Step::kStacksTaken:
+      return "stacks_taken";
+    case Step::kStopFinished:
+      return "stop_finished";
+    case Step::kResumed:
+      return "resumed";
+    case Step::kClosed:
+      return "closed";
+  }
+  return "unknown";
+}
+
+std::string CauseOfRestart(const std::string& reason, bool hang) {
+  // The rendezvous server's reasons (rendezvous/core/run_state.cc): "worker failure on H: ...",
+  // "worker hang on H: ...", "node ... was lost: its connection broke" (or ": no heartbeat for
+  // ..."), "node ... joined", "node ... left: ...", "group rank N ... did not re-register ...".
+  if (hang || absl::StartsWith(reason, "worker hang")) return kCauseHang;
+  if (absl::StartsWith(reason, "worker failure")) return kCauseRemoteFailure;
+  if (absl::StrContains(reason, " was lost: its connection broke")) return kCauseNodeLostStream;
+  if (absl::StrContains(reason, " was lost") || absl::StrContains(reason, "did not re-register")) {
+    return kCauseNodeLostLease;
+  }
+  if (absl::EndsWith(reason, " joined")) return kCauseNodeJoined;
+  if (absl::StrContains(reason, " left")) return kCauseNodeLeft;
+  return "other";
+}
+
+std::string RunTimeline::Add(const StepEvent& e) {
+  events_.push_back(e);
+  nlohmann::ordered_json j;
+  j["ts_ms"] = e.unix_ms;
+  j["run_id"] = run_id_;
+  j["node"] = node_;
+  j["step"] = StepName(e.step);
+  if (e.round >= 0) j["round"] = e.round;
+  if (e.world_size >= 0) j["world_size"] = e.world_size;
+  if (e.group_rank >= 0) j["group_rank"] = e.group_rank;
+  if (e.workers >= 0) j["workers"] = e.workers;
+  if (e.restart_count >= 0) j["restart_count"] = e.restart_count;
+  if (!e.cause.empty()) j["cause"] = e.cause;
+  if (e.rank >= 0) j["rank"] = e.rank;
+  if (!e.host.empty()) j["host"] = e.host;
+  if (!e.detail.empty()) j["detail"] = e.detail;
+  return j.dump();
+}
+
+std::optional<std::string> RunTimeline::CycleLine() const {
+  if (events_.empty() || events_.back().step != Step::kWorkersStarted) return std::nullopt;
+  // The failure that began this cycle: the last one after the previous start of workers.
+  size_t first = events_.size() - 1;
+  std::optional<size_t> failure;
+  while (first > 0) {
+    --first;
+    const Step s = events_[first].step;
+    if (s == Step::kWorkersStarted) break;
+    if (s == Step::kFailureDetected && !failure) failure = first;
+  }
+  if (!failure) return std::nullopt;  // the first start, not a restart
+  // The earliest failure of the cycle is its cause; later ones are its consequences.
+  for (size_t i = *failure; i > first; --i) {
+    if (events_[i - 1].step == Step::kFailureDetected) failure = i - 1;
+  }
+  const StepEvent& cause = events_[*failure];
+  const StepEvent& started = events_.back();
+  std::vector<std::string> parts = {DescribeFailureStep(cause)};
+  for (size_t i = *failure + 1; i < events_.size(); ++i) {
+    const StepEvent& e = events_[i];
+    const std::string after = absl::StrCat(" +", MillisBetween(cause.when, e.when), " ms");
+    switch (e.step) {
+      case Step::kStacksTaken:
+        parts.push_back(absl::StrCat("stacks taken", after));
+        break;
+      case Step::kStopFinished:
+        parts.push_back(absl::StrCat("all stopped", after));
+        break;
+      case Step::kRoundComplete:
+        parts.push_back(absl::StrCat("round ", e.round, " complete", after));
+        break;
+      case Step::kWorkersStarted:
+        parts.push_back(
+            absl::StrCat(e.workers, " worker", e.workers == 1 ? "" : "s", " running", after));
+        break;
+      default:
+        break;
+    }
+  }
+  const std::string label = started.restart_count > 0 && cause.cause != kCauseNodeJoined
+                                ? absl::StrCat("restart ", started.restart_count)
+                                : absl::StrCat("round ", started.round);
+  return absl::StrCat(label, ": ", absl::StrJoin(parts, " -> "));
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,91 @@
+// The steps of a run as one agent lives them, with millisecond timestamps: rendezvous joined
+// and rounds completed, workers started, their first sign of life, failures detected and their
+// cause, stops begun and finished, stacks taken, the run closed. Each step is one JSON object
+// (LOG_DIR/RUN_ID/events.jsonl); after a restart the cycle reads as one line:
+//
+//   restart 2: rank 5 on n2 exited 1 -> all stopped +11 ms -> round 3 complete +24 ms ->
+//   4 workers running +31 ms
+//
+// Pure: the agent says what happened and when; nothing here reads a clock or writes a file.
+#ifndef DDPRUN_LAUNCHER_AGENT_RUN_TIMELINE_H_
+#define DDPRUN_LAUNCHER_AGENT_RUN_TIMELINE_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+
+namespace ddprun::launcher {
+
+enum class Step {
+  kJoining,          // the agent asked to join the run
+  kRoundComplete,    // an assignment: round, world_size, group_rank
+  kWorkersStarted,   // workers of the round are running
+  kFirstProgress,    // the first sign of life of any worker of the round (output, a step)
+  kFailureDetected,  // cause, and where known rank, host, detail
+  kStopBegun,
+  kStacksTaken,   // the workers' stacks were written before they were stopped
+  kStopFinished,  // every worker of the group has exited
+  kResumed,       // a restarted rendezvous server took the round back; no worker restarted
+  kClosed,        // the run is over for this agent: detail says how
+};
+
+// What made a cycle end. The first four are seen by this agent; the others it hears from the
+// rendezvous.
+inline constexpr char kCauseWorkerExit[] = "worker_exit";        // exited non-zero
+inline constexpr char kCauseWorkerSignal[] = "worker_signal";    // killed by a signal
+inline constexpr char kCauseHang[] = "hang";                     // no sign of life for too long
+inline constexpr char kCauseStopSignal[] = "stop_signal";        // ddprun itself was told to stop
+inline constexpr char kCauseRemoteFailure[] = "remote_failure";  // a worker on another node
+inline constexpr char kCauseNodeLostStream[] = "node_lost_stream";  // its stream broke
+inline constexpr char kCauseNodeLostLease[] = "node_lost_lease";    // silent past its lease
+inline constexpr char kCauseNodeJoined[] = "node_joined";           // a scale-up
+inline constexpr char kCauseNodeLeft[] = "node_left";
+
+struct StepEvent {
+  Step step = Step::kJoining;
+  TimePoint when{};     // steady clock: the timeline's durations
+  int64_t unix_ms = 0;  // wall clock: the JSON's timestamp
+  int64_t round = -1;
+  int world_size = -1;
+  int group_rank = -1;
+  int workers = -1;  // kWorkersStarted
+  int restart_count = -1;
+  std::string cause;  // kFailureDetected
+  int rank = -1;      // the failed or first-progressing worker's global rank
+  std::string host;
+  std::string detail;  // "exited 1", "signal SIGKILL (9)", "node n3 was lost: ...", ...
+};
+
+const char* StepName(Step step);  // "failure_detected", ...
+
+// The restart reason the rendezvous sent, as a cause ("node ... was lost: its connection
+// broke" -> node_lost_stream; other losses, all of a lease, -> node_lost_lease).
+std::string CauseOfRestart(const std::string& reason, bool hang);
+
+class RunTimeline {
+ public:
+  // Every line names the run and this agent's host.
+  RunTimeline(std::string run_id, std::string node)
+      : run_id_(std::move(run_id)), node_(std::move(node)) {}
+
+  // Records `event`; returns its JSON line (without the newline).
+  std::string Add(const StepEvent& event);
+
+  // When `event`, just added, is the start of workers that ends a cycle begun by a failure:
+  // that cycle as one line, "restart N: <failure> -> all stopped +X ms -> ... running +Z ms".
+  std::optional<std::string> CycleLine() const;
+
+  const std::vector<StepEvent>& events() const { return events_; }
+
+ private:
+  std::string run_id_;
+  std::string node_;
+  std::vector<StepEvent> events_;
+};
+
+}  // namespace ddprun::launcher
+
+#endif  // DDPRUN_LAUNCHER_AGENT_RUN_TIMELINE_H_

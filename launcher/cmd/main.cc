@@ -1,0 +1,51 @@
+// ddprun: parse the options, build the agent, run it (or `ddprun status ...`).
+#include <string>
+#include <vector>
+
+#include "common/environment.h"
+#include "common/log.h"
+#include "launcher/agent/agent.h"
+#include "launcher/config/cli.h"
+#include "launcher/cmd/slurm_per_task.h"
+#include "launcher/cmd/status_command.h"
+
+int main(int argc, char** argv) {
+  using namespace ddprun::launcher;
+  const ddprun::Environment env = ddprun::CurrentEnvironment();
+  const HostInfo host = DetectHostInfo(env);
+  if (argc > 1 && std::string(argv[1]) == "status") {
+    return RunStatusCommand(std::vector<std::string>(argv + 2, argv + argc), host);
+  }
+  auto parsed = ParseCommandLine(std::vector<std::string>(argv + 1, argv + argc), env, host);
+  if (!parsed.ok()) {
+    ddprun::WriteAll(
+        2, std::string("ddprun: error: ") + std::string(parsed.status().message()) + "\n");
+    return kExitUsage;
+  }
+  if (parsed->exit_now) {
+    ddprun::WriteAll(1, parsed->text);
+    return 0;
+  }
+  ddprun::SetVerbose(parsed->options.verbose);
+  if (parsed->platform) {
+    ddprun::LogInfo(DescribePlatformPlan(*parsed->platform, parsed->options));
+  }
+  if (parsed->slurm) {
+    for (const std::string& w : parsed->slurm->warnings) ddprun::LogWarning(w);
+    ddprun::LogInfo(DescribeSlurmPlan(*parsed->slurm, parsed->options));
+    if (parsed->slurm->mode == SlurmMode::kPerTask) {
+      if (!parsed->options.preload.empty()) {
+        // Each task becomes its worker in place: there is no agent to keep a spare.
+        ddprun::LogWarning(absl::StrCat(parsed->options.preload_given,
+                                        ": not used when each Slurm task runs its worker in "
+                                        "place (no agent, no restarts)"));
+      }
+      const absl::Status s = ExecPerTask(*parsed->slurm, parsed->options, env);  // on failure
+      ddprun::WriteAll(2, absl::StrCat("ddprun: error: ", s.message(), "\n"));
+      return kExitUsage;
+    }
+  }
+  Agent::BlockAgentSignals(parsed->options);
+  Agent agent(std::move(parsed->options), env, host);
+  return agent.Run();
+}

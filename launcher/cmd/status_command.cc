@@ -1,0 +1,191 @@
+#include "launcher/cmd/status_command.h"
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <functional>
+#include <optional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "launcher/agent/agent_state.h"
+#include "launcher/config/cli.h"
+#include "rendezvous/api/grpc_rendezvous_plugin.h"
+#include "launcher/rdzv/rendezvous_setup.h"
+
+namespace ddprun::launcher {
+
+namespace {
+
+// How one query came out: the run's JSON, or the exit code and message of a failure.
+struct Query {
+  std::optional<nlohmann::json> run;
+  int exit_code = 0;
+  absl::StatusCode code = absl::StatusCode::kOk;
+  std::string error;
+};
+
+using QueryFn = std::function<absl::StatusOr<std::string>(GrpcRendezvousPlugin*)>;
+
+// Settings errors are usage errors (exit 2); a missing plugin or a rendezvous that cannot be
+// reached or refuses is a rendezvous failure (exit 3).
+Query QueryOnce(const LaunchOptions& options, const absl::Status& settings, const QueryFn& query) {
+  Query q;
+  if (!settings.ok()) {
+    q.exit_code = kExitUsage;
+    q.error = absl::StrCat("ddprun status: error: ", settings.message());
+    return q;
+  }
+  auto plugin = LoadGrpcRendezvousPlugin();
+  if (!plugin.ok()) {
+    q.exit_code = kExitRendezvous;
+    q.error = absl::StrCat("ddprun status: error: ", plugin.status().message());
+    return q;
+  }
+  auto text = query(*plugin);
+  if (!text.ok()) {
+    q.exit_code = kExitRendezvous;
+    q.code = text.status().code();
+    q.error = absl::StrCat("ddprun status: ", options.rdzv_endpoint, ": ", text.status().message());
+    return q;
+  }
+  q.run = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  if (q.run->is_discarded()) {
+    q.run.reset();
+    q.exit_code = kExitRendezvous;
+    q.error = "ddprun status: the rendezvous plugin answered something that is not JSON";
+  }
+  return q;
+}
+
+void Show(const nlohmann::json& run, bool json, bool redraw) {
+  if (json) {
+    WriteAll(1, absl::StrCat(run.dump(), "\n"));
+    return;
+  }
+  // On a terminal --watch redraws in place (cursor home, clear); elsewhere frames follow.
+  WriteAll(1, absl::StrCat(redraw ? "\x1b[H\x1b[2J" : "", FormatRunStatusText(run)));
+}
+
+int Watch(const LaunchOptions& options, const absl::Status& settings, const QueryFn& query,
+          bool json, std::chrono::milliseconds interval) {
+  const bool redraw = !json && isatty(1);
+  bool seen = false;
+  for (;;) {
+    Query q = QueryOnce(options, settings, query);
+    if (q.run.has_value()) {
+      seen = true;
+      Show(*q.run, json, redraw);
+      if (q.run->value("phase", "") == "closed") return 0;
+    } else if (!seen || q.exit_code == kExitUsage) {
+      WriteAll(2, absl::StrCat(q.error, "\n"));
+      return q.exit_code;
+    } else if (q.code == absl::StatusCode::kNotFound) {
+      // The run closed and is forgotten (etcd: its last agent removed its keys).
+      WriteAll(2, absl::StrCat("ddprun status: run '", options.rdzv_id,
+                               "' is over: the rendezvous no longer knows it\n"));
+      return 0;
+    } else {
+      // The server may be restarting: say so and keep watching.
+      WriteAll(2, absl::StrCat(q.error, " (still watching)\n"));
+    }
+    if (!json && !redraw) WriteAll(1, "\n");
+    std::this_thread::sleep_for(interval);
+  }
+}
+
+}  // namespace
+
+std::string FormatRunStatusText(const nlohmann::json& run) {
+  std::string out =
+      absl::StrCat("run ", run.value("run_id", ""), ": ", run.value("phase", ""), ", round ",
+                   run.value("round", 0), ", nodes ", run.value("min_nodes", 0), ":",
+                   run.value("max_nodes", 0), ", restarts used ", run.value("restarts_used", 0),
+                   " of ", run.value("max_restarts", 0), "\n");
+  const std::string closed = run.value("close_message", "");
+  if (!closed.empty()) absl::StrAppend(&out, "closed: ", closed, "\n");
+  for (const auto& m : run.value("members", nlohmann::json::array())) {
+    const int group_rank = m.value("group_rank", -1);
+    absl::StrAppend(
+        &out, "  ",
+        group_rank >= 0 ? absl::StrCat("node rank ", group_rank) : std::string("waiting    "), "  ",
+        m.value("hostname", ""), "  ", m.value("addr", ""), "  nproc ",
+        m.value("nproc_per_node", 0), "  ", m.value("state", ""), "  ", m.value("node_id", ""),
+        "\n");
+  }
+  return out;
+}
+
+int RunStatusCommand(const std::vector<std::string>& args, const HostInfo& host) {
+  CLI::App app("ddprun status: show a run of the c10d or etcd rendezvous");
+  LaunchOptions options;
+  options.rdzv_backend = "c10d";
+  std::string conf;
+  app.add_option("--rdzv-backend,--rdzv_backend", options.rdzv_backend, "c10d (default) or etcd")
+      ->check(CLI::IsMember({"c10d", "etcd", "etcd-v3"}));
+  app.add_option("--rdzv-endpoint,--rdzv_endpoint", options.rdzv_endpoint)->required();
+  app.add_option("--rdzv-id,--rdzv_id", options.rdzv_id)->required();
+  app.add_option("--rdzv-conf,--rdzv_conf", conf, "token_file=..., tls_ca=..., read_timeout=S");
+  bool json = false;
+  bool watch = false;
+  double interval_s = 1.0;
+  app.add_flag("--json", json, "one JSON object (fields: ddprun status --help, README)");
+  app.add_flag("--watch", watch, "show the run again every --interval seconds until it closes");
+  app.add_option("--interval", interval_s, "seconds between two --watch queries (default 1)")
+      ->check(CLI::Range(0.05, 3600.0));
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    WriteAll(1, app.help());
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    WriteAll(2, absl::StrCat("ddprun status: error: ", e.what(), "\n"));
+    return kExitUsage;
+  }
+  if (!conf.empty()) {
+    // The agent's own --rdzv-conf parser, so both read the value the same way.
+    auto parsed = ParseCommandLine({"--rdzv-conf=" + conf, "--no-python", "true"},
+                                   {{"PATH", "/bin:/usr/bin"}}, host);
+    if (!parsed.ok()) {
+      WriteAll(2, absl::StrCat("ddprun status: error: ", parsed.status().message(), "\n"));
+      return kExitUsage;
+    }
+    options.rdzv_conf = parsed->options.rdzv_conf;
+  }
+  QueryFn query;
+  absl::Status settings_status;
+  std::optional<EtcdSettings> etcd;
+  std::optional<C10dSettings> c10d;
+  if (options.rdzv_backend != "c10d") {
+    auto settings = MakeEtcdSettings(options);
+    settings_status = settings.status();
+    if (settings.ok()) etcd = *std::move(settings);
+    query = [&](GrpcRendezvousPlugin* plugin) {
+      return plugin->QueryEtcdRun(*etcd, options.rdzv_id);
+    };
+  } else {
+    auto settings = MakeC10dSettings(options, host);
+    settings_status = settings.status();
+    if (settings.ok()) {
+      c10d = *std::move(settings);
+      c10d->host_here = false;
+    }
+    query = [&](GrpcRendezvousPlugin* plugin) { return plugin->QueryRun(*c10d, options.rdzv_id); };
+  }
+  if (watch) {
+    return Watch(options, settings_status, query, json,
+                 std::chrono::milliseconds(static_cast<int64_t>(interval_s * 1000)));
+  }
+  Query q = QueryOnce(options, settings_status, query);
+  if (!q.run.has_value()) {
+    WriteAll(2, absl::StrCat(q.error, "\n"));
+    return q.exit_code;
+  }
+  Show(*q.run, json, /*redraw=*/false);
+  return 0;
+}
+
+}  // namespace ddprun::launcher

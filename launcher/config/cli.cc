@@ -1,0 +1,796 @@
+#include "launcher/config/cli.h"
+
+#include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <map>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/status_macros.h"
+#include "common/strings.h"
+#include "common/version.h"
+#include "launcher/config/completion.h"
+#include "launcher/config/numa_binding.h"
+#include "launcher/config/platform_env.h"
+#include "launcher/config/slurm_env.h"
+#include "launcher/config/template_macros.h"
+#include "launcher/config/yaml_config.h"
+
+namespace ddprun::launcher {
+namespace {
+
+struct FlagDef {
+  const char* name;        // canonical spelling with dashes
+  const char* short_name;  // "-m", or "" for none
+  bool is_bool;
+  const char* help;
+  // For shell completion (completion.h): what a value is, and the choices of a kChoice.
+  ValueKind value = ValueKind::kText;
+  const char* choices = "";
+};
+
+// Every flag, in --help order. The underscore spelling is accepted for each dashed name.
+constexpr FlagDef kFlags[] = {
+    {"nnodes", "", false, "Number of nodes, N or MIN:MAX (elastic). Default 1."},
+    {"nproc-per-node", "", false, "Workers per node: an integer, auto, cpu or gpu. Default 1.",
+     ValueKind::kChoice, "auto cpu gpu"},
+    {"rdzv-backend", "", false, "Rendezvous backend: static (default), c10d, etcd, etcd-v3.",
+     ValueKind::kChoice, "static c10d etcd etcd-v3"},
+    {"rdzv-endpoint", "", false, "Rendezvous server host[:port] (c10d default port 29400)."},
+    {"rdzv-id", "", false, "Run id shared by the nodes of one job. Default none."},
+    {"rdzv-conf", "", false,
+     "Rendezvous settings k=v,...: join_timeout, last_call_timeout, close_timeout, "
+     "read_timeout, keep_alive_interval, keep_alive_max_attempt, is_host, token_file, "
+     "tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name, etcd_prefix, etcd_user, "
+     "etcd_password_file, http_port, http_host."},
+    {"standalone", "", true, "One node: a private rendezvous on loopback, random port and run id."},
+    {"max-restarts", "", false,
+     "Failure-triggered restarts of the worker group, one budget for the job. Default 0."},
+    {"monitor-interval", "", false,
+     "Accepted for torchrun compatibility; ddprun reacts to events and never polls."},
+    {"start-method", "", false, "Accepted for torchrun compatibility (spawn, fork, forkserver).",
+     ValueKind::kChoice, "spawn fork forkserver"},
+    {"role", "", false, "Worker role name (ROLE_NAME). Default default."},
+    {"module", "-m", true, "Run the entrypoint as a Python module (python -m)."},
+    {"no-python", "", true, "Run the entrypoint as a program, without python."},
+    {"run-path", "", true, "Run the entrypoint as a Python script (accepted; the default)."},
+    {"log-dir", "", false,
+     "Folder for per-attempt, per-rank logs and error files (LOG_DIR/RUN_ID/attempt_N/RANK).",
+     ValueKind::kFolder},
+    {"redirects", "-r", false,
+     "Send worker streams to log files only: 0 none, 1 stdout, 2 stderr, 3 both; or "
+     "RANK:MASK,... per local rank.",
+     ValueKind::kChoice, "0 1 2 3"},
+    {"tee", "-t", false,
+     "Send worker streams to log files and the console with [ROLE<local rank>]: prefixes; "
+     "values as --redirects.",
+     ValueKind::kChoice, "0 1 2 3"},
+    {"local-ranks-filter", "", false, "Show only these local ranks on the console: 0,1,..."},
+    {"log-line-prefix-template", "", false,
+     "Prefix of every console line of a worker, e.g. '[${hostname} ${rank}]:' (macros "
+     "${role_name}, ${rank}, ${local_rank}, ${hostname}; also "
+     "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE). Default: [ROLE<local rank>]: with --tee."},
+    {"event-log-handler", "", false,
+     "Where torchrun's end-of-run events go: null (default) drops them, console writes one "
+     "JSON line per worker and one for the agent on stderr.",
+     ValueKind::kChoice, "null console"},
+    {"node-rank", "", false, "This node's rank (static backend; honoured by the others)."},
+    {"master-addr", "", false, "MASTER_ADDR for the static backend. Default 127.0.0.1."},
+    {"master-port", "", false,
+     "MASTER_PORT for the static backend. Default 29500 for several nodes; one node gets a "
+     "free port ddprun holds (and an explicit port must be free)."},
+    {"local-addr", "", false, "This node's address as the other nodes should reach it."},
+    {"duplicate-stdout-filters", "", false,
+     "Comma-separated strings: workers' stdout lines containing any of them are copied to "
+     "LOG_DIR/RUN_ID/attempt_N/filtered_stdout.log."},
+    {"duplicate-stderr-filters", "", false, "The same for stderr lines (filtered_stderr.log)."},
+    {"local-rank-arg", "", false,
+     "torch.distributed.launch's way for scripts that parse --local_rank: local_rank appends "
+     "--local_rank=N after the script (torch 1.x launch), local-rank --local-rank=N (torch "
+     "2.x). Off by default (torchrun's way: LOCAL_RANK only).",
+     ValueKind::kChoice, "local_rank local-rank"},
+    {"use-env", "", true,
+     "torch.distributed.launch's --use_env: LOCAL_RANK in the environment only (no "
+     "--local-rank-arg). Always true of torchrun and ddprun."},
+    {"signals-to-handle", "", false,
+     "Signals ddprun handles: SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the workers (exit "
+     "128+N); others listed here (e.g. SIGUSR1) are forwarded to the workers. Default "
+     "SIGTERM,SIGINT,SIGHUP,SIGQUIT."},
+    {"stop-timeout", "", false,
+     "Seconds between SIGTERM and SIGKILL when stopping workers. Default 10."},
+    {"shutdown-timeout", "", false,
+     "torch 2.x's name for --stop-timeout (also TORCH_ELASTIC_SHUTDOWN_TIMEOUT)."},
+    {"virtual-local-rank", "", true,
+     "Every worker sees LOCAL_RANK=0 and only its own GPU in CUDA_VISIBLE_DEVICES (the "
+     "N-th entry of ddprun's CUDA_VISIBLE_DEVICES, else GPU N)."},
+    {"numa-binding", "", false,
+     "Run each worker on the CPUs near its GPU (from sysfs; no numactl): node (the GPU's NUMA "
+     "node), socket (its socket), exclusive (the node's cores shared out among its GPUs), "
+     "core-complex (one last-level-cache domain per GPU). Off by default.",
+     ValueKind::kChoice, "node socket exclusive core-complex"},
+    {"preload", "", false,
+     "Warm restarts for Python workers: comma-separated modules (e.g. torch) that a spare "
+     "interpreter per local rank imports ahead of every start, at idle priority; a start hands "
+     "it the worker's environment and streams and it runs the script as python3 -u would. "
+     "Off by default; see README, Warm restarts."},
+    {"hang-timeout", "", false,
+     "Seconds without a sign of life (output, a '\\r' update, a FileTimer message, a step "
+     "report) after which a worker is hung: stacks of every worker, then a restart. Off by "
+     "default."},
+    {"no-worker-tty", "", true,
+     "Give workers pipes even when ddprun's output is a terminal (by default a worker whose "
+     "stream goes to ddprun's terminal gets a pseudo-terminal sized like it, so isatty(), "
+     "colours and progress bars behave as under torchrun)."},
+    {"quiet", "", true, "Only warnings and errors from ddprun itself."},
+    {"no-platform-env", "", true,
+     "Ignore MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK given to this node by a platform (also "
+     "DDPRUN_NO_PLATFORM=1); see README, Platform launches."},
+    {"no-slurm", "", true,
+     "Ignore the Slurm job environment (also DDPRUN_NO_SLURM=1); see README, Slurm."},
+};
+
+// A raw value and where it came from, for messages: "--nnodes", "PET_NNODES",
+// "job.yaml:3: nnodes".
+struct Sourced {
+  std::string value;
+  std::string where;
+};
+
+absl::Status Invalid(const Sourced& s, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(s.where, "=", s.value, ": ", why));
+}
+
+std::string PetName(absl::string_view flag) {
+  return absl::StrCat("PET_", absl::AsciiStrToUpper(absl::StrReplaceAll(flag, {{"-", "_"}})));
+}
+
+absl::StatusOr<int64_t> IntOf(const Sourced& s, int64_t min, int64_t max) {
+  return ParseInt(s.where, s.value, min, max);
+}
+
+absl::StatusOr<bool> BoolOf(const Sourced& s) { return ParseBool(s.where, s.value); }
+
+// Resolves a program name the way execvp would, so a missing binary is a usage error (exit 2)
+// before any worker starts rather than 127 from every worker.
+absl::StatusOr<std::string> ResolveExecutable(const std::string& name, const Environment& env) {
+  if (name.find('/') != std::string::npos) {
+    if (access(name.c_str(), F_OK) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": no such file"));
+    }
+    if (access(name.c_str(), X_OK) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": not executable"));
+    }
+    return name;
+  }
+  auto it = env.find("PATH");
+  const std::string path = it == env.end() ? "/usr/local/bin:/usr/bin:/bin" : it->second;
+  for (absl::string_view dir : absl::StrSplit(path, ':')) {
+    if (dir.empty()) dir = ".";
+    std::string candidate = absl::StrCat(dir, "/", name);
+    if (access(candidate.c_str(), X_OK) == 0) return name;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(name, ": not found in PATH"));
+}
+
+// A dotted module name (torch, torch.distributed): identifiers of letters, digits and '_' (any
+// non-ASCII byte counts as a letter, as Python allows Unicode names), not starting with a digit.
+bool IsPythonModuleName(absl::string_view name) {
+  for (absl::string_view part : absl::StrSplit(name, '.')) {
+    if (part.empty() || absl::ascii_isdigit(part[0])) return false;
+    for (char c : part) {
+      if (!absl::ascii_isalnum(c) && c != '_' && static_cast<unsigned char>(c) < 0x80) {
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+absl::Status ApplyRdzvConf(const Sourced& s, LaunchOptions* o) {
+  if (absl::StripAsciiWhitespace(s.value).empty()) return absl::OkStatus();
+  for (absl::string_view item : absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
+    std::vector<std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
+    if (kv.size() != 2 || kv[0].empty()) {
+      return Invalid(s, absl::StrCat("'", item, "' is not key=value"));
+    }
+    o->rdzv_conf[std::string(absl::StripAsciiWhitespace(kv[0]))] =
+        std::string(absl::StripAsciiWhitespace(kv[1]));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplySignals(const Sourced& s, LaunchOptions* o) {
+  o->extra_signals.clear();
+  o->signals_to_handle = s.value;
+  for (absl::string_view item : absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
+    const int sig = SignalFromName(std::string(absl::StripAsciiWhitespace(item)));
+    if (sig == 0 || sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD) {
+      return Invalid(s, absl::StrCat("'", item, "' is not a signal ddprun can handle"));
+    }
+    if (!IsStopSignal(sig)) o->extra_signals.push_back(sig);
+  }
+  return absl::OkStatus();
+}
+
+// Applies one flag's value to the options. `flag` is the canonical name.
+absl::Status Apply(const std::string& flag, const Sourced& s, const HostInfo& host,
+                   LaunchOptions* o) {
+  if (flag == "nnodes") return ParseNnodes(s.where, s.value, &o->min_nodes, &o->max_nodes);
+  if (flag == "nproc-per-node") {
+    const std::string v = absl::AsciiStrToLower(s.value);
+    o->nproc_per_node_text = v;
+    if (v == "cpu") {
+      o->nproc_per_node = host.cpu_count;
+    } else if (v == "gpu") {
+      if (host.gpu_count == 0) return Invalid(s, "no GPU is visible on this node");
+      o->nproc_per_node = host.gpu_count;
+    } else if (v == "auto") {
+      o->nproc_per_node = host.gpu_count > 0 ? host.gpu_count : host.cpu_count;
+    } else {
+      auto n = ParseInt(s.where, s.value, 1, 1 << 16);
+      if (!n.ok()) return Invalid(s, "must be a positive integer, auto, cpu or gpu");
+      o->nproc_per_node = static_cast<int>(*n);
+    }
+    return absl::OkStatus();
+  }
+  if (flag == "rdzv-backend") {
+    const std::string v = absl::AsciiStrToLower(s.value);
+    if (v != "static" && v != "c10d" && v != "etcd" && v != "etcd-v3" && v != "etcd-v2") {
+      return Invalid(s, "must be static, c10d, etcd or etcd-v3");
+    }
+    o->rdzv_backend = v == "etcd-v2" ? "etcd" : v;
+    return absl::OkStatus();
+  }
+  if (flag == "rdzv-endpoint") {
+    o->rdzv_endpoint = s.value;
+    if (!s.value.empty()) DDPRUN_RETURN_IF_ERROR(ParseHostPort(s.where, s.value, 0).status());
+    return absl::OkStatus();
+  }
+  if (flag == "rdzv-id") {
+    if (s.value.empty()) return Invalid(s, "must not be empty");
+    o->rdzv_id = s.value;
+    return absl::OkStatus();
+  }
+  if (flag == "rdzv-conf") return ApplyRdzvConf(s, o);
+  if (flag == "standalone") {
+    DDPRUN_ASSIGN_OR_RETURN(o->standalone, BoolOf(s));
+    return absl::OkStatus();
+  }
+  if (flag == "max-restarts") {
+    DDPRUN_ASSIGN_OR_RETURN(int64_t v, IntOf(s, 0, 1 << 30));
+    o->max_restarts = static_cast<int>(v);
+    return absl::OkStatus();
+  }
+  if (flag == "monitor-interval") {
+    DDPRUN_ASSIGN_OR_RETURN(auto ms, ParseSeconds(s.where, s.value));
+    o->monitor_interval_s = ms.count() / 1000.0;
+    return absl::OkStatus();
+  }
+  if (flag == "start-method") {
+    if (s.value != "spawn" && s.value != "fork" && s.value != "forkserver") {
+      return Invalid(s, "must be spawn, fork or forkserver");
+    }
+    o->start_method = s.value;
+    return absl::OkStatus();
+  }
+  if (flag == "role") {
+    if (s.value.empty()) return Invalid(s, "must not be empty");
+    o->role = s.value;
+    return absl::OkStatus();
+  }
+  if (flag == "module" || flag == "no-python" || flag == "run-path") {
+    DDPRUN_ASSIGN_OR_RETURN(bool on, BoolOf(s));
+    if (!on) return absl::OkStatus();
+    if (flag == "module") {
+      if (o->entrypoint_kind == EntrypointKind::kBinary) {
+        return Invalid(s, "--module and --no-python cannot be used together");
+      }
+      o->entrypoint_kind = EntrypointKind::kPythonModule;
+    } else if (flag == "no-python") {
+      if (o->entrypoint_kind == EntrypointKind::kPythonModule) {
+        return Invalid(s, "--module and --no-python cannot be used together");
+      }
+      o->entrypoint_kind = EntrypointKind::kBinary;
+    }
+    return absl::OkStatus();
+  }
+  if (flag == "log-dir") {
+    o->log_dir = s.value;
+    return absl::OkStatus();
+  }
+  if (flag == "redirects" || flag == "tee") {
+    DDPRUN_ASSIGN_OR_RETURN(StdSpec spec, ParseStdSpec(s.where, s.value));
+    (flag == "tee" ? o->tee : o->redirects) = spec;
+    return absl::OkStatus();
+  }
+  if (flag == "local-ranks-filter") {
+    o->local_ranks_filter.clear();
+    for (absl::string_view item : absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
+      int rank = 0;
+      if (!absl::SimpleAtoi(item, &rank) || rank < 0) {
+        return Invalid(s, "must be a comma-separated list of local ranks");
+      }
+      o->local_ranks_filter.insert(rank);
+    }
+    return absl::OkStatus();
+  }
+  if (flag == "event-log-handler") {
+    if (s.value != "null" && s.value != "console") return Invalid(s, "must be null or console");
+    o->event_log_handler = s.value;
+    return absl::OkStatus();
+  }
+  if (flag == "node-rank") {
+    DDPRUN_ASSIGN_OR_RETURN(int64_t v, IntOf(s, 0, 1 << 20));
+    o->node_rank = static_cast<int>(v);
+    return absl::OkStatus();
+  }
+  if (flag == "master-addr") {
+    if (s.value.empty()) return Invalid(s, "must not be empty");
+    o->master_addr = s.value;
+    o->master_addr_given = true;
+    return absl::OkStatus();
+  }
+  if (flag == "master-port") {
+    DDPRUN_ASSIGN_OR_RETURN(int64_t v, IntOf(s, 1, 65535));
+    o->master_port = static_cast<int>(v);
+    o->master_port_given = true;
+    return absl::OkStatus();
+  }
+  if (flag == "local-addr") {
+    o->local_addr = s.value;
+    return absl::OkStatus();
+  }
+  if (flag == "log-line-prefix-template") {
+    std::vector<std::string> unknown;
+    SubstituteTemplate(s.value, LogLinePrefixValues("r", 0, 0, "h"), &unknown);
+    if (!unknown.empty()) {
+      return Invalid(s, absl::StrCat("unknown macro ${", unknown.front(),
+                                     "} (known: ${role_name}, ${rank}, ${local_rank}, "
+                                     "${hostname})"));
+    }
+    o->log_line_prefix_template = s.value;
+    return absl::OkStatus();
+  }
+  if (flag == "duplicate-stdout-filters" || flag == "duplicate-stderr-filters") {
+    std::vector<std::string> filters = absl::StrSplit(s.value, ',', absl::SkipEmpty());
+    (flag == "duplicate-stdout-filters" ? o->duplicate_stdout_filters
+                                        : o->duplicate_stderr_filters) = std::move(filters);
+    return absl::OkStatus();
+  }
+  if (flag == "local-rank-arg") {
+    if (s.value != "local_rank" && s.value != "local-rank" && !s.value.empty()) {
+      return Invalid(s, "expected local_rank (--local_rank=N) or local-rank (--local-rank=N)");
+    }
+    o->local_rank_arg = s.value;
+    return absl::OkStatus();
+  }
+  if (flag == "use-env") {
+    DDPRUN_ASSIGN_OR_RETURN(o->use_env, BoolOf(s));
+    return absl::OkStatus();
+  }
+  if (flag == "signals-to-handle") return ApplySignals(s, o);
+  if (flag == "virtual-local-rank") {
+    DDPRUN_ASSIGN_OR_RETURN(o->virtual_local_rank, BoolOf(s));
+    return absl::OkStatus();
+  }
+  if (flag == "stop-timeout" || flag == "shutdown-timeout") {
+    DDPRUN_ASSIGN_OR_RETURN(o->stop_timeout, ParseSeconds(s.where, s.value));
+    return absl::OkStatus();
+  }
+  if (flag == "numa-binding") {
+    auto mode = ParseNumaMode(s.value);
+    if (!mode.ok()) return Invalid(s, mode.status().message());
+    o->numa_binding = *mode;
+    o->numa_binding_name = s.value;
+    return absl::OkStatus();
+  }
+  if (flag == "preload") {
+    std::vector<std::string> modules;
+    for (absl::string_view item : absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
+      item = absl::StripAsciiWhitespace(item);
+      if (!IsPythonModuleName(item)) {
+        return Invalid(s, absl::StrCat("'", item, "' is not a Python module name"));
+      }
+      modules.emplace_back(item);
+    }
+    o->preload = std::move(modules);
+    o->preload_given = absl::StrCat(s.where, "=", s.value);
+    return absl::OkStatus();
+  }
+  if (flag == "hang-timeout") {
+    DDPRUN_ASSIGN_OR_RETURN(o->hang_timeout, ParseSeconds(s.where, s.value));
+    if (o->hang_timeout.count() <= 0) return Invalid(s, "must be a positive number of seconds");
+    return absl::OkStatus();
+  }
+  if (flag == "no-slurm") return BoolOf(s).status();         // read by SlurmWanted()
+  if (flag == "no-platform-env") return BoolOf(s).status();  // read by PlanPlatform()
+  if (flag == "no-worker-tty") {
+    DDPRUN_ASSIGN_OR_RETURN(bool off, BoolOf(s));
+    o->worker_tty = !off;
+    return absl::OkStatus();
+  }
+  if (flag == "quiet") {
+    DDPRUN_ASSIGN_OR_RETURN(bool quiet, BoolOf(s));
+    o->verbose = !quiet;
+    return absl::OkStatus();
+  }
+  return absl::InternalError(absl::StrCat("unhandled flag ", flag));
+}
+
+const FlagDef* FindFlag(absl::string_view name) {
+  for (const FlagDef& f : kFlags) {
+    if (name == f.name) return &f;
+  }
+  return nullptr;
+}
+
+// torch's hang-related variables, read from ddprun's own environment as torchrun reads them.
+absl::Status ApplyHangEnvironment(const Environment& env, LaunchOptions* o) {
+  auto get = [&](const char* name) -> std::string {
+    auto it = env.find(name);
+    return it == env.end() ? "" : it->second;
+  };
+  o->file_timer = get("TORCHELASTIC_ENABLE_FILE_TIMER") == "1";
+  o->timer_file = get("TORCHELASTIC_TIMER_FILE");
+  if (o->file_timer && !o->timer_file.empty()) {
+    struct stat st;
+    if (lstat(o->timer_file.c_str(), &st) == 0 && !S_ISFIFO(st.st_mode)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("TORCHELASTIC_TIMER_FILE=", o->timer_file, ": exists and is not a FIFO"));
+    }
+  }
+  if (const std::string d = get("TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT"); !d.empty()) {
+    DDPRUN_ASSIGN_OR_RETURN(o->uninterruptible_timeout,
+                            ParseSeconds("TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT", d));
+  }
+  return absl::OkStatus();
+}
+
+// Cross-flag rules, checked once every source is merged.
+absl::Status Validate(const Environment& env, LaunchOptions* o) {
+  DDPRUN_RETURN_IF_ERROR(ApplyHangEnvironment(env, o));
+  if (o->virtual_local_rank) {
+    o->virtual_gpus.clear();
+    auto visible = env.find("CUDA_VISIBLE_DEVICES");
+    if (visible != env.end() && !visible->second.empty()) {
+      o->virtual_gpus = absl::StrSplit(visible->second, ',', absl::SkipWhitespace());
+      if (static_cast<int>(o->virtual_gpus.size()) < o->nproc_per_node) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--virtual-local-rank: CUDA_VISIBLE_DEVICES=", visible->second, " lists ",
+                         o->virtual_gpus.size(), " GPU(s) for ", o->nproc_per_node,
+                         " workers (--nproc-per-node); each worker needs one of its own"));
+      }
+    } else {
+      for (int i = 0; i < o->nproc_per_node; ++i) o->virtual_gpus.push_back(absl::StrCat(i));
+    }
+  }
+  if (o->standalone) {
+    if (o->min_nodes != 1 || o->max_nodes != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--standalone runs exactly one node, but --nnodes=", o->min_nodes, ":", o->max_nodes));
+    }
+  }
+  if (o->rdzv_backend == "static" && !o->standalone) {
+    if (o->min_nodes != o->max_nodes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--nnodes=", o->min_nodes, ":", o->max_nodes,
+          ": the static rendezvous needs a fixed node count; use --rdzv-backend=c10d for "
+          "elastic MIN:MAX"));
+    }
+    if (o->node_rank < 0) o->node_rank = 0;
+    if (o->node_rank >= o->max_nodes) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--node-rank=", o->node_rank, ": must be below --nnodes=", o->max_nodes));
+    }
+  }
+  if (o->entrypoint.empty()) {
+    return absl::InvalidArgumentError(
+        "missing the training script (or module with -m, or program with --no-python); see "
+        "--help");
+  }
+  switch (o->entrypoint_kind) {
+    case EntrypointKind::kPythonScript:
+      if (access(o->entrypoint.c_str(), F_OK) != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("training script ", o->entrypoint, ": no such file"));
+      }
+      if (access(o->entrypoint.c_str(), R_OK) != 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("training script ", o->entrypoint, ": not readable"));
+      }
+      break;
+    case EntrypointKind::kBinary: {
+      auto resolved = ResolveExecutable(o->entrypoint, env);
+      if (!resolved.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--no-python program ", resolved.status().message()));
+      }
+      break;
+    }
+    case EntrypointKind::kPythonModule:
+      break;
+  }
+  if (!o->preload.empty() && o->entrypoint_kind == EntrypointKind::kBinary) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(o->preload_given,
+                     ": preloads Python modules for a Python script or -m module, not a "
+                     "--no-python program"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int SignalFromName(const std::string& name) {
+  std::string n = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(name));
+  int number = 0;
+  if (absl::SimpleAtoi(n, &number)) return number > 0 && number < NSIG ? number : 0;
+  if (!absl::StartsWith(n, "SIG")) n = "SIG" + n;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    const char* abbrev = sigabbrev_np(sig);
+    if (abbrev != nullptr && n == absl::StrCat("SIG", abbrev)) return sig;
+  }
+  return 0;
+}
+
+absl::Status ParseNnodes(const std::string& what, const std::string& value, int* min_nodes,
+                         int* max_nodes) {
+  std::vector<std::string> parts = absl::StrSplit(value, ':');
+  int64_t lo = 0, hi = 0;
+  const int64_t kMaxNodes = 1 << 20;
+  if (parts.size() == 1 && absl::SimpleAtoi(parts[0], &lo)) {
+    hi = lo;
+  } else if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &lo) ||
+             !absl::SimpleAtoi(parts[1], &hi)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "=", value, ": expected N or MIN:MAX (e.g. 2 or 1:4)"));
+  }
+  if (lo < 1 || hi > kMaxNodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "=", value, ": node counts must be in 1..", kMaxNodes));
+  }
+  if (lo > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "=", value, ": MIN (", lo, ") is greater than MAX (", hi, ")"));
+  }
+  *min_nodes = static_cast<int>(lo);
+  *max_nodes = static_cast<int>(hi);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StdSpec> ParseStdSpec(const std::string& what, const std::string& value) {
+  StdSpec spec;
+  auto bad = [&] {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "=", value,
+                     ": expected 0-3 (0 none, 1 stdout, 2 stderr, 3 both) or "
+                     "LOCAL_RANK:MASK,... (e.g. 0:3,1:2)"));
+  };
+  if (value.find(':') == std::string::npos) {
+    if (!absl::SimpleAtoi(value, &spec.all) || spec.all < 0 || spec.all > 3) return bad();
+    return spec;
+  }
+  for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipWhitespace())) {
+    std::vector<std::string> kv = absl::StrSplit(item, ':');
+    int rank = 0, mask = 0;
+    if (kv.size() != 2 || !absl::SimpleAtoi(kv[0], &rank) || !absl::SimpleAtoi(kv[1], &mask) ||
+        rank < 0 || mask < 0 || mask > 3) {
+      return bad();
+    }
+    spec.per_rank[rank] = mask;
+  }
+  return spec;
+}
+
+namespace {
+
+// How a flag may be written: its short name, --dashed-name and, for a name with dashes, the
+// --underscore_name torchrun also accepts. One list for the parser, --help and completion.
+std::vector<std::string> Spellings(const FlagDef& f) {
+  std::vector<std::string> out;
+  if (f.short_name[0] != '\0') out.push_back(f.short_name);
+  out.push_back(absl::StrCat("--", f.name));
+  if (absl::StrContains(f.name, "-")) {
+    out.push_back(absl::StrCat("--", absl::StrReplaceAll(f.name, {{"-", "_"}})));
+  }
+  return out;
+}
+
+// Every flag of the command line for the shell's completion, in --help order.
+std::vector<CompletionFlag> CompletionFlags() {
+  std::vector<CompletionFlag> out;
+  for (const FlagDef& f : kFlags) {
+    CompletionFlag c;
+    c.spellings = Spellings(f);
+    c.value = f.is_bool ? ValueKind::kNone : f.value;
+    c.choices = absl::StrSplit(f.choices, ' ', absl::SkipEmpty());
+    c.help = f.help;
+    out.push_back(std::move(c));
+  }
+  out.push_back({{"--config"}, ValueKind::kFile, {}, "Read flags from a YAML file."});
+  out.push_back({{"-h", "--help"}, ValueKind::kNone, {}, "Print the help and exit."});
+  out.push_back({{"--version"}, ValueKind::kNone, {}, "Print the version and exit."});
+  out.push_back({{"--print-completion"},
+                 ValueKind::kChoice,
+                 {"bash", "zsh"},
+                 "Print the completion script for bash or zsh and exit."});
+  return out;
+}
+
+}  // namespace
+
+std::string HelpText() {
+  std::string text =
+      "Usage: ddprun [options] TRAINING_SCRIPT [script args...]\n"
+      "  or:  ddprun [options] -m MODULE [args...]\n"
+      "  or:  ddprun [options] --no-python PROGRAM [args...]\n"
+      "  or:  ddprun status --rdzv-endpoint=HOST:PORT --rdzv-id=ID (see ddprun status --help)\n"
+      "\n"
+      "Native replacement for torchrun: same flags (dashes or underscores), same worker\n"
+      "environment. Every flag can also come from --config FILE.yaml (same names as keys) or\n"
+      "from a PET_<FLAG> environment variable; the command line wins, then the file.\n"
+      "\nOptions:\n";
+  auto add = [&](const std::string& names, const std::string& help) {
+    absl::StrAppend(&text, "  ", names, "\n      ", help, "\n");
+  };
+  for (const FlagDef& f : kFlags) {
+    std::string names = absl::StrJoin(Spellings(f), ", ");
+    if (!f.is_bool) absl::StrAppend(&names, "=VALUE");
+    add(names, f.help);
+  }
+  add("--config=FILE.yaml", "Read flags from a YAML file (keys are flag names).");
+  add("-h, --help", "Print this help and exit.");
+  add("--version", "Print the version and exit.");
+  add("--print-completion=SHELL",
+      "Print the completion script for bash or zsh and exit (e.g. "
+      "source <(ddprun --print-completion=bash)).");
+  text +=
+      "\nExit status: 0 success; 1 workers failed and the restart budget is spent; 2 usage or\n"
+      "configuration error; 3 rendezvous failure; 128+N stopped by signal N.\n"
+      "\nDocumentation: README.md and docs/design.md in the source tree, installed in\n"
+      "/usr/share/doc/ddprun by the package; man ddprun, ddprun-rdzv, ddp-train.\n";
+  return text;
+}
+
+absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
+                                             const Environment& env, const HostInfo& host) {
+  CommandLine result;
+  CLI::App app("ddprun");
+  app.set_help_flag();   // our own --help text
+  app.prefix_command();  // stop at the training script; everything after it is the script's
+  app.allow_windows_style_options(false);
+
+  std::map<std::string, std::string> cli_values;
+  std::map<std::string, CLI::Option*> cli_options;
+  for (const FlagDef& f : kFlags) {
+    const std::string names = absl::StrJoin(Spellings(f), ",");
+    std::string& slot = cli_values[f.name];
+    if (f.is_bool) {
+      cli_options[f.name] = app.add_flag_callback(names, [&slot] { slot = "true"; });
+    } else {
+      cli_options[f.name] = app.add_option(names, slot)->allow_extra_args(false);
+    }
+  }
+  std::string config_file;
+  bool want_help = false, want_version = false;
+  std::string completion_shell;
+  app.add_option("--config", config_file);
+  app.add_option("--print-completion", completion_shell);
+  app.add_flag("-h,--help", want_help);
+  app.add_flag("--version", want_version);
+
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+  } catch (const CLI::ParseError& e) {
+    return absl::InvalidArgumentError(e.what());
+  }
+  if (want_help) {
+    result.exit_now = true;
+    result.text = HelpText();
+    return result;
+  }
+  if (want_version) {
+    result.exit_now = true;
+    result.text = absl::StrCat("ddprun ", kVersion, "\n");
+    return result;
+  }
+  if (!completion_shell.empty()) {
+    DDPRUN_ASSIGN_OR_RETURN(result.text, CompletionScript(completion_shell, CompletionFlags()));
+    result.exit_now = true;
+    return result;
+  }
+
+  std::vector<std::string> rest = app.remaining();
+  if (!rest.empty() && absl::StartsWith(rest.front(), "-") && rest.front() != "-") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown flag ", std::vector<std::string>(absl::StrSplit(rest.front(), '='))[0],
+        " (see --help)"));
+  }
+
+  // Merge: defaults < Slurm < PET_* < YAML < command line. Apply in that order; later wins.
+  LaunchOptions& o = result.options;
+  std::vector<std::pair<std::string, Sourced>> ordered;
+  // torch 2.x's variables for two flags: the weakest explicit source, below PET_ variables.
+  for (const auto& [variable, flag] :
+       {std::pair{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "shutdown-timeout"},
+        std::pair{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "log-line-prefix-template"}}) {
+    if (auto it = env.find(variable); it != env.end()) {
+      ordered.push_back({flag, {it->second, it->first}});
+    }
+  }
+  for (const FlagDef& f : kFlags) {
+    auto it = env.find(PetName(f.name));
+    if (it != env.end()) ordered.push_back({f.name, {it->second, it->first}});
+  }
+  if (!config_file.empty()) {
+    o.config_file = config_file;
+    DDPRUN_ASSIGN_OR_RETURN(std::vector<ConfigValue> values, LoadYamlConfig(config_file));
+    for (const ConfigValue& v : values) {
+      const std::string where = absl::StrCat(config_file, ":", v.line, ": ", v.key);
+      if (v.key == "script" || v.key == "entrypoint") {
+        if (rest.empty()) o.entrypoint = v.value;
+        continue;
+      }
+      if (v.key == "script-args" || v.key == "args") {
+        if (rest.empty())
+          o.entrypoint_args = v.list.empty() ? std::vector<std::string>{v.value} : v.list;
+        continue;
+      }
+      if (FindFlag(v.key) == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(config_file, ":", v.line, ": unknown key '", v.key, "'"));
+      }
+      ordered.push_back({v.key, {v.value, where}});
+    }
+  }
+  for (const FlagDef& f : kFlags) {
+    if (cli_options[f.name]->count() > 0) {
+      ordered.push_back({f.name, {cli_values[f.name], absl::StrCat("--", f.name)}});
+    }
+  }
+  // Inside a Slurm job step its defaults go first, below every explicit source (slurm_env.h),
+  // and the step's GPUs stand for the host's.
+  HostInfo effective_host = host;
+  std::vector<FlagValue> given;
+  for (const auto& [flag, s] : ordered) given.push_back({flag, s.value, s.where});
+  if (SlurmWanted(env, given)) {
+    DDPRUN_ASSIGN_OR_RETURN(SlurmStep step, ReadSlurmStep(env));
+    DDPRUN_ASSIGN_OR_RETURN(result.slurm, PlanSlurm(step, given));
+    effective_host.gpu_count = step.gpus;
+    std::vector<std::pair<std::string, Sourced>> slurm;
+    for (const FlagValue& f : result.slurm->defaults) slurm.push_back({f.flag, {f.value, f.where}});
+    ordered.insert(ordered.begin(), slurm.begin(), slurm.end());
+  } else {
+    DDPRUN_ASSIGN_OR_RETURN(result.platform, PlanPlatform(env, given));
+    if (result.platform) {
+      std::vector<std::pair<std::string, Sourced>> platform;
+      for (const FlagValue& f : result.platform->defaults) {
+        platform.push_back({f.flag, {f.value, f.where}});
+      }
+      ordered.insert(ordered.begin(), platform.begin(), platform.end());
+    }
+  }
+  for (const auto& [flag, sourced] : ordered) {
+    DDPRUN_RETURN_IF_ERROR(Apply(flag, sourced, effective_host, &o));
+  }
+
+  if (!rest.empty()) {
+    o.entrypoint = rest.front();
+    o.entrypoint_args.assign(rest.begin() + 1, rest.end());
+  }
+  DDPRUN_RETURN_IF_ERROR(Validate(env, &o));
+  return result;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,54 @@
+// The ddprun command line: every torchrun flag with the same meaning, in both spellings
+// (--nproc-per-node / --nproc_per_node), plus ddprun's own. Sources, strongest first:
+//   1. the command line;
+//   2. the YAML file named by --config (every flag has a key, see yaml_config.h);
+//   3. PET_<FLAG> environment variables, as torchrun reads them (PET_NPROC_PER_NODE=4);
+//   4. inside a Slurm job step, what the step implies (slurm_env.h; --no-slurm turns it off);
+//   5. torchrun's defaults.
+// Everything after the training script is passed to it untouched.
+#ifndef DDPRUN_LAUNCHER_CONFIG_CLI_H_
+#define DDPRUN_LAUNCHER_CONFIG_CLI_H_
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "launcher/config/host_info.h"
+#include "launcher/config/options.h"
+#include "launcher/config/platform_env.h"
+#include "launcher/config/slurm_env.h"
+
+namespace ddprun::launcher {
+
+struct CommandLine {
+  // --help / --version / --print-completion: print `text` to stdout and exit 0, running nothing.
+  bool exit_now = false;
+  std::string text;
+  LaunchOptions options;
+  std::optional<SlurmPlan> slurm;  // set inside a Slurm job (unless --no-slurm)
+  // Set on a node a platform describes with MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK.
+  std::optional<PlatformPlan> platform;
+};
+
+// `args` excludes argv[0]. Errors are kInvalidArgument with one line naming the flag (or
+// FILE:LINE, or the PET_ variable) and the value.
+absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
+                                             const Environment& env, const HostInfo& host);
+
+// The --help text.
+std::string HelpText();
+
+// Parses "0".."3" or "LOCAL_RANK:MASK,..." (torchrun's --redirects / --tee).
+absl::StatusOr<StdSpec> ParseStdSpec(const std::string& what, const std::string& value);
+
+// Parses "N" or "MIN:MAX".
+absl::Status ParseNnodes(const std::string& what, const std::string& value, int* min_nodes,
+                         int* max_nodes);
+
+// "SIGTERM", "TERM", "15" -> 15. 0 when unknown.
+int SignalFromName(const std::string& name);
+
+}  // namespace ddprun::launcher
+
+#endif  // DDPRUN_LAUNCHER_CONFIG_CLI_H_

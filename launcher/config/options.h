@@ -1,0 +1,135 @@
+// Everything the agent needs to know, parsed once in main from the command line, a YAML
+// config file and PET_* environment variables (cli.h), then passed down read-only.
+#ifndef DDPRUN_LAUNCHER_CONFIG_OPTIONS_H_
+#define DDPRUN_LAUNCHER_CONFIG_OPTIONS_H_
+
+#include <chrono>
+#include <csignal>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "launcher/config/numa_binding.h"
+
+namespace ddprun::launcher {
+
+// Which of a worker's streams a --redirects / --tee value covers (torchrun's Std: 0 none,
+// 1 stdout, 2 stderr, 3 both), for every local rank or per local rank.
+struct StdSpec {
+  int all = 0;                  // applies to ranks without an entry in `per_rank`
+  std::map<int, int> per_rank;  // local rank -> mask
+  int For(int local_rank) const {
+    auto it = per_rank.find(local_rank);
+    return it == per_rank.end() ? all : it->second;
+  }
+};
+inline constexpr int kStdOut = 1;
+inline constexpr int kStdErr = 2;
+
+// The signals that stop the workers and then ddprun (exit 128+N), as torchrun handles them;
+// --signals-to-handle adds others, which ddprun forwards to the workers instead.
+inline constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+inline bool IsStopSignal(int sig) {
+  for (int s : kStopSignals) {
+    if (s == sig) return true;
+  }
+  return false;
+}
+
+enum class EntrypointKind {
+  kPythonScript,  // python3 -u script args...
+  kPythonModule,  // python3 -u -m module args...
+  kBinary,        // --no-python: exec it directly
+};
+
+struct LaunchOptions {
+  // Nodes and processes.
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int nproc_per_node = 1;
+  std::string nproc_per_node_text = "1";  // as given: "4", "auto", "cpu", "gpu"
+  int node_rank = -1;                     // -1: not given (the rendezvous assigns one)
+
+  // Rendezvous.
+  std::string rdzv_backend = "static";  // static | c10d | etcd | etcd-v3
+  std::string rdzv_endpoint;            // host[:port]
+  std::string rdzv_id = "none";
+  std::map<std::string, std::string> rdzv_conf;  // key=value pairs as given
+  bool standalone = false;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  bool master_addr_given = false;
+  bool master_port_given = false;
+  std::string local_addr;
+
+  // torch.distributed.launch's argument for scripts that parse --local_rank: "" none (torchrun's
+  // way), "local_rank" (--local_rank=N, torch 1.x launch) or "local-rank" (--local-rank=N, torch
+  // 2.x launch), put right after the script as launch does; --use-env suppresses it, as it does
+  // for launch.
+  std::string local_rank_arg;
+  bool use_env = false;
+  // --log-line-prefix-template: the console prefix of each worker's lines (${role_name},
+  // ${rank}, ${local_rank}, ${hostname}); empty: [ROLE<local rank>]: with --tee only.
+  std::string log_line_prefix_template;
+  // --duplicate-stdout-filters / --duplicate-stderr-filters: lines containing any of these are
+  // copied to LOG_DIR/RUN_ID/attempt_N/filtered_stdout.log / filtered_stderr.log.
+  std::vector<std::string> duplicate_stdout_filters, duplicate_stderr_filters;
+
+  // Restarts and monitoring.
+  int max_restarts = 0;
+  double monitor_interval_s = 0.1;     // accepted for compatibility; ddprun is event-driven
+  std::string start_method = "spawn";  // accepted for compatibility
+  std::chrono::milliseconds stop_timeout{10000};  // SIGTERM -> SIGKILL grace per worker group
+  std::vector<int> extra_signals;  // --signals-to-handle beyond the four stop signals
+  // --signals-to-handle as given; exported to workers as TORCHELASTIC_SIGNALS_TO_HANDLE (torch
+  // 2.x's launcher does, and its workers' handlers read it).
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";
+  // --virtual-local-rank: each worker sees LOCAL_RANK=0 and only its own GPU, the local rank's
+  // entry of virtual_gpus (CUDA_VISIBLE_DEVICES's entries, else 0..nproc-1; set by the parser).
+  bool virtual_local_rank = false;
+  // Workers whose stream is shown on ddprun's terminal write to a pseudo-terminal of their own
+  // (off with --no-worker-tty).
+  bool worker_tty = true;
+  // --numa-binding: how each worker is placed on the CPUs near its GPU (numa_binding.h).
+  std::optional<NumaMode> numa_binding;
+  std::string numa_binding_name;  // as given, for messages
+  // --event-log-handler: "null" or "console" (torchrun's end-of-run events on stderr).
+  std::string event_log_handler = "null";
+  std::vector<std::string> virtual_gpus;
+  // --preload: modules each local rank's spare interpreter imports ahead of a start
+  // (spare_pool.h); empty: off. preload_given is the setting as given ("--preload=torch",
+  // "PET_PRELOAD=torch", "job.yaml:3: preload=torch"), for messages.
+  std::vector<std::string> preload;
+  std::string preload_given;
+
+  // Hangs (README, "Hangs"). A hung worker is a failure of the job: stacks, then a restart.
+  std::chrono::milliseconds hang_timeout{0};  // --hang-timeout: no sign of life that long
+  bool file_timer = false;  // TORCHELASTIC_ENABLE_FILE_TIMER=1: serve torch's FileTimer
+  std::string timer_file;   // TORCHELASTIC_TIMER_FILE; empty: a private path
+  std::chrono::milliseconds uninterruptible_timeout{
+      0};  // TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT
+  bool hang_detection() const {
+    return hang_timeout.count() > 0 || file_timer || uninterruptible_timeout.count() > 0;
+  }
+
+  // Workers.
+  std::string role = "default";
+  EntrypointKind entrypoint_kind = EntrypointKind::kPythonScript;
+  std::string entrypoint;  // script path, module name or binary
+  std::vector<std::string> entrypoint_args;
+
+  // Output.
+  std::string log_dir;  // empty: a temporary directory, removed at exit
+  StdSpec redirects;
+  StdSpec tee;
+  std::set<int> local_ranks_filter;  // empty: every local rank shows on the console
+
+  std::string config_file;  // --config, for messages
+  bool verbose = true;
+};
+
+}  // namespace ddprun::launcher
+
+#endif  // DDPRUN_LAUNCHER_CONFIG_OPTIONS_H_

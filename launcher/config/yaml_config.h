@@ -1,0 +1,33 @@
+// Reads a ddprun YAML config file into flag-name -> value text, remembering each value's line so
+// that errors can name "FILE:LINE".
+//
+//   nnodes: 1:2
+//   nproc-per-node: 4          # dashes or underscores, as on the command line
+//   rdzv-conf: {join_timeout: 60, is_host: true}   # or "join_timeout=60,is_host=1"
+//   local-ranks-filter: [0, 1]
+//   script: train.py           # the training script (or module / binary)
+//   script-args: [--epochs, "3"]
+#ifndef DDPRUN_LAUNCHER_CONFIG_YAML_CONFIG_H_
+#define DDPRUN_LAUNCHER_CONFIG_YAML_CONFIG_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace ddprun::launcher {
+
+struct ConfigValue {
+  std::string key;                // normalised flag name with dashes: "nproc-per-node"
+  std::string value;              // scalar text; lists joined by ',' ; maps as "k=v,k=v"
+  std::vector<std::string> list;  // for `script-args`: the items
+  int line = 0;                   // 1-based
+};
+
+// Parses `path`. A YAML syntax error or a non-mapping document is kInvalidArgument with
+// "FILE:LINE: ..." in the message. Keys are not checked here (the caller knows the flags).
+absl::StatusOr<std::vector<ConfigValue>> LoadYamlConfig(const std::string& path);
+
+}  // namespace ddprun::launcher
+
+#endif  // DDPRUN_LAUNCHER_CONFIG_YAML_CONFIG_H_

@@ -1,0 +1,122 @@
+#include "launcher/hangs/hang_detector.h"
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace ddprun::launcher {
+namespace {
+
+std::string Seconds(Duration d) {
+  return absl::StrFormat("%.1f s", std::chrono::duration<double>(d).count());
+}
+
+}  // namespace
+
+absl::StatusOr<StepReport> ParseStepReport(absl::string_view line) {
+  const nlohmann::json j = nlohmann::json::parse(line.begin(), line.end(), nullptr,
+                                                 /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return absl::InvalidArgumentError("not a JSON object");
+  auto pid = j.find("pid");
+  auto step = j.find("step");
+  if (pid == j.end() || !pid->is_number_integer() || pid->get<int64_t>() <= 0 ||
+      pid->get<int64_t>() > (1 << 22)) {
+    return absl::InvalidArgumentError("no valid \"pid\"");
+  }
+  if (step == j.end() || !step->is_number_integer() || step->get<int64_t>() < 0) {
+    return absl::InvalidArgumentError("no valid \"step\"");
+  }
+  return StepReport{static_cast<int>(pid->get<int64_t>()), step->get<int64_t>()};
+}
+
+std::string HangVerdict::Describe() const {
+  switch (kind) {
+    case Kind::kTimerExpired:
+      return absl::StrCat("FileTimer scope ", scope, " expired");
+    case Kind::kNoProgress:
+      return absl::StrCat("no progress for ", Seconds(idle), " (--hang-timeout)");
+    case Kind::kUninterruptible:
+      return absl::StrCat("in uninterruptible sleep (D state) for ", Seconds(idle),
+                          " (TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT)");
+  }
+  return "hung";
+}
+
+HangDetector::HangDetector(Config config, int nproc) : config_(config), ranks_(nproc) {}
+
+void HangDetector::Reset(TimePoint now) {
+  for (Rank& r : ranks_) r = Rank{now, -1, std::nullopt, false};
+}
+
+HangDetector::Rank* HangDetector::At(int local_rank) {
+  if (local_rank < 0 || local_rank >= static_cast<int>(ranks_.size())) return nullptr;
+  return &ranks_[local_rank];
+}
+
+void HangDetector::OnOutput(int local_rank, TimePoint now) {
+  if (Rank* r = At(local_rank)) r->last_progress = now;
+}
+
+void HangDetector::OnStep(int local_rank, int64_t step, TimePoint now) {
+  if (Rank* r = At(local_rank)) {
+    r->last_progress = now;
+    r->step = step;
+  }
+}
+
+void HangDetector::OnTimerMessage(int local_rank, TimePoint now) { OnOutput(local_rank, now); }
+
+void HangDetector::OnProcessState(int local_rank, char state, TimePoint now) {
+  Rank* r = At(local_rank);
+  if (r == nullptr) return;
+  if (state != 'D') {
+    r->uninterruptible_since.reset();
+  } else if (!r->uninterruptible_since.has_value()) {
+    r->uninterruptible_since = now;
+  }
+}
+
+void HangDetector::OnExited(int local_rank) {
+  if (Rank* r = At(local_rank)) r->exited = true;
+}
+
+std::optional<HangVerdict> HangDetector::Check(TimePoint now) const {
+  std::optional<HangVerdict> worst;
+  auto consider = [&](HangVerdict v) {
+    if (!worst.has_value() || v.idle > worst->idle) worst = std::move(v);
+  };
+  for (int lr = 0; lr < static_cast<int>(ranks_.size()); ++lr) {
+    const Rank& r = ranks_[lr];
+    if (r.exited) continue;
+    if (config_.no_progress_timeout.count() > 0 &&
+        now - r.last_progress >= config_.no_progress_timeout) {
+      HangVerdict v;
+      v.kind = HangVerdict::Kind::kNoProgress;
+      v.local_rank = lr;
+      v.idle = now - r.last_progress;
+      consider(std::move(v));
+    }
+    if (config_.uninterruptible_timeout.count() > 0 && r.uninterruptible_since.has_value() &&
+        now - *r.uninterruptible_since >= config_.uninterruptible_timeout) {
+      HangVerdict v;
+      v.kind = HangVerdict::Kind::kUninterruptible;
+      v.local_rank = lr;
+      v.idle = now - *r.uninterruptible_since;
+      consider(std::move(v));
+    }
+  }
+  return worst;
+}
+
+std::vector<LocalProgress> HangDetector::Progress(TimePoint now) const {
+  std::vector<LocalProgress> out;
+  for (int lr = 0; lr < static_cast<int>(ranks_.size()); ++lr) {
+    const Rank& r = ranks_[lr];
+    if (r.exited) continue;
+    out.push_back({lr, r.step, now - r.last_progress});
+  }
+  return out;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,205 @@
+#include "launcher/hangs/hang_monitor.h"
+
+#include <signal.h>
+#include <sys/time.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+
+namespace ddprun::launcher {
+namespace {
+
+constexpr std::chrono::milliseconds kTick{100};
+constexpr int kTicksPerProgressReport = 10;
+
+double WallSeconds() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+}  // namespace
+
+HangMonitor::HangMonitor(EventLoop* loop, const LaunchOptions& options, HangHandler on_hang,
+                         ProgressHandler on_progress)
+    : loop_(loop),
+      options_(options),
+      on_hang_(std::move(on_hang)),
+      on_progress_(std::move(on_progress)),
+      detector_({options.hang_timeout, options.uninterruptible_timeout}, options.nproc_per_node) {}
+
+HangMonitor::~HangMonitor() { OnGroupStopping(); }
+
+absl::Status HangMonitor::Start(const std::string& private_dir) {
+  if (!enabled()) return absl::OkStatus();
+  if (options_.file_timer) {
+    const std::string path =
+        options_.timer_file.empty() ? absl::StrCat(private_dir, "/timer") : options_.timer_file;
+    auto pipe = FifoChannel::Open(loop_, path,
+                                  [this](absl::string_view l, bool big) { OnTimerLine(l, big); });
+    if (!pipe.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("TORCHELASTIC_TIMER_FILE=", pipe.status().message()));
+    }
+    timer_pipe_ = *std::move(pipe);
+  }
+  auto pipe = FifoChannel::Open(loop_, absl::StrCat(private_dir, "/progress"),
+                                [this](absl::string_view l, bool big) { OnProgressLine(l, big); });
+  if (!pipe.ok()) return pipe.status();
+  progress_pipe_ = *std::move(pipe);
+  return absl::OkStatus();
+}
+
+void HangMonitor::AddWorkerEnv(bool python, Environment* env) const {
+  if (timer_pipe_) (*env)["TORCHELASTIC_TIMER_FILE"] = timer_pipe_->path();
+  if (progress_pipe_) (*env)["DDPRUN_PROGRESS_FILE"] = progress_pipe_->path();
+  if (python && enabled() && env->count("PYTHONFAULTHANDLER") == 0) {
+    (*env)["PYTHONFAULTHANDLER"] = "1";
+  }
+}
+
+void HangMonitor::OnGroupStarted(const WorkerGroup* group) {
+  if (!enabled()) return;
+  group_ = group;
+  detector_.Reset(std::chrono::steady_clock::now());
+  for (int pid : timers_.Pids()) timers_.DropPid(pid);
+  ticks_ = 0;
+  if (tick_ == 0) tick_ = loop_->AddTimerAfter(kTick, [this] { Tick(); });
+}
+
+void HangMonitor::OnGroupStopping() {
+  group_ = nullptr;
+  for (EventLoop::TimerId* t : {&tick_, &expiry_timer_}) {
+    if (*t != 0) loop_->CancelTimer(*t);
+    *t = 0;
+  }
+  armed_expiry_.reset();
+}
+
+void HangMonitor::OnOutput(int local_rank) {
+  if (group_ != nullptr) detector_.OnOutput(local_rank, std::chrono::steady_clock::now());
+}
+
+void HangMonitor::OnExited(int local_rank, int pid) {
+  detector_.OnExited(local_rank);
+  timers_.DropPid(pid);
+}
+
+std::vector<LocalProgress> HangMonitor::Progress() const {
+  return detector_.Progress(std::chrono::steady_clock::now());
+}
+
+void HangMonitor::WarnOnce(const std::string& key, const std::string& message) {
+  if (warned_.insert(key).second) LogWarning(message);
+}
+
+int HangMonitor::RankOf(int pid, const char* channel) {
+  const int lr = group_ != nullptr ? group_->LocalRankOfPid(pid) : -1;
+  if (lr < 0 && group_ != nullptr) {
+    WarnOnce(absl::StrCat(channel, "/pid/", pid),
+             absl::StrCat("ignoring ", channel, " messages of pid ", pid,
+                          ": not a worker of this node (nor in a worker's process group)"));
+  }
+  return lr;
+}
+
+void HangMonitor::OnTimerLine(absl::string_view line, bool oversized) {
+  if (group_ == nullptr) return;
+  const char* kChannel = "TORCHELASTIC_TIMER_FILE";
+  if (oversized) {
+    WarnOnce("timer/oversized",
+             absl::StrCat("ignoring lines over ", FifoChannel::kMaxLine, " bytes on ", kChannel,
+                          " (", timer_pipe_->path(), "); further ones silently"));
+    return;
+  }
+  auto request = ParseTimerRequest(line);
+  if (!request.ok()) {
+    WarnOnce("timer/garbage", absl::StrCat("ignoring malformed lines on ", kChannel, " (",
+                                           request.status().message(), ": '", line.substr(0, 80),
+                                           "'); further ones silently"));
+    return;
+  }
+  const int lr = RankOf(request->pid, kChannel);
+  if (lr < 0) return;
+  detector_.OnTimerMessage(lr, std::chrono::steady_clock::now());
+  if (!timers_.Apply(*request)) {
+    WarnOnce(absl::StrCat("timer/flood/", lr),
+             absl::StrCat("local rank ", lr, " holds over ", TimerTable::kMaxScopesPerPid,
+                          " FileTimer scopes at once; ignoring further acquires"));
+  }
+  ArmExpiryTimer();
+}
+
+void HangMonitor::ArmExpiryTimer() {
+  // A scope's deadline is known exactly: judge it then, not at the next tick.
+  const std::optional<double> next = timers_.NextExpiry();
+  if (next.has_value() && next == armed_expiry_) return;
+  if (expiry_timer_ != 0) loop_->CancelTimer(expiry_timer_);
+  expiry_timer_ = 0;
+  armed_expiry_ = next;
+  if (!next.has_value()) return;
+  const auto delay = std::chrono::duration<double>(std::max(0.0, *next - WallSeconds()));
+  expiry_timer_ = loop_->AddTimerAfter(std::chrono::duration_cast<Duration>(delay), [this] {
+    expiry_timer_ = 0;
+    armed_expiry_.reset();
+    Judge();
+  });
+}
+
+void HangMonitor::OnProgressLine(absl::string_view line, bool oversized) {
+  if (group_ == nullptr) return;
+  auto report = oversized ? absl::InvalidArgumentError("oversized") : ParseStepReport(line);
+  if (!report.ok()) {
+    WarnOnce("progress/garbage",
+             absl::StrCat("ignoring malformed lines on DDPRUN_PROGRESS_FILE (",
+                          report.status().message(), "); further ones silently"));
+    return;
+  }
+  const int lr = RankOf(report->pid, "DDPRUN_PROGRESS_FILE");
+  if (lr >= 0) detector_.OnStep(lr, report->step, std::chrono::steady_clock::now());
+}
+
+void HangMonitor::Tick() {
+  tick_ = loop_->AddTimerAfter(kTick, [this] { Tick(); });
+  Judge();
+}
+
+void HangMonitor::Judge() {
+  if (group_ == nullptr) return;
+  const TimePoint now = std::chrono::steady_clock::now();
+  // Judge what the workers said before judging their silence.
+  if (timer_pipe_) timer_pipe_->Drain();
+  if (progress_pipe_) progress_pipe_->Drain();
+  if (options_.uninterruptible_timeout.count() > 0) {
+    for (const auto& [lr, state] : group_->ProcessStates())
+      detector_.OnProcessState(lr, state, now);
+  }
+  for (int pid : timers_.Pids()) {
+    if (kill(pid, 0) != 0 && errno == ESRCH) timers_.DropPid(pid);  // gone: never released
+  }
+  std::optional<HangVerdict> verdict;
+  for (const TimerTable::Expired& e : timers_.TakeExpired(WallSeconds())) {
+    const int lr = group_->LocalRankOfPid(e.pid);
+    if (lr < 0) continue;
+    HangVerdict v;
+    v.kind = HangVerdict::Kind::kTimerExpired;
+    v.local_rank = lr;
+    v.scope = e.scope_id;
+    v.signal = e.signal;
+    verdict = v;
+    break;
+  }
+  if (!verdict) verdict = detector_.Check(now);
+  if (verdict) {
+    OnGroupStopping();  // one verdict per group
+    on_hang_(*verdict);
+    return;
+  }
+  if (++ticks_ % kTicksPerProgressReport == 0) on_progress_(detector_.Progress(now));
+  ArmExpiryTimer();
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,88 @@
+// The agent's hang detection, wired to real things: the FileTimer pipe
+// (TORCHELASTIC_TIMER_FILE, torch's protocol, timer_table.h), the ddprun progress pipe
+// (DDPRUN_PROGRESS_FILE, step reports), worker output, and /proc process states, judged by
+// HangDetector and TimerTable on a 100 ms tick while a group runs, and FileTimer deadlines at
+// the exact time. It never stops anything
+// itself: a verdict goes to the agent, which treats it as a failure of the job.
+//
+// Only pids of this node's workers (or of processes in their process groups) are believed: a
+// FileTimer request for any other pid is ignored, so a worker cannot make ddprun signal an
+// arbitrary process. Malformed, oversized or flooding input is ignored with one warning per
+// worker (one per pipe when it cannot be attributed).
+#ifndef DDPRUN_LAUNCHER_HANGS_HANG_MONITOR_H_
+#define DDPRUN_LAUNCHER_HANGS_HANG_MONITOR_H_
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/event_loop.h"
+#include "launcher/hangs/fifo_channel.h"
+#include "launcher/hangs/hang_detector.h"
+#include "common/environment.h"
+#include "launcher/config/options.h"
+#include "launcher/hangs/timer_table.h"
+#include "launcher/workers/worker_group.h"
+
+namespace ddprun::launcher {
+
+class HangMonitor {
+ public:
+  using HangHandler = std::function<void(const HangVerdict& verdict)>;
+  // Called about once a second while a group runs, with its ranks' last signs of life.
+  using ProgressHandler = std::function<void(const std::vector<LocalProgress>& progress)>;
+
+  HangMonitor(EventLoop* loop, const LaunchOptions& options, HangHandler on_hang,
+              ProgressHandler on_progress);
+  ~HangMonitor();
+
+  // Creates the pipes (private ones inside `private_dir`). InvalidArgument names the variable
+  // and path when TORCHELASTIC_TIMER_FILE cannot be used.
+  absl::Status Start(const std::string& private_dir);
+
+  // What every worker gets: TORCHELASTIC_TIMER_FILE, DDPRUN_PROGRESS_FILE, and, for Python
+  // workers, PYTHONFAULTHANDLER=1 unless the user set it (SIGABRT then prints every thread).
+  void AddWorkerEnv(bool python, Environment* env) const;
+
+  // A group started (`group` outlives the next OnGroupStopping) / is being stopped.
+  void OnGroupStarted(const WorkerGroup* group);
+  void OnGroupStopping();
+  void OnOutput(int local_rank);
+  void OnExited(int local_rank, int pid);
+
+  std::vector<LocalProgress> Progress() const;
+  bool enabled() const { return options_.hang_detection(); }
+
+ private:
+  void OnTimerLine(absl::string_view line, bool oversized);
+  void OnProgressLine(absl::string_view line, bool oversized);
+  // Attributes `pid` to a local rank; warns once (per `channel`) when it is not a worker's.
+  int RankOf(int pid, const char* channel);
+  void WarnOnce(const std::string& key, const std::string& message);
+  void Tick();
+  void Judge();  // drains the pipes, then looks for a hang
+  void ArmExpiryTimer();
+
+  EventLoop* loop_;
+  const LaunchOptions& options_;
+  HangHandler on_hang_;
+  ProgressHandler on_progress_;
+  std::unique_ptr<FifoChannel> timer_pipe_;
+  std::unique_ptr<FifoChannel> progress_pipe_;
+  TimerTable timers_;
+  HangDetector detector_;
+  const WorkerGroup* group_ = nullptr;  // while armed
+  EventLoop::TimerId tick_ = 0;
+  EventLoop::TimerId expiry_timer_ = 0;  // at the earliest FileTimer deadline
+  std::optional<double> armed_expiry_;
+  int ticks_ = 0;
+  std::set<std::string> warned_;
+};
+
+}  // namespace ddprun::launcher
+
+#endif  // DDPRUN_LAUNCHER_HANGS_HANG_MONITOR_H_

@@ -1,0 +1,41 @@
+#include "launcher/process/proc_info.h"
+
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/file_text.h"
+
+namespace ddprun::launcher {
+
+std::vector<pid_t> ThreadsOf(pid_t pid) {
+  std::vector<pid_t> tids;
+  std::error_code ec;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(absl::StrCat("/proc/", pid, "/task"), ec)) {
+    int tid = 0;
+    if (absl::SimpleAtoi(entry.path().filename().string(), &tid)) tids.push_back(tid);
+  }
+  return tids;
+}
+
+char ProcessState(pid_t pid) {
+  const std::string stat = ReadTextFile(absl::StrCat("/proc/", pid, "/stat"));
+  const size_t paren = stat.rfind(')');  // the command name may contain spaces and ')'
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return '?';
+  return stat[paren + 2];
+}
+
+std::string KernelSideOf(pid_t pid) {
+  std::string out = "== kernel side ==\n";
+  for (pid_t tid : ThreadsOf(pid)) {
+    const std::string task = absl::StrCat("/proc/", pid, "/task/", tid);
+    absl::StrAppend(&out, "TID ", tid, ": state ", std::string(1, ProcessState(tid)), ", wchan ",
+                    ReadTextFile(task + "/wchan"), "\n");
+    const std::string stack = ReadTextFile(task + "/stack");
+    if (!stack.empty()) absl::StrAppend(&out, stack);
+  }
+  return out;
+}
+
+}  // namespace ddprun::launcher

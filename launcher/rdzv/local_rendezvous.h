@@ -1,0 +1,48 @@
+// A rendezvous without a server: --standalone (one node) and torch.distributed.launch-style
+// static multi-node (--rdzv-backend=static --nnodes=N --node-rank=R --master-addr/port). Each
+// node knows its place from its flags; the restart budget is this node's own (static nodes do
+// not coordinate; their workers fail together through the broken TCPStore/gloo connections).
+#ifndef DDPRUN_LAUNCHER_RDZV_LOCAL_RENDEZVOUS_H_
+#define DDPRUN_LAUNCHER_RDZV_LOCAL_RENDEZVOUS_H_
+
+#include <string>
+
+#include "common/executor.h"
+#include "rendezvous/api/rendezvous.h"
+
+namespace ddprun::launcher {
+
+struct LocalRendezvousOptions {
+  int node_rank = 0;
+  int nnodes = 1;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  int max_restarts = 0;
+};
+
+// Not thread-safe: used from the agent's loop thread only; events are posted to `executor`.
+class LocalRendezvous final : public rendezvous::Rendezvous {
+ public:
+  LocalRendezvous(Executor* executor, LocalRendezvousOptions options);
+
+  void Join(const rendezvous::NodeInfo& node, rendezvous::RendezvousEvents* events) override;
+  void ReportGroupState(int64_t round, rendezvous::GroupState state,
+                        const std::optional<rendezvous::WorkerFailure>& failure) override;
+  void ReportProgress(const std::vector<rendezvous::RankProgress>&, bool) override {}
+  void Leave(const std::string& reason) override;
+
+ private:
+  rendezvous::Assignment MakeAssignment() const;
+
+  Executor* executor_;
+  const LocalRendezvousOptions options_;
+  rendezvous::RendezvousEvents* events_ = nullptr;
+  int nproc_ = 1;
+  int64_t round_ = 0;
+  int restarts_ = 0;
+  bool left_ = false;
+};
+
+}  // namespace ddprun::launcher
+
+#endif  // DDPRUN_LAUNCHER_RDZV_LOCAL_RENDEZVOUS_H_

@@ -1,0 +1,262 @@
+#include "launcher/rdzv/rendezvous_setup.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <random>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "common/strings.h"
+#include "launcher/rdzv/local_rendezvous.h"
+
+namespace ddprun::launcher {
+namespace {
+
+absl::StatusOr<std::chrono::milliseconds> Seconds(const std::string& key,
+                                                  const std::string& value) {
+  return ParseSeconds(absl::StrCat("--rdzv-conf ", key), value);
+}
+
+// The numeric text of an IPv4 or IPv6 socket address; empty for other families.
+std::string AddressText(const sockaddr* addr) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (addr->sa_family == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(addr)->sin_addr, buf, sizeof(buf));
+  } else if (addr->sa_family == AF_INET6) {
+    inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6*>(addr)->sin6_addr, buf, sizeof(buf));
+  }
+  return buf;
+}
+
+std::set<std::string> LocalAddresses() {
+  std::set<std::string> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr) continue;
+    std::string text = AddressText(a->ifa_addr);
+    if (!text.empty()) out.insert(std::move(text));
+  }
+  freeifaddrs(list);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>& conf) {
+  RdzvConf c;
+  for (const auto& [key, value] : conf) {
+    if (key == "join_timeout" || key == "timeout") {
+      DDPRUN_ASSIGN_OR_RETURN(c.timeouts.join_timeout, Seconds(key, value));
+    } else if (key == "last_call_timeout") {
+      DDPRUN_ASSIGN_OR_RETURN(c.timeouts.last_call_timeout, Seconds(key, value));
+    } else if (key == "keep_alive_interval") {
+      DDPRUN_ASSIGN_OR_RETURN(c.timeouts.keep_alive_interval, Seconds(key, value));
+      if (c.timeouts.keep_alive_interval.count() == 0) {
+        return absl::InvalidArgumentError("--rdzv-conf keep_alive_interval=0: must be > 0");
+      }
+    } else if (key == "keep_alive_max_attempt") {
+      DDPRUN_ASSIGN_OR_RETURN(int64_t n,
+                              ParseInt("--rdzv-conf keep_alive_max_attempt", value, 1, 1000));
+      c.timeouts.keep_alive_max_attempt = static_cast<int>(n);
+    } else if (key == "read_timeout") {
+      DDPRUN_ASSIGN_OR_RETURN(c.read_timeout, Seconds(key, value));
+    } else if (key == "close_timeout") {
+      DDPRUN_ASSIGN_OR_RETURN(std::chrono::milliseconds close, Seconds(key, value));
+      c.close_timeout = close;
+    } else if (key == "is_host") {
+      DDPRUN_ASSIGN_OR_RETURN(c.is_host, ParseBool("--rdzv-conf is_host", value));
+    } else if (key == "token_file") {
+      c.token_file = value;
+    } else if (key == "tls_cert") {
+      c.tls_cert = value;
+    } else if (key == "tls_key") {
+      c.tls_key = value;
+    } else if (key == "tls_ca") {
+      c.tls_ca = value;
+    } else if (key == "tls_client_ca") {
+      c.tls_client_ca = value;
+    } else if (key == "tls_server_name") {
+      c.tls_server_name = value;
+    } else if (key == "etcd_prefix") {
+      c.etcd_prefix = value;
+    } else if (key == "etcd_user") {
+      c.etcd_user = value;
+    } else if (key == "etcd_password_file") {
+      c.etcd_password_file = value;
+    } else if (key == "http_port") {
+      DDPRUN_ASSIGN_OR_RETURN(int64_t port, ParseInt("--rdzv-conf http_port", value, 0, 65535));
+      c.http_port = static_cast<int>(port);
+    } else if (key == "http_host") {
+      c.http_host = value;
+    } else if (key == "store_type" || key == "use_libuv") {
+      // torch 2.x store options; meaningless without an agent store, accepted and ignored.
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--rdzv-conf ", key, "=", value,
+          ": unknown key (known: join_timeout, last_call_timeout, close_timeout, read_timeout, "
+          "keep_alive_interval, keep_alive_max_attempt, is_host, token_file, tls_cert, tls_key, "
+          "tls_ca, tls_client_ca, tls_server_name, etcd_prefix, etcd_user, etcd_password_file, "
+          "http_port, http_host)"));
+    }
+  }
+  return c;
+}
+
+bool IsLocalHost(const std::string& host, const HostInfo& info) {
+  const std::string h = absl::AsciiStrToLower(host);
+  if (h == "localhost" || absl::StartsWith(h, "127.") || h == "::1" ||
+      h == absl::AsciiStrToLower(info.hostname)) {
+    return true;
+  }
+  const std::set<std::string> local = LocalAddresses();
+  if (local.count(h) > 0) return true;
+  // A name: resolve it and compare addresses.
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
+  bool found = false;
+  for (addrinfo* a = res; a != nullptr && !found; a = a->ai_next) {
+    const std::string text = AddressText(a->ai_addr);
+    found = local.count(text) > 0 || absl::StartsWith(text, "127.");
+  }
+  freeaddrinfo(res);
+  return found;
+}
+
+absl::StatusOr<C10dSettings> MakeC10dSettings(const LaunchOptions& options, const HostInfo& host) {
+  if (options.rdzv_endpoint.empty()) {
+    return absl::InvalidArgumentError("--rdzv-backend=c10d needs --rdzv-endpoint=HOST[:PORT]");
+  }
+  DDPRUN_ASSIGN_OR_RETURN(RdzvConf conf, ParseRdzvConf(options.rdzv_conf));
+  DDPRUN_ASSIGN_OR_RETURN(
+      HostPort endpoint, ParseHostPort("--rdzv-endpoint", options.rdzv_endpoint, kDefaultRdzvPort));
+  C10dSettings s;
+  s.endpoint_host = endpoint.host;
+  s.endpoint_port = endpoint.port;
+  s.must_host = conf.is_host.value_or(false);
+  s.host_here = conf.is_host.value_or(IsLocalHost(endpoint.host, host));
+  s.token_file = conf.token_file;
+  s.tls_cert = conf.tls_cert;
+  s.tls_key = conf.tls_key;
+  s.tls_ca = conf.tls_ca;
+  s.tls_client_ca = conf.tls_client_ca;
+  s.tls_server_name = conf.tls_server_name;
+  if (s.tls_cert.empty() != s.tls_key.empty()) {
+    return absl::InvalidArgumentError("--rdzv-conf: tls_cert and tls_key go together");
+  }
+  s.timeouts = conf.timeouts;
+  s.read_timeout = conf.read_timeout;
+  s.close_timeout = conf.close_timeout;
+  s.http_port = conf.http_port;
+  s.http_host = conf.http_host;
+  return s;
+}
+
+absl::StatusOr<EtcdSettings> MakeEtcdSettings(const LaunchOptions& options) {
+  if (options.rdzv_endpoint.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rdzv-backend=", options.rdzv_backend,
+                     " needs --rdzv-endpoint=HOST:PORT[,HOST:PORT...]"));
+  }
+  DDPRUN_ASSIGN_OR_RETURN(RdzvConf conf, ParseRdzvConf(options.rdzv_conf));
+  EtcdSettings s;
+  for (absl::string_view part : absl::StrSplit(options.rdzv_endpoint, ',', absl::SkipEmpty())) {
+    DDPRUN_ASSIGN_OR_RETURN(HostPort endpoint, ParseHostPort("--rdzv-endpoint", part, 2379));
+    s.endpoints.push_back(FormatHostPort(endpoint.host, endpoint.port));
+  }
+  if (!conf.etcd_prefix.empty()) {
+    if (conf.etcd_prefix.front() != '/') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--rdzv-conf etcd_prefix=", conf.etcd_prefix, ": must start with '/'"));
+    }
+    s.prefix = conf.etcd_prefix;
+  }
+  s.user = conf.etcd_user;
+  s.password_file = conf.etcd_password_file;
+  s.tls_cert = conf.tls_cert;
+  s.tls_key = conf.tls_key;
+  s.tls_ca = conf.tls_ca;
+  s.tls_server_name = conf.tls_server_name;
+  if (s.tls_cert.empty() != s.tls_key.empty()) {
+    return absl::InvalidArgumentError("--rdzv-conf: tls_cert and tls_key go together");
+  }
+  s.timeouts = conf.timeouts;
+  s.read_timeout = conf.read_timeout;
+  s.close_timeout = conf.close_timeout;
+  return s;
+}
+
+absl::StatusOr<RendezvousSetup> SetUpRendezvous(const LaunchOptions& options, const HostInfo& host,
+                                                Executor* executor) {
+  RendezvousSetup setup;
+  LocalRendezvousOptions local;
+  local.max_restarts = options.max_restarts;
+  if (options.standalone) {
+    setup.run_id = RandomHex(16);
+    DDPRUN_ASSIGN_OR_RETURN(PortReservation reservation, PortReservation::Reserve(0));
+    setup.master_port.emplace(std::move(reservation));
+    local.master_addr = "127.0.0.1";
+    local.master_port = setup.master_port->port();
+    setup.rendezvous = std::make_unique<LocalRendezvous>(executor, local);
+    return setup;
+  }
+  if (options.rdzv_backend == "static") {
+    setup.run_id = options.rdzv_id;
+    local.node_rank = options.node_rank;
+    local.nnodes = options.max_nodes;
+    local.master_addr = options.master_addr;
+    local.master_port = options.master_port;
+    if (options.max_nodes == 1) {
+      // One node: no fixed 29500, so that any number of jobs can share a machine (torch 2.12
+      // does the same): a port this agent holds free for its rank-0 worker, as --standalone
+      // does. An explicit --master-port must be free now, not when the worker fails on it.
+      absl::StatusOr<PortReservation> held =
+          PortReservation::Reserve(options.master_port_given ? options.master_port : 0);
+      if (!held.ok()) {
+        if (!options.master_port_given) return held.status();
+        return absl::InvalidArgumentError(
+            absl::StrCat("--master-port=", options.master_port, ": port ", options.master_port,
+                         " is in use on this host (", held.status().message(), ")"));
+      }
+      local.master_port = held->port();
+      setup.master_port.emplace(std::move(*held));
+    }
+    setup.rendezvous = std::make_unique<LocalRendezvous>(executor, local);
+    return setup;
+  }
+  if (options.rdzv_backend == "etcd" || options.rdzv_backend == "etcd-v3") {
+    DDPRUN_ASSIGN_OR_RETURN(EtcdSettings settings, MakeEtcdSettings(options));
+    setup.run_id = options.rdzv_id;
+    DDPRUN_ASSIGN_OR_RETURN(PortReservation reservation, PortReservation::Reserve(0));
+    setup.master_port.emplace(std::move(reservation));
+    DDPRUN_ASSIGN_OR_RETURN(GrpcRendezvousPlugin * plugin, LoadGrpcRendezvousPlugin());
+    DDPRUN_ASSIGN_OR_RETURN(std::unique_ptr<GrpcRendezvous> etcd,
+                            plugin->CreateEtcd(settings, executor));
+    setup.grpc = etcd.get();
+    setup.rendezvous = std::move(etcd);
+    return setup;
+  }
+  DDPRUN_ASSIGN_OR_RETURN(C10dSettings settings, MakeC10dSettings(options, host));
+  setup.run_id = options.rdzv_id;
+  // The port this node's rank-0 worker will listen on, held until the job ends.
+  DDPRUN_ASSIGN_OR_RETURN(PortReservation reservation, PortReservation::Reserve(0));
+  setup.master_port.emplace(std::move(reservation));
+  DDPRUN_ASSIGN_OR_RETURN(GrpcRendezvousPlugin * plugin, LoadGrpcRendezvousPlugin());
+  DDPRUN_ASSIGN_OR_RETURN(std::unique_ptr<GrpcRendezvous> grpc, plugin->Create(settings, executor));
+  setup.grpc = grpc.get();
+  setup.rendezvous = std::move(grpc);
+  return setup;
+}
+
+}  // namespace ddprun::launcher

@@ -1,0 +1,70 @@
+// Chooses and builds the agent's rendezvous from its options:
+//   --standalone            LocalRendezvous with a random run id; the master port is reserved
+//                           here. One node has nobody to agree with, so no server runs (and no
+//                           gRPC is loaded: see grpc_rendezvous_plugin.h).
+//   --rdzv-backend=static   LocalRendezvous from --node-rank / --master-addr / --master-port.
+//   --rdzv-backend=c10d     the gRPC client of the server at --rdzv-endpoint; the agent on the
+//                           endpoint's host (or with is_host=1) also runs the server, unless
+//                           another process on this host already serves that port.
+//   --rdzv-backend=etcd     (alias etcd-v3) the etcd v3 rendezvous of the same plugin, on the
+//                           cluster of --rdzv-endpoint=h1:p1[,h2:p2...].
+#ifndef DDPRUN_LAUNCHER_RDZV_RENDEZVOUS_SETUP_H_
+#define DDPRUN_LAUNCHER_RDZV_RENDEZVOUS_SETUP_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/executor.h"
+#include "rendezvous/api/grpc_rendezvous_plugin.h"
+#include "launcher/config/host_info.h"
+#include "launcher/config/options.h"
+#include "launcher/rdzv/port_reservation.h"
+#include "rendezvous/api/rendezvous.h"
+#include "rendezvous/api/run_config.h"
+
+namespace ddprun::launcher {
+
+inline constexpr int kDefaultRdzvPort = 29400;
+
+struct RendezvousSetup {
+  std::string run_id;
+  std::unique_ptr<rendezvous::Rendezvous> rendezvous;
+  GrpcRendezvous* grpc = nullptr;  // `rendezvous` when it is the c10d one
+  std::optional<PortReservation> master_port;
+};
+
+// The --rdzv-conf keys ddprun knows, parsed. Unknown keys are kInvalidArgument naming them.
+struct RdzvConf {
+  rendezvous::RunTimeouts timeouts;
+  std::chrono::milliseconds read_timeout{60000};
+  // How long leaving the rendezvous may take at the end (the last status, the goodbye); unset:
+  // the backend's own bound (2 s for c10d, 3 s for etcd).
+  std::optional<std::chrono::milliseconds> close_timeout;
+  std::optional<bool> is_host;
+  std::string token_file;
+  std::string tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name;
+  std::string etcd_prefix, etcd_user, etcd_password_file;  // --rdzv-backend=etcd
+  // The embedded server's /metrics and status page (as ddprun-rdzv --http-port/--http-host).
+  std::optional<int> http_port;
+  std::string http_host = "127.0.0.1";
+};
+absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>& conf);
+
+// The c10d settings from the options (token loaded, is_host decided); no gRPC involved.
+absl::StatusOr<C10dSettings> MakeC10dSettings(const LaunchOptions& options, const HostInfo& host);
+
+// The etcd settings from the options: --rdzv-endpoint=h1:p1,h2:p2,... (port 2379 by default).
+absl::StatusOr<EtcdSettings> MakeEtcdSettings(const LaunchOptions& options);
+
+// True when `host` names this machine: localhost, a loopback address, its hostname, or one of
+// its interface addresses.
+bool IsLocalHost(const std::string& host, const HostInfo& info);
+
+absl::StatusOr<RendezvousSetup> SetUpRendezvous(const LaunchOptions& options, const HostInfo& host,
+                                                Executor* executor);
+
+}  // namespace ddprun::launcher
+
+#endif  // DDPRUN_LAUNCHER_RDZV_RENDEZVOUS_SETUP_H_

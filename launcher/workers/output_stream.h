@@ -1,0 +1,73 @@
+// One worker stream (stdout or stderr) on its way out of the agent: split into whole lines,
+// optionally prefixed ("[default0]:") and written to the console, copied raw to a log file, and
+// the last lines kept for the failure summary. Every console write carries whole lines only, and
+// the agent's single loop thread does all writes, so one rank's line is never cut by another's.
+// A line redrawn with \r (a tqdm bar) is shown as it is redrawn: each update, as of the end of
+// the data read, is written whole as "\r<prefix><text>", and the finished line as
+// "\r<prefix><last text>\n"; the log file keeps the raw stream.
+#ifndef DDPRUN_LAUNCHER_WORKERS_OUTPUT_STREAM_H_
+#define DDPRUN_LAUNCHER_WORKERS_OUTPUT_STREAM_H_
+
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+
+namespace ddprun::launcher {
+
+class OutputStream {
+ public:
+  struct Config {
+    int console_fd = -1;    // -1: not shown on the console
+    std::string prefix;     // prepended to each console line
+    int log_fd = -1;        // -1: no log file; not owned
+    size_t tail_lines = 0;  // lines to keep for Tail()
+    // --duplicate-std*-filters: lines containing any of `filters` are also written, with
+    // `filtered_prefix`, to filtered_fd (one file for every worker of the attempt; not owned).
+    int filtered_fd = -1;
+    std::vector<std::string> filters;
+    std::string filtered_prefix;
+  };
+  // A line longer than this is emitted in pieces rather than buffered without bound.
+  static constexpr size_t kMaxLine = 64 * 1024;
+
+  explicit OutputStream(Config config);
+
+  void Feed(absl::string_view data);
+  // End of stream: emits a trailing partial line (with a newline added on the console).
+  void Finish();
+  std::vector<std::string> Tail() const { return {tail_.begin(), tail_.end()}; }
+  // From now on also keep the raw bytes (up to `limit`): what a worker prints while dying,
+  // e.g. CPython's faulthandler dump, for its stacks file.
+  void StartCapture(size_t limit) {
+    capturing_ = true;
+    capture_limit_ = limit;
+    capture_.clear();
+  }
+  std::string TakeCapture() {
+    capturing_ = false;
+    return std::move(capture_);
+  }
+
+ private:
+  struct Batch {
+    std::string console, filtered;
+  };
+  void EmitLine(absl::string_view line, Batch* batch);
+  void Write(const Batch& batch);
+  void ShowUpdate(Batch* batch);
+
+  Config config_;
+  std::string partial_;
+  // The unfinished line's latest \r update as shown on the console.
+  std::string shown_;
+  std::deque<std::string> tail_;
+  bool capturing_ = false;
+  size_t capture_limit_ = 0;
+  std::string capture_;
+};
+
+}  // namespace ddprun::launcher
+
+#endif  // DDPRUN_LAUNCHER_WORKERS_OUTPUT_STREAM_H_

@@ -1,0 +1,25 @@
+// How one worker ended: what the worker group reports, the agent decides on and the failure
+// report describes. A plain value.
+#ifndef DDPRUN_LAUNCHER_WORKERS_WORKER_EXIT_H_
+#define DDPRUN_LAUNCHER_WORKERS_WORKER_EXIT_H_
+
+#include <string>
+
+#include "common/clock.h"
+
+namespace ddprun::launcher {
+
+struct WorkerExit {
+  int local_rank = 0;
+  int rank = 0;
+  int pid = 0;
+  int exit_code = 0;  // valid when signal == 0
+  int signal = 0;     // the signal that killed it, or 0
+  std::string hang;   // non-empty: it did not exit, it hung ("no progress for 3.0 s", ...)
+  TimePoint when{};
+  bool ok() const { return signal == 0 && exit_code == 0 && hang.empty(); }
+};
+
+}  // namespace ddprun::launcher
+
+#endif  // DDPRUN_LAUNCHER_WORKERS_WORKER_EXIT_H_

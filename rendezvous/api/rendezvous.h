@@ -1,0 +1,135 @@
+// The agent's view of a rendezvous: join a run, learn this node's place in each round, report
+// how the local worker group is doing, and be told to restart or to stop.
+//
+// Implementations: LocalRendezvous (one node, or torch.distributed.launch-style static
+// multi-node; launcher/), and the gRPC client of the built-in server and the etcd v3 backend
+// (rendezvous/). All of them deliver events through RendezvousEvents on the agent's Executor,
+// so the agent's state is only ever touched from its own loop thread.
+#ifndef DDPRUN_RENDEZVOUS_API_RENDEZVOUS_H_
+#define DDPRUN_RENDEZVOUS_API_RENDEZVOUS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace ddprun::rendezvous {
+
+// What an agent says about itself when it joins.
+struct NodeInfo {
+  std::string run_id;
+  std::string node_id;  // unique per agent process: "<hostname>_<pid>_<random>"
+  std::string hostname;
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int nproc_per_node = 1;
+  int requested_node_rank = -1;  // -1: any; else an explicit --node-rank / SLURM_NODEID
+  std::string local_addr;        // --local-addr; empty: the server uses the peer address
+  int master_port = 0;           // port this agent has reserved for its rank-0 worker
+  int max_restarts = 0;          // --max-restarts: the job-wide budget; agents of a run agree
+};
+
+// This node's place in one round. Workers of the round get their environment from it.
+struct Assignment {
+  int64_t round = 0;         // increases by one per round of the run, never reused
+  int group_rank = 0;        // this node's rank among the nodes of the round
+  int group_world_size = 1;  // nodes in the round
+  int rank_offset = 0;       // global rank of this node's LOCAL_RANK=0 worker
+  int world_size = 1;        // workers in the round, all nodes together
+  std::string master_addr;   // where the rank-0 worker's TCPStore listens
+  int master_port = 0;
+  int restart_count = 0;  // failure-triggered restarts spent so far (job-wide)
+  int max_restarts = 0;
+};
+
+// The first failure of a worker group, as the agent that saw it reports it.
+struct WorkerFailure {
+  std::string hostname;
+  int rank = -1;
+  int local_rank = -1;
+  int pid = 0;
+  int exit_code = 0;    // when it exited
+  int signal = 0;       // when a signal killed it (then exit_code is unused)
+  std::string message;  // the error file's message, or the tail of stderr
+  bool hang = false;    // the worker did not exit: it hung (message says how)
+};
+
+// A local worker's last sign of life, carried in heartbeats so that the rendezvous can name the
+// straggler of a hang job-wide.
+struct RankProgress {
+  int rank = 0;
+  int64_t step = -1;    // last step reported; -1: the worker reports no steps
+  int64_t idle_ms = 0;  // since its last sign of life, when the agent sent this
+};
+
+// A round ended because a worker hung somewhere: every node takes its workers' stacks before
+// stopping them. `straggler` names the rank furthest behind, job-wide ("rank 3 on n2 (step 57,
+// no progress for 12.3 s)"), when the nodes reported progress.
+struct HangNotice {
+  std::string straggler;
+};
+
+enum class GroupState { kRunning, kSucceeded, kFailed };
+
+// What a node knows of its place in the run. Sent when it re-registers (its stream broke, or it
+// rejoins after fencing) so that a rendezvous server that lost the run (restarted without state)
+// can rebuild it from the agents instead of restarting every worker.
+struct ResumeClaim {
+  enum class Group { kWaiting, kRunning, kSucceeded, kFailed };
+  Assignment last;        // the last round this node was assigned; last.round == 0: none yet
+  int restarts_used = 0;  // the most this node has heard of
+  Group group = Group::kWaiting;         // its worker group of last.round
+  std::optional<WorkerFailure> failure;  // with kFailed
+
+  // What a reported group state makes of the claim's group (the client and a recovering server
+  // both keep a claim current with the group statuses they see).
+  void Report(GroupState state, const std::optional<WorkerFailure>& reported) {
+    group = state == GroupState::kRunning     ? Group::kRunning
+            : state == GroupState::kSucceeded ? Group::kSucceeded
+                                              : Group::kFailed;
+    failure = reported;
+  }
+};
+
+// Callbacks to the agent. Always invoked on the agent's Executor.
+class RendezvousEvents {
+ public:
+  virtual ~RendezvousEvents() = default;
+  // A round formed and this node is in it: (re)start workers with this assignment.
+  virtual void OnAssignment(const Assignment& assignment) = 0;
+  // The current round is over (a failure somewhere, a node lost or joining): stop the workers
+  // and wait for the next assignment. `reason` is one human-readable line.
+  virtual void OnRestart(const std::string& reason, const std::optional<HangNotice>& hang) = 0;
+  // The run is over for this node. OK: the job succeeded. kResourceExhausted: the restart
+  // budget is spent (exit 1). Anything else: rendezvous failure (exit 3), message says why.
+  virtual void OnClosed(const absl::Status& status, const std::optional<HangNotice>& hang) = 0;
+  // The connection to the rendezvous broke; the workers keep running while the agent
+  // re-registers (until read_timeout). `why` is one line.
+  virtual void OnReconnecting(const std::string& why) {}
+  // The rendezvous took this node back after a reconnect: `round` goes on, workers untouched.
+  virtual void OnResumed(int64_t round) {}
+};
+
+class Rendezvous {
+ public:
+  virtual ~Rendezvous() = default;
+  // Starts joining the run. Events follow on `events`; the object must outlive this.
+  virtual void Join(const NodeInfo& node, RendezvousEvents* events) = 0;
+  // How the local worker group of `round` is doing. `failure` is set with kFailed.
+  virtual void ReportGroupState(int64_t round, GroupState state,
+                                const std::optional<WorkerFailure>& failure) = 0;
+  // The last sign of life of this node's workers. Sent with the next heartbeat; `urgent`
+  // (before reporting a hang) sends it at once.
+  virtual void ReportProgress(const std::vector<RankProgress>& progress, bool urgent) = 0;
+  // A step of this agent's run timeline (a JSON object), for the server's status page. Best
+  // effort: dropped while not connected; a backend without a page ignores it.
+  virtual void ReportStep(const std::string& json) {}
+  // This node leaves the run (after success, or on a signal). Idempotent; no events follow.
+  virtual void Leave(const std::string& reason) = 0;
+};
+
+}  // namespace ddprun::rendezvous
+
+#endif  // DDPRUN_RENDEZVOUS_API_RENDEZVOUS_H_

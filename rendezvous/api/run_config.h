@@ -1,0 +1,58 @@
+// Plain configuration of the rendezvous state machine: what one run agrees on, the timeouts of a
+// run (torchrun's --rdzv-conf keys), and the server's limits.
+#ifndef DDPRUN_RENDEZVOUS_API_RUN_CONFIG_H_
+#define DDPRUN_RENDEZVOUS_API_RUN_CONFIG_H_
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/clock.h"
+#include "rendezvous/api/rendezvous.h"
+
+namespace ddprun::rendezvous {
+
+// Timeouts of one run. The first agent to join a run sets them (defaults are torchrun's).
+struct RunTimeouts {
+  // How long a round may stay below min_nodes before the run is closed.
+  Duration join_timeout = std::chrono::seconds(600);
+  // Once a forming round has >= min_nodes (but < max_nodes), how long to wait for more.
+  Duration last_call_timeout = std::chrono::seconds(30);
+  // Agents heartbeat every keep_alive_interval; a node is lost after
+  // keep_alive_interval * keep_alive_max_attempt without any message from it.
+  Duration keep_alive_interval = std::chrono::seconds(5);
+  int keep_alive_max_attempt = 3;
+
+  Duration lease() const { return keep_alive_interval * keep_alive_max_attempt; }
+};
+
+// A join as the state machine sees it: what the agent said plus what the transport saw.
+struct JoinRequest {
+  NodeInfo node;
+  RunTimeouts timeouts;
+  std::string peer_host;  // the address the agent connected from, without port or brackets
+  std::optional<ResumeClaim> resume;  // set when the agent re-registers
+};
+
+// Limits that keep one server (and one hostile or buggy client) from using unbounded memory.
+struct ServerLimits {
+  int max_runs = 64;                  // open runs plus closed ones still remembered
+  int max_nodes_per_run = 16384;      // connected agents of one run (members and waiting)
+  size_t max_id_length = 256;         // run id, node id, hostname, local addr
+  size_t max_message_length = 16384;  // failure and leave messages are cut to this
+  // Open agent streams, joined or not; more are refused (RESOURCE_EXHAUSTED).
+  int max_streams = 65536;
+  // A stream that has not joined this long after it opened is closed, so that idle or hostile
+  // connections cannot pile up.
+  Duration first_join_timeout = std::chrono::seconds(10);
+  // Messages read from one stream but not yet handled by the server's loop; a stream that runs
+  // further ahead is flooding and is closed (RESOURCE_EXHAUSTED), so memory stays bounded.
+  int max_queued_messages_per_stream = 1024;
+  // A closed run is remembered this long (so late agents are told why) once it has no agents.
+  Duration closed_run_retention = std::chrono::seconds(300);
+};
+
+}  // namespace ddprun::rendezvous
+
+#endif  // DDPRUN_RENDEZVOUS_API_RUN_CONFIG_H_

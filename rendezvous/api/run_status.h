@@ -1,0 +1,88 @@
+// What a rendezvous reports about a run (the Status call, `ddprun status`, the status page):
+// plain values shared by the server, its backends and the agent's status command.
+#ifndef DDPRUN_RENDEZVOUS_API_RUN_STATUS_H_
+#define DDPRUN_RENDEZVOUS_API_RUN_STATUS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+
+namespace ddprun::rendezvous {
+
+// kRecovering: a server that started without state heard from agents re-registering a run it
+// does not know; it collects their claims before it decides (run_state_recovery.cc).
+enum class RunPhase { kJoining, kRunning, kRecovering, kClosed };
+inline const char* RunPhaseName(RunPhase phase) {
+  switch (phase) {
+    case RunPhase::kJoining:
+      return "joining";
+    case RunPhase::kRunning:
+      return "running";
+    case RunPhase::kRecovering:
+      return "recovering";
+    case RunPhase::kClosed:
+      return "closed";
+  }
+  return "unknown";
+}
+
+// Why a round was restarted (the label of ddprun-rdzv's restarts metric).
+inline constexpr char kRestartWorkerFailure[] = "worker_failure";
+inline constexpr char kRestartHang[] = "hang";
+inline constexpr char kRestartNodeLostStream[] = "node_lost_stream";  // its stream broke
+inline constexpr char kRestartNodeLostLease[] = "node_lost_lease";    // silent past its lease
+inline constexpr char kRestartNodeJoined[] = "node_joined";
+inline constexpr char kRestartNodeLeft[] = "node_left";
+inline constexpr char kRestartServerRestart[] = "server_restart";  // re-registrations disagreed
+
+// How long a round took to form, for the server's latency histograms.
+struct RoundTiming {
+  double completion_s = 0;  // from the round's start (first join, or the restart) to formed
+  std::optional<double> after_failure_s;  // from the failure that restarted it, if one did
+};
+
+// A snapshot of a run for the Status call.
+struct MemberStatus {
+  std::string node_id;
+  std::string hostname;
+  std::string addr;
+  int group_rank = -1;  // -1: waiting for the next round
+  int nproc_per_node = 0;
+  std::string state;      // "running", "waiting", "recovering" (re-registered, not yet settled)
+  TimePoint last_seen{};  // the agent's last message
+};
+
+// One restart of a run, for the status page.
+struct RestartRecord {
+  TimePoint when{};
+  int64_t round = 0;  // the round that ended
+  std::string cause;  // kRestart*
+  std::string reason;
+  std::optional<double> formed_after_s;  // until the next round formed
+};
+
+struct RunStatus {
+  std::string run_id;
+  int64_t round = 0;
+  RunPhase phase = RunPhase::kJoining;
+  std::vector<MemberStatus> members;  // by group rank, then waiting nodes by arrival
+  int restarts_used = 0;
+  int max_restarts = 0;
+  int min_nodes = 0;
+  int max_nodes = 0;
+  std::string close_message;
+  std::vector<RestartRecord> restarts;  // the latest kMaxRestartRecords, oldest first
+  int num_nodes = 0;                    // agents connected (= members.size() when listed)
+  std::vector<std::string> steps;       // the agents' latest timeline steps (JSON), oldest first
+};
+
+inline constexpr size_t kMaxRestartRecords = 20;
+inline constexpr size_t kMaxSteps = 60;
+
+}  // namespace ddprun::rendezvous
+
+#endif  // DDPRUN_RENDEZVOUS_API_RUN_STATUS_H_

@@ -1,0 +1,609 @@
+#include "rendezvous/core/run_state.h"
+
+#include <string.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "rendezvous/core/rank_assignment.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+std::string NodesFlag(int min_nodes, int max_nodes) {
+  return min_nodes == max_nodes ? absl::StrCat("--nnodes=", min_nodes)
+                                : absl::StrCat("--nnodes=", min_nodes, ":", max_nodes);
+}
+
+std::string SignalName(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev != nullptr ? absl::StrCat("SIG", abbrev) : absl::StrCat("signal ", sig);
+}
+
+std::string DescribeFailure(const WorkerFailure& f) {
+  std::string how = f.hang          ? "hung"
+                    : f.signal != 0 ? absl::StrCat("was killed by ", SignalName(f.signal))
+                                    : absl::StrCat("exited with code ", f.exit_code);
+  std::string out =
+      absl::StrCat("worker ", f.hang ? "hang" : "failure", " on ", f.hostname, ": rank ", f.rank,
+                   " (local_rank ", f.local_rank, ", pid ", f.pid, ") ", how);
+  if (!f.message.empty()) absl::StrAppend(&out, ": ", f.message);
+  return out;
+}
+
+bool IsLoopback(const std::string& addr) {
+  return absl::StartsWith(addr, "127.") || addr == "::1" || addr == "localhost";
+}
+
+}  // namespace
+
+RunState::RunState(const JoinRequest& first, TimePoint now)
+    : run_id_(first.node.run_id),
+      min_nodes_(first.node.min_nodes),
+      max_nodes_(first.node.max_nodes),
+      nproc_per_node_(first.node.nproc_per_node),
+      max_restarts_(first.node.max_restarts),
+      timeouts_(first.timeouts),
+      creator_(absl::StrCat("node ", first.node.node_id, " on ", first.node.hostname)) {
+  join_deadline_ = now + timeouts_.join_timeout;
+  round_began_ = now;
+}
+
+absl::Status RunState::CheckJoin(const JoinRequest& request) const {
+  const NodeInfo& n = request.node;
+  if (phase_ == RunPhase::kClosed) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("run '", run_id_, "' is closed: ", close_message_));
+  }
+  if (n.min_nodes != min_nodes_ || n.max_nodes != max_nodes_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "run '", run_id_, "': this agent has ", NodesFlag(n.min_nodes, n.max_nodes),
+        " but the run has ", NodesFlag(min_nodes_, max_nodes_), " (set by ", creator_, ")"));
+  }
+  if (n.nproc_per_node != nproc_per_node_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "run '", run_id_, "': this agent has --nproc-per-node=", n.nproc_per_node,
+        " but the run has --nproc-per-node=", nproc_per_node_, " (set by ", creator_, ")"));
+  }
+  if (n.max_restarts != max_restarts_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "run '", run_id_, "': this agent has --max-restarts=", n.max_restarts,
+        " but the run has --max-restarts=", max_restarts_, " (set by ", creator_, ")"));
+  }
+  if (n.requested_node_rank >= max_nodes_) {
+    return absl::InvalidArgumentError(absl::StrCat("--node-rank=", n.requested_node_rank,
+                                                   " is out of range for ",
+                                                   NodesFlag(min_nodes_, max_nodes_)));
+  }
+  if (by_node_id_.count(n.node_id) > 0) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("run '", run_id_, "': node id '", n.node_id, "' has already joined"));
+  }
+  if (n.requested_node_rank >= 0) {
+    auto taken = by_requested_rank_.find(n.requested_node_rank);
+    if (taken != by_requested_rank_.end()) {
+      const Node& other = nodes_.at(taken->second);
+      return absl::InvalidArgumentError(absl::StrCat(
+          "run '", run_id_, "': --node-rank=", n.requested_node_rank, " is already taken by node ",
+          other.info.node_id, " on ", other.info.hostname));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outbox* out) {
+  if (request.resume.has_value() && by_node_id_.count(request.node.node_id) > 0 &&
+      phase_ != RunPhase::kClosed) {
+    TakeOver(conn, request, now, out);
+    return;
+  }
+  if (request.resume.has_value() && phase_ == RunPhase::kClosed && close_status_.ok()) {
+    // A node of this run coming back (after fencing) to find the job finished without it: the
+    // job succeeded, and so does its agent. (A stranger joining late is refused below.)
+    out->push_back({conn, CloseNotice{absl::OkStatus(), std::nullopt}});
+    return;
+  }
+  if (absl::Status refused = CheckJoin(request); !refused.ok()) {
+    out->push_back({conn, CloseNotice{refused, std::nullopt}});
+    return;
+  }
+  Node node;
+  node.conn = conn;
+  node.info = request.node;
+  node.addr = request.node.local_addr.empty() ? request.peer_host : request.node.local_addr;
+  node.last_seen = now;
+  node.arrival = next_arrival_++;
+  const std::string who = Describe(node);
+  AddNode(std::move(node));
+  out->push_back({conn, JoinedNotice{request.peer_host, timeouts_.keep_alive_interval}});
+
+  if (request.resume.has_value()) {
+    // A run this server has formed no round of, and an agent that knows one: the server lost
+    // the run (it restarted). Rebuild it from the agents that come back.
+    if (phase_ == RunPhase::kJoining && round_ == 0) StartRecovery(now);
+    if (phase_ == RunPhase::kRecovering) {
+      AddClaim(nodes_.at(conn), *request.resume, now, out);
+      return;
+    }
+    AnswerUnknownClaim(nodes_.at(conn), *request.resume, out);
+  }
+  if (phase_ == RunPhase::kRecovering) return;  // newcomers wait for the run to settle
+  if (phase_ == RunPhase::kJoining) {
+    MaybeFormRound(now, out);
+  } else if (members_in_round() < max_nodes_ && succeeded_in_round_ == 0) {
+    // Scale up: the world is below max, so the newcomer gets in by restarting the round. A
+    // round where some node already succeeded is finishing; the newcomer waits instead.
+    RestartRound(absl::StrCat(who, " joined"), kRestartNodeJoined, /*is_failure=*/false,
+                 std::nullopt, now, out);
+  }
+}
+
+void RunState::Heartbeat(ConnId conn, TimePoint now) {
+  auto it = nodes_.find(conn);
+  if (it != nodes_.end()) Touch(it->second, now);
+}
+
+void RunState::Step(ConnId conn, const std::string& json, TimePoint now) {
+  auto it = nodes_.find(conn);
+  if (it == nodes_.end()) return;
+  Touch(it->second, now);
+  if (steps_.size() == kMaxSteps) steps_.pop_front();
+  steps_.push_back(json);
+}
+
+absl::Status RunState::GroupStatus(ConnId conn, int64_t round, GroupState state,
+                                   const std::optional<WorkerFailure>& failure, TimePoint now,
+                                   Outbox* out) {
+  auto it = nodes_.find(conn);
+  if (it == nodes_.end()) return absl::NotFoundError("unknown stream");
+  Touch(it->second, now);
+  if (phase_ == RunPhase::kRecovering && it->second.claim.has_value() &&
+      it->second.claim->last.round == round && round > 0) {
+    // Reported after the claim was sent: the claim says it now.
+    it->second.claim->Report(state, failure);
+    return absl::OkStatus();
+  }
+  if (phase_ != RunPhase::kRunning || round != round_ || !it->second.in_round) {
+    return absl::AbortedError(absl::StrCat("status for round ", round, " but the run is at round ",
+                                           round_, " (", RunPhaseName(phase_), ")"));
+  }
+  switch (state) {
+    case GroupState::kRunning:
+      return absl::OkStatus();
+    case GroupState::kSucceeded: {
+      ++succeeded_in_round_;
+      RemoveNode(conn);
+      out->push_back({conn, CloseNotice{absl::OkStatus(), std::nullopt}});
+      EndsWithoutRestart(out);  // closes the run OK when it was the last member
+      return absl::OkStatus();
+    }
+    case GroupState::kFailed: {
+      WorkerFailure f = failure.value_or(WorkerFailure{});
+      if (f.hostname.empty()) f.hostname = it->second.info.hostname;
+      RestartRound(DescribeFailure(f), f.hang ? kRestartHang : kRestartWorkerFailure,
+                   /*is_failure=*/true, f, now, out);
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError("unknown group state");
+}
+
+void RunState::Leave(ConnId conn, const std::string& reason, TimePoint now, Outbox* out) {
+  auto it = nodes_.find(conn);
+  if (it == nodes_.end()) return;
+  const bool was_member = it->second.in_round;
+  const std::string who = Describe(it->second);
+  RemoveNode(conn);
+  out->push_back({conn, CloseNotice{absl::OkStatus(), std::nullopt}});
+  if (phase_ == RunPhase::kRunning && was_member) {
+    if (EndsWithoutRestart(out)) return;
+    RestartRound(absl::StrCat(who, " left", reason.empty() ? "" : ": ", reason), kRestartNodeLeft,
+                 /*is_failure=*/false, std::nullopt, now, out);
+  } else if (phase_ == RunPhase::kJoining) {
+    MaybeFormRound(now, out);
+  }
+}
+
+void RunState::StreamBroken(ConnId conn, TimePoint now, Outbox* out) {
+  LoseNode(conn, "its connection broke", now, out);
+}
+
+void RunState::LoseNode(ConnId conn, const std::string& why, TimePoint now, Outbox* out) {
+  auto it = nodes_.find(conn);
+  if (it == nodes_.end()) return;
+  const bool was_member = it->second.in_round;
+  const std::string reason = absl::StrCat(Describe(it->second), " was lost: ", why);
+  RemoveNode(conn);
+  if (phase_ == RunPhase::kRunning && was_member) {
+    if (EndsWithoutRestart(out)) return;
+    RestartRound(reason, kRestartNodeLostStream, /*is_failure=*/true, std::nullopt, now, out);
+  } else if (phase_ == RunPhase::kJoining) {
+    MaybeFormRound(now, out);
+  }
+}
+
+void RunState::Tick(TimePoint now, Outbox* out) {
+  if (phase_ == RunPhase::kClosed) return;
+  // Leases first: a node that is gone must not be counted into a round. Nodes found silent
+  // in one tick are one event: one restart, one unit of budget.
+  const std::string why = absl::StrCat("no heartbeat for ", ToMillis(timeouts_.lease()),
+                                       " ms (keep_alive_interval * keep_alive_max_attempt)");
+  std::string lost_members;
+  int num_lost_members = 0;
+  while (!by_last_seen_.empty() && now - by_last_seen_.begin()->first >= timeouts_.lease()) {
+    const ConnId conn = by_last_seen_.begin()->second;
+    const Node& node = nodes_.at(conn);
+    if (node.in_round && num_lost_members++ == 0) lost_members = Describe(node);
+    CloseNotice given_up{
+        absl::UnavailableError(absl::StrCat("this node's rendezvous lease expired: ", why))};
+    given_up.given_up = true;
+    out->push_back({conn, std::move(given_up)});
+    RemoveNode(conn);
+  }
+  if (phase_ == RunPhase::kRunning && num_lost_members > 0 && !EndsWithoutRestart(out)) {
+    const std::string more =
+        num_lost_members > 1 ? absl::StrCat(" (and ", num_lost_members - 1, " more)") : "";
+    RestartRound(absl::StrCat(lost_members, more, " was lost: ", why), kRestartNodeLostLease,
+                 /*is_failure=*/true, std::nullopt, now, out);
+  }
+  if (phase_ == RunPhase::kRecovering && recovery_deadline_ && now >= *recovery_deadline_) {
+    Settle(now, out);
+  }
+  if (phase_ != RunPhase::kJoining) return;
+  MaybeFormRound(now, out);
+  if (phase_ == RunPhase::kJoining && static_cast<int>(nodes_.size()) < min_nodes_ &&
+      join_deadline_ && now >= *join_deadline_) {
+    CloseRun(absl::DeadlineExceededError(
+                 absl::StrCat("run '", run_id_, "': only ", nodes_.size(), " of ", min_nodes_,
+                              " required nodes joined within join_timeout (",
+                              ToMillis(timeouts_.join_timeout), " ms)")),
+             std::nullopt, out);
+  }
+}
+
+std::optional<TimePoint> RunState::NextDeadline() const {
+  if (phase_ == RunPhase::kClosed) return std::nullopt;
+  std::optional<TimePoint> next;
+  auto consider = [&next](TimePoint t) {
+    if (!next || t < *next) next = t;
+  };
+  if (!by_last_seen_.empty()) consider(by_last_seen_.begin()->first + timeouts_.lease());
+  if (phase_ == RunPhase::kRecovering && recovery_deadline_) consider(*recovery_deadline_);
+  if (phase_ == RunPhase::kJoining) {
+    if (last_call_deadline_) consider(*last_call_deadline_);
+    if (join_deadline_ && static_cast<int>(nodes_.size()) < min_nodes_) consider(*join_deadline_);
+  }
+  return next;
+}
+
+void RunState::AddNode(Node node) {
+  const ConnId conn = node.conn;
+  by_node_id_[node.info.node_id] = conn;
+  if (node.info.requested_node_rank >= 0) by_requested_rank_[node.info.requested_node_rank] = conn;
+  by_last_seen_.insert({node.last_seen, conn});
+  if (node.in_round) ++members_in_round_;
+  nodes_[conn] = std::move(node);
+}
+
+void RunState::RemoveNode(ConnId conn) {
+  auto it = nodes_.find(conn);
+  if (it == nodes_.end()) return;
+  const Node& node = it->second;
+  by_node_id_.erase(node.info.node_id);
+  if (node.info.requested_node_rank >= 0) by_requested_rank_.erase(node.info.requested_node_rank);
+  by_last_seen_.erase({node.last_seen, conn});
+  if (node.in_round) --members_in_round_;
+  nodes_.erase(it);
+}
+
+void RunState::Touch(Node& node, TimePoint now) {
+  by_last_seen_.erase({node.last_seen, node.conn});
+  node.last_seen = now;
+  by_last_seen_.insert({now, node.conn});
+}
+
+std::string RunState::Describe(const Node& node) const {
+  return absl::StrCat("node ", node.info.node_id, " (", node.info.hostname, ")");
+}
+
+void RunState::Progress(ConnId conn, const std::vector<RankProgress>& progress, TimePoint now) {
+  auto it = nodes_.find(conn);
+  if (it == nodes_.end()) return;
+  // Bounded by what one node can run; a larger list is not an agent's.
+  if (progress.size() > 4096) return;
+  it->second.progress = progress;
+  it->second.progress_at = now;
+}
+
+std::string RunState::Straggler(TimePoint now) const {
+  // Lowest step first (a rank stuck outside a collective is a step behind the ranks waiting in
+  // it), then the longest without a sign of life.
+  const Node* best_node = nullptr;
+  const RankProgress* best = nullptr;
+  int64_t best_idle = 0;
+  for (const auto& [conn, node] : nodes_) {
+    if (!node.in_round) continue;
+    for (const RankProgress& p : node.progress) {
+      const int64_t idle = p.idle_ms + ToMillis(now - node.progress_at);
+      const bool better = best == nullptr ||
+                          (p.step >= 0 && (best->step < 0 || p.step < best->step)) ||
+                          (p.step == best->step && idle > best_idle);
+      if (better) {
+        best = &p;
+        best_node = &node;
+        best_idle = idle;
+      }
+    }
+  }
+  if (best == nullptr) return "";
+  return absl::StrCat("rank ", best->rank, " on ", best_node->info.hostname, " (",
+                      best->step >= 0 ? absl::StrCat("step ", best->step, ", ") : "",
+                      "no progress for ", absl::StrFormat("%.1f", best_idle / 1000.0), " s)");
+}
+
+bool RunState::EndsWithoutRestart(Outbox* out) {
+  if (succeeded_in_round_ == 0) return false;
+  if (members_in_round() == 0) {
+    CloseRun(absl::OkStatus(), std::nullopt, out);
+    close_message_ = absl::StrCat("round ", round_, " succeeded");
+  }
+  return true;
+}
+
+void RunState::RestartRound(const std::string& reason, const char* cause, bool is_failure,
+                            const std::optional<WorkerFailure>& root_cause, TimePoint now,
+                            Outbox* out) {
+  std::optional<HangNotice> hang;
+  if (root_cause.has_value() && root_cause->hang) hang = HangNotice{Straggler(now)};
+  if (is_failure) {
+    if (restarts_used_ >= max_restarts_) {
+      CloseRun(absl::ResourceExhaustedError(absl::StrCat("restart budget spent (", restarts_used_,
+                                                         " of --max-restarts=", max_restarts_,
+                                                         " used); root cause: ", reason)),
+               root_cause, out, hang.has_value() ? hang->straggler : "");
+      return;
+    }
+    ++restarts_used_;
+    failed_at_ = now;
+  }
+  if (restart_causes_.size() == kMaxUntaken) restart_causes_.erase(restart_causes_.begin());
+  restart_causes_.push_back(cause);
+  if (restart_log_.size() == kMaxRestartRecords) restart_log_.erase(restart_log_.begin());
+  restart_log_.push_back(RestartRecord{now, round_, cause, reason, std::nullopt});
+  round_began_ = now;
+  for (auto& [conn, node] : nodes_) {
+    if (!node.in_round) continue;
+    node.in_round = false;  // group_rank stays: it orders the survivors in the next round
+    node.progress.clear();
+    --members_in_round_;
+    out->push_back({conn, RestartNotice{round_, reason, hang, restarts_used_}});
+  }
+  phase_ = RunPhase::kJoining;
+  succeeded_in_round_ = 0;
+  join_deadline_ = now + timeouts_.join_timeout;
+  last_call_deadline_.reset();
+  MaybeFormRound(now, out);
+}
+
+void RunState::MaybeFormRound(TimePoint now, Outbox* out) {
+  if (phase_ != RunPhase::kJoining) return;
+  const int n = static_cast<int>(nodes_.size());
+  if (n >= max_nodes_) {
+    FormRound(now, out);
+    return;
+  }
+  if (n < min_nodes_) {
+    last_call_deadline_.reset();
+    return;
+  }
+  if (!last_call_deadline_) last_call_deadline_ = now + timeouts_.last_call_timeout;
+  if (now >= *last_call_deadline_) FormRound(now, out);
+}
+
+void RunState::FormRound(TimePoint now, Outbox* out) {
+  RoundTiming timing;
+  timing.completion_s = std::chrono::duration<double>(now - round_began_).count();
+  if (failed_at_) timing.after_failure_s = std::chrono::duration<double>(now - *failed_at_).count();
+  failed_at_.reset();
+  if (round_timings_.size() == kMaxUntaken) round_timings_.erase(round_timings_.begin());
+  round_timings_.push_back(timing);
+  if (!restart_log_.empty() && !restart_log_.back().formed_after_s) {
+    restart_log_.back().formed_after_s =
+        std::chrono::duration<double>(now - restart_log_.back().when).count();
+  }
+  // Survivors of earlier rounds first, by their old rank; then newcomers by arrival.
+  std::vector<Node*> order;
+  order.reserve(nodes_.size());
+  for (auto& [conn, node] : nodes_) order.push_back(&node);
+  std::sort(order.begin(), order.end(), [](const Node* a, const Node* b) {
+    const bool a_old = a->group_rank >= 0, b_old = b->group_rank >= 0;
+    if (a_old != b_old) return a_old;
+    if (a_old && a->group_rank != b->group_rank) return a->group_rank < b->group_rank;
+    return a->arrival < b->arrival;
+  });
+  // Nodes that asked for a rank come before the rest, so they are not the ones left out.
+  std::stable_partition(order.begin(), order.end(),
+                        [](const Node* n) { return n->info.requested_node_rank >= 0; });
+  if (static_cast<int>(order.size()) > max_nodes_) order.resize(max_nodes_);
+  // Back to rank priority among the chosen.
+  std::sort(order.begin(), order.end(), [](const Node* a, const Node* b) {
+    const bool a_old = a->group_rank >= 0, b_old = b->group_rank >= 0;
+    if (a_old != b_old) return a_old;
+    if (a_old && a->group_rank != b->group_rank) return a->group_rank < b->group_rank;
+    return a->arrival < b->arrival;
+  });
+
+  std::vector<RankCandidate> candidates;
+  for (const Node* n : order) candidates.push_back({n->info.requested_node_rank});
+  const std::vector<int> ranks = AssignGroupRanks(candidates);
+  const int size = static_cast<int>(order.size());
+  std::vector<Node*> by_rank(size);
+  for (int i = 0; i < size; ++i) by_rank[ranks[i]] = order[i];
+
+  for (auto& [conn, node] : nodes_) node.group_rank = -1;  // the waiting ones lose old ranks
+  ++round_;
+  phase_ = RunPhase::kRunning;
+  succeeded_in_round_ = 0;
+  join_deadline_.reset();
+  last_call_deadline_.reset();
+
+  const Node* master = by_rank[0];
+  // The address the rank-0 agent connected from, unless that is loopback while other members
+  // are remote (the agent hosting the server reached it through 127.0.0.1 or Debian's
+  // 127.0.1.1 hostname entry): then its hostname, as torchrun would use.
+  std::string master_addr = master->addr;
+  if (master->info.local_addr.empty() && IsLoopback(master_addr) &&
+      !master->info.hostname.empty()) {
+    for (const Node* n : by_rank) {
+      if (!IsLoopback(n->addr)) {
+        master_addr = master->info.hostname;
+        break;
+      }
+    }
+  }
+  int world_size = 0;
+  for (const Node* n : by_rank) world_size += n->info.nproc_per_node;
+  int offset = 0;
+  for (int r = 0; r < size; ++r) {
+    Node* n = by_rank[r];
+    n->in_round = true;
+    ++members_in_round_;
+    n->group_rank = r;
+    Assignment a;
+    a.round = round_;
+    a.group_rank = r;
+    a.group_world_size = size;
+    a.rank_offset = offset;
+    a.world_size = world_size;
+    a.master_addr = master_addr;
+    a.master_port = master->info.master_port;
+    a.restart_count = restarts_used_;
+    a.max_restarts = max_restarts_;
+    out->push_back({n->conn, a});
+    offset += n->info.nproc_per_node;
+  }
+}
+
+void RunState::CloseRun(const absl::Status& status, const std::optional<WorkerFailure>& root_cause,
+                        Outbox* out, const std::string& straggler) {
+  for (const auto& [conn, node] : nodes_) {
+    out->push_back({conn, CloseNotice{status, root_cause, straggler}});
+  }
+  nodes_.clear();
+  by_node_id_.clear();
+  by_requested_rank_.clear();
+  by_last_seen_.clear();
+  members_in_round_ = 0;
+  phase_ = RunPhase::kClosed;
+  close_status_ = status;
+  close_message_ = status.ok() ? "succeeded" : std::string(status.message());
+  join_deadline_.reset();
+  last_call_deadline_.reset();
+  recovery_deadline_.reset();
+}
+
+RunSnapshot RunState::Snapshot() const {
+  RunSnapshot s;
+  s.round = round_;
+  s.phase = phase_;
+  s.restarts_used = restarts_used_;
+  s.succeeded_in_round = succeeded_in_round_;
+  for (const auto& [conn, node] : nodes_) {
+    s.members.push_back({node.info.node_id, node.group_rank, node.in_round});
+  }
+  if (phase_ == RunPhase::kClosed) {
+    s.close_status = close_status_;
+  }
+  return s;
+}
+
+void RunState::Restore(const RunSnapshot& s, TimePoint now, Outbox* out) {
+  round_ = s.round;
+  restarts_used_ = s.restarts_used;
+  if (s.phase == RunPhase::kClosed) {
+    CloseRun(s.close_status, std::nullopt, out);
+    return;
+  }
+  std::unordered_map<std::string, const RunSnapshot::Member*> known;
+  for (const RunSnapshot::Member& m : s.members) known[m.node_id] = &m;
+  members_in_round_ = 0;
+  std::string newcomer;
+  for (auto& [conn, node] : nodes_) {
+    auto it = known.find(node.info.node_id);
+    node.group_rank = it != known.end() ? it->second->group_rank : -1;
+    node.in_round = it != known.end() && it->second->in_round && s.phase == RunPhase::kRunning;
+    if (node.in_round) ++members_in_round_;
+    if (it == known.end() && newcomer.empty()) newcomer = Describe(node);
+  }
+  phase_ = s.phase;
+  succeeded_in_round_ = s.succeeded_in_round;
+  join_deadline_.reset();
+  last_call_deadline_.reset();
+  if (phase_ == RunPhase::kJoining) {
+    join_deadline_ = now + timeouts_.join_timeout;
+    MaybeFormRound(now, out);
+    return;
+  }
+  std::string lost;
+  int num_lost = 0;
+  for (const RunSnapshot::Member& m : s.members) {
+    if (m.in_round && by_node_id_.count(m.node_id) == 0 && num_lost++ == 0) {
+      lost = absl::StrCat("node ", m.node_id);
+    }
+  }
+  if (num_lost > 0 && EndsWithoutRestart(out)) {
+    // Nothing to restart: the round's work is done.
+  } else if (num_lost > 0) {
+    const std::string more = num_lost > 1 ? absl::StrCat(" (and ", num_lost - 1, " more)") : "";
+    RestartRound(absl::StrCat(lost, more, " was lost while the rendezvous changed coordinator"),
+                 kRestartNodeLostLease,  // etcd: its key (and lease) vanished
+                 /*is_failure=*/true, std::nullopt, now, out);
+  } else if (!newcomer.empty() && members_in_round() < max_nodes_ && succeeded_in_round_ == 0) {
+    RestartRound(absl::StrCat(newcomer, " joined"), kRestartNodeJoined, /*is_failure=*/false,
+                 std::nullopt, now, out);
+  }
+}
+
+RunStatus RunState::Status(bool with_members) const {
+  RunStatus s;
+  s.run_id = run_id_;
+  s.round = round_;
+  s.phase = phase_;
+  s.restarts_used = restarts_used_;
+  s.max_restarts = max_restarts_;
+  s.min_nodes = min_nodes_;
+  s.max_nodes = max_nodes_;
+  s.close_message = close_message_;
+  s.num_nodes = static_cast<int>(nodes_.size());
+  if (!with_members) return s;
+  s.restarts = restart_log_;
+  s.steps.assign(steps_.begin(), steps_.end());
+  std::vector<const Node*> order;
+  for (const auto& [conn, node] : nodes_) order.push_back(&node);
+  std::sort(order.begin(), order.end(), [](const Node* a, const Node* b) {
+    if (a->in_round != b->in_round) return a->in_round;
+    if (a->in_round) return a->group_rank < b->group_rank;
+    return a->arrival < b->arrival;
+  });
+  for (const Node* n : order) {
+    MemberStatus m;
+    m.node_id = n->info.node_id;
+    m.hostname = n->info.hostname;
+    m.addr = n->addr;
+    m.group_rank = n->in_round ? n->group_rank : -1;
+    m.nproc_per_node = n->info.nproc_per_node;
+    m.state = n->in_round ? "running" : "waiting";
+    m.last_seen = n->last_seen;
+    if (n->claim.has_value() && n->claim->group != ResumeClaim::Group::kWaiting) {
+      m.group_rank = n->claim->last.group_rank;
+      m.state = "recovering";
+    }
+    s.members.push_back(std::move(m));
+  }
+  return s;
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,207 @@
+// RunState: the rounds and membership of one rendezvous run (one --rdzv-id), as a pure state
+// machine. Inputs are events (join, heartbeat, group status, leave, stream broken, time passing);
+// outputs are the messages to push to agent streams. No I/O, no threads, no clock of its own:
+// every input carries `now`.
+//
+// Semantics (docs/design.md, "Rendezvous protocol"):
+//  - A forming round completes at once at max_nodes, or at >= min_nodes once last_call_timeout
+//    has passed since it first reached min_nodes. join_timeout bounds how long it may stay below
+//    min_nodes; then the run closes (kDeadlineExceeded).
+//  - While a round runs: a worker failure anywhere or a lost node (stream broken, or no message
+//    for the lease) is a failure: it spends one restart of the job-wide max_restarts budget and
+//    restarts every surviving member; with the budget spent the run closes
+//    (kResourceExhausted) naming the root cause. A node joining while the round is below
+//    max_nodes, or a member leaving cleanly, restarts the members without spending the budget.
+//  - A node that reports success is told Close(OK) at once (torchrun: each node exits 0 when
+//    its group succeeds) and is no reason to restart the others; when every member of a round
+//    has succeeded, the run closes OK for everyone still connected.
+//  - Ranks: survivors keep their relative order, explicit node ranks are honoured, newcomers
+//    fill the rest in arrival order. Extra nodes beyond max_nodes wait for a later round.
+//  - MASTER_ADDR: the rank-0 agent's --local-addr, else the address the server saw it connect
+//    from; if that is loopback while other members are remote, its hostname.
+//  - Re-registration (a join with a ResumeClaim): the agent's stream broke, or the server
+//    restarted. A run this server has formed no round of goes into kRecovering and is rebuilt
+//    from the claims; a run it knows checks the claim against what it knows. The rules are in
+//    run_state_recovery.cc.
+//
+// Not thread-safe; owned by ServerState, which is driven from one event loop.
+#ifndef DDPRUN_RENDEZVOUS_CORE_RUN_STATE_H_
+#define DDPRUN_RENDEZVOUS_CORE_RUN_STATE_H_
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/clock.h"
+#include "rendezvous/core/outgoing.h"
+#include "rendezvous/api/rendezvous.h"
+#include "rendezvous/api/run_config.h"
+#include "rendezvous/api/run_status.h"
+
+namespace ddprun::rendezvous {
+
+inline constexpr size_t kMaxUntaken = 1024;
+
+// The durable part of a run: what a new coordinator needs to continue it when the old one is
+// gone (the etcd backend persists it with every change). Connections are not in it: the nodes
+// join the new RunState again and Restore() puts them back in their places.
+struct RunSnapshot {
+  struct Member {
+    std::string node_id;
+    int group_rank = -1;
+    bool in_round = false;
+  };
+  int64_t round = 0;
+  RunPhase phase = RunPhase::kJoining;
+  int restarts_used = 0;
+  int succeeded_in_round = 0;
+  std::vector<Member> members;  // every connected node, members of the round and waiting
+  absl::Status close_status;    // when closed
+};
+
+class RunState {
+ public:
+  // `first` creates the run and sets what every later agent must agree with.
+  RunState(const JoinRequest& first, TimePoint now);
+
+  // Adds an agent. Refusals (disagreeing configuration, duplicate node rank or node id, a
+  // closed run) close just that stream.
+  void Join(ConnId conn, const JoinRequest& request, TimePoint now, Outbox* out);
+  // Any message from the agent renews its lease; so does this.
+  void Heartbeat(ConnId conn, TimePoint now);
+  // A step of the agent's timeline (JSON); the run keeps its latest kMaxSteps.
+  void Step(ConnId conn, const std::string& json, TimePoint now);
+  // The agent's workers' last signs of life (sent with its heartbeats when hang detection is
+  // on): when a round ends in a hang, the rank furthest behind is named to every node.
+  void Progress(ConnId conn, const std::vector<RankProgress>& progress, TimePoint now);
+  // The agent's worker group of `round`. Returns kAborted for a stale round (ignored).
+  absl::Status GroupStatus(ConnId conn, int64_t round, GroupState state,
+                           const std::optional<WorkerFailure>& failure, TimePoint now, Outbox* out);
+  // A clean leave: a membership change, never a failure.
+  void Leave(ConnId conn, const std::string& reason, TimePoint now, Outbox* out);
+  // The stream ended without a leave: the node is lost (a failure if it was in a round).
+  void StreamBroken(ConnId conn, TimePoint now, Outbox* out);
+  // Time passed: last call, join timeout and leases.
+  void Tick(TimePoint now, Outbox* out);
+
+  RunSnapshot Snapshot() const;
+  // For the server's metrics: the rounds formed and the restarts (their causes) since the
+  // last call. At most kMaxUntaken of each are kept, the newest: an owner that never takes
+  // them (the etcd coordinator has no metrics) does not make them grow for the whole job.
+  std::vector<RoundTiming> TakeRoundTimings() { return std::exchange(round_timings_, {}); }
+  std::vector<std::string> TakeRestartCauses() { return std::exchange(restart_causes_, {}); }
+  // Continues the run of `snapshot` with the nodes that joined this RunState since it was made
+  // (their join messages are not to be sent again). Members of the snapshot's round that did
+  // not join again are lost (a failure, as with a broken stream); nodes the snapshot does not
+  // know are newcomers.
+  void Restore(const RunSnapshot& snapshot, TimePoint now, Outbox* out);
+
+  // When Tick next has something to do; nullopt: nothing pending.
+  std::optional<TimePoint> NextDeadline() const;
+
+  bool HasConn(ConnId conn) const { return nodes_.count(conn) > 0; }
+  size_t num_nodes() const { return nodes_.size(); }
+  RunPhase phase() const { return phase_; }
+  int64_t round() const { return round_; }
+  int restarts_used() const { return restarts_used_; }
+  const std::string& run_id() const { return run_id_; }
+  // Without `with_members`, members and restarts are left empty (num_nodes is always set):
+  // /metrics needs the counts, not 10,000 members copied and sorted on the loop every scrape.
+  RunStatus Status(bool with_members = true) const;
+
+ private:
+  struct Node {
+    ConnId conn = 0;
+    NodeInfo info;
+    std::string addr;  // master addr if this node gets rank 0
+    TimePoint last_seen;
+    uint64_t arrival = 0;   // join order
+    bool in_round = false;  // a member of the running round
+    int group_rank = -1;    // in the running round, or in the last one it was a member of
+    std::vector<RankProgress> progress;  // the latest the agent sent
+    TimePoint progress_at{};
+    std::optional<ResumeClaim> claim;  // while recovering: what the node re-registered with
+  };
+  // "rank 3 on n2 (step 57, no progress for 12.3 s)": the member rank with the lowest step,
+  // then the oldest sign of life; empty when no member sent progress.
+  std::string Straggler(TimePoint now) const;
+
+  // The refusal message for `request`, or OK.
+  absl::Status CheckJoin(const JoinRequest& request) const;
+  void AddNode(Node node);
+  void RemoveNode(ConnId conn);
+  void Touch(Node& node, TimePoint now);  // renews the lease
+  // A member is gone or failed: restart the survivors, spending the budget when `failure`.
+  // A member lost or leaving a round that other members already finished (their groups
+  // succeeded): no restart can bring the finished ones back, so there is none; the run closes OK
+  // once no member is left. False (nothing done) while no member has finished.
+  bool EndsWithoutRestart(Outbox* out);
+  void RestartRound(const std::string& reason, const char* cause, bool is_failure,
+                    const std::optional<WorkerFailure>& root_cause, TimePoint now, Outbox* out);
+  // While joining: forms a round if max is reached or the last call expired.
+  void MaybeFormRound(TimePoint now, Outbox* out);
+  void FormRound(TimePoint now, Outbox* out);
+  void CloseRun(const absl::Status& status, const std::optional<WorkerFailure>& root_cause,
+                Outbox* out, const std::string& straggler = "");
+  // The node is gone without a clean leave (stream broken or lease expired).
+  void LoseNode(ConnId conn, const std::string& why, TimePoint now, Outbox* out);
+  std::string Describe(const Node& node) const;
+  int members_in_round() const { return members_in_round_; }
+
+  // Re-registration (run_state_recovery.cc).
+  // The node's agent is back on a new stream (its old one is dead, whether or not the
+  // transport noticed yet).
+  void TakeOver(ConnId conn, const JoinRequest& request, TimePoint now, Outbox* out);
+  // A re-registering node this run has no place for in the claimed round: its workers, if
+  // any, are stopped; it goes on as a newcomer.
+  void AnswerUnknownClaim(const Node& node, const ResumeClaim& claim, Outbox* out);
+  void StartRecovery(TimePoint now);
+  void AddClaim(Node& node, const ResumeClaim& claim, TimePoint now, Outbox* out);
+  // Every member of the newest claimed round is back.
+  bool RecoveryComplete() const;
+  // Decides the run from the claims: the round goes on, or restarts (the rule is documented
+  // in run_state_recovery.cc).
+  void Settle(TimePoint now, Outbox* out);
+
+  const std::string run_id_;
+  const int min_nodes_;
+  const int max_nodes_;
+  const int nproc_per_node_;
+  const int max_restarts_;
+  const RunTimeouts timeouts_;
+  const std::string creator_;  // "node X on host H", for refusal messages
+
+  RunPhase phase_ = RunPhase::kJoining;
+  int64_t round_ = 0;                        // the last round formed; 0: none yet
+  std::vector<std::string> restart_causes_;  // not yet taken
+  std::vector<RestartRecord> restart_log_;   // the latest kMaxRestartRecords
+  std::deque<std::string> steps_;            // the latest kMaxSteps
+  TimePoint round_began_{};                  // the forming round's start
+  std::optional<TimePoint> failed_at_;       // the failure that restarted it
+  std::vector<RoundTiming> round_timings_;   // formed, not yet taken
+  int restarts_used_ = 0;
+  int succeeded_in_round_ = 0;
+  uint64_t next_arrival_ = 0;
+  std::map<ConnId, Node> nodes_;  // every connected agent: members and waiting
+  // Indexes over nodes_, so that a join or heartbeat costs O(log n) even with 10,000 nodes.
+  std::unordered_map<std::string, ConnId> by_node_id_;
+  std::unordered_map<int, ConnId> by_requested_rank_;
+  std::set<std::pair<TimePoint, ConnId>> by_last_seen_;
+  int members_in_round_ = 0;
+  std::optional<TimePoint> join_deadline_;       // set while joining
+  std::optional<TimePoint> last_call_deadline_;  // set while joining with >= min nodes
+  std::optional<TimePoint> recovery_deadline_;   // set while recovering
+  std::string close_message_;
+  absl::Status close_status_;  // what CloseRun was given
+};
+
+}  // namespace ddprun::rendezvous
+
+#endif  // DDPRUN_RENDEZVOUS_CORE_RUN_STATE_H_

@@ -1,0 +1,132 @@
+#include "rendezvous/core/server_metrics.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+// From a loopback round (a millisecond) to a join_timeout-long wait for a lost node.
+const std::vector<double> kLatencyBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                            0.5,   1,      2.5,   5,    10,    30,   60,  300};
+
+// "# HELP" and "# TYPE" of one metric family.
+void Family(const char* name, const char* type, const char* help, std::string* out) {
+  absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+}
+
+std::string Number(double v) {
+  // Integers without a fraction; others as the shortest round-trip text.
+  if (v == static_cast<double>(static_cast<int64_t>(v)))
+    return absl::StrCat(static_cast<int64_t>(v));
+  return absl::StrCat(v);
+}
+
+}  // namespace
+
+Histogram::Histogram(std::vector<double> upper_bounds)
+    : bounds_(std::move(upper_bounds)), in_bucket_(bounds_.size() + 1, 0) {}
+
+void Histogram::Observe(double value) {
+  const size_t i = std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin();
+  ++in_bucket_[i];
+  sum_ += value;
+  ++count_;
+}
+
+void Histogram::Render(const std::string& name, std::string* out) const {
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += in_bucket_[i];
+    absl::StrAppend(out, name, "_bucket{le=\"", Number(bounds_[i]), "\"} ", cumulative, "\n");
+  }
+  absl::StrAppend(out, name, "_bucket{le=\"+Inf\"} ", count_, "\n", name, "_sum ", Number(sum_),
+                  "\n", name, "_count ", count_, "\n");
+}
+
+ServerMetrics::ServerMetrics()
+    : round_completion(kLatencyBounds), failure_to_restart(kLatencyBounds) {}
+
+void ServerMetrics::Add(const std::vector<RoundTiming>& timings,
+                        const std::vector<std::string>& causes) {
+  for (const RoundTiming& t : timings) {
+    round_completion.Observe(t.completion_s);
+    if (t.after_failure_s) failure_to_restart.Observe(*t.after_failure_s);
+  }
+  for (const std::string& cause : causes) ++restarts[cause];
+}
+
+std::string EscapeLabelValue(const std::string& value) {
+  return absl::StrReplaceAll(value, {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}});
+}
+
+std::string FormatMetrics(const ServerMetrics& m, const std::vector<RunStatus>& runs) {
+  std::string out;
+  Family("ddprun_rdzv_runs", "gauge", "Runs this server hosts (closed ones until forgotten).",
+         &out);
+  absl::StrAppend(&out, "ddprun_rdzv_runs ", runs.size(), "\n");
+  struct Gauge {
+    const char* name;
+    const char* help;
+    double (*value)(const RunStatus&);
+  };
+  const Gauge gauges[] = {
+      {"ddprun_rdzv_run_nodes", "Agents connected to the run.",
+       [](const RunStatus& r) { return static_cast<double>(r.num_nodes); }},
+      {"ddprun_rdzv_run_round", "The run's current round (0 before the first).",
+       [](const RunStatus& r) { return static_cast<double>(r.round); }},
+      {"ddprun_rdzv_run_restarts_used", "Failure restarts spent of the run's budget.",
+       [](const RunStatus& r) { return static_cast<double>(r.restarts_used); }},
+      {"ddprun_rdzv_run_max_restarts", "The run's budget of failure restarts (--max-restarts).",
+       [](const RunStatus& r) { return static_cast<double>(r.max_restarts); }},
+      {"ddprun_rdzv_run_closed", "1 once the run has closed.",
+       [](const RunStatus& r) { return r.phase == RunPhase::kClosed ? 1.0 : 0.0; }},
+  };
+  for (const Gauge& g : gauges) {
+    Family(g.name, "gauge", g.help, &out);
+    for (const RunStatus& r : runs) {
+      absl::StrAppend(&out, g.name, "{run_id=\"", EscapeLabelValue(r.run_id), "\"} ",
+                      Number(g.value(r)), "\n");
+    }
+  }
+  Family("ddprun_rdzv_run_phase", "gauge",
+         "1 for the run's phase (joining, running, recovering, closed).", &out);
+  for (const RunStatus& r : runs) {
+    absl::StrAppend(&out, "ddprun_rdzv_run_phase{run_id=\"", EscapeLabelValue(r.run_id),
+                    "\",phase=\"", RunPhaseName(r.phase), "\"} 1\n");
+  }
+  Family("ddprun_rdzv_restarts_total", "counter",
+         "Rounds restarted, every run, by cause (worker_failure, hang, node_lost_stream, "
+         "node_lost_lease, node_joined, "
+         "node_left, server_restart).",
+         &out);
+  for (const char* cause :
+       {kRestartWorkerFailure, kRestartHang, kRestartNodeLostStream, kRestartNodeLostLease,
+        kRestartNodeJoined, kRestartNodeLeft, kRestartServerRestart}) {
+    auto it = m.restarts.find(cause);
+    absl::StrAppend(&out, "ddprun_rdzv_restarts_total{cause=\"", cause, "\"} ",
+                    it == m.restarts.end() ? 0 : it->second, "\n");
+  }
+  Family("ddprun_rdzv_heartbeats_total", "counter", "Heartbeats received from agents.", &out);
+  absl::StrAppend(&out, "ddprun_rdzv_heartbeats_total ", m.heartbeats, "\n");
+  Family("ddprun_rdzv_joins_total", "counter", "Joins accepted.", &out);
+  absl::StrAppend(&out, "ddprun_rdzv_joins_total ", m.joins, "\n");
+  Family("ddprun_rdzv_refused_total", "counter",
+         "Calls and joins refused, by reason (unauthenticated, invalid_join, server_limit).", &out);
+  for (const char* reason : {"unauthenticated", "invalid_join", "server_limit"}) {
+    auto it = m.refused.find(reason);
+    absl::StrAppend(&out, "ddprun_rdzv_refused_total{reason=\"", reason, "\"} ",
+                    it == m.refused.end() ? 0 : it->second, "\n");
+  }
+  Family("ddprun_rdzv_round_completion_seconds", "histogram",
+         "From a round's start (the run's first join, or its restart) until it formed.", &out);
+  m.round_completion.Render("ddprun_rdzv_round_completion_seconds", &out);
+  Family("ddprun_rdzv_failure_to_restart_seconds", "histogram",
+         "From a failure (a worker's, or a node lost) until the restarted round formed.", &out);
+  m.failure_to_restart.Render("ddprun_rdzv_failure_to_restart_seconds", &out);
+  return out;
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,217 @@
+#include "rendezvous/core/server_state.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+Outbox CloseOnly(ConnId conn, absl::Status status) {
+  Outbox out;
+  out.push_back({conn, CloseNotice{std::move(status), std::nullopt}});
+  return out;
+}
+
+}  // namespace
+
+absl::Status ServerState::Validate(const JoinRequest& request) const {
+  const NodeInfo& n = request.node;
+  if (n.run_id.empty()) return absl::InvalidArgumentError("join without a run id (--rdzv-id)");
+  if (n.node_id.empty()) return absl::InvalidArgumentError("join without a node id");
+  for (const std::string* s : {&n.run_id, &n.node_id, &n.hostname, &n.local_addr}) {
+    if (s->size() > limits_.max_id_length) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("join field longer than ", limits_.max_id_length, " bytes"));
+    }
+  }
+  if (n.min_nodes < 1 || n.max_nodes < n.min_nodes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid --nnodes=", n.min_nodes, ":", n.max_nodes));
+  }
+  if (n.max_nodes > limits_.max_nodes_per_run) {
+    return absl::InvalidArgumentError(absl::StrCat("--nnodes max ", n.max_nodes,
+                                                   " exceeds this server's limit of ",
+                                                   limits_.max_nodes_per_run, " nodes per run"));
+  }
+  if (n.nproc_per_node < 1 || n.nproc_per_node > 1 << 20) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid --nproc-per-node=", n.nproc_per_node));
+  }
+  if (n.max_restarts < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid --max-restarts=", n.max_restarts));
+  }
+  if (n.master_port < 0 || n.master_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid master port ", n.master_port));
+  }
+  const RunTimeouts& t = request.timeouts;
+  if (t.keep_alive_interval <= Duration::zero() || t.keep_alive_max_attempt < 1 ||
+      t.join_timeout < Duration::zero() || t.last_call_timeout < Duration::zero()) {
+    return absl::InvalidArgumentError("invalid rendezvous timeouts");
+  }
+  return absl::OkStatus();
+}
+
+ServerState::Run* ServerState::RunOf(ConnId conn, std::string* run_id) {
+  auto it = conn_run_.find(conn);
+  if (it == conn_run_.end()) return nullptr;
+  auto run = runs_.find(it->second);
+  if (run == runs_.end()) return nullptr;
+  *run_id = it->second;
+  return &run->second;
+}
+
+Outbox ServerState::Join(ConnId conn, const JoinRequest& request, TimePoint now) {
+  if (conn_run_.count(conn) > 0) {
+    // A second join on one stream: a protocol error. The first join stands.
+    return {};
+  }
+  if (absl::Status invalid = Validate(request); !invalid.ok()) {
+    ++metrics_.refused["invalid_join"];
+    return CloseOnly(conn, invalid);
+  }
+  const std::string& run_id = request.node.run_id;
+  auto it = runs_.find(run_id);
+  if (it == runs_.end()) {
+    if (static_cast<int>(runs_.size()) >= limits_.max_runs) {
+      ++metrics_.refused["server_limit"];
+      return CloseOnly(conn, absl::FailedPreconditionError(absl::StrCat(
+                                 "rendezvous server is at its limit of ", limits_.max_runs,
+                                 " runs; cannot start run '", run_id, "'")));
+    }
+    it = runs_.emplace(run_id, Run{std::make_unique<RunState>(request, now), std::nullopt}).first;
+  } else if (static_cast<int>(it->second.state->num_nodes()) >= limits_.max_nodes_per_run) {
+    ++metrics_.refused["server_limit"];
+    return CloseOnly(conn, absl::FailedPreconditionError(
+                               absl::StrCat("run '", run_id, "' is at this server's limit of ",
+                                            limits_.max_nodes_per_run, " nodes")));
+  }
+  conn_run_[conn] = run_id;
+  ++metrics_.joins;
+  Outbox out;
+  it->second.state->Join(conn, request, now, &out);
+  AfterEvent(run_id, out, now);
+  return out;
+}
+
+Outbox ServerState::Heartbeat(ConnId conn, const std::vector<RankProgress>& progress,
+                              TimePoint now) {
+  std::string run_id;
+  Run* run = RunOf(conn, &run_id);
+  if (run == nullptr) return CloseOnly(conn, absl::FailedPreconditionError("not joined"));
+  run->state->Heartbeat(conn, now);
+  ++metrics_.heartbeats;
+  if (!progress.empty()) run->state->Progress(conn, progress, now);
+  return {};
+}
+
+Outbox ServerState::GroupStatus(ConnId conn, int64_t round, GroupState state,
+                                const std::optional<WorkerFailure>& failure, TimePoint now,
+                                absl::Status* result) {
+  std::string run_id;
+  Run* run = RunOf(conn, &run_id);
+  if (run == nullptr) return CloseOnly(conn, absl::FailedPreconditionError("not joined"));
+  std::optional<WorkerFailure> cut = failure;
+  if (cut && cut->message.size() > limits_.max_message_length) {
+    cut->message.resize(limits_.max_message_length);
+  }
+  Outbox out;
+  absl::Status status = run->state->GroupStatus(conn, round, state, cut, now, &out);
+  if (result != nullptr) *result = status;
+  AfterEvent(run_id, out, now);
+  return out;
+}
+
+Outbox ServerState::Leave(ConnId conn, const std::string& reason, TimePoint now) {
+  std::string run_id;
+  Run* run = RunOf(conn, &run_id);
+  if (run == nullptr) return CloseOnly(conn, absl::OkStatus());
+  Outbox out;
+  run->state->Leave(conn, reason.substr(0, limits_.max_message_length), now, &out);
+  AfterEvent(run_id, out, now);
+  return out;
+}
+
+Outbox ServerState::Step(ConnId conn, const std::string& json, TimePoint now) {
+  std::string run_id;
+  Run* run = RunOf(conn, &run_id);
+  if (run == nullptr) return CloseOnly(conn, absl::FailedPreconditionError("not joined"));
+  run->state->Step(conn, json.substr(0, limits_.max_message_length), now);
+  return {};
+}
+
+Outbox ServerState::StreamBroken(ConnId conn, TimePoint now) {
+  std::string run_id;
+  Run* run = RunOf(conn, &run_id);
+  if (run == nullptr) return {};
+  Outbox out;
+  run->state->StreamBroken(conn, now, &out);
+  conn_run_.erase(conn);
+  AfterEvent(run_id, out, now);
+  return out;
+}
+
+Outbox ServerState::Tick(TimePoint now) {
+  Outbox out;
+  std::vector<std::string> ids;
+  for (const auto& [id, run] : runs_) ids.push_back(id);
+  for (const std::string& id : ids) {
+    auto it = runs_.find(id);
+    if (it == runs_.end()) continue;
+    if (it->second.closed_at) {
+      if (now - *it->second.closed_at >= limits_.closed_run_retention) runs_.erase(it);
+      continue;
+    }
+    Outbox run_out;
+    it->second.state->Tick(now, &run_out);
+    AfterEvent(id, run_out, now);
+    out.insert(out.end(), run_out.begin(), run_out.end());
+  }
+  return out;
+}
+
+void ServerState::AfterEvent(const std::string& run_id, const Outbox& out, TimePoint now) {
+  for (const Outgoing& o : out) {
+    if (std::holds_alternative<CloseNotice>(o.msg)) conn_run_.erase(o.conn);
+  }
+  auto it = runs_.find(run_id);
+  if (it == runs_.end()) return;
+  RunState& run = *it->second.state;
+  metrics_.Add(run.TakeRoundTimings(), run.TakeRestartCauses());
+  if (run.num_nodes() > 0) return;
+  if (run.phase() == RunPhase::kClosed) {
+    // Remembered for a while so that late agents learn why, then forgotten.
+    if (!it->second.closed_at) it->second.closed_at = now;
+  } else {
+    // Every agent is gone before the run finished: nothing is left to coordinate. A new set
+    // of agents with this run id starts afresh.
+    runs_.erase(it);
+  }
+}
+
+std::optional<TimePoint> ServerState::NextDeadline() const {
+  std::optional<TimePoint> next;
+  for (const auto& [id, run] : runs_) {
+    std::optional<TimePoint> t =
+        run.closed_at ? std::optional<TimePoint>(*run.closed_at + limits_.closed_run_retention)
+                      : run.state->NextDeadline();
+    if (t && (!next || *t < *next)) next = t;
+  }
+  return next;
+}
+
+std::vector<RunStatus> ServerState::AllStatus(bool with_members) const {
+  std::vector<RunStatus> all;
+  for (const auto& [id, run] : runs_) all.push_back(run.state->Status(with_members));
+  return all;
+}
+
+absl::StatusOr<RunStatus> ServerState::Status(const std::string& run_id) const {
+  auto it = runs_.find(run_id);
+  if (it == runs_.end()) {
+    return absl::NotFoundError(absl::StrCat("no run '", run_id, "' on this server"));
+  }
+  return it->second.state->Status();
+}
+
+}  // namespace ddprun::rendezvous

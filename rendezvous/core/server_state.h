@@ -1,0 +1,80 @@
+// ServerState: every run a rendezvous server hosts, keyed by run id, plus which agent stream
+// belongs to which run. Validates joins, enforces ServerLimits, routes events to the RunState of
+// the stream's run and forgets runs when they are over. Pure: no I/O, no threads; `now` comes
+// with every input.
+//
+// Not thread-safe: the server's event loop is its only user.
+#ifndef DDPRUN_RENDEZVOUS_CORE_SERVER_STATE_H_
+#define DDPRUN_RENDEZVOUS_CORE_SERVER_STATE_H_
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "rendezvous/core/outgoing.h"
+#include "rendezvous/api/run_config.h"
+#include "rendezvous/core/run_state.h"
+#include "rendezvous/core/server_metrics.h"
+
+namespace ddprun::rendezvous {
+
+class ServerState {
+ public:
+  explicit ServerState(ServerLimits limits = {}) : limits_(limits) {}
+
+  Outbox Join(ConnId conn, const JoinRequest& request, TimePoint now);
+  // `progress`: the agent's workers' last signs of life (empty: none sent).
+  Outbox Heartbeat(ConnId conn, const std::vector<RankProgress>& progress, TimePoint now);
+  // Returns the outbox; `result` (optional) gets kAborted for a stale round.
+  Outbox GroupStatus(ConnId conn, int64_t round, GroupState state,
+                     const std::optional<WorkerFailure>& failure, TimePoint now,
+                     absl::Status* result = nullptr);
+  Outbox Leave(ConnId conn, const std::string& reason, TimePoint now);
+  // A step of the agent's run timeline (kept for the status page; renews its lease).
+  Outbox Step(ConnId conn, const std::string& json, TimePoint now);
+  Outbox StreamBroken(ConnId conn, TimePoint now);
+  Outbox Tick(TimePoint now);
+
+  // When Tick next has something to do; nullopt: nothing pending.
+  std::optional<TimePoint> NextDeadline() const;
+
+  absl::StatusOr<RunStatus> Status(const std::string& run_id) const;
+  size_t num_runs() const { return runs_.size(); }
+  size_t num_conns() const { return conn_run_.size(); }
+  bool HasJoined(ConnId conn) const { return conn_run_.count(conn) > 0; }
+  // The run a joined stream belongs to; empty when none.
+  std::string RunIdOf(ConnId conn) const {
+    auto it = conn_run_.find(conn);
+    return it == conn_run_.end() ? std::string() : it->second;
+  }
+  const ServerLimits& limits() const { return limits_; }
+  // Counters for /metrics; the service adds the calls it refuses itself.
+  ServerMetrics& metrics() { return metrics_; }
+  // Every run's status, by run id (for /metrics and the status page; see RunState::Status).
+  std::vector<RunStatus> AllStatus(bool with_members) const;
+
+ private:
+  struct Run {
+    std::unique_ptr<RunState> state;
+    std::optional<TimePoint> closed_at;  // set once closed and without agents
+  };
+
+  absl::Status Validate(const JoinRequest& request) const;
+  // Keeps conn_run_ in step with `out` (a closed stream is forgotten) and retires empty runs.
+  void AfterEvent(const std::string& run_id, const Outbox& out, TimePoint now);
+  Run* RunOf(ConnId conn, std::string* run_id);
+
+  const ServerLimits limits_;
+  std::map<std::string, Run> runs_;
+  std::unordered_map<ConnId, std::string> conn_run_;
+  ServerMetrics metrics_;
+};
+
+}  // namespace ddprun::rendezvous
+
+#endif  // DDPRUN_RENDEZVOUS_CORE_SERVER_STATE_H_

@@ -1,0 +1,140 @@
+#include "rendezvous/core/status_page.h"
+
+#include <cstdio>
+#include <ctime>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+std::string Seconds(double s) {
+  char buf[32];
+  if (s < 0.01) {
+    snprintf(buf, sizeof(buf), "%.1f ms", s * 1000);
+  } else if (s < 1) {
+    snprintf(buf, sizeof(buf), "%.0f ms", s * 1000);
+  } else {
+    snprintf(buf, sizeof(buf), "%.1f s", s);
+  }
+  return buf;
+}
+
+double Since(TimePoint then, TimePoint now) {
+  return std::chrono::duration<double>(now - then).count();
+}
+
+// A page for a person: a 10,000-node run lists its first members, not all.
+constexpr size_t kMaxMembersShown = 256;
+
+const char kStyle[] =
+    "body{font:14px system-ui,sans-serif;margin:1.5em;color:#1d2330}"
+    "h1{font-size:1.3em;margin:0 0 .2em}h2{font-size:1.1em;margin:1.6em 0 .4em}"
+    ".muted{color:#667}table{border-collapse:collapse;margin:.3em 0 .8em}"
+    "th,td{text-align:left;padding:.25em .8em;border-bottom:1px solid #dde}"
+    "th{background:#f3f4f8}.phase{display:inline-block;padding:.05em .5em;border-radius:.6em;"
+    "font-size:.9em;background:#e6e8ef}.running{background:#d7f5dd}.closed{background:#eee}"
+    ".joining,.recovering{background:#fdf0c8}";
+
+}  // namespace
+
+std::string HtmlEscape(const std::string& text) {
+  return absl::StrReplaceAll(
+      text, {{"&", "&amp;"}, {"<", "&lt;"}, {">", "&gt;"}, {"\"", "&quot;"}, {"'", "&#39;"}});
+}
+
+std::string RenderStatusPage(const std::vector<RunStatus>& runs, const ServerMetrics& metrics,
+                             const std::string& server, TimePoint now) {
+  std::string out = absl::StrCat(
+      "<!doctype html><html><head><meta charset=\"utf-8\">"
+      "<meta http-equiv=\"refresh\" content=\"2\"><title>ddprun-rdzv ",
+      HtmlEscape(server), "</title><style>", kStyle, "</style></head><body><h1>ddprun-rdzv ",
+      HtmlEscape(server), "</h1><p class=\"muted\">", runs.size(), " run(s), ", metrics.joins,
+      " join(s), ", metrics.heartbeats,
+      " heartbeat(s) received; refreshes every 2 s; numbers for Prometheus at "
+      "<a href=\"/metrics\">/metrics</a></p>");
+  if (runs.empty()) absl::StrAppend(&out, "<p>No run yet.</p>");
+  for (const RunStatus& run : runs) {
+    const std::string phase = RunPhaseName(run.phase);
+    absl::StrAppend(&out, "<h2 id=\"run-", HtmlEscape(run.run_id), "\">run ",
+                    HtmlEscape(run.run_id), " <span class=\"phase ", phase, "\">", phase,
+                    "</span></h2><p>round ", run.round, " &middot; nodes ", run.min_nodes, ":",
+                    run.max_nodes, " &middot; restarts used ", run.restarts_used, " of ",
+                    run.max_restarts, "</p>");
+    if (!run.close_message.empty()) {
+      absl::StrAppend(&out, "<p>closed: ", HtmlEscape(run.close_message), "</p>");
+    }
+    absl::StrAppend(&out,
+                    "<table class=\"members\"><tr><th>host</th><th>address</th><th>group rank"
+                    "</th><th>global ranks</th><th>last heartbeat</th><th>state</th>"
+                    "<th>node id</th></tr>");
+    size_t shown = 0;
+    for (const MemberStatus& m : run.members) {
+      if (++shown > kMaxMembersShown) {
+        absl::StrAppend(&out, "<tr><td colspan=\"7\">&hellip; and ",
+                        run.members.size() - kMaxMembersShown,
+                        " more (all of them: ddprun status --json)</td></tr>");
+        break;
+      }
+      // Global ranks follow the group ranks: every node has nproc_per_node workers.
+      const std::string ranks = m.group_rank < 0
+                                    ? "-"
+                                    : absl::StrCat(m.group_rank * m.nproc_per_node, "-",
+                                                   (m.group_rank + 1) * m.nproc_per_node - 1);
+      absl::StrAppend(&out, "<tr class=\"member\"><td>", HtmlEscape(m.hostname), "</td><td>",
+                      HtmlEscape(m.addr), "</td><td>",
+                      m.group_rank < 0 ? std::string("waiting") : absl::StrCat(m.group_rank),
+                      "</td><td>", ranks, "</td><td>", Seconds(Since(m.last_seen, now)),
+                      " ago</td><td>", HtmlEscape(m.state), "</td><td class=\"muted\">",
+                      HtmlEscape(m.node_id), "</td></tr>");
+    }
+    absl::StrAppend(&out, "</table>");
+    if (!run.steps.empty()) {
+      // The agents' own timelines, newest first (their events.jsonl steps).
+      absl::StrAppend(&out,
+                      "<details open><summary>timeline (the agents' latest steps)</summary>"
+                      "<table class=\"timeline\"><tr><th>time</th><th>node</th><th>step</th>"
+                      "<th>round</th><th>detail</th></tr>");
+      for (auto it = run.steps.rbegin(); it != run.steps.rend(); ++it) {
+        const nlohmann::json step = nlohmann::json::parse(*it, nullptr, false);
+        if (!step.is_object()) continue;
+        const int64_t ms = step.value("ts_ms", int64_t{0});
+        const std::time_t secs = static_cast<std::time_t>(ms / 1000);
+        std::tm tm{};
+        gmtime_r(&secs, &tm);
+        char when[32];
+        snprintf(when, sizeof(when), "%02d:%02d:%02d.%03d", tm.tm_hour, tm.tm_min, tm.tm_sec,
+                 static_cast<int>(ms % 1000));
+        std::string detail = step.value("cause", "");
+        const std::string more = step.value("detail", "");
+        if (!more.empty()) absl::StrAppend(&detail, detail.empty() ? "" : ": ", more);
+        const int64_t round = step.value("round", int64_t{-1});
+        absl::StrAppend(&out, "<tr class=\"step\"><td>", when, "</td><td>",
+                        HtmlEscape(step.value("node", "")), "</td><td>",
+                        HtmlEscape(step.value("step", "")), "</td><td>",
+                        round >= 0 ? absl::StrCat(round) : std::string(), "</td><td>",
+                        HtmlEscape(detail), "</td></tr>");
+      }
+      absl::StrAppend(&out, "</table></details>");
+    }
+    if (!run.restarts.empty()) {
+      absl::StrAppend(&out,
+                      "<table class=\"restarts\"><tr><th>when</th><th>round</th><th>cause</th>"
+                      "<th>next round formed</th><th>reason</th></tr>");
+      for (auto it = run.restarts.rbegin(); it != run.restarts.rend(); ++it) {
+        absl::StrAppend(&out, "<tr class=\"restart\"><td>", Seconds(Since(it->when, now)),
+                        " ago</td><td>", it->round, "</td><td>", HtmlEscape(it->cause), "</td><td>",
+                        it->formed_after_s ? absl::StrCat("+", Seconds(*it->formed_after_s))
+                                           : std::string("not yet"),
+                        "</td><td>", HtmlEscape(it->reason), "</td></tr>");
+      }
+      absl::StrAppend(&out, "</table>");
+    }
+  }
+  absl::StrAppend(&out, "</body></html>");
+  return out;
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,283 @@
+#include "rendezvous/etcd/etcd_coordinator.h"
+
+#include <algorithm>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "rendezvous/grpc/proto_convert.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+using ddprun::proto::etcd::AgentRecord;
+using ddprun::proto::etcd::InboxRecord;
+using ddprun::proto::etcd::NodeRecord;
+using ddprun::proto::etcd::RunSnapshotRecord;
+
+RunSnapshot FromRecord(const RunSnapshotRecord& r) {
+  RunSnapshot s;
+  s.round = r.round();
+  s.phase = static_cast<RunPhase>(r.phase());
+  s.restarts_used = r.restarts_used();
+  s.succeeded_in_round = r.succeeded_in_round();
+  for (const auto& m : r.members())
+    s.members.push_back({m.node_id(), m.group_rank(), m.in_round()});
+  s.close_status = absl::Status(static_cast<absl::StatusCode>(r.close_code()), r.close_message());
+  return s;
+}
+
+// True when no node the snapshot knows (member, waiting or closed) still has a live key.
+bool IsStale(const RunSnapshotRecord& snapshot, const std::vector<const mvccpb::KeyValue*>& nodes,
+             const EtcdKeys& keys) {
+  std::set<std::string> alive;
+  for (const mvccpb::KeyValue* kv : nodes) {
+    std::string id;
+    if (keys.Parse(kv->key(), "nodes", &id)) alive.insert(id);
+  }
+  for (const auto& m : snapshot.members()) {
+    if (alive.count(m.node_id()) > 0) return false;
+  }
+  for (const auto& id : snapshot.closed_nodes()) {
+    if (alive.count(id) > 0) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+EtcdCoordinator::EtcdCoordinator(EtcdKeys keys, std::string self_node_id, std::string epoch)
+    : keys_(std::move(keys)), self_(std::move(self_node_id)), epoch_(std::move(epoch)) {}
+
+void EtcdCoordinator::Rebuild(const std::vector<mvccpb::KeyValue>& kvs, int64_t revision,
+                              TimePoint now) {
+  rebuilt_at_ = applied_revision_ = revision;
+  std::optional<RunSnapshotRecord> snapshot;
+  std::vector<const mvccpb::KeyValue*> nodes, statuses;
+  for (const mvccpb::KeyValue& kv : kvs) {
+    std::string id;
+    if (kv.key() == keys_.state()) {
+      RunSnapshotRecord r;
+      if (r.ParseFromString(kv.value())) snapshot = std::move(r);
+    } else if (keys_.Parse(kv.key(), "nodes", &id)) {
+      nodes.push_back(&kv);
+    } else if (keys_.Parse(kv.key(), "status", &id)) {
+      statuses.push_back(&kv);
+    }
+  }
+  std::sort(nodes.begin(), nodes.end(), [](const auto* a, const auto* b) {
+    return a->create_revision() < b->create_revision();
+  });
+  if (snapshot && IsStale(*snapshot, nodes, keys_)) {
+    // Left by an earlier job with this run id whose agents all died (nobody cleaned up): no
+    // agent of it is alive, so it is over. This job starts afresh rather than inherit its
+    // spent budget or its closed state; the first write removes its `closed` mark.
+    snapshot.reset();
+    drop_closed_mark_ = true;
+  }
+  if (snapshot) {
+    first_ = snapshot->first();
+    closed_nodes_.insert(snapshot->closed_nodes().begin(), snapshot->closed_nodes().end());
+  } else if (!nodes.empty()) {
+    NodeRecord r;
+    if (r.ParseFromString(nodes.front()->value())) first_ = r.join();
+  }
+  if (first_.run_id().empty()) return;  // nobody has joined: the first node key creates it
+  run_ = std::make_unique<RunState>(FromProto(first_, RunTimeouts{}, ""), now);
+  Outbox out;
+  for (const mvccpb::KeyValue* kv : nodes) Join(*kv, now, &out);
+  if (!snapshot) {
+    Apply(out);  // a fresh run: the joins' messages stand
+    dirty_ = true;
+    return;
+  }
+  // The messages of the joins were sent by earlier coordinators; Restore says what changes.
+  out.clear();
+  run_->Restore(FromRecord(*snapshot), now, &out);
+  Apply(out);
+  // What the agents reported after the old coordinator's last write.
+  std::sort(statuses.begin(), statuses.end(),
+            [](const auto* a, const auto* b) { return a->mod_revision() < b->mod_revision(); });
+  for (const mvccpb::KeyValue* kv : statuses) {
+    if (kv->mod_revision() <= snapshot->applied_revision()) continue;
+    std::string id;
+    keys_.Parse(kv->key(), "status", &id);
+    Outbox more;
+    ApplyAgentRecord(id, kv->value(), now, &more);
+    Apply(more);
+  }
+  dirty_ = true;
+}
+
+void EtcdCoordinator::Join(const mvccpb::KeyValue& kv, TimePoint now, Outbox* out) {
+  std::string id;
+  keys_.Parse(kv.key(), "nodes", &id);
+  if (conn_by_node_.count(id) > 0 || closed_nodes_.count(id) > 0) return;
+  NodeRecord r;
+  if (!r.ParseFromString(kv.value()) || r.join().node_id() != id) return;  // not ours: ignore
+  const JoinRequest request = FromProto(r.join(), RunTimeouts{}, r.peer_host());
+  if (run_ == nullptr) {
+    first_ = r.join();
+    run_ = std::make_unique<RunState>(request, now);
+  }
+  const ConnId conn = next_conn_++;
+  conn_by_node_[id] = conn;
+  node_by_conn_[conn] = id;
+  run_->Join(conn, request, now, out);
+}
+
+void EtcdCoordinator::ApplyAgentRecord(const std::string& node_id, const std::string& value,
+                                       TimePoint now, Outbox* out) {
+  auto it = conn_by_node_.find(node_id);
+  AgentRecord r;
+  if (it == conn_by_node_.end() || run_ == nullptr || !r.ParseFromString(value)) return;
+  if (r.has_leave()) {
+    run_->Leave(it->second, r.leave().reason(), now, out);
+  } else if (r.has_group_status()) {
+    const auto& g = r.group_status();
+    std::optional<WorkerFailure> failure;
+    if (g.has_failure()) failure = FromProto(g.failure());
+    GroupState state = GroupState::kRunning;
+    if (g.state() == ddprun::proto::GroupStatus::SUCCEEDED) state = GroupState::kSucceeded;
+    if (g.state() == ddprun::proto::GroupStatus::FAILED) state = GroupState::kFailed;
+    // A stale round is kAborted and ignored, as by the built-in server.
+    run_->GroupStatus(it->second, g.round(), state, failure, now, out).IgnoreError();
+  }
+}
+
+void EtcdCoordinator::OnEvent(const mvccpb::Event& event, TimePoint now) {
+  const mvccpb::KeyValue& kv = event.kv();
+  if (kv.mod_revision() <= rebuilt_at_) return;
+  applied_revision_ = std::max(applied_revision_, kv.mod_revision());
+  std::string id;
+  Outbox out;
+  if (keys_.Parse(kv.key(), "nodes", &id)) {
+    if (event.type() == mvccpb::Event::PUT) {
+      if (kv.version() == 1) Join(kv, now, &out);
+    } else if (auto it = conn_by_node_.find(id); it != conn_by_node_.end()) {
+      // The node's lease expired or was revoked: its agent is gone.
+      if (run_ != nullptr) run_->StreamBroken(it->second, now, &out);
+    }
+    if (event.type() == mvccpb::Event::DELETE) closed_nodes_.erase(id);
+  } else if (keys_.Parse(kv.key(), "status", &id) && event.type() == mvccpb::Event::PUT) {
+    ApplyAgentRecord(id, kv.value(), now, &out);
+  } else if (keys_.Parse(kv.key(), "progress", &id) && event.type() == mvccpb::Event::PUT) {
+    // Not part of the durable state: a new coordinator hears the next one.
+    ddprun::proto::Heartbeat h;
+    auto it = conn_by_node_.find(id);
+    if (run_ != nullptr && it != conn_by_node_.end() && h.ParseFromString(kv.value())) {
+      run_->Progress(it->second, FromProto(h), now);
+    }
+    return;
+  } else {
+    return;
+  }
+  dirty_ = true;
+  Apply(out);
+}
+
+void EtcdCoordinator::LocalLeave(const std::string& reason, TimePoint now) {
+  auto it = conn_by_node_.find(self_);
+  if (it == conn_by_node_.end() || run_ == nullptr) return;
+  Outbox out;
+  run_->Leave(it->second, reason, now, &out);
+  dirty_ = true;
+  Apply(out);
+}
+
+void EtcdCoordinator::Tick(TimePoint now) {
+  if (run_ == nullptr) return;
+  // A node is alive as long as its key is (etcd keeps its lease); RunState's own lease must
+  // never fire first, so every known node counts as heard from.
+  for (const auto& [conn, id] : node_by_conn_) run_->Heartbeat(conn, now);
+  Outbox out;
+  const RunPhase before = run_->phase();
+  const int64_t round = run_->round();
+  run_->Tick(now, &out);
+  if (!out.empty() || run_->phase() != before || run_->round() != round) dirty_ = true;
+  Apply(out);
+}
+
+std::optional<TimePoint> EtcdCoordinator::NextDeadline() const {
+  return run_ != nullptr ? run_->NextDeadline() : std::nullopt;
+}
+
+void EtcdCoordinator::Apply(const Outbox& out) {
+  for (const Outgoing& o : out) {
+    auto it = node_by_conn_.find(o.conn);
+    if (it == node_by_conn_.end()) continue;
+    const std::string id = it->second;
+    Inbox& inbox = inboxes_[id];
+    inbox.pending.push_back(ToProto(o));
+    ++inbox.next_seq;
+    if (std::holds_alternative<CloseNotice>(o.msg)) {
+      // The state machine has forgotten the node; its key may linger until its agent leaves.
+      conn_by_node_.erase(id);
+      node_by_conn_.erase(it);
+      closed_nodes_.insert(id);
+    }
+  }
+}
+
+std::optional<etcdserverpb::TxnRequest> EtcdCoordinator::PendingWrite() const {
+  if (!dirty_ && std::none_of(inboxes_.begin(), inboxes_.end(),
+                              [](const auto& i) { return !i.second.pending.empty(); })) {
+    return std::nullopt;
+  }
+  etcdserverpb::TxnRequest txn;
+  if (drop_closed_mark_ && !run_closed()) {  // (a closing run puts the mark itself)
+    txn.add_success()->mutable_request_delete_range()->set_key(keys_.closed());
+  }
+  // Only while this agent holds the coordinator key: a deposed coordinator writes nothing.
+  auto* cmp = txn.add_compare();
+  cmp->set_key(keys_.coordinator());
+  cmp->set_target(etcdserverpb::Compare::VALUE);
+  cmp->set_result(etcdserverpb::Compare::EQUAL);
+  cmp->set_value(self_);
+  for (const auto& [id, inbox] : inboxes_) {
+    if (inbox.pending.empty()) continue;
+    InboxRecord record;
+    record.set_epoch(epoch_);
+    record.set_first_seq(inbox.next_seq - static_cast<int64_t>(inbox.pending.size()));
+    for (const auto& m : inbox.pending) *record.add_messages() = m;
+    auto* put = txn.add_success()->mutable_request_put();
+    put->set_key(keys_.inbox(id));
+    put->set_value(record.SerializeAsString());
+  }
+  if (run_ != nullptr) {
+    const RunSnapshot s = run_->Snapshot();
+    RunSnapshotRecord r;
+    *r.mutable_first() = first_;
+    r.set_round(s.round);
+    r.set_phase(static_cast<int>(s.phase));
+    r.set_restarts_used(s.restarts_used);
+    r.set_succeeded_in_round(s.succeeded_in_round);
+    for (const auto& m : s.members) {
+      auto* rm = r.add_members();
+      rm->set_node_id(m.node_id);
+      rm->set_group_rank(m.group_rank);
+      rm->set_in_round(m.in_round);
+    }
+    r.set_close_code(static_cast<int>(s.close_status.code()));
+    r.set_close_message(std::string(s.close_status.message()));
+    r.set_applied_revision(applied_revision_);
+    for (const std::string& id : closed_nodes_) r.add_closed_nodes(id);
+    auto* put = txn.add_success()->mutable_request_put();
+    put->set_key(keys_.state());
+    put->set_value(r.SerializeAsString());
+    if (s.phase == RunPhase::kClosed) {
+      auto* closed = txn.add_success()->mutable_request_put();
+      closed->set_key(keys_.closed());
+      closed->set_value("1");
+    }
+  }
+  return txn;
+}
+
+void EtcdCoordinator::WriteConfirmed() {
+  drop_closed_mark_ = false;
+  for (auto& [id, inbox] : inboxes_) inbox.pending.clear();
+  dirty_ = false;
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,83 @@
+// EtcdCoordinator: the run's RunState driven by what etcd holds, on the one agent that won the
+// election for the run's coordinator key. It turns etcd watch events into state-machine inputs
+// (a node key created: Join; deleted, i.e. its lease expired or was revoked: StreamBroken; a
+// status key: GroupStatus or Leave; time: Tick) and the state machine's outbox into one etcd
+// transaction writing the agents' inboxes and the run's durable state, guarded by this agent
+// still holding the coordinator key.
+//
+// A coordinator that takes over rebuilds the RunState from a range read of the run's keys (the
+// durable state plus the nodes alive) and applies the status records written after the old
+// coordinator's last state, so the run continues where it stopped. A state none of whose nodes
+// is alive any more is an earlier job's (all its agents died): it is ignored.
+//
+// No I/O of its own (the etcd rendezvous does the reads and writes); not thread-safe.
+#ifndef DDPRUN_RENDEZVOUS_ETCD_ETCD_COORDINATOR_H_
+#define DDPRUN_RENDEZVOUS_ETCD_ETCD_COORDINATOR_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "proto/etcd/kv.pb.h"
+#include "proto/etcd/records.pb.h"
+#include "proto/etcd/rpc.pb.h"
+#include "rendezvous/etcd/etcd_keys.h"
+#include "rendezvous/core/run_state.h"
+
+namespace ddprun::rendezvous {
+
+class EtcdCoordinator {
+ public:
+  // `epoch` names this coordinatorship (node id and lease) in the inbox records it writes.
+  EtcdCoordinator(EtcdKeys keys, std::string self_node_id, std::string epoch);
+
+  // Builds the run from every key of the run as read at `revision`.
+  void Rebuild(const std::vector<mvccpb::KeyValue>& kvs, int64_t revision, TimePoint now);
+  // A watch event of the run's keys; events at or before the rebuild revision are ignored.
+  void OnEvent(const mvccpb::Event& event, TimePoint now);
+  // This agent leaves: applied directly, since its leave record goes with its lease.
+  void LocalLeave(const std::string& reason, TimePoint now);
+  void Tick(TimePoint now);
+  std::optional<TimePoint> NextDeadline() const;
+
+  // The transaction that writes what changed since the last confirmed write; nullopt when
+  // nothing did. WriteConfirmed() once etcd applied it; when the transaction's compare failed,
+  // this agent is no longer the coordinator.
+  std::optional<etcdserverpb::TxnRequest> PendingWrite() const;
+  void WriteConfirmed();
+  bool run_closed() const { return run_ != nullptr && run_->phase() == RunPhase::kClosed; }
+
+ private:
+  void Join(const mvccpb::KeyValue& kv, TimePoint now, Outbox* out);
+  void ApplyAgentRecord(const std::string& node_id, const std::string& value, TimePoint now,
+                        Outbox* out);
+  void Apply(const Outbox& out);
+
+  const EtcdKeys keys_;
+  const std::string self_;
+  const std::string epoch_;
+  std::unique_ptr<RunState> run_;
+  ddprun::proto::Join first_;  // the run's creator
+  int64_t rebuilt_at_ = 0;
+  int64_t applied_revision_ = 0;
+  ConnId next_conn_ = 1;
+  std::map<std::string, ConnId> conn_by_node_;
+  std::map<ConnId, std::string> node_by_conn_;
+  std::set<std::string> closed_nodes_;
+  struct Inbox {
+    int64_t next_seq = 0;                               // of the next message
+    std::vector<ddprun::proto::ServerMessage> pending;  // not yet confirmed written
+  };
+  std::map<std::string, Inbox> inboxes_;
+  bool dirty_ = false;             // the state changed since the last confirmed write
+  bool drop_closed_mark_ = false;  // a stale run's `closed` key is to be deleted
+};
+
+}  // namespace ddprun::rendezvous
+
+#endif  // DDPRUN_RENDEZVOUS_ETCD_ETCD_COORDINATOR_H_

@@ -1,0 +1,457 @@
+#include "rendezvous/etcd/etcd_rendezvous.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/log.h"
+#include "proto/etcd/records.pb.h"
+#include "rendezvous/etcd/etcd_coordinator.h"
+#include "rendezvous/etcd/etcd_watcher.h"
+#include "common/loop_thread.h"
+#include "rendezvous/grpc/proto_convert.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+using ddprun::proto::etcd::AgentRecord;
+using ddprun::proto::etcd::InboxRecord;
+using ddprun::proto::etcd::NodeRecord;
+
+TimePoint Now() { return std::chrono::steady_clock::now(); }
+
+// The local address this host uses to reach `endpoint` ("host:port"): what the built-in server
+// would have seen as the agent's peer address, and so the rank-0 agent's MASTER_ADDR. A UDP
+// connect sends nothing; it only asks the kernel for the route. Empty when unknown.
+std::string LocalAddressTowards(const std::string& endpoint) {
+  std::string host = endpoint, port = "2379";
+  if (const size_t colon = endpoint.rfind(':'); colon != std::string::npos) {
+    host = endpoint.substr(0, colon);
+    port = endpoint.substr(colon + 1);
+  }
+  if (host.size() > 1 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0) return "";
+  std::string out;
+  for (addrinfo* a = res; a != nullptr && out.empty(); a = a->ai_next) {
+    const int fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof(local);
+    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      char buf[INET6_ADDRSTRLEN] = {};
+      if (local.ss_family == AF_INET) {
+        inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&local)->sin_addr, buf, sizeof(buf));
+      } else {
+        inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr, buf, sizeof(buf));
+      }
+      out = buf;
+    }
+    close(fd);
+  }
+  freeaddrinfo(res);
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<EtcdRendezvous>> EtcdRendezvous::Create(
+    EtcdRendezvousOptions options, Executor* executor) {
+  auto client = EtcdClient::Create(options.etcd);
+  if (!client.ok()) return client.status();
+  return std::unique_ptr<EtcdRendezvous>(
+      new EtcdRendezvous(std::move(options), *std::move(client), executor));
+}
+
+EtcdRendezvous::EtcdRendezvous(EtcdRendezvousOptions options, std::unique_ptr<EtcdClient> client,
+                               Executor* executor)
+    : options_(std::move(options)),
+      client_(std::move(client)),
+      executor_(executor),
+      silenced_(std::make_shared<std::atomic<bool>>(false)),
+      loop_(std::make_unique<LoopThread>()),
+      keepalive_loop_(std::make_unique<LoopThread>()) {}
+
+EtcdRendezvous::~EtcdRendezvous() {
+  // An agent that exits without Leave() (its group succeeded, or the rendezvous failed) still
+  // hands over cleanly: a crash is the only way to leave the others waiting for a lease.
+  silenced_->store(true);
+  client_->Abort();
+  keepalive_loop_->Stop();
+  loop_->Post([this] { LeaveNow("the agent exited"); });
+  loop_->Stop();
+}
+
+void EtcdRendezvous::Deliver(std::function<void(RendezvousEvents*)> fn) {
+  executor_->Post([events = events_, silenced = silenced_, fn = std::move(fn)] {
+    if (!silenced->load()) fn(events);
+  });
+}
+
+void EtcdRendezvous::Closed(absl::Status status, std::optional<HangNotice> hang) {
+  if (closed_) return;
+  closed_ = true;
+  Deliver([status, hang](RendezvousEvents* e) { e->OnClosed(status, hang); });
+}
+
+void EtcdRendezvous::StopBackground() {
+  // Joins the watcher thread; events it already posted may still run: OnEvents checks left_, and
+  // a coordinator that is gone ignores them.
+  watcher_.reset();
+  if (tick_timer_ != 0) loop_->Cancel(tick_timer_);
+  tick_timer_ = 0;
+}
+
+void EtcdRendezvous::Join(const NodeInfo& node, RendezvousEvents* events) {
+  loop_->Post([this, node, events] {
+    if (events_ != nullptr) return;
+    node_ = node;
+    events_ = events;
+    keys_.emplace(options_.prefix, node.run_id);
+    Start();
+  });
+}
+
+void EtcdRendezvous::Start() {
+  if (absl::Status s = Register(options_.read_timeout); !s.ok()) Closed(s);
+}
+
+absl::Status EtcdRendezvous::Register(Duration budget) {
+  // etcd leases are whole seconds; its minimum is enforced by the server (1.5 election timeouts).
+  ttl_seconds_ = std::max<int64_t>(
+      1, std::chrono::ceil<std::chrono::seconds>(options_.timeouts.lease()).count());
+  auto lease = client_->LeaseGrant(ttl_seconds_, budget);
+  if (!lease.ok()) return lease.status();
+  lease_ = lease->id();
+  ttl_seconds_ = lease->ttl();
+
+  NodeRecord record;
+  *record.mutable_join() = ToProto(node_, options_.timeouts);
+  record.set_peer_host(LocalAddressTowards(options_.etcd.endpoints.front()));
+  etcdserverpb::PutRequest put;
+  put.set_key(keys_->node(node_.node_id));
+  put.set_value(record.SerializeAsString());
+  put.set_lease(lease_);
+  auto joined = client_->Put(put, budget);
+  if (!joined.ok()) {
+    client_->LeaseRevoke(lease_, budget).IgnoreError();
+    return joined.status();
+  }
+
+  keepalive_loop_->Post([this, lease = lease_] {
+    keepalive_lease_ = lease;
+    last_renewed_ = Now();
+    keepalive_loop_->PostAt(Now() + options_.timeouts.keep_alive_interval,
+                            [this, lease] { KeepAlive(lease); });
+  });
+  // Every later change of the run, in order, from just after our own join.
+  watcher_ = std::make_unique<EtcdWatcher>(
+      client_.get(), keys_->run(), joined->header().revision() + 1,
+      [this](std::vector<mvccpb::Event> events) {
+        loop_->Post([this, events = std::move(events)] { OnEvents(events); });
+      },
+      [this](absl::Status status) { loop_->Post([this, status] { Closed(status); }); });
+  TryElect();
+  return absl::OkStatus();
+}
+
+void EtcdRendezvous::LoseLease(const absl::Status& why) {
+  if (lease_lost_ || closed_ || left_) return;
+  lease_lost_ = true;
+  coordinator_.reset();
+  StopBackground();
+  if (node_.min_nodes == node_.max_nodes) {  // a fixed world cannot go on without this node
+    Closed(why);
+    return;
+  }
+  // Elastic: the others went on without this node (the coordinator saw its key vanish). Stop
+  // the workers and come back as a new node, a scale-up for the others, no budget spent.
+  const std::string reason = absl::StrCat(why.message(), "; rejoining as a new node");
+  Deliver([reason](RendezvousEvents* e) { e->OnRestart(reason, std::nullopt); });
+  if (base_node_id_.empty()) base_node_id_ = node_.node_id;
+  node_.node_id = absl::StrCat(base_node_id_, "-rejoin", ++rejoins_);
+  inbox_epoch_.clear();
+  inbox_next_seq_ = 0;
+  rejoin_deadline_ = Now() + options_.timeouts.join_timeout;
+  TryRejoin();
+}
+
+void EtcdRendezvous::TryRejoin() {
+  if (closed_ || left_) return;
+  const Duration left = rejoin_deadline_ - Now();
+  if (left <= Duration::zero()) {
+    return Closed(absl::DeadlineExceededError(
+        "lost the etcd rendezvous and could not rejoin within join_timeout"));
+  }
+  // Each try is bounded by a lease, so a cut that lasts keeps us trying, not blocked.
+  const absl::Status s = Register(std::min<Duration>(left, options_.timeouts.lease()));
+  if (s.ok()) {
+    lease_lost_ = false;
+    return;
+  }
+  loop_->PostAt(Now() + options_.timeouts.keep_alive_interval, [this] { TryRejoin(); });
+}
+
+void EtcdRendezvous::KeepAlive(int64_t lease) {
+  if (lease != keepalive_lease_) return;
+  auto ttl = client_->KeepAliveOnce(lease, options_.timeouts.keep_alive_interval);
+  const TimePoint now = Now();
+  if (ttl.ok()) {
+    last_renewed_ = now;
+  } else if (absl::IsNotFound(ttl.status()) ||
+             now - last_renewed_ >= std::chrono::seconds(ttl_seconds_)) {
+    // The lease is gone (or surely will be by the time etcd answers again): the run has lost
+    // this node, and its workers must stop.
+    const absl::Status why = absl::UnavailableError(
+        absl::StrCat("lost the etcd rendezvous: this node's lease (", ttl_seconds_,
+                     " s) was not renewed: ", ttl.status().message()));
+    loop_->Post([this, why, lease] {
+      if (lease == lease_) LoseLease(why);
+    });
+    return;
+  }
+  keepalive_loop_->PostAt(now + options_.timeouts.keep_alive_interval,
+                          [this, lease] { KeepAlive(lease); });
+}
+
+void EtcdRendezvous::TryElect() {
+  if (closed_ || left_ || coordinator_ != nullptr) return;
+  etcdserverpb::TxnRequest txn;
+  auto* cmp = txn.add_compare();
+  cmp->set_key(keys_->coordinator());
+  cmp->set_target(etcdserverpb::Compare::CREATE);
+  cmp->set_result(etcdserverpb::Compare::EQUAL);
+  cmp->set_create_revision(0);
+  auto* put = txn.add_success()->mutable_request_put();
+  put->set_key(keys_->coordinator());
+  put->set_value(node_.node_id);
+  put->set_lease(lease_);
+  auto done = client_->Txn(txn, options_.timeouts.lease());
+  if (!done.ok()) {
+    // Unreachable for a whole lease: the keep-alive will say so; try again meanwhile.
+    loop_->PostAt(Now() + options_.timeouts.keep_alive_interval, [this] { TryElect(); });
+    return;
+  }
+  // Lost: another agent coordinates; its key's deletion (seen by the watch) calls us again.
+  if (done->succeeded()) BecomeCoordinator(done->header().revision());
+}
+
+void EtcdRendezvous::BecomeCoordinator(int64_t revision) {
+  etcdserverpb::RangeRequest range;
+  range.set_key(keys_->run());
+  range.set_range_end(EtcdPrefixEnd(keys_->run()));
+  range.set_revision(revision);
+  auto read = client_->Range(range, options_.timeouts.lease());
+  if (!read.ok()) {
+    // Give the key up so that someone who can read takes over.
+    etcdserverpb::DeleteRangeRequest del;
+    del.set_key(keys_->coordinator());
+    client_->DeleteRange(del, options_.timeouts.keep_alive_interval).IgnoreError();
+    return;
+  }
+  coordinator_ = std::make_unique<EtcdCoordinator>(*keys_, node_.node_id,
+                                                   absl::StrCat(node_.node_id, "/", lease_));
+  std::vector<mvccpb::KeyValue> kvs(read->kvs().begin(), read->kvs().end());
+  coordinator_->Rebuild(kvs, revision, Now());
+  LogInfo(
+      absl::StrCat("this agent now coordinates the etcd rendezvous of run '", node_.run_id, "'"));
+  Flush().IgnoreError();  // kept pending for the next tick
+  ScheduleTick();
+}
+
+void EtcdRendezvous::OnEvents(const std::vector<mvccpb::Event>& events) {
+  if (left_) return;
+  const TimePoint now = Now();
+  for (const mvccpb::Event& e : events) {
+    const std::string& key = e.kv().key();
+    if (key == keys_->inbox(node_.node_id) && e.type() == mvccpb::Event::PUT) {
+      OnInbox(e.kv().value());
+    } else if (key == keys_->coordinator() && e.type() == mvccpb::Event::DELETE) {
+      loop_->Post([this] { TryElect(); });
+    } else if (key == keys_->node(node_.node_id) && e.type() == mvccpb::Event::DELETE) {
+      LoseLease(absl::UnavailableError(
+          "lost the etcd rendezvous: this node's key was deleted (its lease expired)"));
+      return;
+    }
+    if (coordinator_ != nullptr) coordinator_->OnEvent(e, now);
+  }
+  if (coordinator_ != nullptr) {
+    Flush().IgnoreError();  // kept pending for the next tick
+    ScheduleTick();
+  }
+}
+
+void EtcdRendezvous::OnInbox(const std::string& value) {
+  InboxRecord record;
+  if (!record.ParseFromString(value)) return;
+  if (record.epoch() != inbox_epoch_) {  // a new coordinator numbers from 0
+    inbox_epoch_ = record.epoch();
+    inbox_next_seq_ = 0;
+  }
+  for (int i = 0; i < record.messages_size(); ++i) {
+    const int64_t seq = record.first_seq() + i;
+    if (seq < inbox_next_seq_) continue;  // a retried write repeats what we have read
+    inbox_next_seq_ = seq + 1;
+    if (closed_) continue;
+    const ddprun::proto::ServerMessage& m = record.messages(i);
+    if (m.has_assignment()) {
+      Assignment a = FromProto(m.assignment());
+      Deliver([a](RendezvousEvents* e) { e->OnAssignment(a); });
+    } else if (m.has_restart()) {
+      std::string reason = m.restart().reason();
+      std::optional<HangNotice> hang;
+      if (m.restart().hang()) hang = HangNotice{m.restart().straggler()};
+      Deliver([reason, hang](RendezvousEvents* e) { e->OnRestart(reason, hang); });
+    } else if (m.has_close()) {
+      std::optional<HangNotice> hang;
+      if (m.close().root_cause().hang()) hang = HangNotice{m.close().straggler()};
+      Closed(CloseStatus(m.close()), hang);
+    }
+  }
+}
+
+absl::Status EtcdRendezvous::Flush(std::optional<Duration> budget) {
+  if (coordinator_ == nullptr) return absl::OkStatus();
+  std::optional<etcdserverpb::TxnRequest> txn = coordinator_->PendingWrite();
+  if (!txn) return absl::OkStatus();
+  auto done = client_->Txn(*txn, budget.value_or(options_.timeouts.keep_alive_interval));
+  if (!done.ok()) return done.status();  // kept pending; the next tick writes it again
+  if (!done->succeeded()) {
+    LogWarning("this agent no longer holds the etcd rendezvous coordinator key; stepping down");
+    coordinator_.reset();
+    return absl::OkStatus();
+  }
+  coordinator_->WriteConfirmed();
+  return absl::OkStatus();
+}
+
+void EtcdRendezvous::ScheduleTick() {
+  if (coordinator_ == nullptr) return;
+  TimePoint next = Now() + options_.timeouts.keep_alive_interval;
+  if (auto deadline = coordinator_->NextDeadline(); deadline && *deadline < next) next = *deadline;
+  if (tick_timer_ != 0) loop_->Cancel(tick_timer_);
+  tick_timer_ = loop_->PostAt(next, [this] {
+    tick_timer_ = 0;
+    if (coordinator_ == nullptr || left_) return;
+    coordinator_->Tick(Now());
+    Flush().IgnoreError();  // kept pending for the next tick
+    ScheduleTick();
+  });
+}
+
+void EtcdRendezvous::ReportGroupState(int64_t round, GroupState state,
+                                      const std::optional<WorkerFailure>& failure) {
+  loop_->Post([this, round, state, failure] {
+    if (lease_ == 0 || closed_ || left_) return;
+    AgentRecord record;
+    auto* g = record.mutable_group_status();
+    g->set_round(round);
+    g->set_state(state == GroupState::kRunning     ? ddprun::proto::GroupStatus::RUNNING
+                 : state == GroupState::kSucceeded ? ddprun::proto::GroupStatus::SUCCEEDED
+                                                   : ddprun::proto::GroupStatus::FAILED);
+    if (failure) *g->mutable_failure() = ToProto(*failure);
+    etcdserverpb::PutRequest put;
+    put.set_key(keys_->status(node_.node_id));
+    put.set_value(record.SerializeAsString());
+    put.set_lease(lease_);
+    // Failing for a whole lease means the lease is gone too; the keep-alive reports that.
+    auto done = client_->Put(put, options_.timeouts.lease());
+    if (!done.ok()) LogWarning(absl::StrCat("etcd rendezvous: ", done.status().message()));
+  });
+}
+
+void EtcdRendezvous::ReportProgress(const std::vector<RankProgress>& progress, bool urgent) {
+  loop_->Post([this, progress, urgent] {
+    if (lease_ == 0 || closed_ || left_) return;
+    // One put per keep-alive interval at most: as often as the built-in server hears it.
+    const TimePoint now = Now();
+    if (!urgent && now - last_progress_put_ < options_.timeouts.keep_alive_interval) return;
+    last_progress_put_ = now;
+    etcdserverpb::PutRequest put;
+    put.set_key(keys_->progress(node_.node_id));
+    put.set_value(ToProto(progress).SerializeAsString());
+    put.set_lease(lease_);
+    auto done = client_->Put(put, options_.timeouts.keep_alive_interval);
+    if (!done.ok()) LogWarning(absl::StrCat("etcd rendezvous: ", done.status().message()));
+  });
+}
+
+void EtcdRendezvous::Leave(const std::string& reason) {
+  silenced_->store(true);
+  // Whatever the loop is waiting for (a join while etcd is unreachable) gives up first.
+  client_->Abort();
+  keepalive_loop_->Stop();
+  absl::Notification done;
+  loop_->Post([this, reason, &done] {
+    LeaveNow(reason);
+    done.Notify();
+  });
+  done.WaitForNotification();
+}
+
+void EtcdRendezvous::LeaveNow(const std::string& reason) {
+  if (left_) return;
+  left_ = true;
+  client_->Resume();  // our own last calls, bounded by close_timeout
+  StopBackground();
+  if (lease_ == 0 || lease_lost_) {
+    coordinator_.reset();
+    return;  // nothing of ours is left in etcd (or etcd is gone)
+  }
+  // One budget for all of it: an agent on its way out must not hang on a dead cluster.
+  const TimePoint deadline = Now() + options_.close_timeout;
+  auto left = [deadline] { return std::max<Duration>(deadline - Now(), Duration::zero()); };
+  if (coordinator_ != nullptr) {
+    // Apply our own leave and write the run's state before giving the coordinator key up.
+    coordinator_->LocalLeave(reason, Now());
+    if (absl::Status flushed = Flush(left()); !flushed.ok()) {
+      LogWarning(absl::StrCat("etcd rendezvous: could not write the run's last state on leaving (",
+                              flushed.message(), ")"));
+    }
+    coordinator_.reset();
+  } else if (!closed_) {
+    AgentRecord record;
+    record.mutable_leave()->set_reason(reason);
+    etcdserverpb::PutRequest put;
+    put.set_key(keys_->status(node_.node_id));
+    put.set_value(record.SerializeAsString());
+    put.set_lease(lease_);
+    client_->Put(put, left()).IgnoreError();
+  }
+  // Deletes our node, status and (if ours) coordinator keys at once; another agent takes over.
+  if (absl::Status revoked = client_->LeaseRevoke(lease_, left()); !revoked.ok()) {
+    LogWarning(absl::StrCat("etcd rendezvous: could not remove this agent's keys on leaving (",
+                            revoked.message(), "); they expire with its lease"));
+  }
+  // The last agent of a closed run removes every key of the run.
+  etcdserverpb::TxnRequest txn;
+  auto* closed = txn.add_compare();
+  closed->set_key(keys_->closed());
+  closed->set_target(etcdserverpb::Compare::VERSION);
+  closed->set_result(etcdserverpb::Compare::GREATER);
+  closed->set_version(0);
+  auto* none_left = txn.add_compare();
+  none_left->set_key(keys_->nodes());
+  none_left->set_range_end(EtcdPrefixEnd(keys_->nodes()));
+  none_left->set_target(etcdserverpb::Compare::CREATE);
+  none_left->set_result(etcdserverpb::Compare::EQUAL);
+  none_left->set_create_revision(0);
+  auto* del = txn.add_success()->mutable_request_delete_range();
+  del->set_key(keys_->run());
+  del->set_range_end(EtcdPrefixEnd(keys_->run()));
+  if (auto done = client_->Txn(txn, left()); !done.ok()) {
+    LogWarning(absl::StrCat("etcd rendezvous: could not clean up the finished run's keys (",
+                            done.status().message(), ")"));
+  }
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,254 @@
+#include "rendezvous/grpc/proto_convert.h"
+
+#include <chrono>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_replace.h"
+#include "common/strings.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+using std::chrono::milliseconds;
+
+int64_t Millis(Duration d) { return std::chrono::duration_cast<milliseconds>(d).count(); }
+
+}  // namespace
+
+proto::Join ToProto(const NodeInfo& node, const RunTimeouts& timeouts) {
+  proto::Join j;
+  j.set_run_id(node.run_id);
+  j.set_node_id(node.node_id);
+  j.set_hostname(node.hostname);
+  j.set_min_nodes(node.min_nodes);
+  j.set_max_nodes(node.max_nodes);
+  j.set_nproc_per_node(node.nproc_per_node);
+  j.set_master_port(node.master_port);
+  if (node.requested_node_rank >= 0) j.set_requested_node_rank(node.requested_node_rank);
+  j.set_local_addr(node.local_addr);
+  j.set_max_restarts(node.max_restarts);
+  j.set_join_timeout_ms(Millis(timeouts.join_timeout));
+  j.set_last_call_timeout_ms(Millis(timeouts.last_call_timeout));
+  j.set_keep_alive_interval_ms(Millis(timeouts.keep_alive_interval));
+  j.set_keep_alive_max_attempt(timeouts.keep_alive_max_attempt);
+  return j;
+}
+
+proto::WorkerFailure ToProto(const WorkerFailure& f) {
+  proto::WorkerFailure p;
+  p.set_hostname(f.hostname);
+  p.set_rank(f.rank);
+  p.set_local_rank(f.local_rank);
+  p.set_pid(f.pid);
+  p.set_exit_code(f.exit_code);
+  p.set_signal(f.signal);
+  p.set_message(f.message);
+  p.set_hang(f.hang);
+  return p;
+}
+
+proto::Heartbeat ToProto(const std::vector<RankProgress>& progress) {
+  proto::Heartbeat h;
+  for (const RankProgress& p : progress) {
+    proto::RankProgress* out = h.add_progress();
+    out->set_rank(p.rank);
+    out->set_step(p.step);
+    out->set_idle_ms(p.idle_ms);
+  }
+  return h;
+}
+
+std::vector<RankProgress> FromProto(const proto::Heartbeat& h) {
+  std::vector<RankProgress> out;
+  for (const proto::RankProgress& p : h.progress())
+    out.push_back({p.rank(), p.step(), p.idle_ms()});
+  return out;
+}
+
+WorkerFailure FromProto(const proto::WorkerFailure& p) {
+  WorkerFailure f;
+  f.hostname = p.hostname();
+  f.rank = p.rank();
+  f.local_rank = p.local_rank();
+  f.pid = p.pid();
+  f.exit_code = p.exit_code();
+  f.signal = p.signal();
+  f.message = p.message();
+  f.hang = p.hang();
+  return f;
+}
+
+Assignment FromProto(const proto::Assignment& p) {
+  Assignment a;
+  a.round = p.round();
+  a.group_rank = p.group_rank();
+  a.group_world_size = p.group_world_size();
+  a.rank_offset = p.rank_offset();
+  a.world_size = p.world_size();
+  a.master_addr = p.master_addr();
+  a.master_port = p.master_port();
+  a.restart_count = p.restart_count();
+  a.max_restarts = p.max_restarts();
+  return a;
+}
+
+proto::Assignment ToProto(const Assignment& a) {
+  proto::Assignment p;
+  p.set_round(a.round);
+  p.set_group_rank(a.group_rank);
+  p.set_group_world_size(a.group_world_size);
+  p.set_rank_offset(a.rank_offset);
+  p.set_world_size(a.world_size);
+  p.set_master_addr(a.master_addr);
+  p.set_master_port(a.master_port);
+  p.set_restart_count(a.restart_count);
+  p.set_max_restarts(a.max_restarts);
+  return p;
+}
+
+proto::Resume ToProto(const ResumeClaim& c) {
+  proto::Resume p;
+  *p.mutable_last() = ToProto(c.last);
+  p.set_restarts_used(c.restarts_used);
+  switch (c.group) {
+    case ResumeClaim::Group::kWaiting:
+      p.set_group(proto::Resume::WAITING);
+      break;
+    case ResumeClaim::Group::kRunning:
+      p.set_group(proto::Resume::RUNNING);
+      break;
+    case ResumeClaim::Group::kSucceeded:
+      p.set_group(proto::Resume::SUCCEEDED);
+      break;
+    case ResumeClaim::Group::kFailed:
+      p.set_group(proto::Resume::FAILED);
+      break;
+  }
+  if (c.failure) *p.mutable_failure() = ToProto(*c.failure);
+  return p;
+}
+
+ResumeClaim FromProto(const proto::Resume& p) {
+  ResumeClaim c;
+  c.last = FromProto(p.last());
+  c.restarts_used = p.restarts_used();
+  switch (p.group()) {
+    case proto::Resume::RUNNING:
+      c.group = ResumeClaim::Group::kRunning;
+      break;
+    case proto::Resume::SUCCEEDED:
+      c.group = ResumeClaim::Group::kSucceeded;
+      break;
+    case proto::Resume::FAILED:
+      c.group = ResumeClaim::Group::kFailed;
+      c.failure = FromProto(p.failure());
+      break;
+    default:
+      c.group = ResumeClaim::Group::kWaiting;
+      break;
+  }
+  return c;
+}
+
+absl::Status CloseStatus(const proto::Close& close) {
+  const int code = close.code();
+  if (code < 0 || code > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
+    return absl::UnknownError(close.message());
+  }
+  return absl::Status(static_cast<absl::StatusCode>(code), close.message());
+}
+
+JoinRequest FromProto(const proto::Join& j, const RunTimeouts& defaults,
+                      const std::string& peer_host) {
+  JoinRequest r;
+  r.node.run_id = j.run_id();
+  r.node.node_id = j.node_id();
+  r.node.hostname = j.hostname();
+  r.node.min_nodes = j.min_nodes();
+  r.node.max_nodes = j.max_nodes();
+  r.node.nproc_per_node = j.nproc_per_node();
+  r.node.master_port = j.master_port();
+  r.node.requested_node_rank = j.has_requested_node_rank() ? j.requested_node_rank() : -1;
+  r.node.local_addr = j.local_addr();
+  r.node.max_restarts = j.max_restarts();
+  r.peer_host = peer_host;
+  if (j.has_resume()) r.resume = FromProto(j.resume());
+  r.timeouts = defaults;
+  // Negative values pass through so that validation refuses them.
+  if (j.join_timeout_ms() != 0) r.timeouts.join_timeout = milliseconds(j.join_timeout_ms());
+  if (j.last_call_timeout_ms() != 0) {
+    r.timeouts.last_call_timeout = milliseconds(j.last_call_timeout_ms());
+  }
+  if (j.keep_alive_interval_ms() != 0) {
+    r.timeouts.keep_alive_interval = milliseconds(j.keep_alive_interval_ms());
+  }
+  if (j.keep_alive_max_attempt() != 0) {
+    r.timeouts.keep_alive_max_attempt = j.keep_alive_max_attempt();
+  }
+  return r;
+}
+
+proto::ServerMessage ToProto(const Outgoing& out) {
+  proto::ServerMessage m;
+  if (const auto* joined = std::get_if<JoinedNotice>(&out.msg)) {
+    m.mutable_joined()->set_peer_addr(joined->peer_host);
+    m.mutable_joined()->set_keep_alive_interval_ms(Millis(joined->keep_alive_interval));
+  } else if (const auto* a = std::get_if<Assignment>(&out.msg)) {
+    *m.mutable_assignment() = ToProto(*a);
+  } else if (const auto* r = std::get_if<RestartNotice>(&out.msg)) {
+    m.mutable_restart()->set_round(r->round);
+    m.mutable_restart()->set_reason(r->reason);
+    m.mutable_restart()->set_restart_count(r->restart_count);
+    if (r->hang.has_value()) {
+      m.mutable_restart()->set_hang(true);
+      m.mutable_restart()->set_straggler(r->hang->straggler);
+    }
+  } else if (const auto* resumed = std::get_if<ResumedNotice>(&out.msg)) {
+    m.mutable_resumed()->set_round(resumed->round);
+  } else if (const auto* c = std::get_if<CloseNotice>(&out.msg)) {
+    proto::Close* p = m.mutable_close();
+    p->set_code(static_cast<int>(c->status.code()));
+    p->set_message(std::string(c->status.message()));
+    if (c->root_cause) *p->mutable_root_cause() = ToProto(*c->root_cause);
+    p->set_straggler(c->straggler);
+    p->set_given_up(c->given_up);
+  }
+  return m;
+}
+
+void ToProto(const RunStatus& s, proto::StatusResponse* r) {
+  r->set_run_id(s.run_id);
+  r->set_round(s.round);
+  r->set_phase(RunPhaseName(s.phase));
+  r->set_restarts_used(s.restarts_used);
+  r->set_max_restarts(s.max_restarts);
+  r->set_min_nodes(s.min_nodes);
+  r->set_max_nodes(s.max_nodes);
+  r->set_close_message(s.close_message);
+  for (const MemberStatus& m : s.members) {
+    proto::Member* p = r->add_members();
+    p->set_node_id(m.node_id);
+    p->set_hostname(m.hostname);
+    p->set_addr(m.addr);
+    p->set_group_rank(m.group_rank);
+    p->set_state(m.state);
+    p->set_nproc_per_node(m.nproc_per_node);
+  }
+}
+
+std::string PeerHost(const std::string& grpc_peer) {
+  std::string rest = grpc_peer;
+  for (const char* scheme : {"ipv4:", "ipv6:"}) {
+    if (absl::StartsWith(rest, scheme)) rest = rest.substr(std::string(scheme).size());
+  }
+  rest = absl::StrReplaceAll(rest, {{"%5B", "["}, {"%5D", "]"}, {"%25", "%"}});
+  absl::StatusOr<HostPort> hp = ParseHostPort("peer", rest, 0);
+  if (!hp.ok()) return "";
+  std::string host = hp->host;
+  if (absl::StartsWith(host, "::ffff:") && host.find('.') != std::string::npos) {
+    host = host.substr(7);
+  }
+  return host;
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,43 @@
+// Translation between the wire messages (proto/rendezvous.proto) and the plain structs of
+// rendezvous.h / outgoing.h. Nothing else in the rendezvous code looks inside protobufs.
+#ifndef DDPRUN_RENDEZVOUS_GRPC_PROTO_CONVERT_H_
+#define DDPRUN_RENDEZVOUS_GRPC_PROTO_CONVERT_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "proto/rendezvous.pb.h"
+#include "rendezvous/core/outgoing.h"
+#include "rendezvous/api/rendezvous.h"
+#include "rendezvous/api/run_config.h"
+#include "rendezvous/core/run_state.h"
+
+namespace ddprun::rendezvous {
+
+// Agent side.
+proto::Join ToProto(const NodeInfo& node, const RunTimeouts& timeouts);
+proto::WorkerFailure ToProto(const WorkerFailure& failure);
+proto::Heartbeat ToProto(const std::vector<RankProgress>& progress);
+proto::Assignment ToProto(const Assignment& a);
+proto::Resume ToProto(const ResumeClaim& claim);
+ResumeClaim FromProto(const proto::Resume& p);
+Assignment FromProto(const proto::Assignment& a);
+WorkerFailure FromProto(const proto::WorkerFailure& f);
+std::vector<RankProgress> FromProto(const proto::Heartbeat& h);
+// A Close message as the status OnClosed reports.
+absl::Status CloseStatus(const proto::Close& close);
+
+// Server side. Zero timeouts in `join` take `defaults`.
+JoinRequest FromProto(const proto::Join& join, const RunTimeouts& defaults,
+                      const std::string& peer_host);
+proto::ServerMessage ToProto(const Outgoing& out);
+void ToProto(const RunStatus& status, proto::StatusResponse* response);
+
+// The host part of a gRPC peer string ("ipv4:10.0.0.1:5000", "ipv6:[::1]:5000"), IPv4-mapped
+// IPv6 addresses shown as IPv4. Empty when it cannot be parsed.
+std::string PeerHost(const std::string& grpc_peer);
+
+}  // namespace ddprun::rendezvous
+
+#endif  // DDPRUN_RENDEZVOUS_GRPC_PROTO_CONVERT_H_

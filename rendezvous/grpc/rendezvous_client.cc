@@ -1,0 +1,477 @@
+#include "rendezvous/grpc/rendezvous_client.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/rendezvous.grpc.pb.h"
+#include "rendezvous/grpc/agent_call.h"
+#include "rendezvous/grpc/endpoint_probe.h"
+#include "common/loop_thread.h"
+#include "rendezvous/grpc/proto_convert.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+constexpr size_t kMaxFailureMessage = 8192;
+
+std::string Seconds(std::chrono::milliseconds d) {
+  return absl::StrCat(static_cast<double>(d.count()) / 1000.0, " s");
+}
+
+void AddAuth(grpc::ClientContext* context, const std::string& token) {
+  if (!token.empty()) context->AddMetadata(kAuthMetadataKey, AuthMetadataValue(token));
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeRendezvousChannel(const ClientOptions& options) {
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
+      MakeChannelCredentials(options.tls);
+  if (!creds.ok()) return creds.status();
+  grpc::ChannelArguments args;
+  // Retry an unreachable server quickly: read_timeout bounds the whole attempt anyway.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
+  args.SetMaxReceiveMessageSize(1 << 20);
+  if (!options.tls.server_name_override.empty()) {
+    args.SetSslTargetNameOverride(options.tls.server_name_override);
+  }
+  return grpc::CreateCustomChannel(options.endpoint, *creds, args);
+}
+
+RendezvousClient::RendezvousClient(ClientOptions options, Executor* executor,
+                                   std::shared_ptr<grpc::Channel> channel)
+    : options_(std::move(options)),
+      executor_(executor),
+      channel_(std::move(channel)),
+      loop_(std::make_unique<LoopThread>()),
+      silenced_(std::make_shared<std::atomic<bool>>(false)),
+      heartbeat_interval_(std::chrono::duration_cast<std::chrono::milliseconds>(
+          options_.timeouts.keep_alive_interval)) {}
+
+RendezvousClient::~RendezvousClient() {
+  silenced_->store(true);
+  loop_->Post([this] {
+    if (call_ != nullptr) call_->Cancel();
+  });
+  // A call's last reaction posts to the loop, so wait for them before stopping the loop.
+  std::vector<AgentCall*> calls;
+  absl::Notification fetched;
+  loop_->Post([this, &calls, &fetched] {
+    if (call_ != nullptr) calls.push_back(call_.get());
+    for (const auto& retired : retired_calls_) calls.push_back(retired.get());
+    fetched.Notify();
+  });
+  fetched.WaitForNotification();
+  for (AgentCall* call : calls) call->done().WaitForNotification();
+  loop_->Stop();
+}
+
+void RendezvousClient::Deliver(std::function<void(RendezvousEvents*)> fn) {
+  if (closed_ || events_ == nullptr) return;
+  executor_->Post([events = events_, silenced = silenced_, fn = std::move(fn)] {
+    if (!silenced->load()) fn(events);
+  });
+}
+
+void RendezvousClient::Closed(absl::Status status, std::optional<HangNotice> hang) {
+  if (closed_) return;
+  Deliver([status, hang](RendezvousEvents* e) { e->OnClosed(status, hang); });
+  closed_ = true;
+  if (read_timer_ != 0) loop_->Cancel(read_timer_);
+  if (heartbeat_timer_ != 0) loop_->Cancel(heartbeat_timer_);
+  read_timer_ = heartbeat_timer_ = 0;
+}
+
+void RendezvousClient::Join(const NodeInfo& node, RendezvousEvents* events) {
+  loop_->Post([this, node, events] {
+    if (events_ != nullptr) return;
+    node_ = node;
+    events_ = events;
+    StartCall(options_.read_timeout, "read_timeout");
+  });
+}
+
+void RendezvousClient::StartCall(std::chrono::milliseconds connect_budget,
+                                 const char* budget_name) {
+  connect_budget_ = connect_budget;
+  connect_budget_name_ = budget_name;
+  if (channel_ == nullptr) {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = MakeRendezvousChannel(options_);
+    if (!channel.ok()) {
+      Closed(channel.status());
+      return;
+    }
+    channel_ = *std::move(channel);
+  }
+  // Reactions of a call replaced by a rejoin are dropped: only the current one speaks.
+  const uint64_t gen = ++call_generation_;
+  call_ = std::make_unique<AgentCall>(
+      [this, gen](proto::ServerMessage m) {
+        loop_->Post([this, gen, m = std::move(m)] {
+          if (gen == call_generation_) HandleServerMessage(m);
+        });
+      },
+      [this, gen](grpc::Status s) {
+        loop_->Post([this, gen, code = static_cast<int>(s.error_code()), msg = s.error_message()] {
+          if (gen == call_generation_) HandleDone(code, msg);
+        });
+      });
+  AddAuth(call_->context(), options_.token);
+  // Waits for the server to come up instead of failing at once; read_timeout bounds it.
+  call_->context()->set_wait_for_ready(true);
+  proto::AgentMessage join;
+  *join.mutable_join() = ToProto(node_, options_.timeouts);
+  if (ever_joined_) *join.mutable_join()->mutable_resume() = ToProto(claim_);
+  read_timer_ = loop_->PostAt(std::chrono::steady_clock::now() + connect_budget, [this, gen] {
+    read_timer_ = 0;
+    if (gen != call_generation_ || joined_ || closed_) return;
+    timed_out_ = true;
+    call_->Cancel();
+  });
+  call_->Start(channel_, std::move(join));
+}
+
+void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
+  if (closed_) return;
+  last_heard_ = std::chrono::steady_clock::now();
+  unanswered_ = 0;
+  switch (m.msg_case()) {
+    case proto::ServerMessage::kAck:
+      break;
+    case proto::ServerMessage::kJoined:
+      if (joined_) break;
+      joined_ = true;
+      ever_joined_ = true;
+      server_embedded_ = m.joined().embedded();
+      reconnecting_ = false;
+      reconnect_attempts_ = 0;
+      if (read_timer_ != 0) loop_->Cancel(read_timer_);
+      read_timer_ = 0;
+      last_heard_ = std::chrono::steady_clock::now();
+      // The run's lease follows its first agent's settings, which may be stricter than ours.
+      if (const int64_t run_ms = m.joined().keep_alive_interval_ms();
+          run_ms > 0 && std::chrono::milliseconds(run_ms) < heartbeat_interval_) {
+        heartbeat_interval_ = std::chrono::milliseconds(run_ms);
+      }
+      ScheduleHeartbeat();
+      break;
+    case proto::ServerMessage::kAssignment: {
+      Assignment a = FromProto(m.assignment());
+      claim_.last = a;
+      claim_.restarts_used = std::max(claim_.restarts_used, a.restart_count);
+      claim_.group = ResumeClaim::Group::kRunning;
+      claim_.failure.reset();
+      Deliver([a](RendezvousEvents* e) { e->OnAssignment(a); });
+      break;
+    }
+    case proto::ServerMessage::kRestart: {
+      std::string reason = m.restart().reason();
+      std::optional<HangNotice> hang;
+      if (m.restart().hang()) hang = HangNotice{m.restart().straggler()};
+      claim_.restarts_used = std::max(claim_.restarts_used, m.restart().restart_count());
+      if (m.restart().round() >= claim_.last.round) claim_.group = ResumeClaim::Group::kWaiting;
+      Deliver([reason, hang](RendezvousEvents* e) { e->OnRestart(reason, hang); });
+      break;
+    }
+    case proto::ServerMessage::kResumed: {
+      const int64_t round = m.resumed().round();
+      Deliver([round](RendezvousEvents* e) { e->OnResumed(round); });
+      break;
+    }
+    case proto::ServerMessage::kClose: {
+      if (m.close().given_up()) {
+        // The verdict that fencing anticipates, heard after all (this agent was stopped longer
+        // than the lease, or its link came back just too late): the same way out.
+        Fence(absl::StrCat("fenced: the rendezvous server gave this node up (", m.close().message(),
+                           ")"));
+        break;
+      }
+      std::optional<HangNotice> hang;
+      if (m.close().root_cause().hang()) hang = HangNotice{m.close().straggler()};
+      Closed(CloseStatus(m.close()), hang);
+      break;
+    }
+    default:
+      break;  // a newer server's message this client does not know
+  }
+}
+
+void RendezvousClient::HandleDone(int grpc_code, const std::string& message) {
+  const std::string where = options_.endpoint;
+  const auto code = static_cast<grpc::StatusCode>(grpc_code);
+  if (joined_ && server_embedded_ && !closed_) {
+    Closed(absl::UnavailableError(absl::StrCat(
+        "lost the rendezvous stream to ", where, ": ", message, " (gRPC code ", grpc_code,
+        "); that server was hosted by an agent, which is gone with it (ddprun-rdzv or etcd "
+        "survive a server restart)")));
+    return;
+  }
+  if (!closed_ && !timed_out_ && code != grpc::StatusCode::UNAUTHENTICATED &&
+      (joined_ || reconnecting_)) {
+    Reconnect(code == grpc::StatusCode::OK
+                  ? absl::StrCat("the rendezvous server at ", where, " ended the stream")
+                  : absl::StrCat("lost the rendezvous stream to ", where, ": ", message,
+                                 " (gRPC code ", grpc_code, ")"));
+    return;
+  }
+  if (timed_out_ && reconnecting_) {
+    Closed(absl::UnavailableError(
+        absl::StrCat("no rendezvous server answered at ", where, " for read_timeout (",
+                     Seconds(options_.read_timeout), ") after ", broken_because_)));
+  } else if (timed_out_) {
+    Closed(absl::UnavailableError(absl::StrCat(
+        "cannot reach the rendezvous server at ", where, " within ", connect_budget_name_, " (",
+        Seconds(connect_budget_), ")", message.empty() ? "" : ": ", message)));
+  } else if (code == grpc::StatusCode::UNAUTHENTICATED) {
+    Closed(absl::UnauthenticatedError(
+        absl::StrCat("the rendezvous server at ", where, " refused this agent: ", message)));
+  } else if (code == grpc::StatusCode::OK) {
+    Closed(absl::UnavailableError(
+        absl::StrCat("the rendezvous server at ", where, " ended the stream")));
+  } else {
+    Closed(absl::UnavailableError(absl::StrCat("lost the rendezvous stream to ", where, ": ",
+                                               message, " (gRPC code ", grpc_code, ")")));
+  }
+}
+
+void RendezvousClient::Reconnect(const std::string& why) {
+  const TimePoint now = std::chrono::steady_clock::now();
+  if (!reconnecting_) {
+    reconnecting_ = true;
+    broken_because_ = why;
+    reconnect_deadline_ = now + options_.read_timeout;
+    Deliver([why, budget = Seconds(options_.read_timeout)](RendezvousEvents* e) {
+      e->OnReconnecting(absl::StrCat(why,
+                                     "; the workers keep running while this agent "
+                                     "re-registers (for up to read_timeout, ",
+                                     budget, ")"));
+    });
+  }
+  joined_ = false;
+  // Finished calls are dropped (a flapping link must not grow this without bound).
+  retired_calls_.erase(std::remove_if(retired_calls_.begin(), retired_calls_.end(),
+                                      [](const std::unique_ptr<AgentCall>& c) {
+                                        return c->done().HasBeenNotified();
+                                      }),
+                       retired_calls_.end());
+  retired_calls_.push_back(std::move(call_));
+  // Backoff: 100 ms doubling to 1 s (a server that accepts and drops the stream at once must
+  // not turn this into a busy loop). The channel's own reconnect backoff paces connects.
+  const auto backoff = std::min<std::chrono::milliseconds>(
+      std::chrono::milliseconds(100 << std::min(reconnect_attempts_++, 4)),
+      std::chrono::milliseconds(1000));
+  loop_->PostAt(now + backoff, [this] {
+    if (closed_ || !reconnecting_ || call_ != nullptr) return;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        reconnect_deadline_ - std::chrono::steady_clock::now());
+    if (left <= std::chrono::milliseconds::zero()) {
+      Closed(absl::UnavailableError(absl::StrCat(
+          "no rendezvous server answered at ", options_.endpoint, " for read_timeout (",
+          Seconds(options_.read_timeout), ") after ", broken_because_)));
+      return;
+    }
+    StartCall(left, "read_timeout");
+  });
+  if (heartbeat_timer_ == 0) ScheduleHeartbeat();  // keeps judging the silence (fencing)
+}
+
+void RendezvousClient::ScheduleHeartbeat() {
+  if (heartbeat_timer_ != 0) loop_->Cancel(heartbeat_timer_);
+  heartbeat_timer_ = loop_->PostAt(std::chrono::steady_clock::now() + heartbeat_interval_, [this] {
+    heartbeat_timer_ = 0;
+    if (closed_) return;
+    if (reconnecting_) {
+      // No stream. Silence for the lease means this node's peers have given it up, unless the
+      // server's address refuses connections: a server that is down gives nobody up, and its
+      // successor rebuilds the run from the agents that come back.
+      const int attempts = std::max(1, options_.timeouts.keep_alive_max_attempt);
+      const Duration lease = heartbeat_interval_ * attempts;
+      const Duration silent = std::chrono::steady_clock::now() - last_heard_;
+      if (silent > lease) {
+        const ProbeResult probe = ProbeEndpoint(
+            options_.endpoint,
+            std::min<std::chrono::milliseconds>(
+                std::chrono::milliseconds(500),
+                std::chrono::duration_cast<std::chrono::milliseconds>(heartbeat_interval_)));
+        if (probe != ProbeResult::kRefused) {
+          Fence(absl::StrCat("fenced: the rendezvous server at ", options_.endpoint,
+                             " has not been reachable for ", ToMillis(silent), " ms (the lease is ",
+                             ToMillis(lease), " ms; a connection to it: ", ProbeResultName(probe),
+                             "): this node is cut off and its peers have given it up"));
+          return;
+        }
+      }
+      ScheduleHeartbeat();
+      return;
+    }
+    if (call_ == nullptr) return;
+    // Fencing: the server answers every heartbeat, so a lease without a word from it means
+    // this node is cut off and its peers have already given it up (a broken connection is
+    // reported by gRPC; a silent partition is not, until its keepalive decides much later).
+    // Counted in unanswered heartbeats too, so that an agent that was itself stopped (SIGSTOP,
+    // a frozen VM) hears the server's verdict before judging the silence.
+    const int attempts = std::max(1, options_.timeouts.keep_alive_max_attempt);
+    const Duration lease = heartbeat_interval_ * attempts;
+    const Duration silent = std::chrono::steady_clock::now() - last_heard_;
+    if (silent > lease && unanswered_ >= attempts) {
+      Fence(absl::StrCat("fenced: no word from the rendezvous server at ", options_.endpoint,
+                         " for ", ToMillis(silent), " ms (the lease is ", ToMillis(lease),
+                         " ms): this node is cut off and its peers have given it up"));
+      return;
+    }
+    SendHeartbeat();
+    ScheduleHeartbeat();
+  });
+}
+
+void RendezvousClient::Fence(const std::string& why) {
+  if (call_ != nullptr) call_->Cancel();
+  reconnecting_ = false;
+  if (node_.min_nodes == node_.max_nodes) {  // a fixed world cannot go on without this node
+    Closed(absl::UnavailableError(why));
+    return;
+  }
+  // Elastic: the others went on without this node. Stop the workers and come back as a new
+  // node (a scale-up for the others, no budget spent) once the network lets us, until
+  // join_timeout. The old call is cancelled; its reactions are dropped.
+  Deliver([why](RendezvousEvents* e) {
+    e->OnRestart(absl::StrCat(why, "; rejoining as a new node"), std::nullopt);
+  });
+  claim_.group = ResumeClaim::Group::kWaiting;  // its workers are being stopped
+  if (call_ != nullptr) retired_calls_.push_back(std::move(call_));
+  joined_ = false;
+  timed_out_ = false;
+  unanswered_ = 0;
+  if (base_node_id_.empty()) base_node_id_ = node_.node_id;
+  node_.node_id = absl::StrCat(base_node_id_, "-rejoin", ++rejoins_);
+  StartCall(std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeouts.join_timeout),
+            "join_timeout");
+}
+
+void RendezvousClient::SendHeartbeat() {
+  proto::AgentMessage m;
+  *m.mutable_heartbeat() = ToProto(progress_);
+  call_->Send(std::move(m));
+  ++unanswered_;
+}
+
+void RendezvousClient::ReportProgress(const std::vector<RankProgress>& progress, bool urgent) {
+  loop_->Post([this, progress, urgent] {
+    progress_ = progress;
+    if (urgent && joined_ && !closed_ && call_ != nullptr) SendHeartbeat();
+  });
+}
+
+void RendezvousClient::ReportStep(const std::string& json) {
+  loop_->Post([this, json] {
+    if (!joined_ || closed_ || call_ == nullptr) return;
+    proto::AgentMessage m;
+    m.mutable_step()->set_json(json.substr(0, kMaxFailureMessage));
+    call_->Send(std::move(m));
+  });
+}
+
+void RendezvousClient::ReportGroupState(int64_t round, GroupState state,
+                                        const std::optional<WorkerFailure>& failure) {
+  loop_->Post([this, round, state, failure] {
+    if (round == claim_.last.round && round > 0) {  // a re-registration says it too
+      claim_.Report(state, failure);
+    }
+    if (closed_ || call_ == nullptr) return;
+    proto::AgentMessage m;
+    proto::GroupStatus* g = m.mutable_group_status();
+    g->set_round(round);
+    g->set_state(state == GroupState::kRunning     ? proto::GroupStatus::RUNNING
+                 : state == GroupState::kSucceeded ? proto::GroupStatus::SUCCEEDED
+                                                   : proto::GroupStatus::FAILED);
+    if (failure) {
+      *g->mutable_failure() = ToProto(*failure);
+      if (g->failure().message().size() > kMaxFailureMessage) {
+        g->mutable_failure()->mutable_message()->resize(kMaxFailureMessage);
+      }
+    }
+    call_->Send(std::move(m));
+  });
+}
+
+void RendezvousClient::Leave(const std::string& reason) {
+  silenced_->store(true);
+  loop_->Post([this, reason] {
+    if (closed_ || call_ == nullptr) {
+      closed_ = true;
+      return;
+    }
+    closed_ = true;
+    if (heartbeat_timer_ != 0) loop_->Cancel(heartbeat_timer_);
+    if (read_timer_ != 0) loop_->Cancel(read_timer_);
+    heartbeat_timer_ = read_timer_ = 0;
+    proto::AgentMessage m;
+    m.mutable_leave()->set_reason(reason);
+    call_->Send(std::move(m));
+    // The server answers a leave by closing the stream; cut it if it does not.
+    loop_->PostAt(std::chrono::steady_clock::now() + options_.close_timeout,
+                  [this] { call_->Cancel(); });
+  });
+}
+
+void RendezvousClient::CancelForTesting() {
+  loop_->Post([this] {
+    closed_ = true;  // a crashed agent neither reconnects nor hears anything
+    if (heartbeat_timer_ != 0) loop_->Cancel(heartbeat_timer_);
+    if (read_timer_ != 0) loop_->Cancel(read_timer_);
+    heartbeat_timer_ = read_timer_ = 0;
+    if (call_ != nullptr) call_->Cancel();
+  });
+}
+
+absl::StatusOr<RunStatus> QueryRunStatus(const ClientOptions& options, const std::string& run_id) {
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = MakeRendezvousChannel(options);
+  if (!channel.ok()) return channel.status();
+  auto stub = proto::RendezvousService::NewStub(*channel);
+  grpc::ClientContext context;
+  AddAuth(&context, options.token);
+  context.set_deadline(std::chrono::system_clock::now() + options.rpc_timeout);
+  proto::StatusRequest request;
+  request.set_run_id(run_id);
+  proto::StatusResponse response;
+  grpc::Status status = stub->Status(&context, request, &response);
+  if (!status.ok()) {
+    const std::string what = absl::StrCat("status of run '", run_id, "' from ", options.endpoint,
+                                          ": ", status.error_message());
+    switch (status.error_code()) {
+      case grpc::StatusCode::UNAUTHENTICATED:
+        return absl::UnauthenticatedError(what);
+      case grpc::StatusCode::NOT_FOUND:
+        return absl::NotFoundError(what);
+      default:
+        return absl::UnavailableError(what);
+    }
+  }
+  RunStatus s;
+  s.run_id = response.run_id();
+  s.round = response.round();
+  s.phase = response.phase() == "running"      ? RunPhase::kRunning
+            : response.phase() == "recovering" ? RunPhase::kRecovering
+            : response.phase() == "closed"     ? RunPhase::kClosed
+                                               : RunPhase::kJoining;
+  s.restarts_used = response.restarts_used();
+  s.max_restarts = response.max_restarts();
+  s.min_nodes = response.min_nodes();
+  s.max_nodes = response.max_nodes();
+  s.close_message = response.close_message();
+  for (const proto::Member& m : response.members()) {
+    s.members.push_back(
+        {m.node_id(), m.hostname(), m.addr(), m.group_rank(), m.nproc_per_node(), m.state()});
+  }
+  return s;
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,157 @@
+// RendezvousClient: the agent's side of the built-in rendezvous (implements Rendezvous over the
+// gRPC stream of proto/rendezvous.proto). One stream per Join; the server pushes assignments,
+// restarts and close; the client sends the join, heartbeats every keep_alive_interval, group
+// status and leave.
+//
+// Connecting is retried (gRPC wait-for-ready with a short reconnect backoff) until the server
+// acknowledges the join or read_timeout passes; then OnClosed(kUnavailable) names the address.
+// A refused token gives OnClosed(kUnauthenticated).
+// A broken stream is not the end: the workers keep running (OnReconnecting) while the client
+// reconnects with backoff and re-registers with a ResumeClaim (its last assignment, restarts
+// heard of, how its group is doing), so that a restarted server can rebuild the run
+// (run_state_recovery.cc); OnResumed when the server says the round goes on. No server for
+// read_timeout after the break: OnClosed(kUnavailable).
+// Fencing: the server acknowledges every heartbeat; no word from it for the lease
+// (keep_alive_interval x keep_alive_max_attempt) means this node is cut off and already given
+// up: a fixed-size job closes with kUnavailable ("fenced"); an elastic one (min < max) gets
+// OnRestart (stop the workers) and joins again as a new node, retrying until join_timeout.
+// While reconnecting, a lease of silence fences too unless the server's address refuses
+// connections (ProbeEndpoint): a server that is down decides nothing about anyone.
+//
+// Threading: the client owns one internal LoopThread for its connection state; gRPC reactor
+// callbacks only post to it. RendezvousEvents are delivered on the agent's Executor. Join,
+// ReportGroupState and Leave may be called from any thread (normally the agent's loop). After
+// Leave() returns, or once the client is destroyed, no event reaches the agent.
+#ifndef DDPRUN_RENDEZVOUS_GRPC_RENDEZVOUS_CLIENT_H_
+#define DDPRUN_RENDEZVOUS_GRPC_RENDEZVOUS_CLIENT_H_
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/executor.h"
+#include "rendezvous/api/rendezvous.h"
+#include "rendezvous/api/run_config.h"
+#include "rendezvous/api/run_status.h"
+#include "rendezvous/grpc/security.h"
+
+namespace grpc {
+class Channel;
+}
+namespace ddprun::proto {
+class ServerMessage;
+}
+
+namespace ddprun {
+class LoopThread;
+}  // namespace ddprun
+
+namespace ddprun::rendezvous {
+
+class AgentCall;
+
+struct ClientOptions {
+  std::string endpoint;  // "host:port", "[::1]:port"
+  // Shared token (LoadToken()); empty: send none.
+  std::string token;
+  TlsClientFiles tls;
+  // Sent with the join (the first agent of a run sets the run's timeouts). keep_alive_interval
+  // also paces this client's heartbeats.
+  RunTimeouts timeouts;
+  // How long to keep trying to reach the server before giving up (torchrun's read_timeout).
+  std::chrono::milliseconds read_timeout{60000};
+  // After Leave(), how long to wait for the server to close the stream before cutting it.
+  std::chrono::milliseconds close_timeout{2000};
+  // Deadline of unary calls (QueryRunStatus).
+  std::chrono::milliseconds rpc_timeout{10000};
+};
+
+// A channel to `options.endpoint` with the client's credentials, keepalive and reconnect
+// arguments. Several clients may share one (the load generator does).
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeRendezvousChannel(const ClientOptions& options);
+
+class RendezvousClient final : public Rendezvous {
+ public:
+  // `executor` runs the RendezvousEvents callbacks and must outlive the client. `channel`:
+  // nullptr makes one from `options`.
+  RendezvousClient(ClientOptions options, Executor* executor,
+                   std::shared_ptr<grpc::Channel> channel = nullptr);
+  ~RendezvousClient() override;  // cancels the stream if still open (the server sees a loss)
+
+  RendezvousClient(const RendezvousClient&) = delete;
+  RendezvousClient& operator=(const RendezvousClient&) = delete;
+
+  // Only the first call has an effect.
+  void Join(const NodeInfo& node, RendezvousEvents* events) override;
+  void ReportGroupState(int64_t round, GroupState state,
+                        const std::optional<WorkerFailure>& failure) override;
+  void ReportProgress(const std::vector<RankProgress>& progress, bool urgent) override;
+  void ReportStep(const std::string& json) override;
+  void Leave(const std::string& reason) override;
+
+  // Cuts the stream without a leave, as a crashed agent would (tests): no reconnect, no
+  // events after it.
+  void CancelForTesting();
+
+ private:
+  // Internal loop only.
+  // A new stream with a Join; `connect_budget` bounds reaching the server (`budget_name` for
+  // the message).
+  void StartCall(std::chrono::milliseconds connect_budget, const char* budget_name);
+  // The stream broke after the join: keep the workers, reconnect and re-register.
+  void Reconnect(const std::string& why);
+  // No word from the server for the lease: stop (fixed world) or rejoin as a new node.
+  void Fence(const std::string& why);
+  void HandleServerMessage(const proto::ServerMessage& message);
+  void HandleDone(int grpc_code, const std::string& message);
+  void ScheduleHeartbeat();
+  void SendHeartbeat();  // with the latest progress
+  void Deliver(std::function<void(RendezvousEvents*)> fn);
+  void Closed(absl::Status status, std::optional<HangNotice> hang = std::nullopt);
+
+  const ClientOptions options_;
+  Executor* const executor_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<LoopThread> loop_;
+  // Set by Leave() / the destructor on the caller's thread: events already queued on the
+  // agent's executor check it before running.
+  std::shared_ptr<std::atomic<bool>> silenced_;
+
+  // Internal loop only.
+  std::unique_ptr<AgentCall> call_;
+  NodeInfo node_;
+  RendezvousEvents* events_ = nullptr;
+  bool joined_ = false;                 // the server acknowledged the join
+  bool closed_ = false;                 // OnClosed was delivered (or the agent left)
+  std::vector<RankProgress> progress_;  // the latest ReportProgress, sent with heartbeats
+  TimePoint last_heard_{};              // the server's last message (fencing)
+  int unanswered_ = 0;                  // heartbeats sent since then
+  uint64_t call_generation_ = 0;        // of call_; older calls' reactions are dropped
+  std::vector<std::unique_ptr<AgentCall>> retired_calls_;  // cancelled by a rejoin
+  std::string base_node_id_;                               // the node id of the first join
+  int rejoins_ = 0;
+  bool ever_joined_ = false;        // re-registrations carry claim_
+  bool server_embedded_ = false;    // the server lives in an agent: a broken stream is the end
+  ResumeClaim claim_;               // what this node knows of its place
+  bool reconnecting_ = false;       // the current call re-registers after a broken stream
+  TimePoint reconnect_deadline_{};  // read_timeout after the break
+  int reconnect_attempts_ = 0;
+  std::string broken_because_;  // how the stream broke, for the final message
+  std::chrono::milliseconds connect_budget_{0};
+  const char* connect_budget_name_ = "read_timeout";
+  bool timed_out_ = false;  // read_timeout cut the call
+  uint64_t read_timer_ = 0;
+  uint64_t heartbeat_timer_ = 0;
+  std::chrono::milliseconds heartbeat_interval_;  // ours, or the run's when that is shorter
+};
+
+// One Status call (for `ddprun status`), with options.rpc_timeout as its deadline.
+absl::StatusOr<RunStatus> QueryRunStatus(const ClientOptions& options, const std::string& run_id);
+
+}  // namespace ddprun::rendezvous
+
+#endif  // DDPRUN_RENDEZVOUS_GRPC_RENDEZVOUS_CLIENT_H_

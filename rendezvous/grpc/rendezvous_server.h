@@ -1,0 +1,94 @@
+// RendezvousServer: the built-in rendezvous server, embeddable (the agent hosting
+// --rdzv-endpoint) and used by the ddprun-rdzv daemon. Owns the gRPC server,
+// the event loop that owns all rendezvous state, the rendezvous service and the standard gRPC
+// health service.
+//
+// Thread-safety: all methods may be called from any thread. Shutdown() is idempotent.
+#ifndef DDPRUN_RENDEZVOUS_GRPC_RENDEZVOUS_SERVER_H_
+#define DDPRUN_RENDEZVOUS_GRPC_RENDEZVOUS_SERVER_H_
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+#include "rendezvous/http/http_endpoint.h"
+#include "rendezvous/api/run_config.h"
+#include "rendezvous/grpc/security.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace ddprun {
+class LoopThread;
+}  // namespace ddprun
+
+namespace ddprun::rendezvous {
+
+class RendezvousServiceImpl;
+
+struct ServerOptions {
+  // Address to bind. The daemon binds loopback unless told otherwise; an agent hosting the
+  // endpoint of a multi-node run binds "0.0.0.0" (or "::").
+  std::string host = "127.0.0.1";
+  int port = 0;  // 0: the kernel picks one; port() tells which
+  // Shared token; empty: no authentication (only sensible on loopback). Load it with
+  // LoadToken(), never from a command-line value.
+  std::string token;
+  TlsServerFiles tls;
+  ServerLimits limits;
+  RunTimeouts default_timeouts;  // for joins that leave a timeout at 0
+  int max_receive_message_bytes = 64 * 1024;
+  // gRPC keepalive pings to agents: a dead TCP peer is noticed even when the kernel is not.
+  std::chrono::milliseconds keepalive_time{10000};
+  std::chrono::milliseconds keepalive_timeout{5000};
+  // Hosted inside an agent: the agents are told so, and end the run when its stream breaks
+  // (nobody will start a new server on its address).
+  bool embedded = false;
+  // The HTTP side (/metrics and the status page, http_endpoint.h); off unless set. Its token is
+  // the server's.
+  std::optional<HttpOptions> http;
+};
+
+class RendezvousServer {
+ public:
+  // Binds and starts serving. Errors: kInvalidArgument for bad options or TLS files,
+  // kUnavailable when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<RendezvousServer>> Start(
+      const ServerOptions& options, const Clock* clock = SystemClock::Get());
+  ~RendezvousServer();  // Shutdown()
+
+  RendezvousServer(const RendezvousServer&) = delete;
+  RendezvousServer& operator=(const RendezvousServer&) = delete;
+
+  int port() const { return port_; }
+  // The HTTP side's port (0: off).
+  int http_port() const;
+  // "host:port" ("[::1]:port" for IPv6), with the real port.
+  std::string address() const;
+  // Stops accepting calls, ends every stream (agents see the server go away), stops the loop.
+  // Waits at most `grace` for in-flight calls.
+  void Shutdown(std::chrono::milliseconds grace = std::chrono::milliseconds(500));
+  // Blocks until Shutdown() was called (from another thread).
+  void Wait();
+
+ private:
+  RendezvousServer() = default;
+
+  std::string host_;
+  int port_ = 0;
+  std::unique_ptr<LoopThread> loop_;
+  std::unique_ptr<RendezvousServiceImpl> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<HttpEndpoint> http_;
+  absl::Mutex mu_;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace ddprun::rendezvous
+
+#endif  // DDPRUN_RENDEZVOUS_GRPC_RENDEZVOUS_SERVER_H_

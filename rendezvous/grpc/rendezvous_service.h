@@ -1,0 +1,93 @@
+// RendezvousServiceImpl: the gRPC face of ServerState (callback API). One AgentStream reactor per
+// Connect stream translates wire messages into state-machine events posted to the server's
+// LoopThread; the loop owns ServerState and the stream registry, applies the decisions by queueing
+// writes on the reactors, and wakes itself for the state machine's next deadline. Reactors never
+// block and never touch ServerState.
+//
+// Thread-safety: the gRPC entry points may run on any thread; everything else runs on `loop`.
+// Lifetime: `loop` and `clock` must outlive the service; the grpc::Server using the service must
+// be shut down (all RPCs done) before the loop is stopped and the service destroyed.
+#ifndef DDPRUN_RENDEZVOUS_GRPC_RENDEZVOUS_SERVICE_H_
+#define DDPRUN_RENDEZVOUS_GRPC_RENDEZVOUS_SERVICE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+
+#include "common/clock.h"
+#include "proto/rendezvous.grpc.pb.h"
+#include "common/loop_thread.h"
+#include "rendezvous/core/outgoing.h"
+#include "rendezvous/api/run_config.h"
+#include "rendezvous/core/server_state.h"
+
+namespace ddprun::rendezvous {
+
+class AgentStream;
+
+class RendezvousServiceImpl final : public proto::RendezvousService::CallbackService {
+ public:
+  // `token` empty: no authentication.
+  RendezvousServiceImpl(LoopThread* loop, const Clock* clock, std::string token,
+                        ServerLimits limits, RunTimeouts default_timeouts, bool embedded = false);
+  ~RendezvousServiceImpl() override;
+
+  grpc::ServerBidiReactor<proto::AgentMessage, proto::ServerMessage>* Connect(
+      grpc::CallbackServerContext* context) override;
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* context,
+                                   const proto::StatusRequest* request,
+                                   proto::StatusResponse* response) override;
+
+  // Called by AgentStream from gRPC threads; each posts to the loop.
+  // `queued` counts the stream's messages not yet handled; decremented once this one is.
+  void PostMessage(ConnId conn, proto::AgentMessage message, std::atomic<int>* queued);
+  int max_queued_messages_per_stream() const { return max_queued_; }
+  void PostStreamBroken(ConnId conn);
+  void PostStreamDone(ConnId conn);
+
+  // Ends every agent stream (after its queued writes) with UNAVAILABLE "server shutting down",
+  // so that shutdown need not wait for long-lived streams. Thread-safe; returns once done.
+  void EndAllStreams();
+
+  // The /metrics text and the status page, rendered on the loop (empty when the loop does not
+  // answer within a second: it is stopping). Any thread.
+  std::string RenderMetrics();
+  std::string RenderStatusPage(const std::string& server);
+  // Streams accepted so far (for tests and load reports).
+  uint64_t streams_accepted() const { return next_conn_.load() - 1; }
+
+ private:
+  // Loop thread only.
+  void HandleMessage(ConnId conn, const proto::AgentMessage& message);
+  void Apply(const Outbox& out);
+  void LogDecisions(const Outbox& out);  // LogInfo lines (shown when verbose)
+  void ScheduleTick();
+  void RunTick();
+
+  LoopThread* const loop_;
+  const Clock* const clock_;
+  const std::string token_;
+  const RunTimeouts default_timeouts_;
+  const bool embedded_;  // told to agents in Joined
+  const int max_queued_;
+  std::atomic<ConnId> next_conn_{1};
+  std::atomic<int> open_streams_{0};  // counted from Connect until the loop deletes the stream
+
+  // Owned by the loop thread.
+  ServerState state_;
+  struct StreamEntry {
+    AgentStream* stream = nullptr;  // owned here once registered; deleted on the loop
+    std::string peer_host;
+    LoopThread::TimerId join_timer = 0;  // closes the stream if it never joins
+    bool closed = false;                 // a Close was sent: later messages are ignored
+  };
+  std::unordered_map<ConnId, StreamEntry> streams_;
+  LoopThread::TimerId tick_timer_ = 0;
+  TimePoint tick_at_{};
+  bool tick_scheduling_posted_ = false;
+};
+
+}  // namespace ddprun::rendezvous
+
+#endif  // DDPRUN_RENDEZVOUS_GRPC_RENDEZVOUS_SERVICE_H_

@@ -1,0 +1,43 @@
+// Rendezvous security over gRPC: the shared token checked on a call (rendezvous/auth/token.h)
+// and TLS credentials for the server and the client. TLS is optional; with a client CA file the
+// server requires client certificates (mTLS).
+#ifndef DDPRUN_RENDEZVOUS_GRPC_SECURITY_H_
+#define DDPRUN_RENDEZVOUS_GRPC_SECURITY_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_context.h"
+#include "rendezvous/auth/token.h"
+
+namespace ddprun::rendezvous {
+
+// True when `token` is empty (authentication off) or the call carries it.
+bool CallHasToken(const grpc::ServerContextBase& context, absl::string_view token);
+
+struct TlsServerFiles {
+  std::string cert_file;       // PEM certificate chain; empty: plaintext
+  std::string key_file;        // PEM private key
+  std::string client_ca_file;  // PEM CA bundle; set: clients must present a certificate
+};
+
+struct TlsClientFiles {
+  std::string ca_file;    // PEM roots to verify the server; empty with no cert: plaintext
+  std::string cert_file;  // client certificate for mutual TLS
+  std::string key_file;
+  std::string server_name_override;  // for certificates that name another host (tests)
+  bool enabled() const { return !ca_file.empty() || !cert_file.empty(); }
+};
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(
+    const TlsServerFiles& tls);
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
+    const TlsClientFiles& tls);
+
+}  // namespace ddprun::rendezvous
+
+#endif  // DDPRUN_RENDEZVOUS_GRPC_SECURITY_H_

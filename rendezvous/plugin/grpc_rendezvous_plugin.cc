@@ -1,0 +1,285 @@
+// The gRPC rendezvous plugin (libddprun_grpc.so): the built-in server and client behind
+// grpc_rendezvous_plugin.h. Loaded by ddprun only for c10d jobs and `ddprun status`.
+#include "rendezvous/api/grpc_rendezvous_plugin.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "common/log.h"
+#include "common/strings.h"
+#include "rendezvous/etcd/etcd_rendezvous.h"
+#include "rendezvous/etcd/etcd_status.h"
+#include "rendezvous/grpc/rendezvous_client.h"
+#include "rendezvous/grpc/rendezvous_server.h"
+#include "rendezvous/grpc/security.h"
+
+namespace ddprun::launcher {
+namespace {
+
+// Whether something on this host already listens on `port` (another agent of the job, or
+// ddprun-rdzv): then this agent joins that server instead of starting its own. Asked before
+// starting gRPC, whose failed bind would log an error.
+bool PortInUse(const std::string& host, int port) {
+  // Bind the wildcard of the family the server would bind (see Create), without SO_REUSEADDR:
+  // any listener on that port, on any address of this family, makes it fail.
+  const bool v6 = host.find(':') != std::string::npos;
+  const int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  int rc;
+  if (v6) {
+    sockaddr_in6 addr{};
+    addr.sin6_family = AF_INET6;
+    addr.sin6_addr = in6addr_any;
+    addr.sin6_port = htons(static_cast<uint16_t>(port));
+    rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  } else {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    rc = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  }
+  const bool in_use = rc != 0 && errno == EADDRINUSE;
+  close(fd);
+  return in_use;
+}
+
+absl::StatusOr<rendezvous::ClientOptions> ClientOptionsFor(const C10dSettings& s) {
+  rendezvous::ClientOptions c;
+  c.endpoint = FormatHostPort(s.endpoint_host, s.endpoint_port);
+  auto token = rendezvous::LoadToken(s.token_file);
+  if (!token.ok()) return token.status();
+  c.token = *token;
+  c.tls.ca_file = s.tls_ca;
+  c.tls.server_name_override = s.tls_server_name;
+  if (!s.tls_client_ca.empty()) {  // the server wants client certificates: present ours
+    c.tls.cert_file = s.tls_cert;
+    c.tls.key_file = s.tls_key;
+  }
+  c.timeouts = s.timeouts;
+  c.read_timeout = s.read_timeout;
+  c.rpc_timeout = s.rpc_timeout;
+  if (s.close_timeout) c.close_timeout = *s.close_timeout;
+  return c;
+}
+
+class GrpcRendezvousImpl final : public GrpcRendezvous {
+ public:
+  GrpcRendezvousImpl(std::unique_ptr<rendezvous::RendezvousServer> server,
+                     rendezvous::ClientOptions options, Executor* executor)
+      : server_(std::move(server)),
+        options_(std::move(options)),
+        client_(std::make_unique<rendezvous::RendezvousClient>(options_, executor)) {}
+
+  ~GrpcRendezvousImpl() override {
+    client_.reset();  // the stream ends before the server goes
+    server_.reset();
+  }
+
+  void Join(const rendezvous::NodeInfo& node, rendezvous::RendezvousEvents* events) override {
+    client_->Join(node, events);
+  }
+  void ReportGroupState(int64_t round, rendezvous::GroupState state,
+                        const std::optional<rendezvous::WorkerFailure>& failure) override {
+    client_->ReportGroupState(round, state, failure);
+  }
+  void ReportProgress(const std::vector<rendezvous::RankProgress>& progress, bool urgent) override {
+    client_->ReportProgress(progress, urgent);
+  }
+  void ReportStep(const std::string& json) override { client_->ReportStep(json); }
+  void Leave(const std::string& reason) override { client_->Leave(reason); }
+
+  bool hosting() const override { return server_ != nullptr; }
+
+  int OtherAgents(const std::string& run_id) override {
+    if (server_ == nullptr) return 0;
+    rendezvous::ClientOptions query = options_;
+    query.rpc_timeout = std::chrono::milliseconds(1000);
+    auto status = rendezvous::QueryRunStatus(query, run_id);
+    if (!status.ok() || status->phase == rendezvous::RunPhase::kClosed) return 0;
+    return static_cast<int>(status->members.size());  // after our own leave: the others
+  }
+
+ private:
+  std::unique_ptr<rendezvous::RendezvousServer> server_;
+  const rendezvous::ClientOptions options_;
+  std::unique_ptr<rendezvous::RendezvousClient> client_;
+};
+
+// The run as the JSON object of `ddprun status --json` (status_command.h).
+std::string RunStatusJson(const rendezvous::RunStatus& status) {
+  nlohmann::ordered_json j;
+  j["version"] = 1;
+  j["run_id"] = status.run_id;
+  j["phase"] = rendezvous::RunPhaseName(status.phase);
+  j["round"] = status.round;
+  j["min_nodes"] = status.min_nodes;
+  j["max_nodes"] = status.max_nodes;
+  j["restarts_used"] = status.restarts_used;
+  j["max_restarts"] = status.max_restarts;
+  j["close_message"] = status.close_message;
+  j["members"] = nlohmann::ordered_json::array();
+  for (const auto& m : status.members) {
+    nlohmann::ordered_json member;
+    member["node_id"] = m.node_id;
+    member["hostname"] = m.hostname;
+    member["addr"] = m.addr;
+    member["group_rank"] = m.group_rank;
+    member["state"] = m.state;
+    member["nproc_per_node"] = m.nproc_per_node;
+    j["members"].push_back(std::move(member));
+  }
+  return j.dump();
+}
+
+// The etcd backend behind the plugin's interface: it never hosts anything.
+class EtcdRendezvousImpl final : public GrpcRendezvous {
+ public:
+  explicit EtcdRendezvousImpl(std::unique_ptr<rendezvous::EtcdRendezvous> impl)
+      : impl_(std::move(impl)) {}
+  void Join(const rendezvous::NodeInfo& node, rendezvous::RendezvousEvents* events) override {
+    impl_->Join(node, events);
+  }
+  void ReportGroupState(int64_t round, rendezvous::GroupState state,
+                        const std::optional<rendezvous::WorkerFailure>& failure) override {
+    impl_->ReportGroupState(round, state, failure);
+  }
+  void ReportProgress(const std::vector<rendezvous::RankProgress>& progress, bool urgent) override {
+    impl_->ReportProgress(progress, urgent);
+  }
+  void Leave(const std::string& reason) override { impl_->Leave(reason); }
+  bool hosting() const override { return false; }
+  int OtherAgents(const std::string&) override { return 0; }
+
+ private:
+  std::unique_ptr<rendezvous::EtcdRendezvous> impl_;
+};
+
+// The etcd password: from a file (first line) or $DDPRUN_ETCD_PASSWORD, never the command line.
+absl::StatusOr<std::string> LoadEtcdPassword(const std::string& file) {
+  if (file.empty()) {
+    const char* env = std::getenv("DDPRUN_ETCD_PASSWORD");
+    if (env == nullptr || *env == '\0') {
+      return absl::InvalidArgumentError(
+          "--rdzv-conf etcd_user needs a password: set DDPRUN_ETCD_PASSWORD or --rdzv-conf "
+          "etcd_password_file=FILE");
+    }
+    return std::string(env);
+  }
+  std::ifstream in(file);
+  std::string line;
+  if (!in || !std::getline(in, line) || line.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rdzv-conf etcd_password_file=", file, ": cannot read a password from it"));
+  }
+  while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
+  return line;
+}
+
+absl::StatusOr<rendezvous::EtcdRendezvousOptions> EtcdOptionsFor(const EtcdSettings& s) {
+  rendezvous::EtcdRendezvousOptions o;
+  o.etcd.endpoints = s.endpoints;
+  o.etcd.user = s.user;
+  if (!s.user.empty()) {
+    auto password = LoadEtcdPassword(s.password_file);
+    if (!password.ok()) return password.status();
+    o.etcd.password = *password;
+  }
+  o.etcd.tls.ca_file = s.tls_ca;
+  o.etcd.tls.cert_file = s.tls_cert;
+  o.etcd.tls.key_file = s.tls_key;
+  o.etcd.tls.server_name_override = s.tls_server_name;
+  o.prefix = s.prefix;
+  o.timeouts = s.timeouts;
+  o.read_timeout = s.read_timeout;
+  if (s.close_timeout) o.close_timeout = *s.close_timeout;
+  return o;
+}
+
+class PluginImpl final : public GrpcRendezvousPlugin {
+ public:
+  void SetVerbose(bool verbose) override { ::ddprun::SetVerbose(verbose); }
+  absl::StatusOr<std::string> QueryEtcdRun(const EtcdSettings& s,
+                                           const std::string& run_id) override {
+    auto o = EtcdOptionsFor(s);
+    if (!o.ok()) return o.status();
+    auto client = rendezvous::EtcdClient::Create(o->etcd);
+    if (!client.ok()) return client.status();
+    auto status = rendezvous::QueryEtcdRunStatus(client->get(), o->prefix, run_id,
+                                                 std::chrono::milliseconds(10000));
+    if (!status.ok()) return status.status();
+    return RunStatusJson(*status);
+  }
+
+  absl::StatusOr<std::unique_ptr<GrpcRendezvous>> CreateEtcd(const EtcdSettings& s,
+                                                             Executor* executor) override {
+    auto o = EtcdOptionsFor(s);
+    if (!o.ok()) return o.status();
+    auto impl = rendezvous::EtcdRendezvous::Create(*std::move(o), executor);
+    if (!impl.ok()) return impl.status();
+    return std::unique_ptr<GrpcRendezvous>(new EtcdRendezvousImpl(*std::move(impl)));
+  }
+
+  absl::StatusOr<std::unique_ptr<GrpcRendezvous>> Create(const C10dSettings& s,
+                                                         Executor* executor) override {
+    auto client = ClientOptionsFor(s);
+    if (!client.ok()) return client.status();
+    std::unique_ptr<rendezvous::RendezvousServer> server;
+    if (s.host_here && (s.must_host || !PortInUse(s.endpoint_host, s.endpoint_port))) {
+      rendezvous::ServerOptions o;
+      o.host = s.endpoint_host.find(':') != std::string::npos ? "::" : "0.0.0.0";
+      o.port = s.endpoint_port;
+      o.token = client->token;
+      o.tls.cert_file = s.tls_cert;
+      o.tls.key_file = s.tls_key;
+      o.tls.client_ca_file = s.tls_client_ca;
+      o.default_timeouts = s.timeouts;
+      o.embedded = true;
+      if (s.http_port.has_value()) {
+        rendezvous::HttpOptions http;
+        http.host = s.http_host;
+        http.port = *s.http_port;
+        o.http = http;
+      }
+      auto started = rendezvous::RendezvousServer::Start(o);
+      if (started.ok()) {
+        server = std::move(*started);
+        LogInfo(absl::StrCat("hosting the rendezvous on ", server->address()));
+        if (server->http_port() > 0) {
+          LogInfo(absl::StrCat("serving /metrics and the status page on ",
+                               FormatHostPort(s.http_host, server->http_port())));
+        }
+      } else if (s.must_host || started.status().code() != absl::StatusCode::kUnavailable) {
+        return started.status();
+      }
+      // else: another process took the port between the check and the bind: join it.
+    }
+    return std::unique_ptr<GrpcRendezvous>(
+        new GrpcRendezvousImpl(std::move(server), *std::move(client), executor));
+  }
+
+  absl::StatusOr<std::string> QueryRun(const C10dSettings& s, const std::string& run_id) override {
+    auto client = ClientOptionsFor(s);
+    if (!client.ok()) return client.status();
+    auto status = rendezvous::QueryRunStatus(*client, run_id);
+    if (!status.ok()) return status.status();
+    return RunStatusJson(*status);
+  }
+};
+
+}  // namespace
+}  // namespace ddprun::launcher
+
+extern "C" __attribute__((visibility("default"))) ddprun::launcher::GrpcRendezvousPlugin*
+DdprunGrpcRendezvousPlugin() {
+  static auto* plugin = new ddprun::launcher::PluginImpl();
+  return plugin;
+}

@@ -1,0 +1,117 @@
+#include "launcher/agent/run_timeline.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+namespace ddprun::launcher {
+namespace {
+
+using std::chrono::milliseconds;
+
+class RunTimelineTest : public ::testing::Test {
+ protected:
+  // Adds a step `ms` after the start; returns its JSON.
+  nlohmann::json At(int ms, StepEvent e) {
+    e.when = start_ + milliseconds(ms);
+    e.unix_ms = 1'700'000'000'000 + ms;
+    return nlohmann::json::parse(timeline_.Add(e));
+  }
+  static StepEvent Round(int64_t round, int world, int restarts) {
+    StepEvent e{Step::kRoundComplete};
+    e.round = round;
+    e.world_size = world;
+    e.group_rank = 0;
+    e.restart_count = restarts;
+    return e;
+  }
+  static StepEvent Failure(const char* cause, int rank, const std::string& host,
+                           const std::string& detail) {
+    StepEvent e{Step::kFailureDetected};
+    e.cause = cause;
+    e.rank = rank;
+    e.host = host;
+    e.detail = detail;
+    return e;
+  }
+  static StepEvent Started(int64_t round, int workers, int restarts) {
+    StepEvent e{Step::kWorkersStarted};
+    e.round = round;
+    e.workers = workers;
+    e.restart_count = restarts;
+    return e;
+  }
+  TimePoint start_ = std::chrono::steady_clock::now();
+  RunTimeline timeline_{"job7", "n1"};
+};
+
+TEST_F(RunTimelineTest, EachStepIsOneJsonObjectWithTheRunAndNode) {
+  const nlohmann::json j = At(0, Round(3, 8, 1));
+  EXPECT_EQ(j["ts_ms"], 1'700'000'000'000);
+  EXPECT_EQ(j["run_id"], "job7");
+  EXPECT_EQ(j["node"], "n1");
+  EXPECT_EQ(j["step"], "round_complete");
+  EXPECT_EQ(j["round"], 3);
+  EXPECT_EQ(j["world_size"], 8);
+  EXPECT_FALSE(j.contains("cause")) << "unset fields are left out";
+}
+
+TEST_F(RunTimelineTest, ARestartReadsAsOneLineFromItsFailure) {
+  At(0, StepEvent{Step::kJoining});
+  At(5, Round(1, 4, 0));
+  At(6, Started(1, 2, 0));
+  EXPECT_EQ(timeline_.CycleLine(), std::nullopt) << "the first start is no restart";
+  At(1000, Failure(kCauseWorkerExit, 5, "n2", "exited 1"));
+  At(1001, StepEvent{Step::kStopBegun});
+  At(1005, Failure(kCauseRemoteFailure, -1, "", ""));  // a later consequence, not the cause
+  At(1011, StepEvent{Step::kStopFinished});
+  At(1024, Round(2, 4, 1));
+  At(1031, Started(2, 2, 1));
+  EXPECT_EQ(timeline_.CycleLine(),
+            "restart 1: rank 5 on n2 exited 1 -> all stopped +11 ms -> round 2 complete +24 ms "
+            "-> 2 workers running +31 ms");
+}
+
+TEST_F(RunTimelineTest, AHangCycleShowsTheStacksAndAScaleUpIsNamedByItsRound) {
+  At(0, Started(1, 2, 0));
+  At(3000, Failure(kCauseHang, 0, "n1", "hung (no progress for 3.0 s)"));
+  At(3100, StepEvent{Step::kStacksTaken});
+  At(3150, StepEvent{Step::kStopFinished});
+  At(3160, Round(2, 2, 1));
+  At(3170, Started(2, 2, 1));
+  EXPECT_EQ(timeline_.CycleLine(),
+            "restart 1: rank 0 on n1 hung (no progress for 3.0 s) -> stacks taken +100 ms -> "
+            "all stopped +150 ms -> round 2 complete +160 ms -> 2 workers running +170 ms");
+  const std::string joined = "node n3_1_ab (n3) joined";
+  At(5000, Failure(CauseOfRestart(joined, false).c_str(), -1, "", joined));
+  At(5010, StepEvent{Step::kStopFinished});
+  At(5020, Round(3, 3, 1));
+  At(5030, Started(3, 2, 1));
+  EXPECT_EQ(timeline_.CycleLine(),
+            "round 3: node n3_1_ab (n3) joined -> all stopped +10 ms -> round 3 complete +20 ms "
+            "-> 2 workers running +30 ms");
+}
+
+// The causes of the rendezvous server's restart reasons (rendezvous/core/run_state.cc's wording).
+TEST(CauseOfRestartTest, NamesTheServersReasons) {
+  EXPECT_EQ(CauseOfRestart("worker failure on n2: rank 3 (local_rank 1, pid 9) exited with code "
+                           "1",
+                           false),
+            kCauseRemoteFailure);
+  EXPECT_EQ(CauseOfRestart("worker hang on n2: rank 3 (local_rank 1, pid 9) hung", true),
+            kCauseHang);
+  EXPECT_EQ(CauseOfRestart("node n3_1_ab (n3) was lost: no heartbeat within the lease", false),
+            kCauseNodeLostLease);
+  EXPECT_EQ(CauseOfRestart("node n3_1_ab (n3) was lost: its connection broke", false),
+            kCauseNodeLostStream);
+  EXPECT_EQ(CauseOfRestart("group rank 1 of round 4 did not re-register within 3000 ms after "
+                           "the rendezvous server restarted",
+                           false),
+            kCauseNodeLostLease);
+  EXPECT_EQ(CauseOfRestart("node n3_1_ab (n3) joined", false), kCauseNodeJoined);
+  EXPECT_EQ(CauseOfRestart("node n3_1_ab (n3) left: SIGTERM", false), kCauseNodeLeft);
+}
+
+}  // namespace
+}  // namespace ddprun::launcher

@@ -1,0 +1,352 @@
+#include "launcher/config/cli.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include "tests/testing/test_env.h"
+
+namespace ddprun::launcher {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+class CliTest : public ::testing::Test {
+ protected:
+  CliTest() {
+    script_ = dir_.File("train.py");
+    testing::WriteFile(script_, "print('hi')\n");
+    host_.cpu_count = 8;
+    host_.gpu_count = 0;
+    host_.hostname = "node0";
+    env_["PATH"] = "/usr/bin:/bin";
+  }
+
+  absl::StatusOr<LaunchOptions> Parse(std::vector<std::string> args) {
+    auto r = ParseCommandLine(args, env_, host_);
+    if (!r.ok()) return r.status();
+    return r->options;
+  }
+
+  std::string Error(std::vector<std::string> args) {
+    auto r = ParseCommandLine(args, env_, host_);
+    EXPECT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    return std::string(r.status().message());
+  }
+
+  testing::TempDir dir_;
+  std::string script_;
+  Environment env_;
+  HostInfo host_;
+};
+
+TEST_F(CliTest, LaunchStyleFlags) {
+  auto o = Parse({"--use_env", "--local_rank_arg=local_rank", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->use_env);
+  EXPECT_EQ(o->local_rank_arg, "local_rank");
+  env_["PET_LOCAL_RANK_ARG"] = "local-rank";
+  o = Parse({script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->local_rank_arg, "local-rank");
+  EXPECT_EQ(Error({"--local-rank-arg=rank", script_}),
+            "--local-rank-arg=rank: expected local_rank (--local_rank=N) or local-rank "
+            "(--local-rank=N)");
+}
+
+// The flags of this version, each from the command line, its PET_ variable and a YAML key.
+TEST_F(CliTest, NumaBindingEventLogHandlerAndWorkerTtyFromEverySource) {
+  auto o = Parse(
+      {"--numa-binding=exclusive", "--event_log_handler=console", "--no-worker-tty", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->numa_binding, NumaMode::kExclusive);
+  EXPECT_EQ(o->event_log_handler, "console");
+  EXPECT_FALSE(o->worker_tty);
+  o = Parse({script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_FALSE(o->numa_binding.has_value()) << "off by default";
+  EXPECT_EQ(o->event_log_handler, "null");
+  EXPECT_TRUE(o->worker_tty);
+
+  env_["PET_NUMA_BINDING"] = "core-complex";
+  env_["PET_EVENT_LOG_HANDLER"] = "console";
+  env_["PET_NO_WORKER_TTY"] = "1";
+  o = Parse({script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->numa_binding, NumaMode::kCoreComplex);
+  EXPECT_EQ(o->event_log_handler, "console");
+  EXPECT_FALSE(o->worker_tty);
+  env_.erase("PET_NUMA_BINDING");
+  env_.erase("PET_EVENT_LOG_HANDLER");
+  env_.erase("PET_NO_WORKER_TTY");
+
+  const std::string yaml = dir_.File("job.yaml");
+  testing::WriteFile(yaml, "numa_binding: socket\nevent-log-handler: console\n");
+  o = Parse({"--config=" + yaml, script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->numa_binding, NumaMode::kSocket);
+  EXPECT_EQ(o->event_log_handler, "console");
+
+  EXPECT_EQ(Error({"--numa-binding=numa", script_}),
+            "--numa-binding=numa: must be node, socket, exclusive or core-complex");
+  env_["PET_EVENT_LOG_HANDLER"] = "file";
+  EXPECT_EQ(Error({script_}), "PET_EVENT_LOG_HANDLER=file: must be null or console");
+}
+
+TEST_F(CliTest, PreloadFromEverySourceAndItsErrors) {
+  auto o = Parse({"--preload=torch, numpy ,torch.distributed", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->preload, (std::vector<std::string>{"torch", "numpy", "torch.distributed"}));
+  o = Parse({script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->preload.empty()) << "off by default";
+  o = Parse({"-m", "pkg.train", "--preload=torch"});  // after the module: the module's own
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_TRUE(o->preload.empty());
+  o = Parse({"--preload=torch", "-m", "pkg.train"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->preload, std::vector<std::string>{"torch"});
+
+  env_["PET_PRELOAD"] = "transformers";
+  o = Parse({script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->preload, std::vector<std::string>{"transformers"});
+  env_.erase("PET_PRELOAD");
+  const std::string yaml = dir_.File("job.yaml");
+  testing::WriteFile(yaml, "preload: [torch, numpy]\n");
+  o = Parse({"--config=" + yaml, script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->preload, (std::vector<std::string>{"torch", "numpy"}));
+
+  EXPECT_EQ(Error({"--preload=torch,9lives", script_}),
+            "--preload=torch,9lives: '9lives' is not a Python module name");
+  EXPECT_EQ(Error({"--preload=torch.", script_}),
+            "--preload=torch.: 'torch.' is not a Python module name");
+  EXPECT_EQ(Error({"--preload=torch", "--no-python", "/bin/true"}),
+            "--preload=torch: preloads Python modules for a Python script or -m module, not a "
+            "--no-python program");
+  env_["PET_PRELOAD"] = "torch";
+  EXPECT_EQ(Error({"--no-python", "/bin/true"}),
+            "PET_PRELOAD=torch: preloads Python modules for a Python script or -m module, not a "
+            "--no-python program");
+}
+
+TEST_F(CliTest, ShutdownTimeoutIsStopTimeoutAndItsVariableTheWeakestSource) {
+  env_["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "4";
+  auto o = Parse({script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->stop_timeout, std::chrono::milliseconds(4000));
+  o = Parse({"--shutdown-timeout=2.5", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->stop_timeout, std::chrono::milliseconds(2500));
+  o = Parse({"--stop_timeout=7", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->stop_timeout, std::chrono::milliseconds(7000));
+  env_["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "soon";
+  EXPECT_THAT(Error({script_}), HasSubstr("TORCH_ELASTIC_SHUTDOWN_TIMEOUT=soon"));
+}
+
+TEST_F(CliTest, VirtualLocalRankTakesOneVisibleGpuPerWorker) {
+  auto o = Parse({"--virtual-local-rank", "--nproc-per-node=3", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->virtual_gpus, (std::vector<std::string>{"0", "1", "2"}));
+  env_["CUDA_VISIBLE_DEVICES"] = "4,6,7";
+  o = Parse({"--virtual-local-rank", "--nproc-per-node=2", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->virtual_gpus, (std::vector<std::string>{"4", "6", "7"}));
+  EXPECT_EQ(Error({"--virtual-local-rank", "--nproc-per-node=4", script_}),
+            "--virtual-local-rank: CUDA_VISIBLE_DEVICES=4,6,7 lists 3 GPU(s) for 4 workers "
+            "(--nproc-per-node); each worker needs one of its own");
+  o = Parse({"--signals-to-handle=SIGTERM,SIGUSR1", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->signals_to_handle, "SIGTERM,SIGUSR1");
+}
+
+TEST_F(CliTest, LogLinePrefixTemplateKnowsFourMacros) {
+  auto o = Parse(
+      {"--log-line-prefix-template=[${hostname} $rank ${local_rank} ${role_name}]$$", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->log_line_prefix_template, "[${hostname} $rank ${local_rank} ${role_name}]$$");
+  env_["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "${rank}| ";
+  o = Parse({script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->log_line_prefix_template, "${rank}| ");
+  EXPECT_EQ(Error({"--log-line-prefix-template=[${node}]", script_}),
+            "--log-line-prefix-template=[${node}]: unknown macro ${node} (known: ${role_name}, "
+            "${rank}, ${local_rank}, ${hostname})");
+  env_["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = "$host ";
+  EXPECT_THAT(Error({script_}), HasSubstr("TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=$host : unknown"));
+}
+
+TEST_F(CliTest, DefaultsMatchTorchrun) {
+  auto o = Parse({script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->min_nodes, 1);
+  EXPECT_EQ(o->max_nodes, 1);
+  EXPECT_EQ(o->nproc_per_node, 1);
+  EXPECT_EQ(o->rdzv_backend, "static");
+  EXPECT_EQ(o->rdzv_id, "none");
+  EXPECT_EQ(o->master_addr, "127.0.0.1");
+  EXPECT_EQ(o->master_port, 29500);
+  EXPECT_EQ(o->max_restarts, 0);
+  EXPECT_EQ(o->role, "default");
+  EXPECT_EQ(o->node_rank, 0);
+  EXPECT_EQ(o->entrypoint_kind, EntrypointKind::kPythonScript);
+}
+
+TEST_F(CliTest, BothSpellingsAndEqualsOrSpace) {
+  auto a = Parse({"--nproc-per-node=3", "--max_restarts", "4", "--rdzv_backend=c10d",
+                  "--rdzv-endpoint", "host:29400", "--nnodes=1:4", "--rdzv_id=job7", script_});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->nproc_per_node, 3);
+  EXPECT_EQ(a->max_restarts, 4);
+  EXPECT_EQ(a->rdzv_backend, "c10d");
+  EXPECT_EQ(a->rdzv_endpoint, "host:29400");
+  EXPECT_EQ(a->min_nodes, 1);
+  EXPECT_EQ(a->max_nodes, 4);
+  EXPECT_EQ(a->rdzv_id, "job7");
+  auto b = Parse({"--nproc_per_node", "3", script_});
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->nproc_per_node, 3);
+}
+
+TEST_F(CliTest, ScriptArgumentsPassUntouched) {
+  auto o = Parse({"--nproc-per-node=2", script_, "--nproc-per-node=5", "--lr", "3", "-m", "x"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->nproc_per_node, 2);
+  EXPECT_EQ(o->entrypoint, script_);
+  EXPECT_THAT(o->entrypoint_args, ElementsAre("--nproc-per-node=5", "--lr", "3", "-m", "x"));
+}
+
+TEST_F(CliTest, ModuleAndNoPython) {
+  auto m = Parse({"-m", "my.pkg.train", "--epochs", "2"});
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->entrypoint_kind, EntrypointKind::kPythonModule);
+  EXPECT_EQ(m->entrypoint, "my.pkg.train");
+  EXPECT_THAT(m->entrypoint_args, ElementsAre("--epochs", "2"));
+  auto n = Parse({"--no-python", "true", "x"});
+  ASSERT_TRUE(n.ok()) << n.status();
+  EXPECT_EQ(n->entrypoint_kind, EntrypointKind::kBinary);
+  EXPECT_THAT(Error({"--no-python", "-m", "x"}), HasSubstr("cannot be used together"));
+}
+
+TEST_F(CliTest, NprocPerNodeKinds) {
+  EXPECT_EQ(Parse({"--nproc-per-node=cpu", script_})->nproc_per_node, 8);
+  EXPECT_EQ(Parse({"--nproc-per-node=auto", script_})->nproc_per_node, 8);
+  EXPECT_THAT(Error({"--nproc-per-node=gpu", script_}), HasSubstr("no GPU"));
+  host_.gpu_count = 4;
+  EXPECT_EQ(Parse({"--nproc-per-node=gpu", script_})->nproc_per_node, 4);
+  EXPECT_EQ(Parse({"--nproc-per-node=auto", script_})->nproc_per_node, 4);
+}
+
+TEST_F(CliTest, BadInputNamesTheFlagAndValue) {
+  EXPECT_EQ(Error({"--nnodes=3:2", script_}), "--nnodes=3:2: MIN (3) is greater than MAX (2)");
+  EXPECT_THAT(Error({"--nnodes=abc", script_}), HasSubstr("--nnodes=abc"));
+  EXPECT_THAT(Error({"--nnodes=0", script_}), HasSubstr("--nnodes=0"));
+  EXPECT_THAT(Error({"--nproc-per-node=0", script_}), HasSubstr("--nproc-per-node=0"));
+  EXPECT_THAT(Error({"--nproc-per-node=-2", script_}), HasSubstr("--nproc-per-node=-2"));
+  EXPECT_THAT(Error({"--nproc-per-node=lots", script_}), HasSubstr("--nproc-per-node=lots"));
+  EXPECT_THAT(Error({"--frobnicate=1", script_}), HasSubstr("unknown flag --frobnicate"));
+  EXPECT_THAT(Error({"--master-port=0", script_}), HasSubstr("--master-port=0"));
+  EXPECT_THAT(Error({"--master-port=70000", script_}), HasSubstr("1..65535"));
+  EXPECT_THAT(Error({"--rdzv-endpoint=host:99999", script_}), HasSubstr("1..65535"));
+  EXPECT_THAT(Error({"--max-restarts=-1", script_}), HasSubstr("--max-restarts=-1"));
+  EXPECT_THAT(Error({"--rdzv-backend=zookeeper", script_}), HasSubstr("zookeeper"));
+  EXPECT_THAT(Error({"--tee=7", script_}), HasSubstr("--tee=7"));
+  EXPECT_THAT(Error({"--signals-to-handle=SIGNOPE", script_}), HasSubstr("SIGNOPE"));
+  EXPECT_THAT(Error({dir_.File("missing.py")}), HasSubstr("missing.py: no such file"));
+  EXPECT_THAT(Error({"--no-python", "definitely-not-a-program-xyz"}),
+              HasSubstr("definitely-not-a-program-xyz: not found in PATH"));
+  const std::string not_exec = dir_.File("data.txt");
+  testing::WriteFile(not_exec, "x", 0644);
+  EXPECT_THAT(Error({"--no-python", not_exec}), HasSubstr("not executable"));
+  EXPECT_THAT(Error({}), HasSubstr("missing the training script"));
+  EXPECT_THAT(Error({"--standalone", "--nnodes=2", script_}), HasSubstr("--standalone"));
+  EXPECT_THAT(Error({"--nnodes=1:2", script_}), HasSubstr("static rendezvous"));
+  EXPECT_THAT(Error({"--nnodes=2", "--node-rank=2", script_}), HasSubstr("--node-rank=2"));
+}
+
+TEST_F(CliTest, PetEnvironmentDefaultsAreOverriddenByFlags) {
+  env_["PET_NPROC_PER_NODE"] = "6";
+  env_["PET_MAX_RESTARTS"] = "2";
+  auto o = Parse({"--max-restarts=5", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->nproc_per_node, 6);
+  EXPECT_EQ(o->max_restarts, 5);
+  env_["PET_NNODES"] = "x";
+  EXPECT_THAT(Error({script_}), HasSubstr("PET_NNODES=x"));
+}
+
+TEST_F(CliTest, YamlConfigWithCommandLineWinning) {
+  const std::string cfg = dir_.File("job.yaml");
+  testing::WriteFile(cfg,
+                     "nproc-per-node: 4\n"
+                     "max_restarts: 3\n"
+                     "rdzv-conf: {join_timeout: 60, is_host: true}\n"
+                     "local-ranks-filter: [0, 2]\n"
+                     "tee: 3\n"
+                     "script: " +
+                         script_ +
+                         "\n"
+                         "script-args: [--epochs, \"2\"]\n");
+  auto o = Parse({"--config", cfg, "--max-restarts=1"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->nproc_per_node, 4);
+  EXPECT_EQ(o->max_restarts, 1);
+  EXPECT_EQ(o->rdzv_conf.at("join_timeout"), "60");
+  EXPECT_EQ(o->rdzv_conf.at("is_host"), "true");
+  EXPECT_THAT(o->local_ranks_filter, ElementsAre(0, 2));
+  EXPECT_EQ(o->tee.all, 3);
+  EXPECT_EQ(o->entrypoint, script_);
+  EXPECT_THAT(o->entrypoint_args, ElementsAre("--epochs", "2"));
+}
+
+TEST_F(CliTest, YamlErrorsNameFileAndLine) {
+  const std::string cfg = dir_.File("bad.yaml");
+  testing::WriteFile(cfg, "nnodes: 1\nnproc-per-node: [1, 2\n");
+  EXPECT_THAT(Error({"--config", cfg, script_}), HasSubstr(cfg + ":"));
+  testing::WriteFile(cfg, "nnodes: 1\n\nnprocs: 2\n");
+  EXPECT_EQ(Error({"--config", cfg, script_}), cfg + ":3: unknown key 'nprocs'");
+  testing::WriteFile(cfg, "nnodes: 1\nnnodes: 5:2\n");
+  EXPECT_THAT(Error({"--config", cfg, script_}), HasSubstr(cfg + ":2: nnodes=5:2"));
+  EXPECT_THAT(Error({"--config", dir_.File("none.yaml"), script_}), HasSubstr("none.yaml"));
+}
+
+TEST_F(CliTest, StdSpecs) {
+  auto all = ParseStdSpec("--tee", "3");
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->For(5), 3);
+  auto per = ParseStdSpec("--tee", "0:1,1:2");
+  ASSERT_TRUE(per.ok());
+  EXPECT_EQ(per->For(0), 1);
+  EXPECT_EQ(per->For(1), 2);
+  EXPECT_EQ(per->For(2), 0);
+  EXPECT_FALSE(ParseStdSpec("--tee", "0:9").ok());
+  EXPECT_FALSE(ParseStdSpec("--tee", "a").ok());
+}
+
+TEST_F(CliTest, SignalsToHandle) {
+  auto o = Parse({"--signals-to-handle=SIGTERM,SIGUSR1,USR2", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_THAT(o->extra_signals, ElementsAre(SIGUSR1, SIGUSR2));
+  EXPECT_EQ(SignalFromName("SIGKILL"), SIGKILL);
+  EXPECT_EQ(SignalFromName("term"), SIGTERM);
+  EXPECT_EQ(SignalFromName("15"), 15);
+  EXPECT_EQ(SignalFromName("SIGWHAT"), 0);
+}
+
+TEST_F(CliTest, HelpAndVersion) {
+  auto h = ParseCommandLine({"--help"}, env_, host_);
+  ASSERT_TRUE(h.ok());
+  EXPECT_TRUE(h->exit_now);
+  EXPECT_THAT(h->text, HasSubstr("--nproc-per-node, --nproc_per_node"));
+  EXPECT_THAT(h->text, HasSubstr("--rdzv-conf"));
+  auto v = ParseCommandLine({"--version"}, env_, host_);
+  ASSERT_TRUE(v.ok());
+  EXPECT_THAT(v->text, HasSubstr("ddprun "));
+}
+
+}  // namespace
+}  // namespace ddprun::launcher

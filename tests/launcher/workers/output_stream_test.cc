@@ -1,0 +1,114 @@
+#include "launcher/workers/output_stream.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+namespace ddprun::launcher {
+namespace {
+
+// Captures what an OutputStream writes to its console fd through a pipe.
+class Pipe {
+ public:
+  Pipe() { EXPECT_EQ(pipe(fds_), 0); }
+  ~Pipe() {
+    close(fds_[0]);
+    if (fds_[1] >= 0) close(fds_[1]);
+  }
+  int write_fd() const { return fds_[1]; }
+  std::string Drain() {
+    close(fds_[1]);
+    fds_[1] = -1;
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = read(fds_[0], buf, sizeof(buf))) > 0) out.append(buf, n);
+    return out;
+  }
+
+ private:
+  int fds_[2];
+};
+
+TEST(OutputStreamTest, PrefixesWholeLinesOnly) {
+  Pipe console;
+  OutputStream s({console.write_fd(), "[default1]:", -1, 0});
+  s.Feed("hel");
+  s.Feed("lo\nwor");
+  s.Feed("ld\n\nlast");
+  s.Finish();
+  EXPECT_EQ(console.Drain(), "[default1]:hello\n[default1]:world\n[default1]:\n[default1]:last\n");
+}
+
+TEST(OutputStreamTest, InterleavedRanksNeverCutALine) {
+  Pipe console;
+  OutputStream a({console.write_fd(), "[default0]:", -1, 0});
+  OutputStream b({console.write_fd(), "[default1]:", -1, 0});
+  a.Feed("rank zero ");
+  b.Feed("rank one ");
+  a.Feed("line\n");
+  b.Feed("line\n");
+  EXPECT_EQ(console.Drain(), "[default0]:rank zero line\n[default1]:rank one line\n");
+}
+
+TEST(OutputStreamTest, FilteredLinesGoWholeToTheSharedFilteredFile) {
+  Pipe console, filtered;
+  OutputStream::Config c{console.write_fd(), "", -1, 0};
+  c.filtered_fd = filtered.write_fd();
+  c.filters = {"loss", "acc"};
+  c.filtered_prefix = "[default0]:";
+  OutputStream s(c);
+  s.Feed("step 1 lo");
+  s.Feed("ss 0.5\nnoise\nac");
+  s.Feed("c 0.9");
+  s.Finish();
+  EXPECT_EQ(filtered.Drain(), "[default0]:step 1 loss 0.5\n[default0]:acc 0.9\n");
+  EXPECT_EQ(console.Drain(), "step 1 loss 0.5\nnoise\nacc 0.9\n");
+}
+
+TEST(OutputStreamTest, CarriageReturnUpdatesAreShownAsTheyComeEachWhole) {
+  Pipe console;
+  OutputStream s({console.write_fd(), "[default0]:", -1, 2});
+  s.Feed("\r  0%|");
+  s.Feed("     |\r 50%|##");  // the 0% update is superseded within this read
+  s.Feed("###|");
+  s.Feed("\r100%|#####|\n");
+  s.Feed("done\r\n");  // CRLF is a plain line end
+  EXPECT_EQ(console.Drain(),
+            "\r[default0]:  0%|"
+            "\r[default0]: 50%|##"
+            "\r[default0]: 50%|#####|"
+            "\r[default0]:100%|#####|\n"
+            "[default0]:done\n");
+  EXPECT_EQ(s.Tail(), (std::vector<std::string>{"100%|#####|", "done"}));
+}
+
+TEST(OutputStreamTest, LogFileGetsRawBytesAndTailKeepsLastLines) {
+  Pipe log;
+  OutputStream s({-1, "", log.write_fd(), 2});
+  s.Feed("a\nb\nc\npartial");
+  s.Finish();
+  EXPECT_EQ(log.Drain(), "a\nb\nc\npartial");
+  EXPECT_EQ(s.Tail(), (std::vector<std::string>{"c", "partial"}));
+}
+
+TEST(OutputStreamTest, OverlongLineIsEmittedInPieces) {
+  // A file, not a pipe: the output is larger than a pipe's buffer.
+  FILE* console = tmpfile();
+  ASSERT_NE(console, nullptr);
+  OutputStream s({fileno(console), "", -1, 0});
+  s.Feed(std::string(OutputStream::kMaxLine + 10, 'x'));
+  // Emitted without waiting for a newline that may never come: buffering is bounded.
+  fseek(console, 0, SEEK_END);
+  EXPECT_EQ(static_cast<size_t>(ftell(console)), OutputStream::kMaxLine + 10 + 1);
+  s.Feed("tail\n");
+  s.Finish();
+  fseek(console, 0, SEEK_END);
+  EXPECT_EQ(static_cast<size_t>(ftell(console)), OutputStream::kMaxLine + 10 + 1 + 5);
+  fclose(console);
+}
+
+}  // namespace
+}  // namespace ddprun::launcher

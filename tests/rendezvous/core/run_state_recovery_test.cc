@@ -1,0 +1,265 @@
+// Re-registration and the rebuild of a run by a rendezvous server that restarted without state
+// (rendezvous/core/run_state_recovery.cc), driven through ServerState with a FakeClock.
+#include <chrono>
+#include <string>
+
+#include "common/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rendezvous/core/server_state.h"
+#include "tests/rendezvous/core/state_test_util.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+using ::ddprun::rendezvous::testing::Count;
+using ::ddprun::rendezvous::testing::Find;
+using ::ddprun::rendezvous::testing::MakeJoin;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+
+using Group = ResumeClaim::Group;
+
+// Node "<conn>" of a 2:3 run claiming group rank `rank` of round `round` (3 nodes, 2 workers
+// each, master on node 1).
+JoinRequest Claim(ConnId conn, int64_t round, int rank, Group group = Group::kRunning,
+                  int restarts = 2, int group_world_size = 3) {
+  JoinRequest r = MakeJoin("run", std::to_string(conn), 2, 3);
+  ResumeClaim c;
+  c.last.round = round;
+  c.last.group_rank = rank;
+  c.last.group_world_size = group_world_size;
+  c.last.rank_offset = 2 * rank;
+  c.last.world_size = 2 * group_world_size;
+  c.last.master_addr = "10.0.0.1";
+  c.last.master_port = 29500;
+  c.last.restart_count = restarts;
+  c.last.max_restarts = 3;
+  c.restarts_used = restarts;
+  c.group = group;
+  r.resume = c;
+  return r;
+}
+
+class RunStateRecoveryTest : public ::testing::Test {
+ protected:
+  Outbox Join(ConnId conn, const JoinRequest& r) { return state_.Join(conn, r, clock_.Now()); }
+  Outbox Tick() { return state_.Tick(clock_.Now()); }
+  void Beat(std::initializer_list<ConnId> conns) {
+    for (ConnId c : conns) state_.Heartbeat(c, {}, clock_.Now());
+  }
+  RunStatus Status() { return *state_.Status("run"); }
+
+  FakeClock clock_;
+  ServerState state_;
+};
+
+TEST_F(RunStateRecoveryTest, EveryMemberBackTheRoundGoesOnWithoutRestartOrBudget) {
+  Outbox out = Join(1, Claim(1, 4, 0));
+  EXPECT_NE(Find<JoinedNotice>(out, 1), nullptr);
+  EXPECT_EQ(Count<ResumedNotice>(out), 0);
+  EXPECT_EQ(Status().phase, RunPhase::kRecovering);
+  EXPECT_EQ(Status().members[0].state, "recovering");
+  Join(2, Claim(2, 4, 1));
+  out = Join(3, Claim(3, 4, 2));
+  // The last member settles it at once: no waiting for the lease.
+  EXPECT_EQ(Count<ResumedNotice>(out), 3);
+  EXPECT_EQ(Find<ResumedNotice>(out, 2)->round, 4);
+  EXPECT_EQ(Count<RestartNotice>(out), 0);
+  EXPECT_EQ(Count<Assignment>(out), 0);
+  RunStatus s = Status();
+  EXPECT_EQ(s.phase, RunPhase::kRunning);
+  EXPECT_EQ(s.round, 4);
+  EXPECT_EQ(s.restarts_used, 2);
+  ASSERT_EQ(s.members.size(), 3u);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(s.members[r].group_rank, r);
+  // The run goes on as before: a failure spends the budget from where it was.
+  WorkerFailure f;
+  f.hostname = "host-2";
+  out = state_.GroupStatus(2, 4, GroupState::kFailed, f, clock_.Now());
+  EXPECT_EQ(Count<RestartNotice>(out), 3);
+  EXPECT_EQ(Find<RestartNotice>(out, 1)->restart_count, 3);
+  EXPECT_EQ(Status().restarts_used, 3);
+}
+
+TEST_F(RunStateRecoveryTest, AMemberThatDoesNotComeBackIsLostAfterTheLease) {
+  Join(1, Claim(1, 4, 0));
+  Join(3, Claim(3, 4, 2));
+  clock_.Advance(milliseconds(2900));
+  Beat({1, 3});
+  EXPECT_EQ(Count<RestartNotice>(Tick()), 0);  // the lease (3 s) has not passed
+  clock_.Advance(milliseconds(200));
+  Beat({1, 3});
+  Outbox out = Tick();
+  ASSERT_EQ(Count<RestartNotice>(out), 2);
+  EXPECT_THAT(Find<RestartNotice>(out, 1)->reason,
+              HasSubstr("group rank 1 of round 4 did not re-register within 3000 ms after the "
+                        "rendezvous server restarted"));
+  EXPECT_EQ(Status().restarts_used, 3);  // lost like a broken stream: one restart
+  // The survivors keep their order in round 5 (after the last call).
+  clock_.Advance(seconds(2));
+  Beat({1, 3});
+  out = Tick();
+  ASSERT_EQ(Count<Assignment>(out), 2);
+  EXPECT_EQ(Find<Assignment>(out, 1)->round, 5);
+  EXPECT_EQ(Find<Assignment>(out, 1)->group_rank, 0);
+  EXPECT_EQ(Find<Assignment>(out, 3)->group_rank, 1);
+}
+
+TEST_F(RunStateRecoveryTest, AMissingMemberWithTheBudgetSpentClosesTheRun) {
+  Join(1, Claim(1, 4, 0, Group::kRunning, /*restarts=*/3));
+  clock_.Advance(seconds(3));
+  Beat({1});
+  Outbox out = Tick();
+  const CloseNotice* close = Find<CloseNotice>(out, 1);
+  ASSERT_NE(close, nullptr);
+  EXPECT_EQ(close->status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(close->status.message(), HasSubstr("group ranks 1, 2 of round 4"));
+}
+
+TEST_F(RunStateRecoveryTest, TwoNodesClaimingOneGroupRankRestartAndGetDistinctRanks) {
+  Join(1, Claim(1, 4, 0));
+  Join(2, Claim(2, 4, 1));
+  Outbox out = Join(3, Claim(3, 4, 1));
+  ASSERT_EQ(Count<RestartNotice>(out), 3);
+  EXPECT_THAT(Find<RestartNotice>(out, 3)->reason,
+              HasSubstr("contradict each other: node 2 (host-2) and node 3 (host-3) both claim "
+                        "group rank 1"));
+  EXPECT_EQ(Status().restarts_used, 2);  // not the workers' fault: no budget spent
+  // Three nodes of a 2:3 run: the next round forms at once, one rank each.
+  ASSERT_EQ(Count<Assignment>(out), 3);
+  std::set<int> ranks;
+  for (ConnId c : {1, 2, 3}) ranks.insert(Find<Assignment>(out, c)->group_rank);
+  EXPECT_EQ(ranks, (std::set<int>{0, 1, 2}));
+  EXPECT_EQ(Find<Assignment>(out, 1)->round, 5);
+}
+
+TEST_F(RunStateRecoveryTest, ClaimsDisagreeingOnTheWorldRestart) {
+  Join(1, Claim(1, 4, 0));
+  JoinRequest other = Claim(2, 4, 1);
+  other.resume->last.master_port = 1234;
+  Outbox out = Join(2, other);
+  ASSERT_EQ(Count<RestartNotice>(out), 2);
+  EXPECT_THAT(Find<RestartNotice>(out, 1)->reason, HasSubstr("master 10.0.0.1:1234"));
+}
+
+TEST_F(RunStateRecoveryTest, AnImpossibleClaimNeverCrashesOrWaits) {
+  Outbox out = Join(1, Claim(1, 4, 0, Group::kRunning, 2, /*group_world_size=*/1 << 30));
+  ASSERT_EQ(Count<RestartNotice>(out), 1);
+  EXPECT_THAT(Find<RestartNotice>(out, 1)->reason, HasSubstr("the run has at most 3"));
+  out = Join(2, Claim(2, 4, -5));
+  EXPECT_EQ(Status().phase, RunPhase::kJoining);  // settled: plain joins from now on
+}
+
+TEST_F(RunStateRecoveryTest, ARoundAlreadyOverRestartsWithoutBudget) {
+  // Node 2 was told round 4 is over (a failure the old server already charged: restarts 3)
+  // before the old server died; node 1 never heard.
+  Join(1, Claim(1, 4, 0, Group::kRunning, 2, 2));
+  Outbox out = Join(2, Claim(2, 4, 1, Group::kWaiting, 3, 2));
+  ASSERT_NE(Find<RestartNotice>(out, 1), nullptr);
+  EXPECT_THAT(Find<RestartNotice>(out, 1)->reason,
+              HasSubstr("round 4 was already over after the rendezvous server restarted"));
+  EXPECT_EQ(Status().restarts_used, 3);
+}
+
+TEST_F(RunStateRecoveryTest, WorkersOfAnOlderRoundAreStopped) {
+  Join(1, Claim(1, 4, 0, Group::kRunning, 2, 2));
+  Outbox out = Join(3, Claim(3, 3, 2));  // still runs round 3
+  EXPECT_EQ(Count<RestartNotice>(out), 0);
+  out = Join(2, Claim(2, 4, 1, Group::kRunning, 2, 2));
+  ASSERT_NE(Find<RestartNotice>(out, 3), nullptr);
+  EXPECT_EQ(Find<RestartNotice>(out, 3)->round, 3);
+  EXPECT_NE(Find<ResumedNotice>(out, 1), nullptr);
+  EXPECT_NE(Find<ResumedNotice>(out, 2), nullptr);
+  // Round 4 has 2 of max 3 nodes and node 3 now waits: a scale-up, no budget.
+  ASSERT_EQ(Count<RestartNotice>(out), 3);
+  EXPECT_THAT(Find<RestartNotice>(out, 1)->reason, HasSubstr("node 3 (host-3) joined"));
+  EXPECT_EQ(Status().restarts_used, 2);
+}
+
+TEST_F(RunStateRecoveryTest, ResultsReportedWhileTheServerWasAwayAreApplied) {
+  Join(1, Claim(1, 4, 0, Group::kSucceeded, 2, 2));
+  Outbox out = Join(2, Claim(2, 4, 1, Group::kRunning, 2, 2));
+  ASSERT_NE(Find<CloseNotice>(out, 1), nullptr);
+  EXPECT_TRUE(Find<CloseNotice>(out, 1)->status.ok());
+  EXPECT_NE(Find<ResumedNotice>(out, 2), nullptr);
+  EXPECT_EQ(Count<RestartNotice>(out), 0);
+  // A group status sent after the claim (before the settle) updates it.
+  out = state_.GroupStatus(2, 4, GroupState::kSucceeded, std::nullopt, clock_.Now());
+  ASSERT_NE(Find<CloseNotice>(out, 2), nullptr);
+  EXPECT_EQ(Status().phase, RunPhase::kClosed);
+}
+
+TEST_F(RunStateRecoveryTest, AFailureReportedWhileAwaySpendsTheBudgetOnce) {
+  Join(1, Claim(1, 4, 0, Group::kRunning, 2, 2));
+  JoinRequest failed = Claim(2, 4, 1, Group::kFailed, 2, 2);
+  failed.resume->failure = WorkerFailure{"host-2", 3, 1, 77, 1, 0, "boom", false};
+  Outbox out = Join(2, failed);
+  ASSERT_EQ(Count<RestartNotice>(out), 2);
+  EXPECT_THAT(Find<RestartNotice>(out, 1)->reason, HasSubstr("exited with code 1: boom"));
+  EXPECT_EQ(Status().restarts_used, 3);
+}
+
+TEST_F(RunStateRecoveryTest, ANewcomerDuringRecoveryWaitsThenScalesUp) {
+  Join(1, Claim(1, 4, 0, Group::kRunning, 2, 2));
+  Outbox out = Join(9, MakeJoin("run", "9", 2, 3));
+  EXPECT_NE(Find<JoinedNotice>(out, 9), nullptr);
+  EXPECT_EQ(Count<Assignment>(out), 0);
+  out = Join(2, Claim(2, 4, 1, Group::kRunning, 2, 2));
+  EXPECT_EQ(Count<ResumedNotice>(out), 2);
+  ASSERT_EQ(Count<RestartNotice>(out), 2);
+  ASSERT_EQ(Count<Assignment>(out), 3);  // 3 = max: round 5 forms at once
+  EXPECT_EQ(Find<Assignment>(out, 9)->group_rank, 2);
+}
+
+TEST_F(RunStateRecoveryTest, AServerThatKnowsTheRunStopsUnknownAndFutureClaims) {
+  Join(1, MakeJoin("run", "1", 2, 3));
+  Join(2, MakeJoin("run", "2", 2, 3));
+  clock_.Advance(seconds(2));
+  Beat({1, 2});
+  ASSERT_EQ(Count<Assignment>(Tick()), 2);  // round 1
+  // A node that claims round 7: from the future. Its workers stop; it joins as a newcomer.
+  Outbox out = Join(3, Claim(3, 7, 2));
+  ASSERT_NE(Find<RestartNotice>(out, 3), nullptr);
+  EXPECT_EQ(Find<RestartNotice>(out, 3)->round, 7);
+  EXPECT_THAT(Find<RestartNotice>(out, 3)->reason,
+              HasSubstr("round 7 is from the future: run 'run' is at round 1"));
+  ASSERT_EQ(Count<Assignment>(out), 3);  // the scale-up: round 2 with all three
+  EXPECT_EQ(Find<Assignment>(out, 3)->round, 2);
+  EXPECT_EQ(Status().restarts_used, 0);
+}
+
+TEST_F(RunStateRecoveryTest, AnAgentBackOnANewStreamBeforeTheOldOneBrokeGoesOn) {
+  Join(1, MakeJoin("run", "1", 2, 2));
+  Outbox out = Join(2, MakeJoin("run", "2", 2, 2));
+  const Assignment a = *Find<Assignment>(out, 2);
+  // The agent saw its stream break; the server has not noticed. Same node id, new stream.
+  JoinRequest again = MakeJoin("run", "2", 2, 2);
+  again.resume = ResumeClaim{a, 0, Group::kRunning, std::nullopt};
+  out = Join(7, again);
+  EXPECT_NE(Find<JoinedNotice>(out, 7), nullptr);
+  EXPECT_NE(Find<ResumedNotice>(out, 7), nullptr);
+  EXPECT_EQ(Count<RestartNotice>(out), 0);
+  // The old stream breaking later changes nothing.
+  out = state_.StreamBroken(2, clock_.Now());
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(Status().phase, RunPhase::kRunning);
+  EXPECT_EQ(Status().members.size(), 2u);
+  out = state_.GroupStatus(7, a.round, GroupState::kSucceeded, std::nullopt, clock_.Now());
+  EXPECT_NE(Find<CloseNotice>(out, 7), nullptr);
+}
+
+TEST_F(RunStateRecoveryTest, AnAgentBackOutOfStepRestartsTheRoundWithoutBudget) {
+  Join(1, MakeJoin("run", "1", 2, 2));
+  Join(2, MakeJoin("run", "2", 2, 2));
+  JoinRequest again = MakeJoin("run", "2", 2, 2);
+  again.resume = ResumeClaim{};  // it never heard of round 1
+  Outbox out = Join(7, again);
+  ASSERT_EQ(Count<RestartNotice>(out), 2);
+  EXPECT_THAT(Find<RestartNotice>(out, 1)->reason, HasSubstr("out of step with round 1"));
+  EXPECT_EQ(Status().restarts_used, 0);
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,86 @@
+#include "rendezvous/core/server_metrics.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "rendezvous/core/status_page.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(HistogramTest, BucketsAreCumulativeWithSumAndCount) {
+  Histogram h({0.1, 1, 10});
+  for (double v : {0.05, 0.1, 0.5, 20.0}) h.Observe(v);
+  std::string out;
+  h.Render("lat", &out);
+  EXPECT_EQ(out,
+            "lat_bucket{le=\"0.1\"} 2\nlat_bucket{le=\"1\"} 3\nlat_bucket{le=\"10\"} 3\n"
+            "lat_bucket{le=\"+Inf\"} 4\nlat_sum 20.65\nlat_count 4\n");
+}
+
+TEST(ServerMetricsTest, RunsRestartsAndRefusalsAreRendered) {
+  ServerMetrics m;
+  m.heartbeats = 7;
+  m.refused["unauthenticated"] = 2;
+  m.Add({RoundTiming{0.004, std::nullopt}, RoundTiming{0.02, 0.5}},
+        {kRestartWorkerFailure, kRestartNodeJoined});
+  RunStatus run;
+  run.run_id = "job \"7\"\n";  // escaped as a label value
+  run.round = 3;
+  run.num_nodes = 4;
+  run.phase = RunPhase::kRunning;
+  run.restarts_used = 1;
+  run.max_restarts = 3;
+  const std::string text = FormatMetrics(m, {run});
+  EXPECT_THAT(text, HasSubstr("ddprun_rdzv_runs 1\n"));
+  EXPECT_THAT(text, HasSubstr("ddprun_rdzv_run_nodes{run_id=\"job \\\"7\\\"\\n\"} 4\n"));
+  EXPECT_THAT(text,
+              HasSubstr("ddprun_rdzv_run_phase{run_id=\"job \\\"7\\\"\\n\",phase=\"running\"} 1"));
+  EXPECT_THAT(text, HasSubstr("ddprun_rdzv_restarts_total{cause=\"worker_failure\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("ddprun_rdzv_restarts_total{cause=\"hang\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("ddprun_rdzv_heartbeats_total 7\n"));
+  EXPECT_THAT(text, HasSubstr("ddprun_rdzv_refused_total{reason=\"unauthenticated\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("ddprun_rdzv_round_completion_seconds_count 2\n"));
+  EXPECT_THAT(text, HasSubstr("ddprun_rdzv_failure_to_restart_seconds_count 1\n"));
+  // Every family is announced once, before its samples.
+  EXPECT_EQ(text.find("# TYPE ddprun_rdzv_runs gauge"), text.find("# TYPE"));
+}
+
+TEST(StatusPageTest, EscapesWhatAgentsSentAndCapsHugeRuns) {
+  RunStatus run;
+  run.run_id = "<script>alert(1)</script>";
+  run.phase = RunPhase::kRunning;
+  for (int i = 0; i < 300; ++i) {
+    MemberStatus m;
+    m.hostname = i == 0 ? "<b>host</b>" : "n";
+    m.group_rank = i;
+    m.nproc_per_node = 8;
+    m.state = "running";
+    run.members.push_back(m);
+  }
+  const TimePoint now = std::chrono::steady_clock::now();
+  run.members[0].last_seen = now - std::chrono::milliseconds(1500);
+  RestartRecord r;
+  r.when = now - std::chrono::seconds(3);
+  r.round = 1;
+  r.cause = kRestartNodeLostLease;
+  r.reason = "node n3 was lost";
+  r.formed_after_s = 0.0042;
+  run.restarts.push_back(r);
+  const std::string page = RenderStatusPage({run}, ServerMetrics(), "h:1", now);
+  EXPECT_THAT(page, Not(HasSubstr("<script>")));
+  EXPECT_THAT(page, HasSubstr("&lt;script&gt;"));
+  EXPECT_THAT(page, HasSubstr("&lt;b&gt;host&lt;/b&gt;"));
+  EXPECT_THAT(page, HasSubstr("<td>8-15</td>")) << "group rank 1 of 8 workers each";
+  EXPECT_THAT(page, HasSubstr("1.5 s ago"));
+  EXPECT_THAT(page, HasSubstr("+4.2 ms"));
+  EXPECT_THAT(page, HasSubstr("and 44 more"));
+  EXPECT_THAT(page, HasSubstr("http-equiv=\"refresh\""));
+  EXPECT_THAT(page, Not(HasSubstr("src="))) << "nothing loaded from elsewhere";
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous

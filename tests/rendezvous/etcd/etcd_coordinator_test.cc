@@ -1,0 +1,213 @@
+// EtcdCoordinator and RunState's Snapshot/Restore without etcd: a map stands for the store, and
+// the coordinator's transactions are applied to it, so a second coordinator can take over from
+// what the first one wrote.
+#include "rendezvous/etcd/etcd_coordinator.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "proto/etcd/records.pb.h"
+#include "rendezvous/grpc/proto_convert.h"
+#include "tests/rendezvous/core/state_test_util.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+using testing::MakeJoin;
+
+// The run's keys at the newest revision, and the events a watch would deliver.
+class FakeStore {
+ public:
+  mvccpb::Event Put(const std::string& key, const std::string& value) {
+    mvccpb::KeyValue& kv = kvs_[key];
+    kv.set_key(key);
+    kv.set_value(value);
+    kv.set_mod_revision(++revision_);
+    if (kv.create_revision() == 0) kv.set_create_revision(revision_);
+    kv.set_version(kv.version() + 1);
+    mvccpb::Event e;
+    e.set_type(mvccpb::Event::PUT);
+    *e.mutable_kv() = kv;
+    return e;
+  }
+  mvccpb::Event Delete(const std::string& key) {
+    mvccpb::Event e;
+    e.set_type(mvccpb::Event::DELETE);
+    e.mutable_kv()->set_key(key);
+    e.mutable_kv()->set_mod_revision(++revision_);
+    kvs_.erase(key);
+    return e;
+  }
+  // Applies a coordinator's write (its compare is taken as true).
+  std::vector<mvccpb::Event> Apply(const etcdserverpb::TxnRequest& txn) {
+    std::vector<mvccpb::Event> events;
+    for (const auto& op : txn.success()) {
+      if (op.has_request_delete_range()) {
+        events.push_back(Delete(op.request_delete_range().key()));
+      } else {
+        events.push_back(Put(op.request_put().key(), op.request_put().value()));
+      }
+    }
+    return events;
+  }
+  std::vector<mvccpb::KeyValue> All() const {
+    std::vector<mvccpb::KeyValue> out;
+    for (const auto& [k, kv] : kvs_) out.push_back(kv);
+    return out;
+  }
+  int64_t revision() const { return revision_; }
+  const std::string& value(const std::string& key) { return kvs_[key].value(); }
+  bool has(const std::string& key) const { return kvs_.count(key) > 0; }
+
+ private:
+  std::map<std::string, mvccpb::KeyValue> kvs_;
+  int64_t revision_ = 0;
+};
+
+std::string NodeValue(const std::string& id, int min_nodes, int max_nodes) {
+  proto::etcd::NodeRecord r;
+  *r.mutable_join() = ToProto(MakeJoin("run", id, min_nodes, max_nodes).node,
+                              MakeJoin("run", id, min_nodes, max_nodes).timeouts);
+  r.set_peer_host("10.0.0." + id);
+  return r.SerializeAsString();
+}
+
+std::vector<proto::ServerMessage> Inbox(FakeStore& store, const EtcdKeys& keys,
+                                        const std::string& id) {
+  proto::etcd::InboxRecord r;
+  r.ParseFromString(store.value(keys.inbox(id)));
+  return {r.messages().begin(), r.messages().end()};
+}
+
+class EtcdCoordinatorTest : public ::testing::Test {
+ protected:
+  // Node `id` joins: its key appears and the coordinator sees it.
+  void JoinNode(EtcdCoordinator& c, const std::string& id, int min_nodes, int max_nodes) {
+    c.OnEvent(store_.Put(keys_.node(id), NodeValue(id, min_nodes, max_nodes)), now_);
+  }
+  void Write(EtcdCoordinator& c) {
+    auto txn = c.PendingWrite();
+    ASSERT_TRUE(txn.has_value());
+    ASSERT_EQ(txn->compare_size(), 1);
+    EXPECT_EQ(txn->compare(0).key(), keys_.coordinator());
+    store_.Apply(*txn);
+    c.WriteConfirmed();
+    EXPECT_FALSE(c.PendingWrite().has_value());
+  }
+
+  FakeStore store_;
+  EtcdKeys keys_{"/p", "run"};
+  TimePoint now_{std::chrono::seconds(100)};
+};
+
+TEST_F(EtcdCoordinatorTest, JoinsFormARoundWrittenToEachInbox) {
+  EtcdCoordinator c(keys_, "1", "1/7");
+  c.Rebuild(store_.All(), store_.revision(), now_);
+  JoinNode(c, "1", 2, 2);
+  JoinNode(c, "2", 2, 2);
+  Write(c);
+  for (const std::string id : {"1", "2"}) {
+    auto msgs = Inbox(store_, keys_, id);
+    ASSERT_FALSE(msgs.empty()) << id;
+    ASSERT_TRUE(msgs.back().has_assignment()) << id;
+    EXPECT_EQ(msgs.back().assignment().round(), 1);
+    EXPECT_EQ(msgs.back().assignment().group_world_size(), 2);
+  }
+  EXPECT_EQ(Inbox(store_, keys_, "1").back().assignment().group_rank(), 0);
+  EXPECT_EQ(Inbox(store_, keys_, "2").back().assignment().group_rank(), 1);
+}
+
+TEST_F(EtcdCoordinatorTest, NewCoordinatorContinuesTheRunAndLosesTheDeadOne) {
+  EtcdCoordinator first(keys_, "1", "1/7");
+  first.Rebuild(store_.All(), store_.revision(), now_);
+  for (const std::string id : {"1", "2", "3"}) JoinNode(first, id, 2, 3);
+  Write(first);
+  // Node 1, the coordinator, dies: its keys go with its lease. Node 2 takes over.
+  store_.Delete(keys_.node("1"));
+  EtcdCoordinator second(keys_, "2", "2/8");
+  second.Rebuild(store_.All(), store_.revision(), now_);
+  Write(second);
+  // A failure: survivors restarted (round 1 over), a new round of 2 formed (last call is 2 s).
+  auto msgs2 = Inbox(store_, keys_, "2");
+  ASSERT_GE(msgs2.size(), 1u);
+  EXPECT_TRUE(msgs2[0].has_restart());
+  EXPECT_EQ(msgs2[0].restart().round(), 1);
+  EXPECT_NE(msgs2[0].restart().reason().find("node 1 was lost"), std::string::npos);
+  now_ += std::chrono::seconds(3);
+  second.Tick(now_);
+  Write(second);
+  auto a2 = Inbox(store_, keys_, "2"), a3 = Inbox(store_, keys_, "3");
+  ASSERT_TRUE(a2.back().has_assignment());
+  ASSERT_TRUE(a3.back().has_assignment());
+  EXPECT_EQ(a2.back().assignment().round(), 2);
+  EXPECT_EQ(a2.back().assignment().restart_count(), 1) << "the loss spent the budget once";
+  // Survivors keep their order: 2 had rank 1 and 3 rank 2; now 0 and 1.
+  EXPECT_EQ(a2.back().assignment().group_rank(), 0);
+  EXPECT_EQ(a3.back().assignment().group_rank(), 1);
+}
+
+TEST_F(EtcdCoordinatorTest, NewCoordinatorAppliesStatusWrittenAfterTheLastState) {
+  EtcdCoordinator first(keys_, "1", "1/7");
+  first.Rebuild(store_.All(), store_.revision(), now_);
+  JoinNode(first, "1", 2, 2);
+  JoinNode(first, "2", 2, 2);
+  Write(first);
+  // Node 1 succeeds and is closed; then node 2 reports success while nobody coordinates.
+  proto::etcd::AgentRecord ok;
+  ok.mutable_group_status()->set_round(1);
+  ok.mutable_group_status()->set_state(proto::GroupStatus::SUCCEEDED);
+  first.OnEvent(store_.Put(keys_.status("1"), ok.SerializeAsString()), now_);
+  Write(first);
+  EXPECT_TRUE(Inbox(store_, keys_, "1").back().has_close());
+  store_.Put(keys_.status("2"), ok.SerializeAsString());
+  store_.Delete(keys_.node("1"));  // node 1 leaves (its lease revoked)
+  EtcdCoordinator second(keys_, "2", "2/8");
+  second.Rebuild(store_.All(), store_.revision(), now_);
+  Write(second);
+  auto msgs = Inbox(store_, keys_, "2");
+  ASSERT_TRUE(msgs.back().has_close());
+  EXPECT_EQ(msgs.back().close().code(), 0);
+  EXPECT_TRUE(second.run_closed());
+  EXPECT_EQ(store_.value(keys_.closed()), "1");
+}
+
+TEST_F(EtcdCoordinatorTest, StateOfAnEarlierJobWhoseAgentsAllDiedIsIgnored) {
+  EtcdCoordinator old(keys_, "1", "1/7");
+  old.Rebuild(store_.All(), store_.revision(), now_);
+  JoinNode(old, "1", 2, 2);
+  JoinNode(old, "2", 2, 2);
+  Write(old);
+  proto::etcd::AgentRecord failed;
+  failed.mutable_group_status()->set_round(1);
+  failed.mutable_group_status()->set_state(proto::GroupStatus::FAILED);
+  old.OnEvent(store_.Put(keys_.status("2"), failed.SerializeAsString()), now_);
+  Write(old);
+  store_.Put(keys_.closed(), "1");
+  store_.Delete(keys_.node("1"));  // every agent of that job died
+  store_.Delete(keys_.node("2"));
+  // A new job with the same run id: its agents 3 and 4 join.
+  store_.Put(keys_.node("3"), NodeValue("3", 2, 2));
+  EtcdCoordinator c(keys_, "3", "3/9");
+  c.Rebuild(store_.All(), store_.revision(), now_);
+  JoinNode(c, "4", 2, 2);
+  Write(c);
+  auto msgs = Inbox(store_, keys_, "3");
+  ASSERT_TRUE(msgs.back().has_assignment());
+  EXPECT_EQ(msgs.back().assignment().round(), 1);
+  EXPECT_EQ(msgs.back().assignment().restart_count(), 0) << "no budget inherited";
+  EXPECT_FALSE(store_.has(keys_.closed()));
+}
+
+TEST_F(EtcdCoordinatorTest, EventsBeforeTheRebuildRevisionAreIgnored) {
+  const mvccpb::Event early = store_.Put(keys_.node("1"), NodeValue("1", 1, 2));
+  EtcdCoordinator c(keys_, "1", "1/7");
+  c.Rebuild(store_.All(), store_.revision(), now_);
+  Write(c);
+  c.OnEvent(early, now_);  // a watch that started earlier delivers it again
+  EXPECT_FALSE(c.PendingWrite().has_value());
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,47 @@
+// The ddprun progress channel, worker side. ddprun makes a FIFO per agent and exports its path
+// as DDPRUN_PROGRESS_FILE; after every optimizer step each rank writes one line
+//   {"pid":<pid>,"step":<global step>}\n
+// to it, so the launcher sees which rank is making progress (and which stopped) without reading
+// logs. Training must never wait for the launcher: the FIFO is opened non-blocking, a full pipe
+// drops the report, and any other failure turns reporting off after one warning.
+#ifndef DDPRUN_TRAINER_IO_STEP_REPORT_H_
+#define DDPRUN_TRAINER_IO_STEP_REPORT_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <iostream>
+#include <string>
+
+namespace ddprun::trainer {
+
+class StepReporter {
+ public:
+  // `path` empty: off. Otherwise opens it once, O_WRONLY | O_NONBLOCK (a FIFO without a reader
+  // fails with ENXIO instead of blocking); when that fails or `path` is no FIFO, writes
+  //   ddp-train: step reports off: <path>: <reason>
+  // to `warnings` and stays off. Once on, SIGPIPE is ignored for the whole process, so a
+  // launcher that went away cannot kill training. `warnings` must outlive this object.
+  explicit StepReporter(const std::string& path, std::ostream& warnings = std::cerr);
+  ~StepReporter();
+  StepReporter(const StepReporter&) = delete;
+  StepReporter& operator=(const StepReporter&) = delete;
+
+  bool on() const { return fd_ >= 0; }
+
+  // One write() of one line (atomic: far below PIPE_BUF). A full pipe drops the line silently;
+  // another error (EPIPE: the reader closed) warns once and turns reporting off.
+  void Report(int64_t step);
+
+ private:
+  void TurnOff(const std::string& reason);
+
+  std::string path_;
+  std::ostream& warnings_;
+  int fd_ = -1;
+  pid_t pid_ = 0;  // cached: one syscall per report, the write
+};
+
+}  // namespace ddprun::trainer
+
+#endif  // DDPRUN_TRAINER_IO_STEP_REPORT_H_

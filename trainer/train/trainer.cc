@@ -1,0 +1,250 @@
+#include "trainer/train/trainer.h"
+
+#include <signal.h>
+
+#include <iostream>
+
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "trainer/train/checkpoint_broadcast.h"
+#include "trainer/io/fault_injection.h"
+
+namespace ddprun::trainer {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+}  // namespace
+
+std::string FirstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
+
+Trainer::Trainer(const TrainOptions& options, const DistEnv& env, const StopSignal* stop,
+                 std::ostream& log, int control_slots, bool keeps_best)
+    : options_(options),
+      env_(env),
+      log_(log),
+      stop_(stop),
+      control_slots_(control_slots),
+      keeps_best_(keeps_best),
+      start_(Clock::now()),
+      step_reports_(env.progress_file) {}
+
+absl::Status Trainer::ConnectOnDevice() {
+  const bool cuda = torch::cuda::is_available();
+  if (options_.device == "cuda" && !cuda) {
+    return absl::FailedPreconditionError(
+        "--device=cuda: no CUDA device (or this ddp-train was built without CUDA)");
+  }
+  if (options_.device == "cuda" || (options_.device == "auto" && cuda)) {
+    device_ = torch::Device(
+        torch::kCUDA, static_cast<c10::DeviceIndex>(env_.local_rank %
+                                                    static_cast<int>(torch::cuda::device_count())));
+  }
+  DDPRUN_ASSIGN_OR_RETURN(backend_, ParseCommBackend(options_.backend));
+  if (backend_ == CommBackend::kNccl && !device_.is_cuda()) {
+    return absl::InvalidArgumentError("--backend=nccl needs --device=cuda");
+  }
+  if (options_.threads > 0) {
+    torch::set_num_threads(options_.threads);
+  } else if (env_.omp_num_threads.has_value()) {
+    torch::set_num_threads(*env_.omp_num_threads);
+  } else if (env_.local_world_size > 1) {
+    torch::set_num_threads(1);  // processes share the cores; one thread each is fastest
+  }
+  CommOptions comm_options;
+  comm_options.backend = backend_;
+  comm_options.timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(options_.comm_timeout_s * 1000));
+  DDPRUN_ASSIGN_OR_RETURN(comm_, ConnectCommunicator(env_, comm_options));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::SetupLocal() {
+  DDPRUN_RETURN_IF_ERROR(SetupData());
+  const std::string& dir = options_.checkpoint_dir;
+  if (!dir.empty()) {
+    store_ = std::make_unique<CheckpointStore>(dir, options_.keep_checkpoints);
+    if (keeps_best_) best_store_ = std::make_unique<CheckpointStore>(dir + "/best", 1);
+    if (leader()) {
+      DDPRUN_RETURN_IF_ERROR(CheckCheckpointDirectory(store_.get(), dir, options_.resume));
+      if (best_store_ != nullptr) DDPRUN_RETURN_IF_ERROR(best_store_->CheckWritable());
+    }
+  }
+  if (leader() && !options_.metrics_file.empty()) {
+    DDPRUN_RETURN_IF_ERROR(metrics_.Open(options_.metrics_file));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::AgreeOnSetup(const absl::Status& local) {
+  // Every rank learns whether any rank failed, so all stop before training with a clear line
+  // instead of the healthy ones hanging in the first collective.
+  torch::Tensor failed = torch::tensor({local.ok() ? 0.0f : 1.0f}).to(device_);
+  DDPRUN_RETURN_IF_ERROR(comm_->AllReduceSum(failed));
+  DDPRUN_RETURN_IF_ERROR(local);
+  if (failed.item<float>() > 0) {
+    return absl::FailedPreconditionError("another rank failed during setup (see its error)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::ResumeOrBroadcast() {
+  DDPRUN_ASSIGN_OR_RETURN(
+      std::optional<std::string> payload,
+      ReadCheckpointOnAllRanks(store_.get(), options_.resume != ResumeMode::kNever, comm_.get(),
+                               device_, log_));
+  if (!payload.has_value()) {
+    std::vector<torch::Tensor> tensors = Model().parameters();
+    for (const torch::Tensor& b : Model().buffers()) tensors.push_back(b);
+    return GradientSynchronizer::BroadcastFromRankZero(tensors, comm_.get());
+  }
+  const auto t0 = Clock::now();
+  absl::Status s = Restore(*payload);
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("checkpoint in ", options_.checkpoint_dir, ": ", s.message()));
+  }
+  Log(absl::StrFormat(
+      "resumed from checkpoint: epoch %d, sample offset %d, step %d%s (saved by world size %d) "
+      "(load %.1f ms)",
+      state_.epoch, state_.epoch_offset, state_.global_step, ResumeDetail(), state_.world_size,
+      SecondsSince(t0) * 1e3));
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::Start() {
+  DDPRUN_RETURN_IF_ERROR(ConnectOnDevice());
+  DDPRUN_RETURN_IF_ERROR(AgreeOnSetup(SetupLocal()));
+  torch::manual_seed(options_.seed);
+  DDPRUN_RETURN_IF_ERROR(BuildModel());
+  GradSyncOptions sync_options;
+  sync_options.bucket_cap_bytes = options_.bucket_cap_bytes;
+  sync_options.control_slots = control_slots_;
+  sync_ = std::make_unique<GradientSynchronizer>(Model().parameters(), comm_.get(), sync_options);
+  DDPRUN_RETURN_IF_ERROR(ResumeOrBroadcast());
+  Log(Banner());
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::SaveCheckpoint(const char* why, bool best) {
+  if (store_ == nullptr || !leader()) return absl::OkStatus();
+  best = best && best_store_ != nullptr;
+  state_.world_size = world();
+  const auto t0 = Clock::now();
+  DDPRUN_ASSIGN_OR_RETURN(std::string payload, Serialize());
+  const double serialize_ms = SecondsSince(t0) * 1e3;
+  const auto t1 = Clock::now();
+  absl::Status s = store_->Save(state_.global_step, payload);
+  if (s.ok() && best) s = best_store_->Save(state_.global_step, payload);
+  if (!s.ok()) {
+    // The previous checkpoint is untouched; training goes on and the next save tries again.
+    log_ << "warning: checkpoint at step " << state_.global_step << " not saved: " << s.message()
+         << std::endl;
+    return s;
+  }
+  Log(absl::StrFormat(
+      "checkpoint: saved step %d (%s%s, epoch %d offset %d, %.1f MB) serialize %.1f ms, "
+      "write+fsync %.1f ms",
+      state_.global_step, why, best ? ", best so far" : "", state_.epoch, state_.epoch_offset,
+      payload.size() / 1e6, serialize_ms, SecondsSince(t1) * 1e3));
+  ReportAlive();
+  return absl::OkStatus();
+}
+
+void Trainer::MaybeInjectFault() {
+  if (options_.fault.has_value() &&
+      FaultDue(*options_.fault, comm_->rank(), state_.global_step, env_.restart_count)) {
+    Hang(comm_->rank(), state_.global_step, std::cerr);
+  }
+}
+
+absl::StatusOr<bool> Trainer::TrainEpoch(int64_t* samples, double* train_s) {
+  DDPRUN_RETURN_IF_ERROR(BeginEpoch());
+  const auto t0 = Clock::now();
+  bool stop = false;
+  while (!stop) {
+    const bool stop_vote = stop_ != nullptr && stop_->received() != 0;
+    // "Starting step N": a rank stuck outside a collective then shows one step fewer than the
+    // ranks waiting for it inside the next one, which is how ddprun names the straggler.
+    step_reports_.Report(state_.global_step + 1);
+    DDPRUN_ASSIGN_OR_RETURN(std::optional<StepResult> step, TrainStep(stop_vote));
+    if (!step.has_value()) break;
+    state_.epoch_offset += step->consumed;
+    state_.global_step += 1;
+    state_.epoch_loss_sum += step->loss;
+    state_.epoch_loss_steps += 1;
+    *samples += step->samples;
+    stop = step->stop;
+    if (stop && !stop_vote) peer_stop_ = SIGTERM;
+    MaybeInjectFault();
+    if (leader()) {
+      const double dt = SecondsSince(t0);
+      ShowProgress(*step, dt > 0 ? *samples / dt : 0);
+    }
+    if (options_.checkpoint_every > 0 && state_.global_step % options_.checkpoint_every == 0 &&
+        !stop) {
+      SaveCheckpoint("periodic", false).IgnoreError();  // logged; the previous one stays valid
+    }
+    if (options_.max_steps > 0 && state_.epoch_loss_steps >= options_.max_steps) break;
+  }
+  *train_s = SecondsSince(t0);
+  EndEpoch();
+  return stop;
+}
+
+absl::Status Trainer::FinishEpoch(int64_t samples, double train_s, bool resumed, bool* best) {
+  EpochMetrics m;
+  m.epoch = state_.epoch;
+  m.world_size = world();
+  m.samples = samples;
+  m.train_s = train_s;
+  m.samples_per_s = train_s > 0 ? samples / train_s : 0;
+  m.train_loss = state_.epoch_loss_steps > 0 ? state_.epoch_loss_sum / state_.epoch_loss_steps : 0;
+  m.global_step = state_.global_step;
+  m.resumed = resumed;
+  ReportAlive();
+  DDPRUN_RETURN_IF_ERROR(Evaluate(&m, best));
+  m.wall_s = SecondsSince(start_);
+  if (metrics_.is_open()) DDPRUN_RETURN_IF_ERROR(metrics_.Write(m));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Trainer::StopWithCheckpoint() {
+  const int signal = stop_ != nullptr && stop_->received() != 0 ? stop_->received() : peer_stop_;
+  Log(absl::StrFormat("stop requested (signal %d): saving a checkpoint and exiting", signal));
+  absl::Status saved = SaveCheckpoint("stop", false);
+  // The others wait until rank 0's checkpoint is durable: a launcher that sees one rank exit
+  // tears the group down.
+  DDPRUN_RETURN_IF_ERROR(comm_->Barrier());
+  DDPRUN_RETURN_IF_ERROR(saved);
+  return signal;
+}
+
+absl::StatusOr<int> Trainer::TrainEpochs() {
+  bool resumed = state_.global_step > 0;
+  if (state_.epoch > options_.epochs) {
+    Log(absl::StrFormat("nothing to train: the checkpoint is past epoch %d (--epochs %d)",
+                        state_.epoch - 1, options_.epochs));
+  }
+  step_reports_.Report(state_.global_step);  // a resumed run shows its step at once
+  MaybeInjectFault();                        // hang@0, or at the step a run resumes from
+  while (state_.epoch <= options_.epochs) {
+    int64_t samples = 0;
+    double train_s = 0;
+    DDPRUN_ASSIGN_OR_RETURN(bool stop, TrainEpoch(&samples, &train_s));
+    if (stop) return StopWithCheckpoint();
+    bool best = false;
+    DDPRUN_RETURN_IF_ERROR(FinishEpoch(samples, train_s, resumed, &best));
+    resumed = false;
+    state_.epoch += 1;
+    state_.epoch_offset = 0;
+    state_.epoch_loss_sum = 0;
+    state_.epoch_loss_steps = 0;
+    if (store_ != nullptr) SaveCheckpoint("end of epoch", best).IgnoreError();
+  }
+  return 0;
+}
+
+}  // namespace ddprun::trainer

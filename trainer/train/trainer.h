@@ -1,0 +1,149 @@
+// The skeleton both `ddp-train` trainers share, written once: device and communicator, a setup
+// all ranks agree on, resume (or rank 0's initial broadcast), the epoch loop with its per-step
+// bookkeeping, step reports to ddprun, stop requests (finish the step, checkpoint, exit),
+// periodic and end-of-epoch checkpoints, metrics, --fault, and the edge where LibTorch
+// exceptions become a Status. A trainer (mnist_trainer.cc, imagenet_trainer.cc) brings its data,
+// model, step and evaluation through the hooks below.
+#ifndef DDPRUN_TRAINER_TRAIN_TRAINER_H_
+#define DDPRUN_TRAINER_TRAIN_TRAINER_H_
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "trainer/io/checkpoint_store.h"
+#include "trainer/train/comm.h"
+#include "trainer/io/dist_env.h"
+#include "trainer/train/grad_sync.h"
+#include "trainer/io/metrics.h"
+#include "trainer/io/step_report.h"
+#include "trainer/io/stop_signal.h"
+#include "trainer/train/train_options.h"
+#include "trainer/train/train_progress.h"
+
+namespace ddprun::trainer {
+
+// What one optimizer step tells the loop. Sums are over all ranks.
+struct StepResult {
+  int64_t consumed = 0;  // positions of the epoch's global (padded) sample order it used
+  int64_t samples = 0;   // training samples it trained on
+  double loss = 0;       // the global mean batch loss
+  double lr = 0;         // the learning rate it used
+  bool stop = false;     // some rank was asked to stop (the votes are summed with the gradients)
+};
+
+class Trainer {
+ public:
+  virtual ~Trainer() = default;
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+ protected:
+  // A sign of life for ddprun's hang detection during work that takes no steps (evaluation,
+  // long saves): reports the current step again.
+  void ReportAlive() { step_reports_.Report(state_.global_step); }
+  // `control_slots`: floats TrainStep sums with the last gradient bucket, the stop vote first.
+  // `keeps_best`: a second store, <checkpoint dir>/best, keeps the best-validated model.
+  Trainer(const TrainOptions& options, const DistEnv& env, const StopSignal* stop,
+          std::ostream& log, int control_slots, bool keeps_best);
+
+  // Device, communicator, a local setup every rank agrees on, the model (seeded with --seed),
+  // then resume or rank 0's broadcast; logs Banner().
+  absl::Status Start();
+  // Trains epochs until --epochs are done (returns 0) or a stop was requested: then every rank
+  // has finished the same step, rank 0 has saved a checkpoint, and it returns the signal.
+  absl::StatusOr<int> TrainEpochs();
+
+  // ---- what a trainer provides ----
+  // Local, no communication: load and check the data and whatever else only it checks.
+  virtual absl::Status SetupData() = 0;
+  // The model and optimizer, after manual_seed(--seed); the loop syncs Model()'s gradients.
+  virtual absl::Status BuildModel() = 0;
+  virtual torch::nn::Module& Model() = 0;
+  // The checkpoint payload and back; Restore sets state_ and anything else Serialize saved.
+  virtual absl::StatusOr<std::string> Serialize() = 0;
+  virtual absl::Status Restore(absl::string_view payload) = 0;
+  // Said after "resumed from checkpoint: epoch E, sample offset O, step S".
+  virtual std::string ResumeDetail() const { return ""; }
+  // The line rank 0 logs once the model is ready: world, device, data sizes.
+  virtual std::string Banner() const = 0;
+  // Prepares the epoch state_.epoch from sample state_.epoch_offset on (order, lr, train mode).
+  virtual absl::Status BeginEpoch() = 0;
+  // One optimizer step with `stop_vote` in control slot 0; nullopt when the epoch's data is done.
+  virtual absl::StatusOr<std::optional<StepResult>> TrainStep(bool stop_vote) = 0;
+  // Rank 0, after each step (state_ already counts it).
+  virtual void ShowProgress(const StepResult& step, double samples_per_s) = 0;
+  // After the epoch's last step, stopped or not.
+  virtual void EndEpoch() {}
+  // After a whole epoch: validation; fills m's test_* and lr, logs, says whether it is the best.
+  virtual absl::Status Evaluate(EpochMetrics* m, bool* best) = 0;
+
+  // ---- for the trainers ----
+  bool leader() const { return comm_->rank() == 0; }
+  int world() const { return comm_->world_size(); }
+  void Log(const std::string& line) {
+    if (leader()) log_ << line << std::endl;
+  }
+
+  const TrainOptions& options_;
+  const DistEnv& env_;
+  std::ostream& log_;
+  std::unique_ptr<Communicator> comm_;
+  CommBackend backend_ = CommBackend::kGloo;
+  torch::Device device_{torch::kCPU};
+  std::unique_ptr<GradientSynchronizer> sync_;
+  TrainProgress state_;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  absl::Status ConnectOnDevice();
+  absl::Status SetupLocal();
+  absl::Status AgreeOnSetup(const absl::Status& local);
+  absl::Status ResumeOrBroadcast();
+  // True when a stop was requested. Adds the epoch's samples and seconds to the arguments.
+  absl::StatusOr<bool> TrainEpoch(int64_t* samples, double* train_s);
+  void MaybeInjectFault();  // --fault, after a step's report (or the start report)
+  // Metrics of the finished epoch; `best` from Evaluate.
+  absl::Status FinishEpoch(int64_t samples, double train_s, bool resumed, bool* best);
+  absl::StatusOr<int> StopWithCheckpoint();
+  absl::Status SaveCheckpoint(const char* why, bool best);
+
+  const StopSignal* stop_;
+  const int control_slots_;
+  const bool keeps_best_;
+  const Clock::time_point start_;
+  StepReporter step_reports_;
+  std::unique_ptr<CheckpointStore> store_, best_store_;
+  MetricsWriter metrics_;
+  int peer_stop_ = 0;  // SIGTERM when another rank's signal stopped this one
+};
+
+// A LibTorch message's first line (they carry C++ stack traces after it).
+std::string FirstLine(const std::string& s);
+
+// The LibTorch exception edge of both trainers: runs `body` (returning an absl::StatusOr) and
+// turns any c10::Error or std::exception escaping it into kInternal.
+template <typename Body>
+auto CatchLibTorchErrors(Body body) -> decltype(body()) {
+  try {
+    return body();
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("LibTorch: ", e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(FirstLine(e.what()));
+  }
+}
+
+}  // namespace ddprun::trainer
+
+#endif  // DDPRUN_TRAINER_TRAIN_TRAINER_H_
