@@ -4,7 +4,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-unit demo bench package install format clean
+.PHONY: all deps configure build test test-unit sanitize format-check demo bench package install format clean
 
 all: build
 
@@ -25,6 +25,14 @@ test: build
 
 test-unit: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -L unit -j $(JOBS)
+
+# The unit tests under AddressSanitizer + UndefinedBehaviorSanitizer and under ThreadSanitizer
+# (CMakePresets.json: build-asan/, build-tsan/), warnings as errors. CI runs it after `make test`.
+sanitize: deps
+	scripts/sanitize.sh asan tsan
+
+format-check:
+	scripts/check-format.sh
 
 # Only what the demo needs: its packages and the three programs (not the tests).
 demo:

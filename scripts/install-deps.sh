@@ -24,6 +24,7 @@ DEMO_PACKAGES=(
 TEST_PACKAGES=(
   # tests and micro-benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang-format               # scripts/check-format.sh (CI)
   # real peers and data for tests and benchmarks
   python3-torch python3-torchvision
   python3-tqdm               # live progress bars through ddprun (agent_test)
