@@ -19,6 +19,7 @@
 #include "common/file_text.h"
 #include "common/log.h"
 #include "common/strings.h"
+#include "common/temp_dir.h"
 #include "launcher/workers/error_file_relay.h"
 #include "launcher/agent/event_log.h"
 #include "launcher/agent/failure_report.h"
@@ -109,12 +110,9 @@ absl::Status Agent::Prepare() {
       return absl::InvalidArgumentError(absl::StrCat("--log-dir=", s.message()));
     }
   } else {
-    const char* tmp = getenv("TMPDIR");
-    std::string tmpl = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/ddprun-XXXXXX");
-    if (mkdtemp(tmpl.data()) == nullptr) {
-      return absl::InternalError(absl::StrCat("mkdtemp ", tmpl, ": ", strerror(errno)));
-    }
-    log_root_ = tmpl;
+    absl::StatusOr<std::string> dir = MakeTempDir("ddprun");
+    if (!dir.ok()) return dir.status();
+    log_root_ = *std::move(dir);
     log_root_is_temp_ = true;
   }
 
@@ -126,12 +124,9 @@ absl::Status Agent::Prepare() {
   }
 
   if (hangs_.enabled()) {
-    const char* tmp = getenv("TMPDIR");
-    std::string tmpl = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/ddprun-ipc-XXXXXX");
-    if (mkdtemp(tmpl.data()) == nullptr) {
-      return absl::InternalError(absl::StrCat("mkdtemp ", tmpl, ": ", strerror(errno)));
-    }
-    ipc_dir_ = tmpl;
+    absl::StatusOr<std::string> dir = MakeTempDir("ddprun-ipc");
+    if (!dir.ok()) return dir.status();
+    ipc_dir_ = *std::move(dir);
     if (absl::Status s = hangs_.Start(ipc_dir_); !s.ok()) return s;
   }
 

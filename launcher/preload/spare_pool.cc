@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/log.h"
+#include "common/temp_dir.h"
 #include "launcher/preload/preload_hook_py.h"  // kPreloadHookSource, generated from preload_hook.py
 #include "launcher/process/proc_info.h"
 
@@ -97,12 +98,9 @@ absl::Status SparePool::Start(std::vector<SpawnRequest> templates) {
   templates_ = std::move(templates);
   spares_.assign(templates_.size(), Spare{});
   settle_timers_.assign(templates_.size(), 0);
-  const char* tmp = getenv("TMPDIR");
-  std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/ddprun-preload-XXXXXX");
-  if (mkdtemp(dir.data()) == nullptr) {
-    return absl::InternalError(absl::StrCat("mkdtemp ", dir, ": ", strerror(errno)));
-  }
-  hook_dir_ = dir;
+  absl::StatusOr<std::string> dir = MakeTempDir("ddprun-preload");
+  if (!dir.ok()) return dir.status();
+  hook_dir_ = *std::move(dir);
   const std::string hook = absl::StrCat(hook_dir_, "/sitecustomize.py");
   {
     std::ofstream out(hook);
