@@ -190,7 +190,9 @@ void CompareWithTorchrun(const std::vector<std::string>& torchrun_flags,
     EXPECT_EQ(mine["TORCHELASTIC_USE_AGENT_STORE"], "False");
     EXPECT_THAT(mine["TORCHELASTIC_ERROR_FILE"].get<std::string>(),
                 ::testing::EndsWith("/attempt_0/" + std::to_string(rank) + "/error.json"));
-    if (ports_random) EXPECT_EQ(mine["MASTER_ADDR"], "127.0.0.1");
+    if (ports_random) {
+      EXPECT_EQ(mine["MASTER_ADDR"], "127.0.0.1");
+    }
     EXPECT_NE(mine["MASTER_PORT"], "");
     EXPECT_NE(mine["MASTER_PORT"], "29500");
   }
@@ -710,7 +712,9 @@ TEST(AgentTest, EventsJsonlAndATimelineLinePerRestart) {
       EXPECT_EQ(j["rank"], 1);
       EXPECT_EQ(j["detail"], "exited 3");
     }
-    if (j["step"] == "closed") EXPECT_EQ(j["detail"], "exit 0: all workers exited 0");
+    if (j["step"] == "closed") {
+      EXPECT_EQ(j["detail"], "exit 0: all workers exited 0");
+    }
   }
   ASSERT_EQ(steps.size(), 9u);
   if (steps[5] == "round_complete") std::swap(steps[5], steps[6]);

@@ -231,7 +231,9 @@ TEST_F(ImageNetTrainTest, SigtermCheckpointsMidEpochAndResumesThere) {
     saved_step = match[1];
     saved_epoch = match[2];
     // Within the first epoch (30 images, 8 steps of 4) unless the whole epoch ran first.
-    if (match[2] == "1") EXPECT_EQ(std::stoi(match[3]), 4 * std::stoi(saved_step));
+    if (match[2] == "1") {
+      EXPECT_EQ(std::stoi(match[3]), 4 * std::stoi(saved_step));
+    }
   }
   Subprocess p(args, solo);
   ASSERT_TRUE(p.WaitForOutputContains("resumed from checkpoint", seconds(60))) << Describe(p);
