@@ -38,6 +38,14 @@ bool IsLoopback(const std::string& addr) {
   return absl::StartsWith(addr, "127.") || addr == "::1" || addr == "localhost";
 }
 
+// Appends `value`, first dropping the oldest element when `*newest` already holds `max`: the
+// newest `max` are kept (a vector or a deque).
+template <typename Container>
+void PushBounded(Container* newest, typename Container::value_type value, size_t max) {
+  if (newest->size() >= max) newest->erase(newest->begin());
+  newest->push_back(std::move(value));
+}
+
 }  // namespace
 
 RunState::RunState(const JoinRequest& first, TimePoint now)
@@ -136,8 +144,8 @@ void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outb
   } else if (members_in_round() < max_nodes_ && succeeded_in_round_ == 0) {
     // Scale up: the world is below max, so the newcomer gets in by restarting the round. A
     // round where some node already succeeded is finishing; the newcomer waits instead.
-    RestartRound(absl::StrCat(who, " joined"), kRestartNodeJoined, /*is_failure=*/false,
-                 std::nullopt, now, out);
+    RestartRound(absl::StrCat(who, " joined"), kRestartNodeJoined, RestartKind::kFree, std::nullopt,
+                 now, out);
   }
 }
 
@@ -150,8 +158,7 @@ void RunState::Step(ConnId conn, const std::string& json, TimePoint now) {
   auto it = nodes_.find(conn);
   if (it == nodes_.end()) return;
   Touch(it->second, now);
-  if (steps_.size() == kMaxSteps) steps_.pop_front();
-  steps_.push_back(json);
+  PushBounded(&steps_, json, kMaxSteps);
 }
 
 absl::Status RunState::GroupStatus(ConnId conn, int64_t round, GroupState state,
@@ -184,7 +191,7 @@ absl::Status RunState::GroupStatus(ConnId conn, int64_t round, GroupState state,
       WorkerFailure f = failure.value_or(WorkerFailure{});
       if (f.hostname.empty()) f.hostname = it->second.info.hostname;
       RestartRound(DescribeFailure(f), f.hang ? kRestartHang : kRestartWorkerFailure,
-                   /*is_failure=*/true, f, now, out);
+                   RestartKind::kFailure, f, now, out);
       return absl::OkStatus();
     }
   }
@@ -201,7 +208,7 @@ void RunState::Leave(ConnId conn, const std::string& reason, TimePoint now, Outb
   if (phase_ == RunPhase::kRunning && was_member) {
     if (EndsWithoutRestart(out)) return;
     RestartRound(absl::StrCat(who, " left", reason.empty() ? "" : ": ", reason), kRestartNodeLeft,
-                 /*is_failure=*/false, std::nullopt, now, out);
+                 RestartKind::kFree, std::nullopt, now, out);
   } else if (phase_ == RunPhase::kJoining) {
     MaybeFormRound(now, out);
   }
@@ -219,7 +226,7 @@ void RunState::LoseNode(ConnId conn, const std::string& why, TimePoint now, Outb
   RemoveNode(conn);
   if (phase_ == RunPhase::kRunning && was_member) {
     if (EndsWithoutRestart(out)) return;
-    RestartRound(reason, kRestartNodeLostStream, /*is_failure=*/true, std::nullopt, now, out);
+    RestartRound(reason, kRestartNodeLostStream, RestartKind::kFailure, std::nullopt, now, out);
   } else if (phase_ == RunPhase::kJoining) {
     MaybeFormRound(now, out);
   }
@@ -247,7 +254,7 @@ void RunState::Tick(TimePoint now, Outbox* out) {
     const std::string more =
         num_lost_members > 1 ? absl::StrCat(" (and ", num_lost_members - 1, " more)") : "";
     RestartRound(absl::StrCat(lost_members, more, " was lost: ", why), kRestartNodeLostLease,
-                 /*is_failure=*/true, std::nullopt, now, out);
+                 RestartKind::kFailure, std::nullopt, now, out);
   }
   if (phase_ == RunPhase::kRecovering && recovery_deadline_ && now >= *recovery_deadline_) {
     Settle(now, out);
@@ -353,12 +360,12 @@ bool RunState::EndsWithoutRestart(Outbox* out) {
   return true;
 }
 
-void RunState::RestartRound(const std::string& reason, const char* cause, bool is_failure,
+void RunState::RestartRound(const std::string& reason, const char* cause, RestartKind kind,
                             const std::optional<WorkerFailure>& root_cause, TimePoint now,
                             Outbox* out) {
   std::optional<HangNotice> hang;
   if (root_cause.has_value() && root_cause->hang) hang = HangNotice{Straggler(now)};
-  if (is_failure) {
+  if (kind == RestartKind::kFailure) {
     if (restarts_used_ >= max_restarts_) {
       CloseRun(absl::ResourceExhaustedError(absl::StrCat("restart budget spent (", restarts_used_,
                                                          " of --max-restarts=", max_restarts_,
@@ -369,10 +376,9 @@ void RunState::RestartRound(const std::string& reason, const char* cause, bool i
     ++restarts_used_;
     failed_at_ = now;
   }
-  if (restart_causes_.size() == kMaxUntaken) restart_causes_.erase(restart_causes_.begin());
-  restart_causes_.push_back(cause);
-  if (restart_log_.size() == kMaxRestartRecords) restart_log_.erase(restart_log_.begin());
-  restart_log_.push_back(RestartRecord{now, round_, cause, reason, std::nullopt});
+  PushBounded(&restart_causes_, std::string(cause), kMaxUntaken);
+  PushBounded(&restart_log_, RestartRecord{now, round_, cause, reason, std::nullopt},
+              kMaxRestartRecords);
   round_began_ = now;
   for (auto& [conn, node] : nodes_) {
     if (!node.in_round) continue;
@@ -408,8 +414,7 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
   timing.completion_s = std::chrono::duration<double>(now - round_began_).count();
   if (failed_at_) timing.after_failure_s = std::chrono::duration<double>(now - *failed_at_).count();
   failed_at_.reset();
-  if (round_timings_.size() == kMaxUntaken) round_timings_.erase(round_timings_.begin());
-  round_timings_.push_back(timing);
+  PushBounded(&round_timings_, timing, kMaxUntaken);
   if (!restart_log_.empty() && !restart_log_.back().formed_after_s) {
     restart_log_.back().formed_after_s =
         std::chrono::duration<double>(now - restart_log_.back().when).count();
@@ -560,9 +565,9 @@ void RunState::Restore(const RunSnapshot& s, TimePoint now, Outbox* out) {
     const std::string more = num_lost > 1 ? absl::StrCat(" (and ", num_lost - 1, " more)") : "";
     RestartRound(absl::StrCat(lost, more, " was lost while the rendezvous changed coordinator"),
                  kRestartNodeLostLease,  // etcd: its key (and lease) vanished
-                 /*is_failure=*/true, std::nullopt, now, out);
+                 RestartKind::kFailure, std::nullopt, now, out);
   } else if (!newcomer.empty() && members_in_round() < max_nodes_ && succeeded_in_round_ == 0) {
-    RestartRound(absl::StrCat(newcomer, " joined"), kRestartNodeJoined, /*is_failure=*/false,
+    RestartRound(absl::StrCat(newcomer, " joined"), kRestartNodeJoined, RestartKind::kFree,
                  std::nullopt, now, out);
   }
 }

@@ -40,10 +40,10 @@
 
 #include "absl/status/status.h"
 #include "common/clock.h"
-#include "rendezvous/core/outgoing.h"
 #include "rendezvous/api/rendezvous.h"
 #include "rendezvous/api/run_config.h"
 #include "rendezvous/api/run_status.h"
+#include "rendezvous/core/outgoing.h"
 
 namespace ddprun::rendezvous {
 
@@ -138,12 +138,17 @@ class RunState {
   void AddNode(Node node);
   void RemoveNode(ConnId conn);
   void Touch(Node& node, TimePoint now);  // renews the lease
-  // A member is gone or failed: restart the survivors, spending the budget when `failure`.
   // A member lost or leaving a round that other members already finished (their groups
   // succeeded): no restart can bring the finished ones back, so there is none; the run closes OK
   // once no member is left. False (nothing done) while no member has finished.
   bool EndsWithoutRestart(Outbox* out);
-  void RestartRound(const std::string& reason, const char* cause, bool is_failure,
+  // What a restart costs. A failure (a worker failed or hung, a member was lost) spends one
+  // restart of the job's --max-restarts budget, closing the run when none is left, and times the
+  // next round from it; a membership change (a node joined or left, re-registrations that
+  // disagree) is free.
+  enum class RestartKind { kFailure, kFree };
+  // A member is gone or failed, or the membership changed: restart the survivors.
+  void RestartRound(const std::string& reason, const char* cause, RestartKind kind,
                     const std::optional<WorkerFailure>& root_cause, TimePoint now, Outbox* out);
   // While joining: forms a round if max is reached or the last call expired.
   void MaybeFormRound(TimePoint now, Outbox* out);

@@ -83,7 +83,7 @@ void RunState::TakeOver(ConnId conn, const JoinRequest& request, TimePoint now, 
   if (phase_ == RunPhase::kRunning && n.in_round) {
     RestartRound(absl::StrCat(Describe(n), " re-registered out of step with round ", round_,
                               " (it knows round ", claim.last.round, ")"),
-                 kRestartServerRestart, /*is_failure=*/false, std::nullopt, now, out);
+                 kRestartServerRestart, RestartKind::kFree, std::nullopt, now, out);
     return;
   }
   AnswerUnknownClaim(n, claim, out);
@@ -217,13 +217,13 @@ void RunState::Settle(TimePoint now, Outbox* out) {
   if (!contradiction.empty()) {
     RestartRound(
         absl::StrCat("re-registrations ", after_restart, " contradict each other: ", contradiction),
-        kRestartServerRestart, /*is_failure=*/false, std::nullopt, now, out);
+        kRestartServerRestart, RestartKind::kFree, std::nullopt, now, out);
     return;
   }
   if (!told_over.empty()) {
     RestartRound(absl::StrCat("round ", newest, " was already over ", after_restart, " (",
                               told_over, " had been told so)"),
-                 kRestartServerRestart, /*is_failure=*/false, std::nullopt, now, out);
+                 kRestartServerRestart, RestartKind::kFree, std::nullopt, now, out);
     return;
   }
   if (!missing.empty()) {
@@ -231,7 +231,7 @@ void RunState::Settle(TimePoint now, Outbox* out) {
         absl::StrCat("group rank", missing.size() > 1 ? "s " : " ", absl::StrJoin(missing, ", "),
                      " of round ", newest, " did not re-register within ",
                      ToMillis(timeouts_.lease()), " ms ", after_restart),
-        kRestartNodeLostLease, /*is_failure=*/true, std::nullopt, now, out);
+        kRestartNodeLostLease, RestartKind::kFailure, std::nullopt, now, out);
     return;
   }
   for (ConnId conn : claimants) out->push_back({conn, ResumedNotice{newest}});
@@ -249,8 +249,8 @@ void RunState::Settle(TimePoint now, Outbox* out) {
   if (static_cast<size_t>(members_in_round()) < nodes_.size() && members_in_round() < max_nodes_) {
     for (const auto& [conn, node] : nodes_) {
       if (node.in_round) continue;
-      RestartRound(absl::StrCat(Describe(node), " joined"), kRestartNodeJoined,
-                   /*is_failure=*/false, std::nullopt, now, out);
+      RestartRound(absl::StrCat(Describe(node), " joined"), kRestartNodeJoined, RestartKind::kFree,
+                   std::nullopt, now, out);
       break;
     }
   }
