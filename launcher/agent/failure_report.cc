@@ -1,7 +1,5 @@
 #include "launcher/agent/failure_report.h"
 
-#include <string.h>
-
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -9,12 +7,6 @@
 #include "absl/strings/str_split.h"
 
 namespace ddprun::launcher {
-
-std::string SignalName(int signal) {
-  const char* abbrev = sigabbrev_np(signal);
-  if (abbrev == nullptr) return absl::StrCat("signal ", signal);
-  return absl::StrCat("SIG", abbrev);
-}
 
 std::string DescribeExit(const WorkerExit& exit) {
   if (!exit.hang.empty()) return absl::StrCat("hung: ", exit.hang);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/signal_names.h"  // SignalName, for the exits described here
 #include "launcher/workers/worker_exit.h"
 
 namespace ddprun::launcher {
@@ -22,9 +23,6 @@ struct ErrorFileContents {
 
 // Parses an error file; nullopt when absent or unreadable (a warning is the caller's choice).
 std::optional<ErrorFileContents> ReadErrorFile(const std::string& path);
-
-// "SIGSEGV"; "signal 77" when unnamed.
-std::string SignalName(int signal);
 
 // "exit code 3" / "signal SIGKILL (9)".
 std::string DescribeExit(const WorkerExit& exit);
