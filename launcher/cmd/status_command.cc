@@ -12,8 +12,8 @@
 #include "common/log.h"
 #include "launcher/agent/agent_state.h"
 #include "launcher/config/cli.h"
-#include "rendezvous/api/grpc_rendezvous_plugin.h"
 #include "launcher/rdzv/rendezvous_setup.h"
+#include "rendezvous/api/grpc_rendezvous_plugin.h"
 
 namespace ddprun::launcher {
 
@@ -121,9 +121,9 @@ std::string FormatRunStatusText(const nlohmann::json& run) {
 int RunStatusCommand(const std::vector<std::string>& args, const HostInfo& host) {
   CLI::App app("ddprun status: show a run of the c10d or etcd rendezvous");
   LaunchOptions options;
-  options.rdzv_backend = "c10d";
+  std::string backend = "c10d";
   std::string conf;
-  app.add_option("--rdzv-backend,--rdzv_backend", options.rdzv_backend, "c10d (default) or etcd")
+  app.add_option("--rdzv-backend,--rdzv_backend", backend, "c10d (default) or etcd")
       ->check(CLI::IsMember({"c10d", "etcd", "etcd-v3"}));
   app.add_option("--rdzv-endpoint,--rdzv_endpoint", options.rdzv_endpoint)->required();
   app.add_option("--rdzv-id,--rdzv_id", options.rdzv_id)->required();
@@ -145,6 +145,7 @@ int RunStatusCommand(const std::vector<std::string>& args, const HostInfo& host)
     WriteAll(2, absl::StrCat("ddprun status: error: ", e.what(), "\n"));
     return kExitUsage;
   }
+  options.rdzv_backend = *ParseRdzvBackend(backend);  // one of the names IsMember allows
   if (!conf.empty()) {
     // The agent's own --rdzv-conf parser, so both read the value the same way.
     auto parsed = ParseCommandLine({"--rdzv-conf=" + conf, "--no-python", "true"},
@@ -159,7 +160,7 @@ int RunStatusCommand(const std::vector<std::string>& args, const HostInfo& host)
   absl::Status settings_status;
   std::optional<EtcdSettings> etcd;
   std::optional<C10dSettings> c10d;
-  if (options.rdzv_backend != "c10d") {
+  if (options.rdzv_backend != RdzvBackend::kC10d) {
     auto settings = MakeEtcdSettings(options);
     settings_status = settings.status();
     if (settings.ok()) etcd = *std::move(settings);

@@ -1,12 +1,12 @@
 #include "launcher/config/cli.h"
 
 #include <signal.h>
-#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <map>
+#include <optional>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -16,128 +16,21 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/signal_names.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "common/version.h"
 #include "launcher/config/completion.h"
+#include "launcher/config/flag_value.h"
 #include "launcher/config/numa_binding.h"
 #include "launcher/config/platform_env.h"
+#include "launcher/config/rdzv_backend.h"
 #include "launcher/config/slurm_env.h"
 #include "launcher/config/template_macros.h"
 #include "launcher/config/yaml_config.h"
 
 namespace ddprun::launcher {
 namespace {
-
-struct FlagDef {
-  const char* name;        // canonical spelling with dashes
-  const char* short_name;  // "-m", or "" for none
-  bool is_bool;
-  const char* help;
-  // For shell completion (completion.h): what a value is, and the choices of a kChoice.
-  ValueKind value = ValueKind::kText;
-  const char* choices = "";
-};
-
-// Every flag, in --help order. The underscore spelling is accepted for each dashed name.
-constexpr FlagDef kFlags[] = {
-    {"nnodes", "", false, "Number of nodes, N or MIN:MAX (elastic). Default 1."},
-    {"nproc-per-node", "", false, "Workers per node: an integer, auto, cpu or gpu. Default 1.",
-     ValueKind::kChoice, "auto cpu gpu"},
-    {"rdzv-backend", "", false, "Rendezvous backend: static (default), c10d, etcd, etcd-v3.",
-     ValueKind::kChoice, "static c10d etcd etcd-v3"},
-    {"rdzv-endpoint", "", false, "Rendezvous server host[:port] (c10d default port 29400)."},
-    {"rdzv-id", "", false, "Run id shared by the nodes of one job. Default none."},
-    {"rdzv-conf", "", false,
-     "Rendezvous settings k=v,...: join_timeout, last_call_timeout, close_timeout, "
-     "read_timeout, keep_alive_interval, keep_alive_max_attempt, is_host, token_file, "
-     "tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name, etcd_prefix, etcd_user, "
-     "etcd_password_file, http_port, http_host."},
-    {"standalone", "", true, "One node: a private rendezvous on loopback, random port and run id."},
-    {"max-restarts", "", false,
-     "Failure-triggered restarts of the worker group, one budget for the job. Default 0."},
-    {"monitor-interval", "", false,
-     "Accepted for torchrun compatibility; ddprun reacts to events and never polls."},
-    {"start-method", "", false, "Accepted for torchrun compatibility (spawn, fork, forkserver).",
-     ValueKind::kChoice, "spawn fork forkserver"},
-    {"role", "", false, "Worker role name (ROLE_NAME). Default default."},
-    {"module", "-m", true, "Run the entrypoint as a Python module (python -m)."},
-    {"no-python", "", true, "Run the entrypoint as a program, without python."},
-    {"run-path", "", true, "Run the entrypoint as a Python script (accepted; the default)."},
-    {"log-dir", "", false,
-     "Folder for per-attempt, per-rank logs and error files (LOG_DIR/RUN_ID/attempt_N/RANK).",
-     ValueKind::kFolder},
-    {"redirects", "-r", false,
-     "Send worker streams to log files only: 0 none, 1 stdout, 2 stderr, 3 both; or "
-     "RANK:MASK,... per local rank.",
-     ValueKind::kChoice, "0 1 2 3"},
-    {"tee", "-t", false,
-     "Send worker streams to log files and the console with [ROLE<local rank>]: prefixes; "
-     "values as --redirects.",
-     ValueKind::kChoice, "0 1 2 3"},
-    {"local-ranks-filter", "", false, "Show only these local ranks on the console: 0,1,..."},
-    {"log-line-prefix-template", "", false,
-     "Prefix of every console line of a worker, e.g. '[${hostname} ${rank}]:' (macros "
-     "${role_name}, ${rank}, ${local_rank}, ${hostname}; also "
-     "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE). Default: [ROLE<local rank>]: with --tee."},
-    {"event-log-handler", "", false,
-     "Where torchrun's end-of-run events go: null (default) drops them, console writes one "
-     "JSON line per worker and one for the agent on stderr.",
-     ValueKind::kChoice, "null console"},
-    {"node-rank", "", false, "This node's rank (static backend; honoured by the others)."},
-    {"master-addr", "", false, "MASTER_ADDR for the static backend. Default 127.0.0.1."},
-    {"master-port", "", false,
-     "MASTER_PORT for the static backend. Default 29500 for several nodes; one node gets a "
-     "free port ddprun holds (and an explicit port must be free)."},
-    {"local-addr", "", false, "This node's address as the other nodes should reach it."},
-    {"duplicate-stdout-filters", "", false,
-     "Comma-separated strings: workers' stdout lines containing any of them are copied to "
-     "LOG_DIR/RUN_ID/attempt_N/filtered_stdout.log."},
-    {"duplicate-stderr-filters", "", false, "The same for stderr lines (filtered_stderr.log)."},
-    {"local-rank-arg", "", false,
-     "torch.distributed.launch's way for scripts that parse --local_rank: local_rank appends "
-     "--local_rank=N after the script (torch 1.x launch), local-rank --local-rank=N (torch "
-     "2.x). Off by default (torchrun's way: LOCAL_RANK only).",
-     ValueKind::kChoice, "local_rank local-rank"},
-    {"use-env", "", true,
-     "torch.distributed.launch's --use_env: LOCAL_RANK in the environment only (no "
-     "--local-rank-arg). Always true of torchrun and ddprun."},
-    {"signals-to-handle", "", false,
-     "Signals ddprun handles: SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the workers (exit "
-     "128+N); others listed here (e.g. SIGUSR1) are forwarded to the workers. Default "
-     "SIGTERM,SIGINT,SIGHUP,SIGQUIT."},
-    {"stop-timeout", "", false,
-     "Seconds between SIGTERM and SIGKILL when stopping workers. Default 10."},
-    {"shutdown-timeout", "", false,
-     "torch 2.x's name for --stop-timeout (also TORCH_ELASTIC_SHUTDOWN_TIMEOUT)."},
-    {"virtual-local-rank", "", true,
-     "Every worker sees LOCAL_RANK=0 and only its own GPU in CUDA_VISIBLE_DEVICES (the "
-     "N-th entry of ddprun's CUDA_VISIBLE_DEVICES, else GPU N)."},
-    {"numa-binding", "", false,
-     "Run each worker on the CPUs near its GPU (from sysfs; no numactl): node (the GPU's NUMA "
-     "node), socket (its socket), exclusive (the node's cores shared out among its GPUs), "
-     "core-complex (one last-level-cache domain per GPU). Off by default.",
-     ValueKind::kChoice, "node socket exclusive core-complex"},
-    {"preload", "", false,
-     "Warm restarts for Python workers: comma-separated modules (e.g. torch) that a spare "
-     "interpreter per local rank imports ahead of every start, at idle priority; a start hands "
-     "it the worker's environment and streams and it runs the script as python3 -u would. "
-     "Off by default; see README, Warm restarts."},
-    {"hang-timeout", "", false,
-     "Seconds without a sign of life (output, a '\\r' update, a FileTimer message, a step "
-     "report) after which a worker is hung: stacks of every worker, then a restart. Off by "
-     "default."},
-    {"no-worker-tty", "", true,
-     "Give workers pipes even when ddprun's output is a terminal (by default a worker whose "
-     "stream goes to ddprun's terminal gets a pseudo-terminal sized like it, so isatty(), "
-     "colours and progress bars behave as under torchrun)."},
-    {"quiet", "", true, "Only warnings and errors from ddprun itself."},
-    {"no-platform-env", "", true,
-     "Ignore MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK given to this node by a platform (also "
-     "DDPRUN_NO_PLATFORM=1); see README, Platform launches."},
-    {"no-slurm", "", true,
-     "Ignore the Slurm job environment (also DDPRUN_NO_SLURM=1); see README, Slurm."},
-};
 
 // A raw value and where it came from, for messages: "--nnodes", "PET_NNODES",
 // "job.yaml:3: nnodes".
@@ -196,7 +89,52 @@ bool IsPythonModuleName(absl::string_view name) {
   return true;
 }
 
-absl::Status ApplyRdzvConf(const Sourced& s, LaunchOptions* o) {
+// How each flag's value is read into the options: the `apply` of its kFlags entry. Errors are
+// kInvalidArgument naming the source and the value (Invalid()).
+using ApplyFn = absl::Status (*)(const Sourced& s, const HostInfo& host, LaunchOptions* o);
+
+absl::Status ApplyNnodes(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  return ParseNnodes(s.where, s.value, &o->min_nodes, &o->max_nodes);
+}
+
+absl::Status ApplyNprocPerNode(const Sourced& s, const HostInfo& host, LaunchOptions* o) {
+  const std::string v = absl::AsciiStrToLower(s.value);
+  o->nproc_per_node_text = v;
+  if (v == "cpu") {
+    o->nproc_per_node = host.cpu_count;
+  } else if (v == "gpu") {
+    if (host.gpu_count == 0) return Invalid(s, "no GPU is visible on this node");
+    o->nproc_per_node = host.gpu_count;
+  } else if (v == "auto") {
+    o->nproc_per_node = host.gpu_count > 0 ? host.gpu_count : host.cpu_count;
+  } else {
+    auto n = ParseInt(s.where, s.value, 1, 1 << 16);
+    if (!n.ok()) return Invalid(s, "must be a positive integer, auto, cpu or gpu");
+    o->nproc_per_node = static_cast<int>(*n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyRdzvBackend(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  std::optional<RdzvBackend> backend = ParseRdzvBackend(s.value);
+  if (!backend.has_value()) return Invalid(s, "must be static, c10d, etcd or etcd-v3");
+  o->rdzv_backend = *backend;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyRdzvEndpoint(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  o->rdzv_endpoint = s.value;
+  if (!s.value.empty()) DDPRUN_RETURN_IF_ERROR(ParseHostPort(s.where, s.value, 0).status());
+  return absl::OkStatus();
+}
+
+absl::Status ApplyRdzvId(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  if (s.value.empty()) return Invalid(s, "must not be empty");
+  o->rdzv_id = s.value;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyRdzvConf(const Sourced& s, const HostInfo&, LaunchOptions* o) {
   if (absl::StripAsciiWhitespace(s.value).empty()) return absl::OkStatus();
   for (absl::string_view item : absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
     std::vector<std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
@@ -209,11 +147,161 @@ absl::Status ApplyRdzvConf(const Sourced& s, LaunchOptions* o) {
   return absl::OkStatus();
 }
 
-absl::Status ApplySignals(const Sourced& s, LaunchOptions* o) {
+// A boolean flag that sets `field` (--standalone, --use-env, --virtual-local-rank).
+template <bool LaunchOptions::*field>
+absl::Status ApplyBool(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  DDPRUN_ASSIGN_OR_RETURN(o->*field, BoolOf(s));
+  return absl::OkStatus();
+}
+
+// A boolean flag that clears `field` (--no-worker-tty, --quiet).
+template <bool LaunchOptions::*field>
+absl::Status ApplyNegatedBool(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  DDPRUN_ASSIGN_OR_RETURN(bool on, BoolOf(s));
+  o->*field = !on;
+  return absl::OkStatus();
+}
+
+// A boolean flag with nothing to set here, whose value is only checked: --run-path (the
+// default), --no-slurm (read by SlurmWanted()), --no-platform-env (read by PlanPlatform()).
+absl::Status CheckBool(const Sourced& s, const HostInfo&, LaunchOptions*) {
+  return BoolOf(s).status();
+}
+
+absl::Status ApplyMaxRestarts(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  DDPRUN_ASSIGN_OR_RETURN(int64_t v, IntOf(s, 0, 1 << 30));
+  o->max_restarts = static_cast<int>(v);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyMonitorInterval(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  DDPRUN_ASSIGN_OR_RETURN(auto ms, ParseSeconds(s.where, s.value));
+  o->monitor_interval_s = ms.count() / 1000.0;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyStartMethod(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  if (s.value != "spawn" && s.value != "fork" && s.value != "forkserver") {
+    return Invalid(s, "must be spawn, fork or forkserver");
+  }
+  o->start_method = s.value;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyRole(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  if (s.value.empty()) return Invalid(s, "must not be empty");
+  o->role = s.value;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyModule(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  DDPRUN_ASSIGN_OR_RETURN(bool on, BoolOf(s));
+  if (!on) return absl::OkStatus();
+  if (o->entrypoint_kind == EntrypointKind::kBinary) {
+    return Invalid(s, "--module and --no-python cannot be used together");
+  }
+  o->entrypoint_kind = EntrypointKind::kPythonModule;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyNoPython(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  DDPRUN_ASSIGN_OR_RETURN(bool on, BoolOf(s));
+  if (!on) return absl::OkStatus();
+  if (o->entrypoint_kind == EntrypointKind::kPythonModule) {
+    return Invalid(s, "--module and --no-python cannot be used together");
+  }
+  o->entrypoint_kind = EntrypointKind::kBinary;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyLogDir(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  o->log_dir = s.value;
+  return absl::OkStatus();
+}
+
+// --redirects, --tee.
+template <StdSpec LaunchOptions::*field>
+absl::Status ApplyStdSpec(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  DDPRUN_ASSIGN_OR_RETURN(o->*field, ParseStdSpec(s.where, s.value));
+  return absl::OkStatus();
+}
+
+absl::Status ApplyLocalRanksFilter(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  o->local_ranks_filter.clear();
+  for (absl::string_view item : absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
+    int rank = 0;
+    if (!absl::SimpleAtoi(item, &rank) || rank < 0) {
+      return Invalid(s, "must be a comma-separated list of local ranks");
+    }
+    o->local_ranks_filter.insert(rank);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyLogLinePrefixTemplate(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  std::vector<std::string> unknown;
+  SubstituteTemplate(s.value, LogLinePrefixValues("r", 0, 0, "h"), &unknown);
+  if (!unknown.empty()) {
+    return Invalid(s, absl::StrCat("unknown macro ${", unknown.front(),
+                                   "} (known: ${role_name}, ${rank}, ${local_rank}, "
+                                   "${hostname})"));
+  }
+  o->log_line_prefix_template = s.value;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyEventLogHandler(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  if (s.value != "null" && s.value != "console") return Invalid(s, "must be null or console");
+  o->event_log_handler = s.value;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyNodeRank(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  DDPRUN_ASSIGN_OR_RETURN(int64_t v, IntOf(s, 0, 1 << 20));
+  o->node_rank = static_cast<int>(v);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyMasterAddr(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  if (s.value.empty()) return Invalid(s, "must not be empty");
+  o->master_addr = s.value;
+  o->master_addr_given = true;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyMasterPort(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  DDPRUN_ASSIGN_OR_RETURN(int64_t v, IntOf(s, 1, 65535));
+  o->master_port = static_cast<int>(v);
+  o->master_port_given = true;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyLocalAddr(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  o->local_addr = s.value;
+  return absl::OkStatus();
+}
+
+// --duplicate-stdout-filters, --duplicate-stderr-filters.
+template <std::vector<std::string> LaunchOptions::*field>
+absl::Status ApplyFilters(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  std::vector<std::string> filters = absl::StrSplit(s.value, ',', absl::SkipEmpty());
+  o->*field = std::move(filters);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyLocalRankArg(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  if (s.value != "local_rank" && s.value != "local-rank" && !s.value.empty()) {
+    return Invalid(s, "expected local_rank (--local_rank=N) or local-rank (--local-rank=N)");
+  }
+  o->local_rank_arg = s.value;
+  return absl::OkStatus();
+}
+
+absl::Status ApplySignals(const Sourced& s, const HostInfo&, LaunchOptions* o) {
   o->extra_signals.clear();
   o->signals_to_handle = s.value;
   for (absl::string_view item : absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
-    const int sig = SignalFromName(std::string(absl::StripAsciiWhitespace(item)));
+    const int sig = SignalFromName(item);
     if (sig == 0 || sig == SIGKILL || sig == SIGSTOP || sig == SIGCHLD) {
       return Invalid(s, absl::StrCat("'", item, "' is not a signal ddprun can handle"));
     }
@@ -222,216 +310,187 @@ absl::Status ApplySignals(const Sourced& s, LaunchOptions* o) {
   return absl::OkStatus();
 }
 
-// Applies one flag's value to the options. `flag` is the canonical name.
-absl::Status Apply(const std::string& flag, const Sourced& s, const HostInfo& host,
-                   LaunchOptions* o) {
-  if (flag == "nnodes") return ParseNnodes(s.where, s.value, &o->min_nodes, &o->max_nodes);
-  if (flag == "nproc-per-node") {
-    const std::string v = absl::AsciiStrToLower(s.value);
-    o->nproc_per_node_text = v;
-    if (v == "cpu") {
-      o->nproc_per_node = host.cpu_count;
-    } else if (v == "gpu") {
-      if (host.gpu_count == 0) return Invalid(s, "no GPU is visible on this node");
-      o->nproc_per_node = host.gpu_count;
-    } else if (v == "auto") {
-      o->nproc_per_node = host.gpu_count > 0 ? host.gpu_count : host.cpu_count;
-    } else {
-      auto n = ParseInt(s.where, s.value, 1, 1 << 16);
-      if (!n.ok()) return Invalid(s, "must be a positive integer, auto, cpu or gpu");
-      o->nproc_per_node = static_cast<int>(*n);
-    }
-    return absl::OkStatus();
-  }
-  if (flag == "rdzv-backend") {
-    const std::string v = absl::AsciiStrToLower(s.value);
-    if (v != "static" && v != "c10d" && v != "etcd" && v != "etcd-v3" && v != "etcd-v2") {
-      return Invalid(s, "must be static, c10d, etcd or etcd-v3");
-    }
-    o->rdzv_backend = v == "etcd-v2" ? "etcd" : v;
-    return absl::OkStatus();
-  }
-  if (flag == "rdzv-endpoint") {
-    o->rdzv_endpoint = s.value;
-    if (!s.value.empty()) DDPRUN_RETURN_IF_ERROR(ParseHostPort(s.where, s.value, 0).status());
-    return absl::OkStatus();
-  }
-  if (flag == "rdzv-id") {
-    if (s.value.empty()) return Invalid(s, "must not be empty");
-    o->rdzv_id = s.value;
-    return absl::OkStatus();
-  }
-  if (flag == "rdzv-conf") return ApplyRdzvConf(s, o);
-  if (flag == "standalone") {
-    DDPRUN_ASSIGN_OR_RETURN(o->standalone, BoolOf(s));
-    return absl::OkStatus();
-  }
-  if (flag == "max-restarts") {
-    DDPRUN_ASSIGN_OR_RETURN(int64_t v, IntOf(s, 0, 1 << 30));
-    o->max_restarts = static_cast<int>(v);
-    return absl::OkStatus();
-  }
-  if (flag == "monitor-interval") {
-    DDPRUN_ASSIGN_OR_RETURN(auto ms, ParseSeconds(s.where, s.value));
-    o->monitor_interval_s = ms.count() / 1000.0;
-    return absl::OkStatus();
-  }
-  if (flag == "start-method") {
-    if (s.value != "spawn" && s.value != "fork" && s.value != "forkserver") {
-      return Invalid(s, "must be spawn, fork or forkserver");
-    }
-    o->start_method = s.value;
-    return absl::OkStatus();
-  }
-  if (flag == "role") {
-    if (s.value.empty()) return Invalid(s, "must not be empty");
-    o->role = s.value;
-    return absl::OkStatus();
-  }
-  if (flag == "module" || flag == "no-python" || flag == "run-path") {
-    DDPRUN_ASSIGN_OR_RETURN(bool on, BoolOf(s));
-    if (!on) return absl::OkStatus();
-    if (flag == "module") {
-      if (o->entrypoint_kind == EntrypointKind::kBinary) {
-        return Invalid(s, "--module and --no-python cannot be used together");
-      }
-      o->entrypoint_kind = EntrypointKind::kPythonModule;
-    } else if (flag == "no-python") {
-      if (o->entrypoint_kind == EntrypointKind::kPythonModule) {
-        return Invalid(s, "--module and --no-python cannot be used together");
-      }
-      o->entrypoint_kind = EntrypointKind::kBinary;
-    }
-    return absl::OkStatus();
-  }
-  if (flag == "log-dir") {
-    o->log_dir = s.value;
-    return absl::OkStatus();
-  }
-  if (flag == "redirects" || flag == "tee") {
-    DDPRUN_ASSIGN_OR_RETURN(StdSpec spec, ParseStdSpec(s.where, s.value));
-    (flag == "tee" ? o->tee : o->redirects) = spec;
-    return absl::OkStatus();
-  }
-  if (flag == "local-ranks-filter") {
-    o->local_ranks_filter.clear();
-    for (absl::string_view item : absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
-      int rank = 0;
-      if (!absl::SimpleAtoi(item, &rank) || rank < 0) {
-        return Invalid(s, "must be a comma-separated list of local ranks");
-      }
-      o->local_ranks_filter.insert(rank);
-    }
-    return absl::OkStatus();
-  }
-  if (flag == "event-log-handler") {
-    if (s.value != "null" && s.value != "console") return Invalid(s, "must be null or console");
-    o->event_log_handler = s.value;
-    return absl::OkStatus();
-  }
-  if (flag == "node-rank") {
-    DDPRUN_ASSIGN_OR_RETURN(int64_t v, IntOf(s, 0, 1 << 20));
-    o->node_rank = static_cast<int>(v);
-    return absl::OkStatus();
-  }
-  if (flag == "master-addr") {
-    if (s.value.empty()) return Invalid(s, "must not be empty");
-    o->master_addr = s.value;
-    o->master_addr_given = true;
-    return absl::OkStatus();
-  }
-  if (flag == "master-port") {
-    DDPRUN_ASSIGN_OR_RETURN(int64_t v, IntOf(s, 1, 65535));
-    o->master_port = static_cast<int>(v);
-    o->master_port_given = true;
-    return absl::OkStatus();
-  }
-  if (flag == "local-addr") {
-    o->local_addr = s.value;
-    return absl::OkStatus();
-  }
-  if (flag == "log-line-prefix-template") {
-    std::vector<std::string> unknown;
-    SubstituteTemplate(s.value, LogLinePrefixValues("r", 0, 0, "h"), &unknown);
-    if (!unknown.empty()) {
-      return Invalid(s, absl::StrCat("unknown macro ${", unknown.front(),
-                                     "} (known: ${role_name}, ${rank}, ${local_rank}, "
-                                     "${hostname})"));
-    }
-    o->log_line_prefix_template = s.value;
-    return absl::OkStatus();
-  }
-  if (flag == "duplicate-stdout-filters" || flag == "duplicate-stderr-filters") {
-    std::vector<std::string> filters = absl::StrSplit(s.value, ',', absl::SkipEmpty());
-    (flag == "duplicate-stdout-filters" ? o->duplicate_stdout_filters
-                                        : o->duplicate_stderr_filters) = std::move(filters);
-    return absl::OkStatus();
-  }
-  if (flag == "local-rank-arg") {
-    if (s.value != "local_rank" && s.value != "local-rank" && !s.value.empty()) {
-      return Invalid(s, "expected local_rank (--local_rank=N) or local-rank (--local-rank=N)");
-    }
-    o->local_rank_arg = s.value;
-    return absl::OkStatus();
-  }
-  if (flag == "use-env") {
-    DDPRUN_ASSIGN_OR_RETURN(o->use_env, BoolOf(s));
-    return absl::OkStatus();
-  }
-  if (flag == "signals-to-handle") return ApplySignals(s, o);
-  if (flag == "virtual-local-rank") {
-    DDPRUN_ASSIGN_OR_RETURN(o->virtual_local_rank, BoolOf(s));
-    return absl::OkStatus();
-  }
-  if (flag == "stop-timeout" || flag == "shutdown-timeout") {
-    DDPRUN_ASSIGN_OR_RETURN(o->stop_timeout, ParseSeconds(s.where, s.value));
-    return absl::OkStatus();
-  }
-  if (flag == "numa-binding") {
-    auto mode = ParseNumaMode(s.value);
-    if (!mode.ok()) return Invalid(s, mode.status().message());
-    o->numa_binding = *mode;
-    o->numa_binding_name = s.value;
-    return absl::OkStatus();
-  }
-  if (flag == "preload") {
-    std::vector<std::string> modules;
-    for (absl::string_view item : absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
-      item = absl::StripAsciiWhitespace(item);
-      if (!IsPythonModuleName(item)) {
-        return Invalid(s, absl::StrCat("'", item, "' is not a Python module name"));
-      }
-      modules.emplace_back(item);
-    }
-    o->preload = std::move(modules);
-    o->preload_given = absl::StrCat(s.where, "=", s.value);
-    return absl::OkStatus();
-  }
-  if (flag == "hang-timeout") {
-    DDPRUN_ASSIGN_OR_RETURN(o->hang_timeout, ParseSeconds(s.where, s.value));
-    if (o->hang_timeout.count() <= 0) return Invalid(s, "must be a positive number of seconds");
-    return absl::OkStatus();
-  }
-  if (flag == "no-slurm") return BoolOf(s).status();         // read by SlurmWanted()
-  if (flag == "no-platform-env") return BoolOf(s).status();  // read by PlanPlatform()
-  if (flag == "no-worker-tty") {
-    DDPRUN_ASSIGN_OR_RETURN(bool off, BoolOf(s));
-    o->worker_tty = !off;
-    return absl::OkStatus();
-  }
-  if (flag == "quiet") {
-    DDPRUN_ASSIGN_OR_RETURN(bool quiet, BoolOf(s));
-    o->verbose = !quiet;
-    return absl::OkStatus();
-  }
-  return absl::InternalError(absl::StrCat("unhandled flag ", flag));
+// --stop-timeout and torch 2.x's --shutdown-timeout.
+absl::Status ApplyStopTimeout(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  DDPRUN_ASSIGN_OR_RETURN(o->stop_timeout, ParseSeconds(s.where, s.value));
+  return absl::OkStatus();
 }
+
+absl::Status ApplyNumaBinding(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  auto mode = ParseNumaMode(s.value);
+  if (!mode.ok()) return Invalid(s, mode.status().message());
+  o->numa_binding = *mode;
+  o->numa_binding_name = s.value;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyPreload(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  std::vector<std::string> modules;
+  for (absl::string_view item : absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
+    item = absl::StripAsciiWhitespace(item);
+    if (!IsPythonModuleName(item)) {
+      return Invalid(s, absl::StrCat("'", item, "' is not a Python module name"));
+    }
+    modules.emplace_back(item);
+  }
+  o->preload = std::move(modules);
+  o->preload_given = absl::StrCat(s.where, "=", s.value);
+  return absl::OkStatus();
+}
+
+absl::Status ApplyHangTimeout(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  DDPRUN_ASSIGN_OR_RETURN(o->hang_timeout, ParseSeconds(s.where, s.value));
+  if (o->hang_timeout.count() <= 0) return Invalid(s, "must be a positive number of seconds");
+  return absl::OkStatus();
+}
+
+struct FlagDef {
+  const char* name;        // canonical spelling with dashes
+  const char* short_name;  // "-m", or "" for none
+  bool is_bool;
+  const char* help;
+  ApplyFn apply;  // reads a value of the flag into the options
+  // For shell completion (completion.h): what a value is, and the choices of a kChoice.
+  ValueKind value = ValueKind::kText;
+  const char* choices = "";
+};
+
+// Every flag, in --help order. The underscore spelling is accepted for each dashed name.
+constexpr FlagDef kFlags[] = {
+    {"nnodes", "", false, "Number of nodes, N or MIN:MAX (elastic). Default 1.", ApplyNnodes},
+    {"nproc-per-node", "", false, "Workers per node: an integer, auto, cpu or gpu. Default 1.",
+     ApplyNprocPerNode, ValueKind::kChoice, "auto cpu gpu"},
+    {"rdzv-backend", "", false, "Rendezvous backend: static (default), c10d, etcd, etcd-v3.",
+     ApplyRdzvBackend, ValueKind::kChoice, "static c10d etcd etcd-v3"},
+    {"rdzv-endpoint", "", false, "Rendezvous server host[:port] (c10d default port 29400).",
+     ApplyRdzvEndpoint},
+    {"rdzv-id", "", false, "Run id shared by the nodes of one job. Default none.", ApplyRdzvId},
+    {"rdzv-conf", "", false,
+     "Rendezvous settings k=v,...: join_timeout, last_call_timeout, close_timeout, "
+     "read_timeout, keep_alive_interval, keep_alive_max_attempt, is_host, token_file, "
+     "tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name, etcd_prefix, etcd_user, "
+     "etcd_password_file, http_port, http_host.",
+     ApplyRdzvConf},
+    {"standalone", "", true, "One node: a private rendezvous on loopback, random port and run id.",
+     ApplyBool<&LaunchOptions::standalone>},
+    {"max-restarts", "", false,
+     "Failure-triggered restarts of the worker group, one budget for the job. Default 0.",
+     ApplyMaxRestarts},
+    {"monitor-interval", "", false,
+     "Accepted for torchrun compatibility; ddprun reacts to events and never polls.",
+     ApplyMonitorInterval},
+    {"start-method", "", false, "Accepted for torchrun compatibility (spawn, fork, forkserver).",
+     ApplyStartMethod, ValueKind::kChoice, "spawn fork forkserver"},
+    {"role", "", false, "Worker role name (ROLE_NAME). Default default.", ApplyRole},
+    {"module", "-m", true, "Run the entrypoint as a Python module (python -m).", ApplyModule},
+    {"no-python", "", true, "Run the entrypoint as a program, without python.", ApplyNoPython},
+    {"run-path", "", true, "Run the entrypoint as a Python script (accepted; the default).",
+     CheckBool},
+    {"log-dir", "", false,
+     "Folder for per-attempt, per-rank logs and error files (LOG_DIR/RUN_ID/attempt_N/RANK).",
+     ApplyLogDir, ValueKind::kFolder},
+    {"redirects", "-r", false,
+     "Send worker streams to log files only: 0 none, 1 stdout, 2 stderr, 3 both; or "
+     "RANK:MASK,... per local rank.",
+     ApplyStdSpec<&LaunchOptions::redirects>, ValueKind::kChoice, "0 1 2 3"},
+    {"tee", "-t", false,
+     "Send worker streams to log files and the console with [ROLE<local rank>]: prefixes; "
+     "values as --redirects.",
+     ApplyStdSpec<&LaunchOptions::tee>, ValueKind::kChoice, "0 1 2 3"},
+    {"local-ranks-filter", "", false, "Show only these local ranks on the console: 0,1,...",
+     ApplyLocalRanksFilter},
+    {"log-line-prefix-template", "", false,
+     "Prefix of every console line of a worker, e.g. '[${hostname} ${rank}]:' (macros "
+     "${role_name}, ${rank}, ${local_rank}, ${hostname}; also "
+     "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE). Default: [ROLE<local rank>]: with --tee.",
+     ApplyLogLinePrefixTemplate},
+    {"event-log-handler", "", false,
+     "Where torchrun's end-of-run events go: null (default) drops them, console writes one "
+     "JSON line per worker and one for the agent on stderr.",
+     ApplyEventLogHandler, ValueKind::kChoice, "null console"},
+    {"node-rank", "", false, "This node's rank (static backend; honoured by the others).",
+     ApplyNodeRank},
+    {"master-addr", "", false, "MASTER_ADDR for the static backend. Default 127.0.0.1.",
+     ApplyMasterAddr},
+    {"master-port", "", false,
+     "MASTER_PORT for the static backend. Default 29500 for several nodes; one node gets a "
+     "free port ddprun holds (and an explicit port must be free).",
+     ApplyMasterPort},
+    {"local-addr", "", false, "This node's address as the other nodes should reach it.",
+     ApplyLocalAddr},
+    {"duplicate-stdout-filters", "", false,
+     "Comma-separated strings: workers' stdout lines containing any of them are copied to "
+     "LOG_DIR/RUN_ID/attempt_N/filtered_stdout.log.",
+     ApplyFilters<&LaunchOptions::duplicate_stdout_filters>},
+    {"duplicate-stderr-filters", "", false, "The same for stderr lines (filtered_stderr.log).",
+     ApplyFilters<&LaunchOptions::duplicate_stderr_filters>},
+    {"local-rank-arg", "", false,
+     "torch.distributed.launch's way for scripts that parse --local_rank: local_rank appends "
+     "--local_rank=N after the script (torch 1.x launch), local-rank --local-rank=N (torch "
+     "2.x). Off by default (torchrun's way: LOCAL_RANK only).",
+     ApplyLocalRankArg, ValueKind::kChoice, "local_rank local-rank"},
+    {"use-env", "", true,
+     "torch.distributed.launch's --use_env: LOCAL_RANK in the environment only (no "
+     "--local-rank-arg). Always true of torchrun and ddprun.",
+     ApplyBool<&LaunchOptions::use_env>},
+    {"signals-to-handle", "", false,
+     "Signals ddprun handles: SIGINT, SIGTERM, SIGHUP and SIGQUIT stop the workers (exit "
+     "128+N); others listed here (e.g. SIGUSR1) are forwarded to the workers. Default "
+     "SIGTERM,SIGINT,SIGHUP,SIGQUIT.",
+     ApplySignals},
+    {"stop-timeout", "", false,
+     "Seconds between SIGTERM and SIGKILL when stopping workers. Default 10.", ApplyStopTimeout},
+    {"shutdown-timeout", "", false,
+     "torch 2.x's name for --stop-timeout (also TORCH_ELASTIC_SHUTDOWN_TIMEOUT).",
+     ApplyStopTimeout},
+    {"virtual-local-rank", "", true,
+     "Every worker sees LOCAL_RANK=0 and only its own GPU in CUDA_VISIBLE_DEVICES (the "
+     "N-th entry of ddprun's CUDA_VISIBLE_DEVICES, else GPU N).",
+     ApplyBool<&LaunchOptions::virtual_local_rank>},
+    {"numa-binding", "", false,
+     "Run each worker on the CPUs near its GPU (from sysfs; no numactl): node (the GPU's NUMA "
+     "node), socket (its socket), exclusive (the node's cores shared out among its GPUs), "
+     "core-complex (one last-level-cache domain per GPU). Off by default.",
+     ApplyNumaBinding, ValueKind::kChoice, "node socket exclusive core-complex"},
+    {"preload", "", false,
+     "Warm restarts for Python workers: comma-separated modules (e.g. torch) that a spare "
+     "interpreter per local rank imports ahead of every start, at idle priority; a start hands "
+     "it the worker's environment and streams and it runs the script as python3 -u would. "
+     "Off by default; see README, Warm restarts.",
+     ApplyPreload},
+    {"hang-timeout", "", false,
+     "Seconds without a sign of life (output, a '\\r' update, a FileTimer message, a step "
+     "report) after which a worker is hung: stacks of every worker, then a restart. Off by "
+     "default.",
+     ApplyHangTimeout},
+    {"no-worker-tty", "", true,
+     "Give workers pipes even when ddprun's output is a terminal (by default a worker whose "
+     "stream goes to ddprun's terminal gets a pseudo-terminal sized like it, so isatty(), "
+     "colours and progress bars behave as under torchrun).",
+     ApplyNegatedBool<&LaunchOptions::worker_tty>},
+    {"quiet", "", true, "Only warnings and errors from ddprun itself.",
+     ApplyNegatedBool<&LaunchOptions::verbose>},
+    {"no-platform-env", "", true,
+     "Ignore MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK given to this node by a platform (also "
+     "DDPRUN_NO_PLATFORM=1); see README, Platform launches.",
+     CheckBool},
+    {"no-slurm", "", true,
+     "Ignore the Slurm job environment (also DDPRUN_NO_SLURM=1); see README, Slurm.", CheckBool},
+};
 
 const FlagDef* FindFlag(absl::string_view name) {
   for (const FlagDef& f : kFlags) {
     if (name == f.name) return &f;
   }
   return nullptr;
+}
+
+// Applies one flag's value to the options. `flag` is the canonical name.
+absl::Status Apply(const std::string& flag, const Sourced& s, const HostInfo& host,
+                   LaunchOptions* o) {
+  const FlagDef* f = FindFlag(flag);
+  if (f == nullptr) return absl::InternalError(absl::StrCat("unhandled flag ", flag));
+  return f->apply(s, host, o);
 }
 
 // torch's hang-related variables, read from ddprun's own environment as torchrun reads them.
@@ -480,7 +539,7 @@ absl::Status Validate(const Environment& env, LaunchOptions* o) {
           "--standalone runs exactly one node, but --nnodes=", o->min_nodes, ":", o->max_nodes));
     }
   }
-  if (o->rdzv_backend == "static" && !o->standalone) {
+  if (o->rdzv_backend == RdzvBackend::kStatic && !o->standalone) {
     if (o->min_nodes != o->max_nodes) {
       return absl::InvalidArgumentError(absl::StrCat(
           "--nnodes=", o->min_nodes, ":", o->max_nodes,
@@ -528,71 +587,6 @@ absl::Status Validate(const Environment& env, LaunchOptions* o) {
   }
   return absl::OkStatus();
 }
-
-}  // namespace
-
-int SignalFromName(const std::string& name) {
-  std::string n = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(name));
-  int number = 0;
-  if (absl::SimpleAtoi(n, &number)) return number > 0 && number < NSIG ? number : 0;
-  if (!absl::StartsWith(n, "SIG")) n = "SIG" + n;
-  for (int sig = 1; sig < NSIG; ++sig) {
-    const char* abbrev = sigabbrev_np(sig);
-    if (abbrev != nullptr && n == absl::StrCat("SIG", abbrev)) return sig;
-  }
-  return 0;
-}
-
-absl::Status ParseNnodes(const std::string& what, const std::string& value, int* min_nodes,
-                         int* max_nodes) {
-  std::vector<std::string> parts = absl::StrSplit(value, ':');
-  int64_t lo = 0, hi = 0;
-  const int64_t kMaxNodes = 1 << 20;
-  if (parts.size() == 1 && absl::SimpleAtoi(parts[0], &lo)) {
-    hi = lo;
-  } else if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &lo) ||
-             !absl::SimpleAtoi(parts[1], &hi)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, "=", value, ": expected N or MIN:MAX (e.g. 2 or 1:4)"));
-  }
-  if (lo < 1 || hi > kMaxNodes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, "=", value, ": node counts must be in 1..", kMaxNodes));
-  }
-  if (lo > hi) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, "=", value, ": MIN (", lo, ") is greater than MAX (", hi, ")"));
-  }
-  *min_nodes = static_cast<int>(lo);
-  *max_nodes = static_cast<int>(hi);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<StdSpec> ParseStdSpec(const std::string& what, const std::string& value) {
-  StdSpec spec;
-  auto bad = [&] {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, "=", value,
-                     ": expected 0-3 (0 none, 1 stdout, 2 stderr, 3 both) or "
-                     "LOCAL_RANK:MASK,... (e.g. 0:3,1:2)"));
-  };
-  if (value.find(':') == std::string::npos) {
-    if (!absl::SimpleAtoi(value, &spec.all) || spec.all < 0 || spec.all > 3) return bad();
-    return spec;
-  }
-  for (absl::string_view item : absl::StrSplit(value, ',', absl::SkipWhitespace())) {
-    std::vector<std::string> kv = absl::StrSplit(item, ':');
-    int rank = 0, mask = 0;
-    if (kv.size() != 2 || !absl::SimpleAtoi(kv[0], &rank) || !absl::SimpleAtoi(kv[1], &mask) ||
-        rank < 0 || mask < 0 || mask > 3) {
-      return bad();
-    }
-    spec.per_rank[rank] = mask;
-  }
-  return spec;
-}
-
-namespace {
 
 // How a flag may be written: its short name, --dashed-name and, for a name with dashes, the
 // --underscore_name torchrun also accepts. One list for the parser, --help and completion.

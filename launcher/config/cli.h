@@ -39,16 +39,6 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
 // The --help text.
 std::string HelpText();
 
-// Parses "0".."3" or "LOCAL_RANK:MASK,..." (torchrun's --redirects / --tee).
-absl::StatusOr<StdSpec> ParseStdSpec(const std::string& what, const std::string& value);
-
-// Parses "N" or "MIN:MAX".
-absl::Status ParseNnodes(const std::string& what, const std::string& value, int* min_nodes,
-                         int* max_nodes);
-
-// "SIGTERM", "TERM", "15" -> 15. 0 when unknown.
-int SignalFromName(const std::string& name);
-
 }  // namespace ddprun::launcher
 
 #endif  // DDPRUN_LAUNCHER_CONFIG_CLI_H_

@@ -1,12 +1,16 @@
 // One flag's value from one source, as the planners that derive defaults from a job's
-// environment (slurm_env.h, platform_env.h) see the flags the user gave explicitly.
+// environment (slurm_env.h, platform_env.h) see the flags the user gave explicitly, and the
+// parsers of the values that both they and the command line (cli.h) read.
 #ifndef DDPRUN_LAUNCHER_CONFIG_FLAG_VALUE_H_
 #define DDPRUN_LAUNCHER_CONFIG_FLAG_VALUE_H_
 
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "launcher/config/options.h"
 
 namespace ddprun::launcher {
 
@@ -23,6 +27,13 @@ const FlagValue* LastFlagValue(const std::vector<FlagValue>& flags, absl::string
 
 // Whether the value of flag `name` that counts is a true boolean; false when absent or not one.
 bool FlagIsTrue(const std::vector<FlagValue>& flags, absl::string_view name);
+
+// Parses "N" or "MIN:MAX" (--nnodes). Errors are kInvalidArgument "WHAT=VALUE: why".
+absl::Status ParseNnodes(const std::string& what, const std::string& value, int* min_nodes,
+                         int* max_nodes);
+
+// Parses "0".."3" or "LOCAL_RANK:MASK,..." (torchrun's --redirects / --tee).
+absl::StatusOr<StdSpec> ParseStdSpec(const std::string& what, const std::string& value);
 
 }  // namespace ddprun::launcher
 

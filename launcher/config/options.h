@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "launcher/config/numa_binding.h"
+#include "launcher/config/rdzv_backend.h"
 
 namespace ddprun::launcher {
 
@@ -53,8 +54,8 @@ struct LaunchOptions {
   int node_rank = -1;                     // -1: not given (the rendezvous assigns one)
 
   // Rendezvous.
-  std::string rdzv_backend = "static";  // static | c10d | etcd | etcd-v3
-  std::string rdzv_endpoint;            // host[:port]
+  RdzvBackend rdzv_backend = RdzvBackend::kStatic;  // --rdzv-backend (rdzv_backend.h)
+  std::string rdzv_endpoint;                        // host[:port]
   std::string rdzv_id = "none";
   std::map<std::string, std::string> rdzv_conf;  // key=value pairs as given
   bool standalone = false;

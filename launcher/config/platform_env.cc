@@ -1,6 +1,5 @@
 #include "launcher/config/platform_env.h"
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -47,7 +46,7 @@ absl::StatusOr<std::optional<PlatformPlan>> PlanPlatform(
     return std::nullopt;
   }
   if (const FlagValue* b = LastFlagValue(explicit_flags, "rdzv-backend");
-      b != nullptr && absl::AsciiStrToLower(b->value) != "static") {
+      b != nullptr && ParseRdzvBackend(b->value) != RdzvBackend::kStatic) {
     return std::nullopt;
   }
 

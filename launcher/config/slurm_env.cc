@@ -13,7 +13,8 @@
 #include "absl/strings/strip.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
-#include "launcher/config/cli.h"
+#include "launcher/config/flag_value.h"
+#include "launcher/config/host_info.h"
 #include "launcher/config/hostlist.h"
 
 namespace ddprun::launcher {
@@ -318,10 +319,11 @@ absl::StatusOr<SlurmPlan> PlanSlurm(const SlurmStep& step,
     d.push_back({"signals-to-handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2", "Slurm"});
     const bool standalone = FlagIsTrue(explicit_flags, "standalone");
     const FlagValue* backend = LastFlagValue(explicit_flags, "rdzv-backend");
-    const std::string b = backend == nullptr ? "c10d" : Lower(backend->value);
+    const std::optional<RdzvBackend> b =
+        backend == nullptr ? RdzvBackend::kC10d : ParseRdzvBackend(backend->value);
     if (standalone) {
       // --standalone in a one-node step: nothing to agree on; keep the GPU default only.
-    } else if (b == "c10d") {
+    } else if (b == RdzvBackend::kC10d) {
       d.push_back({"rdzv-backend", "c10d", "Slurm"});
       d.push_back({"rdzv-endpoint", FormatHostPort(plan.first_host, plan.rdzv_port), list_var});
       if (LastFlagValue(explicit_flags, "rdzv-endpoint") == nullptr) {
@@ -332,7 +334,7 @@ absl::StatusOr<SlurmPlan> PlanSlurm(const SlurmStep& step,
             step.node_name.empty() ? node_rank == 0 : step.node_name == plan.first_host;
         d.push_back({"rdzv-conf", absl::StrCat("is_host=", host ? 1 : 0), list_var});
       }
-    } else if (b == "static") {
+    } else if (b == RdzvBackend::kStatic) {
       d.push_back({"master-addr", plan.first_host, list_var});
       d.push_back({"master-port", absl::StrCat(plan.master_port), "SLURM_JOB_ID"});
     }
@@ -363,10 +365,10 @@ std::string DescribeSlurmPlan(const SlurmPlan& plan, const LaunchOptions& o) {
                   o.nproc_per_node == 1 ? " worker" : " workers", " per node");
   if (o.standalone) {
     absl::StrAppend(&line, ", standalone");
-  } else if (o.rdzv_backend == "static") {
+  } else if (o.rdzv_backend == RdzvBackend::kStatic) {
     absl::StrAppend(&line, ", static, master ", FormatHostPort(o.master_addr, o.master_port));
   } else {
-    absl::StrAppend(&line, ", rendezvous ", o.rdzv_backend, " ", o.rdzv_endpoint);
+    absl::StrAppend(&line, ", rendezvous ", RdzvBackendName(o.rdzv_backend), " ", o.rdzv_endpoint);
   }
   return line;
 }

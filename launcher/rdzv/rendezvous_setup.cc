@@ -166,7 +166,7 @@ absl::StatusOr<C10dSettings> MakeC10dSettings(const LaunchOptions& options, cons
 absl::StatusOr<EtcdSettings> MakeEtcdSettings(const LaunchOptions& options) {
   if (options.rdzv_endpoint.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--rdzv-backend=", options.rdzv_backend,
+        absl::StrCat("--rdzv-backend=", RdzvBackendName(options.rdzv_backend),
                      " needs --rdzv-endpoint=HOST:PORT[,HOST:PORT...]"));
   }
   DDPRUN_ASSIGN_OR_RETURN(RdzvConf conf, ParseRdzvConf(options.rdzv_conf));
@@ -211,7 +211,7 @@ absl::StatusOr<RendezvousSetup> SetUpRendezvous(const LaunchOptions& options, co
     setup.rendezvous = std::make_unique<LocalRendezvous>(executor, local);
     return setup;
   }
-  if (options.rdzv_backend == "static") {
+  if (options.rdzv_backend == RdzvBackend::kStatic) {
     setup.run_id = options.rdzv_id;
     local.node_rank = options.node_rank;
     local.nnodes = options.max_nodes;
@@ -235,7 +235,7 @@ absl::StatusOr<RendezvousSetup> SetUpRendezvous(const LaunchOptions& options, co
     setup.rendezvous = std::make_unique<LocalRendezvous>(executor, local);
     return setup;
   }
-  if (options.rdzv_backend == "etcd" || options.rdzv_backend == "etcd-v3") {
+  if (IsEtcd(options.rdzv_backend)) {
     DDPRUN_ASSIGN_OR_RETURN(EtcdSettings settings, MakeEtcdSettings(options));
     setup.run_id = options.rdzv_id;
     DDPRUN_ASSIGN_OR_RETURN(PortReservation reservation, PortReservation::Reserve(0));

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include "common/signal_names.h"
+#include "launcher/config/flag_value.h"
 #include "tests/testing/test_env.h"
 
 namespace ddprun::launcher {
@@ -186,7 +188,7 @@ TEST_F(CliTest, DefaultsMatchTorchrun) {
   EXPECT_EQ(o->min_nodes, 1);
   EXPECT_EQ(o->max_nodes, 1);
   EXPECT_EQ(o->nproc_per_node, 1);
-  EXPECT_EQ(o->rdzv_backend, "static");
+  EXPECT_EQ(RdzvBackendName(o->rdzv_backend), "static");
   EXPECT_EQ(o->rdzv_id, "none");
   EXPECT_EQ(o->master_addr, "127.0.0.1");
   EXPECT_EQ(o->master_port, 29500);
@@ -196,13 +198,28 @@ TEST_F(CliTest, DefaultsMatchTorchrun) {
   EXPECT_EQ(o->entrypoint_kind, EntrypointKind::kPythonScript);
 }
 
+TEST_F(CliTest, RdzvBackendKeepsTheNameGivenAndReadsEtcdV2AsEtcd) {
+  for (const auto& [flag, name] :
+       {std::pair{"--rdzv-backend=C10D", "c10d"}, std::pair{"--rdzv-backend=etcd", "etcd"},
+        std::pair{"--rdzv-backend=etcd-v2", "etcd"}, std::pair{"--rdzv-backend=Etcd-V3", "etcd-v3"},
+        std::pair{"--rdzv-backend=static", "static"}}) {
+    auto o = Parse({flag, script_});
+    ASSERT_TRUE(o.ok()) << flag << ": " << o.status();
+    EXPECT_EQ(RdzvBackendName(o->rdzv_backend), name) << flag;
+  }
+  EXPECT_TRUE(IsEtcd(*ParseRdzvBackend("etcd-v3")));
+  EXPECT_FALSE(IsEtcd(RdzvBackend::kC10d));
+  EXPECT_EQ(Error({"--rdzv-backend=zookeeper", script_}),
+            "--rdzv-backend=zookeeper: must be static, c10d, etcd or etcd-v3");
+}
+
 TEST_F(CliTest, BothSpellingsAndEqualsOrSpace) {
   auto a = Parse({"--nproc-per-node=3", "--max_restarts", "4", "--rdzv_backend=c10d",
                   "--rdzv-endpoint", "host:29400", "--nnodes=1:4", "--rdzv_id=job7", script_});
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(a->nproc_per_node, 3);
   EXPECT_EQ(a->max_restarts, 4);
-  EXPECT_EQ(a->rdzv_backend, "c10d");
+  EXPECT_EQ(RdzvBackendName(a->rdzv_backend), "c10d");
   EXPECT_EQ(a->rdzv_endpoint, "host:29400");
   EXPECT_EQ(a->min_nodes, 1);
   EXPECT_EQ(a->max_nodes, 4);

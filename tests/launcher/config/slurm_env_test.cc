@@ -23,7 +23,7 @@ TEST_F(SlurmEnvTest, AgentModeDefaultsFromTheStep) {
   EXPECT_EQ(o.min_nodes, 2);
   EXPECT_EQ(o.max_nodes, 2);
   EXPECT_EQ(o.node_rank, 1);
-  EXPECT_EQ(o.rdzv_backend, "c10d");
+  EXPECT_EQ(RdzvBackendName(o.rdzv_backend), "c10d");
   EXPECT_EQ(o.rdzv_id, "4242.0");
   const int port = SlurmRdzvPort("4242", "0");
   EXPECT_EQ(o.rdzv_endpoint, "gpu-a01:" + std::to_string(port));
@@ -161,7 +161,7 @@ TEST_F(SlurmEnvTest, StandaloneInAOneNodeStep) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_TRUE(r->options.standalone);
   EXPECT_EQ(r->options.nproc_per_node, 4);
-  EXPECT_EQ(r->options.rdzv_backend, "static");
+  EXPECT_EQ(RdzvBackendName(r->options.rdzv_backend), "static");
   EXPECT_THAT(DescribeSlurmPlan(*r->slurm, r->options),
               HasSubstr("4 workers per node, standalone"));
 }
@@ -171,7 +171,7 @@ TEST_F(SlurmEnvTest, StandaloneFalseIsNotStandalone) {
   auto r = Parse({script_});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->options.standalone);
-  EXPECT_EQ(r->options.rdzv_backend, "c10d");
+  EXPECT_EQ(RdzvBackendName(r->options.rdzv_backend), "c10d");
 }
 
 TEST_F(SlurmEnvTest, StaticBackendGetsMasterFromTheStep) {
@@ -187,7 +187,7 @@ TEST_F(SlurmEnvTest, OptOut) {
   auto r = Parse({"--no-slurm", script_});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_FALSE(r->slurm.has_value());
-  EXPECT_EQ(r->options.rdzv_backend, "static");
+  EXPECT_EQ(RdzvBackendName(r->options.rdzv_backend), "static");
   EXPECT_EQ(r->options.max_nodes, 1);
   env_["DDPRUN_NO_SLURM"] = "1";
   r = Parse({script_});
