@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_text.h"
 #include "common/log.h"
+#include "common/signal_names.h"
 #include "common/strings.h"
 #include "common/temp_dir.h"
 #include "launcher/workers/error_file_relay.h"
@@ -499,7 +500,7 @@ void Agent::WriteEventLog(int exit_code, const std::string& reason) {
   run.run_id = run_id_;
   run.role = options_.role;
   run.hostname = host_.hostname;
-  run.rdzv_backend = options_.rdzv_backend;
+  run.rdzv_backend = std::string(RdzvBackendName(options_.rdzv_backend));
   run.entry_point = std::filesystem::path(options_.entrypoint).filename().string();
   run.group_rank = current_.group_rank;
   run.group_world_size = current_.group_world_size;

@@ -1,13 +1,12 @@
 #include "rendezvous/core/run_state.h"
 
-#include <string.h>
-
 #include <algorithm>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/signal_names.h"
 #include "rendezvous/core/rank_assignment.h"
 
 namespace ddprun::rendezvous {
@@ -16,11 +15,6 @@ namespace {
 std::string NodesFlag(int min_nodes, int max_nodes) {
   return min_nodes == max_nodes ? absl::StrCat("--nnodes=", min_nodes)
                                 : absl::StrCat("--nnodes=", min_nodes, ":", max_nodes);
-}
-
-std::string SignalName(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return abbrev != nullptr ? absl::StrCat("SIG", abbrev) : absl::StrCat("signal ", sig);
 }
 
 std::string DescribeFailure(const WorkerFailure& f) {
