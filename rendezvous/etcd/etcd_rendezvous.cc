@@ -11,10 +11,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/log.h"
+#include "common/loop_thread.h"
 #include "proto/etcd/records.pb.h"
 #include "rendezvous/etcd/etcd_coordinator.h"
 #include "rendezvous/etcd/etcd_watcher.h"
-#include "common/loop_thread.h"
 #include "rendezvous/grpc/proto_convert.h"
 
 namespace ddprun::rendezvous {
@@ -76,31 +76,18 @@ EtcdRendezvous::EtcdRendezvous(EtcdRendezvousOptions options, std::unique_ptr<Et
                                Executor* executor)
     : options_(std::move(options)),
       client_(std::move(client)),
-      executor_(executor),
-      silenced_(std::make_shared<std::atomic<bool>>(false)),
+      events_(executor),
       loop_(std::make_unique<LoopThread>()),
       keepalive_loop_(std::make_unique<LoopThread>()) {}
 
 EtcdRendezvous::~EtcdRendezvous() {
   // An agent that exits without Leave() (its group succeeded, or the rendezvous failed) still
   // hands over cleanly: a crash is the only way to leave the others waiting for a lease.
-  silenced_->store(true);
+  events_.Silence();
   client_->Abort();
   keepalive_loop_->Stop();
   loop_->Post([this] { LeaveNow("the agent exited"); });
   loop_->Stop();
-}
-
-void EtcdRendezvous::Deliver(std::function<void(RendezvousEvents*)> fn) {
-  executor_->Post([events = events_, silenced = silenced_, fn = std::move(fn)] {
-    if (!silenced->load()) fn(events);
-  });
-}
-
-void EtcdRendezvous::Closed(absl::Status status, std::optional<HangNotice> hang) {
-  if (closed_) return;
-  closed_ = true;
-  Deliver([status, hang](RendezvousEvents* e) { e->OnClosed(status, hang); });
 }
 
 void EtcdRendezvous::StopBackground() {
@@ -113,16 +100,15 @@ void EtcdRendezvous::StopBackground() {
 
 void EtcdRendezvous::Join(const NodeInfo& node, RendezvousEvents* events) {
   loop_->Post([this, node, events] {
-    if (events_ != nullptr) return;
+    if (!events_.SetSink(events)) return;
     node_ = node;
-    events_ = events;
     keys_.emplace(options_.prefix, node.run_id);
     Start();
   });
 }
 
 void EtcdRendezvous::Start() {
-  if (absl::Status s = Register(options_.read_timeout); !s.ok()) Closed(s);
+  if (absl::Status s = Register(options_.read_timeout); !s.ok()) events_.Close(s);
 }
 
 absl::Status EtcdRendezvous::Register(Duration budget) {
@@ -159,26 +145,23 @@ absl::Status EtcdRendezvous::Register(Duration budget) {
       [this](std::vector<mvccpb::Event> events) {
         loop_->Post([this, events = std::move(events)] { OnEvents(events); });
       },
-      [this](absl::Status status) { loop_->Post([this, status] { Closed(status); }); });
+      [this](absl::Status status) { loop_->Post([this, status] { events_.Close(status); }); });
   TryElect();
   return absl::OkStatus();
 }
 
 void EtcdRendezvous::LoseLease(const absl::Status& why) {
-  if (lease_lost_ || closed_ || left_) return;
+  if (lease_lost_ || events_.closed() || left_) return;
   lease_lost_ = true;
   coordinator_.reset();
   StopBackground();
   if (node_.min_nodes == node_.max_nodes) {  // a fixed world cannot go on without this node
-    Closed(why);
+    events_.Close(why);
     return;
   }
   // Elastic: the others went on without this node (the coordinator saw its key vanish). Stop
   // the workers and come back as a new node, a scale-up for the others, no budget spent.
-  const std::string reason = absl::StrCat(why.message(), "; rejoining as a new node");
-  Deliver([reason](RendezvousEvents* e) { e->OnRestart(reason, std::nullopt); });
-  if (base_node_id_.empty()) base_node_id_ = node_.node_id;
-  node_.node_id = absl::StrCat(base_node_id_, "-rejoin", ++rejoins_);
+  events_.RejoinAsNewNode(std::string(why.message()), &node_);
   inbox_epoch_.clear();
   inbox_next_seq_ = 0;
   rejoin_deadline_ = Now() + options_.timeouts.join_timeout;
@@ -186,11 +169,12 @@ void EtcdRendezvous::LoseLease(const absl::Status& why) {
 }
 
 void EtcdRendezvous::TryRejoin() {
-  if (closed_ || left_) return;
+  if (events_.closed() || left_) return;
   const Duration left = rejoin_deadline_ - Now();
   if (left <= Duration::zero()) {
-    return Closed(absl::DeadlineExceededError(
+    events_.Close(absl::DeadlineExceededError(
         "lost the etcd rendezvous and could not rejoin within join_timeout"));
+    return;
   }
   // Each try is bounded by a lease, so a cut that lasts keeps us trying, not blocked.
   const absl::Status s = Register(std::min<Duration>(left, options_.timeouts.lease()));
@@ -224,7 +208,7 @@ void EtcdRendezvous::KeepAlive(int64_t lease) {
 }
 
 void EtcdRendezvous::TryElect() {
-  if (closed_ || left_ || coordinator_ != nullptr) return;
+  if (events_.closed() || left_ || coordinator_ != nullptr) return;
   etcdserverpb::TxnRequest txn;
   auto* cmp = txn.add_compare();
   cmp->set_key(keys_->coordinator());
@@ -301,20 +285,14 @@ void EtcdRendezvous::OnInbox(const std::string& value) {
     const int64_t seq = record.first_seq() + i;
     if (seq < inbox_next_seq_) continue;  // a retried write repeats what we have read
     inbox_next_seq_ = seq + 1;
-    if (closed_) continue;
+    if (events_.closed()) continue;
     const ddprun::proto::ServerMessage& m = record.messages(i);
     if (m.has_assignment()) {
-      Assignment a = FromProto(m.assignment());
-      Deliver([a](RendezvousEvents* e) { e->OnAssignment(a); });
+      events_.Assigned(FromProto(m.assignment()));
     } else if (m.has_restart()) {
-      std::string reason = m.restart().reason();
-      std::optional<HangNotice> hang;
-      if (m.restart().hang()) hang = HangNotice{m.restart().straggler()};
-      Deliver([reason, hang](RendezvousEvents* e) { e->OnRestart(reason, hang); });
+      events_.Restart(m.restart().reason(), HangOf(m.restart()));
     } else if (m.has_close()) {
-      std::optional<HangNotice> hang;
-      if (m.close().root_cause().hang()) hang = HangNotice{m.close().straggler()};
-      Closed(CloseStatus(m.close()), hang);
+      events_.Close(CloseStatus(m.close()), HangOf(m.close()));
     }
   }
 }
@@ -351,7 +329,7 @@ void EtcdRendezvous::ScheduleTick() {
 void EtcdRendezvous::ReportGroupState(int64_t round, GroupState state,
                                       const std::optional<WorkerFailure>& failure) {
   loop_->Post([this, round, state, failure] {
-    if (lease_ == 0 || closed_ || left_) return;
+    if (lease_ == 0 || events_.closed() || left_) return;
     AgentRecord record;
     auto* g = record.mutable_group_status();
     g->set_round(round);
@@ -371,7 +349,7 @@ void EtcdRendezvous::ReportGroupState(int64_t round, GroupState state,
 
 void EtcdRendezvous::ReportProgress(const std::vector<RankProgress>& progress, bool urgent) {
   loop_->Post([this, progress, urgent] {
-    if (lease_ == 0 || closed_ || left_) return;
+    if (lease_ == 0 || events_.closed() || left_) return;
     // One put per keep-alive interval at most: as often as the built-in server hears it.
     const TimePoint now = Now();
     if (!urgent && now - last_progress_put_ < options_.timeouts.keep_alive_interval) return;
@@ -386,7 +364,7 @@ void EtcdRendezvous::ReportProgress(const std::vector<RankProgress>& progress, b
 }
 
 void EtcdRendezvous::Leave(const std::string& reason) {
-  silenced_->store(true);
+  events_.Silence();
   // Whatever the loop is waiting for (a join while etcd is unreachable) gives up first.
   client_->Abort();
   keepalive_loop_->Stop();
@@ -418,7 +396,7 @@ void EtcdRendezvous::LeaveNow(const std::string& reason) {
                               flushed.message(), ")"));
     }
     coordinator_.reset();
-  } else if (!closed_) {
+  } else if (!events_.closed()) {
     AgentRecord record;
     record.mutable_leave()->set_reason(reason);
     etcdserverpb::PutRequest put;

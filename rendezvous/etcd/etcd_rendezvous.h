@@ -19,7 +19,6 @@
 #ifndef DDPRUN_RENDEZVOUS_ETCD_ETCD_RENDEZVOUS_H_
 #define DDPRUN_RENDEZVOUS_ETCD_ETCD_RENDEZVOUS_H_
 
-#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -29,10 +28,11 @@
 #include "absl/status/statusor.h"
 #include "common/executor.h"
 #include "proto/etcd/kv.pb.h"
-#include "rendezvous/etcd/etcd_client.h"
-#include "rendezvous/etcd/etcd_keys.h"
+#include "rendezvous/api/event_delivery.h"
 #include "rendezvous/api/rendezvous.h"
 #include "rendezvous/api/run_config.h"
+#include "rendezvous/etcd/etcd_client.h"
+#include "rendezvous/etcd/etcd_keys.h"
 
 namespace ddprun {
 class LoopThread;
@@ -83,8 +83,6 @@ class EtcdRendezvous final : public Rendezvous {
   absl::Status Flush(std::optional<Duration> budget = std::nullopt);
   void LeaveNow(const std::string& reason);
   void ScheduleTick();
-  void Closed(absl::Status status, std::optional<HangNotice> hang = std::nullopt);
-  void Deliver(std::function<void(RendezvousEvents*)> fn);
   void StopBackground();
   // Keep-alive loop only. One chain per lease: a chain whose lease was replaced (a rejoin)
   // ends instead of renewing, or losing, the new one.
@@ -92,28 +90,24 @@ class EtcdRendezvous final : public Rendezvous {
 
   const EtcdRendezvousOptions options_;
   std::unique_ptr<EtcdClient> client_;
-  Executor* const executor_;
-  std::shared_ptr<std::atomic<bool>> silenced_;
+  // Internal loop only, but for Silence() (Leave, the destructor: on the caller's thread).
+  EventDelivery events_;
   std::unique_ptr<LoopThread> loop_;
   std::unique_ptr<LoopThread> keepalive_loop_;
 
   // Internal loop only.
   std::optional<EtcdKeys> keys_;
   NodeInfo node_;
-  RendezvousEvents* events_ = nullptr;
   int64_t lease_ = 0;
   int64_t ttl_seconds_ = 0;
   std::unique_ptr<EtcdWatcher> watcher_;
   std::unique_ptr<EtcdCoordinator> coordinator_;
-  bool closed_ = false;
   TimePoint last_progress_put_{};
   bool left_ = false;
   bool lease_lost_ = false;
   uint64_t tick_timer_ = 0;
   std::string inbox_epoch_;
   int64_t inbox_next_seq_ = 0;
-  std::string base_node_id_;  // the first node id; rejoins are <base>-rejoinN
-  int rejoins_ = 0;
   TimePoint rejoin_deadline_{};
 
   // Keep-alive loop only.

@@ -158,6 +158,16 @@ absl::Status CloseStatus(const proto::Close& close) {
   return absl::Status(static_cast<absl::StatusCode>(code), close.message());
 }
 
+std::optional<HangNotice> HangOf(const proto::Restart& restart) {
+  if (!restart.hang()) return std::nullopt;
+  return HangNotice{restart.straggler()};
+}
+
+std::optional<HangNotice> HangOf(const proto::Close& close) {
+  if (!close.root_cause().hang()) return std::nullopt;
+  return HangNotice{close.straggler()};
+}
+
 JoinRequest FromProto(const proto::Join& j, const RunTimeouts& defaults,
                       const std::string& peer_host) {
   JoinRequest r;

@@ -3,14 +3,15 @@
 #ifndef DDPRUN_RENDEZVOUS_GRPC_PROTO_CONVERT_H_
 #define DDPRUN_RENDEZVOUS_GRPC_PROTO_CONVERT_H_
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "proto/rendezvous.pb.h"
-#include "rendezvous/core/outgoing.h"
 #include "rendezvous/api/rendezvous.h"
 #include "rendezvous/api/run_config.h"
+#include "rendezvous/core/outgoing.h"
 #include "rendezvous/core/run_state.h"
 
 namespace ddprun::rendezvous {
@@ -27,6 +28,9 @@ WorkerFailure FromProto(const proto::WorkerFailure& f);
 std::vector<RankProgress> FromProto(const proto::Heartbeat& h);
 // A Close message as the status OnClosed reports.
 absl::Status CloseStatus(const proto::Close& close);
+// The hang a Restart or Close message tells of (the straggler); nullopt when none.
+std::optional<HangNotice> HangOf(const proto::Restart& restart);
+std::optional<HangNotice> HangOf(const proto::Close& close);
 
 // Server side. Zero timeouts in `join` take `defaults`.
 JoinRequest FromProto(const proto::Join& join, const RunTimeouts& defaults,

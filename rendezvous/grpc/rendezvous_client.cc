@@ -4,11 +4,11 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/loop_thread.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/grpc/agent_call.h"
 #include "rendezvous/grpc/endpoint_probe.h"
-#include "common/loop_thread.h"
 #include "rendezvous/grpc/proto_convert.h"
 
 namespace ddprun::rendezvous {
@@ -49,15 +49,14 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeRendezvousChannel(const Clien
 RendezvousClient::RendezvousClient(ClientOptions options, Executor* executor,
                                    std::shared_ptr<grpc::Channel> channel)
     : options_(std::move(options)),
-      executor_(executor),
       channel_(std::move(channel)),
       loop_(std::make_unique<LoopThread>()),
-      silenced_(std::make_shared<std::atomic<bool>>(false)),
+      events_(executor),
       heartbeat_interval_(std::chrono::duration_cast<std::chrono::milliseconds>(
           options_.timeouts.keep_alive_interval)) {}
 
 RendezvousClient::~RendezvousClient() {
-  silenced_->store(true);
+  events_.Silence();
   loop_->Post([this] {
     if (call_ != nullptr) call_->Cancel();
   });
@@ -74,17 +73,8 @@ RendezvousClient::~RendezvousClient() {
   loop_->Stop();
 }
 
-void RendezvousClient::Deliver(std::function<void(RendezvousEvents*)> fn) {
-  if (closed_ || events_ == nullptr) return;
-  executor_->Post([events = events_, silenced = silenced_, fn = std::move(fn)] {
-    if (!silenced->load()) fn(events);
-  });
-}
-
 void RendezvousClient::Closed(absl::Status status, std::optional<HangNotice> hang) {
-  if (closed_) return;
-  Deliver([status, hang](RendezvousEvents* e) { e->OnClosed(status, hang); });
-  closed_ = true;
+  if (!events_.Close(status, hang)) return;
   if (read_timer_ != 0) loop_->Cancel(read_timer_);
   if (heartbeat_timer_ != 0) loop_->Cancel(heartbeat_timer_);
   read_timer_ = heartbeat_timer_ = 0;
@@ -92,9 +82,8 @@ void RendezvousClient::Closed(absl::Status status, std::optional<HangNotice> han
 
 void RendezvousClient::Join(const NodeInfo& node, RendezvousEvents* events) {
   loop_->Post([this, node, events] {
-    if (events_ != nullptr) return;
+    if (!events_.SetSink(events)) return;
     node_ = node;
-    events_ = events;
     StartCall(options_.read_timeout, "read_timeout");
   });
 }
@@ -132,7 +121,7 @@ void RendezvousClient::StartCall(std::chrono::milliseconds connect_budget,
   if (ever_joined_) *join.mutable_join()->mutable_resume() = ToProto(claim_);
   read_timer_ = loop_->PostAt(std::chrono::steady_clock::now() + connect_budget, [this, gen] {
     read_timer_ = 0;
-    if (gen != call_generation_ || joined_ || closed_) return;
+    if (gen != call_generation_ || joined_ || events_.closed()) return;
     timed_out_ = true;
     call_->Cancel();
   });
@@ -140,7 +129,7 @@ void RendezvousClient::StartCall(std::chrono::milliseconds connect_budget,
 }
 
 void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
-  if (closed_) return;
+  if (events_.closed()) return;
   last_heard_ = std::chrono::steady_clock::now();
   unanswered_ = 0;
   switch (m.msg_case()) {
@@ -169,21 +158,17 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
       claim_.restarts_used = std::max(claim_.restarts_used, a.restart_count);
       claim_.group = ResumeClaim::Group::kRunning;
       claim_.failure.reset();
-      Deliver([a](RendezvousEvents* e) { e->OnAssignment(a); });
+      events_.Assigned(a);
       break;
     }
     case proto::ServerMessage::kRestart: {
-      std::string reason = m.restart().reason();
-      std::optional<HangNotice> hang;
-      if (m.restart().hang()) hang = HangNotice{m.restart().straggler()};
       claim_.restarts_used = std::max(claim_.restarts_used, m.restart().restart_count());
       if (m.restart().round() >= claim_.last.round) claim_.group = ResumeClaim::Group::kWaiting;
-      Deliver([reason, hang](RendezvousEvents* e) { e->OnRestart(reason, hang); });
+      events_.Restart(m.restart().reason(), HangOf(m.restart()));
       break;
     }
     case proto::ServerMessage::kResumed: {
-      const int64_t round = m.resumed().round();
-      Deliver([round](RendezvousEvents* e) { e->OnResumed(round); });
+      events_.Resumed(m.resumed().round());
       break;
     }
     case proto::ServerMessage::kClose: {
@@ -194,9 +179,7 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
                            ")"));
         break;
       }
-      std::optional<HangNotice> hang;
-      if (m.close().root_cause().hang()) hang = HangNotice{m.close().straggler()};
-      Closed(CloseStatus(m.close()), hang);
+      Closed(CloseStatus(m.close()), HangOf(m.close()));
       break;
     }
     default:
@@ -207,14 +190,14 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
 void RendezvousClient::HandleDone(int grpc_code, const std::string& message) {
   const std::string where = options_.endpoint;
   const auto code = static_cast<grpc::StatusCode>(grpc_code);
-  if (joined_ && server_embedded_ && !closed_) {
+  if (joined_ && server_embedded_ && !events_.closed()) {
     Closed(absl::UnavailableError(absl::StrCat(
         "lost the rendezvous stream to ", where, ": ", message, " (gRPC code ", grpc_code,
         "); that server was hosted by an agent, which is gone with it (ddprun-rdzv or etcd "
         "survive a server restart)")));
     return;
   }
-  if (!closed_ && !timed_out_ && code != grpc::StatusCode::UNAUTHENTICATED &&
+  if (!events_.closed() && !timed_out_ && code != grpc::StatusCode::UNAUTHENTICATED &&
       (joined_ || reconnecting_)) {
     Reconnect(code == grpc::StatusCode::OK
                   ? absl::StrCat("the rendezvous server at ", where, " ended the stream")
@@ -248,12 +231,10 @@ void RendezvousClient::Reconnect(const std::string& why) {
     reconnecting_ = true;
     broken_because_ = why;
     reconnect_deadline_ = now + options_.read_timeout;
-    Deliver([why, budget = Seconds(options_.read_timeout)](RendezvousEvents* e) {
-      e->OnReconnecting(absl::StrCat(why,
-                                     "; the workers keep running while this agent "
-                                     "re-registers (for up to read_timeout, ",
-                                     budget, ")"));
-    });
+    events_.Reconnecting(absl::StrCat(why,
+                                      "; the workers keep running while this agent re-registers "
+                                      "(for up to read_timeout, ",
+                                      Seconds(options_.read_timeout), ")"));
   }
   joined_ = false;
   // Finished calls are dropped (a flapping link must not grow this without bound).
@@ -269,7 +250,7 @@ void RendezvousClient::Reconnect(const std::string& why) {
       std::chrono::milliseconds(100 << std::min(reconnect_attempts_++, 4)),
       std::chrono::milliseconds(1000));
   loop_->PostAt(now + backoff, [this] {
-    if (closed_ || !reconnecting_ || call_ != nullptr) return;
+    if (events_.closed() || !reconnecting_ || call_ != nullptr) return;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         reconnect_deadline_ - std::chrono::steady_clock::now());
     if (left <= std::chrono::milliseconds::zero()) {
@@ -287,7 +268,7 @@ void RendezvousClient::ScheduleHeartbeat() {
   if (heartbeat_timer_ != 0) loop_->Cancel(heartbeat_timer_);
   heartbeat_timer_ = loop_->PostAt(std::chrono::steady_clock::now() + heartbeat_interval_, [this] {
     heartbeat_timer_ = 0;
-    if (closed_) return;
+    if (events_.closed()) return;
     if (reconnecting_) {
       // No stream. Silence for the lease means this node's peers have given it up, unless the
       // server's address refuses connections: a server that is down gives nobody up, and its
@@ -342,16 +323,12 @@ void RendezvousClient::Fence(const std::string& why) {
   // Elastic: the others went on without this node. Stop the workers and come back as a new
   // node (a scale-up for the others, no budget spent) once the network lets us, until
   // join_timeout. The old call is cancelled; its reactions are dropped.
-  Deliver([why](RendezvousEvents* e) {
-    e->OnRestart(absl::StrCat(why, "; rejoining as a new node"), std::nullopt);
-  });
+  events_.RejoinAsNewNode(why, &node_);
   claim_.group = ResumeClaim::Group::kWaiting;  // its workers are being stopped
   if (call_ != nullptr) retired_calls_.push_back(std::move(call_));
   joined_ = false;
   timed_out_ = false;
   unanswered_ = 0;
-  if (base_node_id_.empty()) base_node_id_ = node_.node_id;
-  node_.node_id = absl::StrCat(base_node_id_, "-rejoin", ++rejoins_);
   StartCall(std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeouts.join_timeout),
             "join_timeout");
 }
@@ -366,13 +343,13 @@ void RendezvousClient::SendHeartbeat() {
 void RendezvousClient::ReportProgress(const std::vector<RankProgress>& progress, bool urgent) {
   loop_->Post([this, progress, urgent] {
     progress_ = progress;
-    if (urgent && joined_ && !closed_ && call_ != nullptr) SendHeartbeat();
+    if (urgent && joined_ && !events_.closed() && call_ != nullptr) SendHeartbeat();
   });
 }
 
 void RendezvousClient::ReportStep(const std::string& json) {
   loop_->Post([this, json] {
-    if (!joined_ || closed_ || call_ == nullptr) return;
+    if (!joined_ || events_.closed() || call_ == nullptr) return;
     proto::AgentMessage m;
     m.mutable_step()->set_json(json.substr(0, kMaxFailureMessage));
     call_->Send(std::move(m));
@@ -385,7 +362,7 @@ void RendezvousClient::ReportGroupState(int64_t round, GroupState state,
     if (round == claim_.last.round && round > 0) {  // a re-registration says it too
       claim_.Report(state, failure);
     }
-    if (closed_ || call_ == nullptr) return;
+    if (events_.closed() || call_ == nullptr) return;
     proto::AgentMessage m;
     proto::GroupStatus* g = m.mutable_group_status();
     g->set_round(round);
@@ -403,13 +380,9 @@ void RendezvousClient::ReportGroupState(int64_t round, GroupState state,
 }
 
 void RendezvousClient::Leave(const std::string& reason) {
-  silenced_->store(true);
+  events_.Silence();
   loop_->Post([this, reason] {
-    if (closed_ || call_ == nullptr) {
-      closed_ = true;
-      return;
-    }
-    closed_ = true;
+    if (!events_.CloseQuietly() || call_ == nullptr) return;
     if (heartbeat_timer_ != 0) loop_->Cancel(heartbeat_timer_);
     if (read_timer_ != 0) loop_->Cancel(read_timer_);
     heartbeat_timer_ = read_timer_ = 0;
@@ -424,7 +397,7 @@ void RendezvousClient::Leave(const std::string& reason) {
 
 void RendezvousClient::CancelForTesting() {
   loop_->Post([this] {
-    closed_ = true;  // a crashed agent neither reconnects nor hears anything
+    events_.CloseQuietly();  // a crashed agent neither reconnects nor hears anything
     if (heartbeat_timer_ != 0) loop_->Cancel(heartbeat_timer_);
     if (read_timer_ != 0) loop_->Cancel(read_timer_);
     heartbeat_timer_ = read_timer_ = 0;

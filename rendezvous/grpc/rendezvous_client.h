@@ -25,7 +25,6 @@
 #ifndef DDPRUN_RENDEZVOUS_GRPC_RENDEZVOUS_CLIENT_H_
 #define DDPRUN_RENDEZVOUS_GRPC_RENDEZVOUS_CLIENT_H_
 
-#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
@@ -34,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/executor.h"
+#include "rendezvous/api/event_delivery.h"
 #include "rendezvous/api/rendezvous.h"
 #include "rendezvous/api/run_config.h"
 #include "rendezvous/api/run_status.h"
@@ -110,31 +110,24 @@ class RendezvousClient final : public Rendezvous {
   void HandleDone(int grpc_code, const std::string& message);
   void ScheduleHeartbeat();
   void SendHeartbeat();  // with the latest progress
-  void Deliver(std::function<void(RendezvousEvents*)> fn);
   void Closed(absl::Status status, std::optional<HangNotice> hang = std::nullopt);
 
   const ClientOptions options_;
-  Executor* const executor_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<LoopThread> loop_;
-  // Set by Leave() / the destructor on the caller's thread: events already queued on the
-  // agent's executor check it before running.
-  std::shared_ptr<std::atomic<bool>> silenced_;
+  // Internal loop only, but for Silence() (Leave, the destructor: on the caller's thread).
+  EventDelivery events_;
 
   // Internal loop only.
   std::unique_ptr<AgentCall> call_;
   NodeInfo node_;
-  RendezvousEvents* events_ = nullptr;
   bool joined_ = false;                 // the server acknowledged the join
-  bool closed_ = false;                 // OnClosed was delivered (or the agent left)
   std::vector<RankProgress> progress_;  // the latest ReportProgress, sent with heartbeats
   TimePoint last_heard_{};              // the server's last message (fencing)
   int unanswered_ = 0;                  // heartbeats sent since then
   uint64_t call_generation_ = 0;        // of call_; older calls' reactions are dropped
   std::vector<std::unique_ptr<AgentCall>> retired_calls_;  // cancelled by a rejoin
-  std::string base_node_id_;                               // the node id of the first join
-  int rejoins_ = 0;
-  bool ever_joined_ = false;        // re-registrations carry claim_
+  bool ever_joined_ = false;                               // re-registrations carry claim_
   bool server_embedded_ = false;    // the server lives in an agent: a broken stream is the end
   ResumeClaim claim_;               // what this node knows of its place
   bool reconnecting_ = false;       // the current call re-registers after a broken stream

@@ -62,6 +62,22 @@ TEST(ProtoConvertTest, CloseCarriesTheStatusCode) {
   EXPECT_EQ(CloseStatus(bogus).code(), absl::StatusCode::kUnknown);
 }
 
+TEST(ProtoConvertTest, HangOfRestartAndClose) {
+  proto::Restart restart;
+  EXPECT_FALSE(HangOf(restart).has_value());
+  restart.set_hang(true);
+  restart.set_straggler("rank 3 on n2");
+  ASSERT_TRUE(HangOf(restart).has_value());
+  EXPECT_EQ(HangOf(restart)->straggler, "rank 3 on n2");
+
+  proto::Close close;
+  close.set_straggler("rank 1 on n1");
+  EXPECT_FALSE(HangOf(close).has_value());  // a straggler without a hung root cause is none
+  close.mutable_root_cause()->set_hang(true);
+  ASSERT_TRUE(HangOf(close).has_value());
+  EXPECT_EQ(HangOf(close)->straggler, "rank 1 on n1");
+}
+
 TEST(ProtoConvertTest, AssignmentRoundTrips) {
   Assignment a;
   a.round = 3;
