@@ -21,10 +21,10 @@
 #include "common/signal_names.h"
 #include "common/strings.h"
 #include "common/temp_dir.h"
-#include "launcher/workers/error_file_relay.h"
 #include "launcher/agent/event_log.h"
 #include "launcher/agent/failure_report.h"
 #include "launcher/config/template_macros.h"
+#include "launcher/workers/error_file_relay.h"
 #include "launcher/workers/worker_command.h"
 #include "launcher/workers/worker_env.h"
 
@@ -363,7 +363,7 @@ void Agent::Execute(const std::vector<AgentAction>& actions) {
           stopping_ = true;
           RecordStep(StepEvent{Step::kStopBegun});
         }
-        if (group_ && action.collect_stacks) {
+        if (group_ && action.stop_mode == StopMode::kTakeStacksFirst) {
           StackPlan plan;
           plan.reason = action.failure.hang.empty() ? action.message
                                                     : absl::StrCat("rank ", action.failure.rank,
@@ -583,7 +583,7 @@ void Agent::OnRestart(const std::string& reason,
     RecordStep(detected);
   }
   NoteHangNotice(hang);
-  Execute(state_.OnRestart(reason, hang.has_value()));
+  Execute(state_.OnRestart(reason, hang));
 }
 
 void Agent::OnReconnecting(const std::string& why) { LogInfo(why); }
@@ -604,7 +604,7 @@ void Agent::OnClosed(const absl::Status& status,
     return;
   }
   NoteHangNotice(hang);
-  Execute(state_.OnClosed(status, hang.has_value()));
+  Execute(state_.OnClosed(status, hang));
 }
 
 void Agent::NoteHangNotice(const std::optional<rendezvous::HangNotice>& hang) {

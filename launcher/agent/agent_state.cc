@@ -8,6 +8,15 @@ namespace ddprun::launcher {
 
 using Type = AgentAction::Type;
 
+namespace {
+
+// A round that ended in a hang anywhere wants every worker's stacks before the stop.
+StopMode StopModeFor(const std::optional<rendezvous::HangNotice>& hang) {
+  return hang.has_value() ? StopMode::kTakeStacksFirst : StopMode::kGracefully;
+}
+
+}  // namespace
+
 AgentStateMachine::AgentStateMachine(int nproc_per_node) : nproc_(nproc_per_node) {}
 
 int AgentStateMachine::ExitCodeForClose(const absl::Status& status) {
@@ -45,7 +54,7 @@ std::vector<AgentAction> AgentStateMachine::OnAssignment(const rendezvous::Assig
       // A new round while ours still runs: the server restarted us without a separate restart
       // message. Stop, then start with it.
       pending_assignment_ = a;
-      return BeginStop(std::nullopt, "a new rendezvous round formed");
+      return BeginStop(std::nullopt, "a new rendezvous round formed", StopMode::kGracefully);
     }
     case Phase::kStopping:
       pending_assignment_ = a;
@@ -96,7 +105,8 @@ std::vector<AgentAction> AgentStateMachine::Fail(const WorkerExit& cause, int ha
   report.round = round_;
   report.failure = cause;
   std::vector<AgentAction> actions = {report};
-  for (auto& a : BeginStop(std::nullopt, hung ? "a worker hung" : "a worker failed", hung)) {
+  const StopMode how = hung ? StopMode::kTakeStacksFirst : StopMode::kGracefully;
+  for (auto& a : BeginStop(std::nullopt, hung ? "a worker hung" : "a worker failed", how)) {
     if (a.type == Type::kStopWorkers) {
       a.failure = cause;
       a.hang_signal = hang_signal;
@@ -106,12 +116,14 @@ std::vector<AgentAction> AgentStateMachine::Fail(const WorkerExit& cause, int ha
   return actions;
 }
 
-std::vector<AgentAction> AgentStateMachine::OnRestart(const std::string& reason, bool hang) {
+std::vector<AgentAction> AgentStateMachine::OnRestart(
+    const std::string& reason, const std::optional<rendezvous::HangNotice>& hang) {
   if (phase_ != Phase::kRunning) return {};
-  return BeginStop(std::nullopt, reason, hang);
+  return BeginStop(std::nullopt, reason, StopModeFor(hang));
 }
 
-std::vector<AgentAction> AgentStateMachine::OnClosed(const absl::Status& status, bool hang) {
+std::vector<AgentAction> AgentStateMachine::OnClosed(
+    const absl::Status& status, const std::optional<rendezvous::HangNotice>& hang) {
   const int code = ExitCodeForClose(status);
   const std::string why =
       status.ok() ? "the rendezvous closed the run" : std::string(status.message());
@@ -119,7 +131,7 @@ std::vector<AgentAction> AgentStateMachine::OnClosed(const absl::Status& status,
     case Phase::kRendezvous:
       return Exit(code, why);
     case Phase::kRunning:
-      return BeginStop(code, why, hang);
+      return BeginStop(code, why, StopModeFor(hang));
     case Phase::kStopping:
       if (!pending_exit_is_signal_) {
         pending_exit_ = code;
@@ -146,7 +158,7 @@ std::vector<AgentAction> AgentStateMachine::OnStopSignal(int signal) {
     case Phase::kRunning: {
       std::vector<AgentAction> actions = {leave};
       pending_exit_is_signal_ = true;
-      for (auto& a : BeginStop(code, why)) actions.push_back(a);
+      for (auto& a : BeginStop(code, why, StopMode::kGracefully)) actions.push_back(a);
       return actions;
     }
     case Phase::kStopping:
@@ -165,16 +177,16 @@ std::vector<AgentAction> AgentStateMachine::OnStopSignal(int signal) {
 }
 
 std::vector<AgentAction> AgentStateMachine::BeginStop(std::optional<int> exit_code,
-                                                      const std::string& why, bool collect_stacks) {
+                                                      const std::string& why, StopMode how) {
   phase_ = Phase::kStopping;
-  stopping_for_hang_ = collect_stacks;
+  stopping_for_hang_ = how == StopMode::kTakeStacksFirst;
   if (exit_code.has_value()) {
     pending_exit_ = exit_code;
     pending_reason_ = why;
   }
   if (live_ == 0) return GroupStopped();
   AgentAction stop{Type::kStopWorkers};
-  stop.collect_stacks = collect_stacks;
+  stop.stop_mode = how;
   stop.message = why;
   return {stop};
 }

@@ -30,11 +30,16 @@ inline constexpr int kExitUsage = 2;
 inline constexpr int kExitRendezvous = 3;
 inline constexpr int kExitSignalBase = 128;
 
+// How kStopWorkers stops the group.
+enum class StopMode {
+  kGracefully,       // SIGTERM every worker's process group, SIGKILL after the grace period
+  kTakeStacksFirst,  // a worker hung here or on another node: every worker's stacks first
+};
+
 struct AgentAction {
   enum class Type {
     kStartWorkers,     // `assignment`
-    kStopWorkers,      // SIGTERM every worker's process group, SIGKILL after the grace period;
-                       // with `collect_stacks`, every worker's stacks first (a hang)
+    kStopWorkers,      // as `stop_mode` says
     kKillWorkers,      // SIGKILL now (a second stop signal)
     kReportFailed,     // tell the rendezvous: `round` failed, root cause `failure`
     kReportSucceeded,  // tell the rendezvous: `round` succeeded on this node
@@ -48,8 +53,8 @@ struct AgentAction {
   int64_t round = 0;
   int exit_code = 0;
   std::string message;
-  bool collect_stacks = false;  // kStopWorkers: a worker hung here or on another node
-  int hang_signal = 0;          // kStopWorkers: for `failure.local_rank` after its stacks
+  StopMode stop_mode = StopMode::kGracefully;  // kStopWorkers
+  int hang_signal = 0;  // kStopWorkers: for `failure.local_rank` after its stacks
 };
 
 class AgentStateMachine {
@@ -63,9 +68,11 @@ class AgentStateMachine {
   // A local worker is hung (`hung.hang` says how); `signal` is what its FileTimer client asked
   // to be sent after the stacks (0: none). Like a failure, plus stacks before the stop.
   std::vector<AgentAction> OnHang(const WorkerExit& hung, int signal);
-  // `hang`: the round ended because a worker hung somewhere; take stacks before stopping.
-  std::vector<AgentAction> OnRestart(const std::string& reason, bool hang);
-  std::vector<AgentAction> OnClosed(const absl::Status& status, bool hang);
+  // With `hang`, the round ended because a worker hung somewhere: stacks before the stop.
+  std::vector<AgentAction> OnRestart(const std::string& reason,
+                                     const std::optional<rendezvous::HangNotice>& hang);
+  std::vector<AgentAction> OnClosed(const absl::Status& status,
+                                    const std::optional<rendezvous::HangNotice>& hang);
   // A stop signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT).
   std::vector<AgentAction> OnStopSignal(int signal);
 
@@ -88,7 +95,7 @@ class AgentStateMachine {
 
  private:
   std::vector<AgentAction> BeginStop(std::optional<int> exit_code, const std::string& why,
-                                     bool collect_stacks = false);
+                                     StopMode how);
   std::vector<AgentAction> GroupStopped();
   // A local worker failed or hung (`cause.hang`): report it, stop the group (stacks first when
   // hung; then `hang_signal` to it).

@@ -85,7 +85,7 @@ SparePool::~SparePool() {
   for (EventLoop::TimerId t : settle_timers_) {
     if (t != 0) loop_->CancelTimer(t);
   }
-  for (Spare& s : spares_) Forget(&s, /*kill_it=*/true);
+  for (Spare& s : spares_) KillAndForget(&s);
   if (probe_ > 0) {
     kill(probe_, SIGKILL);
     waitpid(probe_, nullptr, 0);
@@ -279,7 +279,7 @@ absl::StatusOr<pid_t> SparePool::Launch(int lr, const SpawnRequest& request) {
 absl::StatusOr<pid_t> SparePool::ColdInsteadOfSpare(int lr, const SpawnRequest& request,
                                                     const std::string& why) {
   LogWarning(why);
-  Forget(&spares_[lr], /*kill_it=*/true);
+  KillAndForget(&spares_[lr]);
   StartSpareLater(lr, kSettleAfterStart);
   return Spawn(request);
 }
@@ -311,8 +311,7 @@ bool SparePool::HandleChildExit(pid_t pid, int wait_status) {
     Spare& s = spares_[lr];
     if (s.pid != pid) continue;
     const bool was_ready = s.ready;
-    s.pid = -1;  // reaped: nothing left to kill
-    Forget(&s, /*kill_it=*/false);
+    Forget(&s);  // reaped: nothing left to kill
     if (guard_ != nullptr) guard_->Remove(pid);
     if (!active_) return true;
     if (!was_ready && ++early_deaths_ >= kMaxEarlyDeaths) {
@@ -328,18 +327,23 @@ bool SparePool::HandleChildExit(pid_t pid, int wait_status) {
   return false;
 }
 
-void SparePool::Forget(Spare* s, bool kill_it) {
+void SparePool::Forget(Spare* s) {
   if (s->socket >= 0) {
     loop_->RemoveFd(s->socket);
     close(s->socket);
   }
-  if (kill_it && s->pid > 0) {
-    kill(-s->pid, SIGKILL);
-    kill(s->pid, SIGKILL);
-    waitpid(s->pid, nullptr, 0);
-    if (guard_ != nullptr) guard_->Remove(s->pid);
-  }
   *s = Spare{};
+}
+
+void SparePool::KillAndForget(Spare* s) {
+  const pid_t pid = s->pid;
+  Forget(s);  // our end of the socket closes first
+  if (pid > 0) {
+    kill(-pid, SIGKILL);
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    if (guard_ != nullptr) guard_->Remove(pid);
+  }
 }
 
 void SparePool::TurnOff(const std::string& why) {
@@ -347,7 +351,7 @@ void SparePool::TurnOff(const std::string& why) {
   active_ = false;
   LogWarning(absl::StrCat("--preload=", absl::StrJoin(modules_, ","), ": ", why,
                           "; workers start cold from now on"));
-  for (Spare& s : spares_) Forget(&s, /*kill_it=*/true);
+  for (Spare& s : spares_) KillAndForget(&s);
 }
 
 pid_t SparePool::SparePid(int lr) const {

@@ -1,11 +1,11 @@
 // --preload=MODULES: warm starts for Python workers. For each local rank one spare interpreter
 // runs the worker's own command line (python3 -u script args) but stops in site's
-// sitecustomize (launcher/preload/preload_hook.py) before the script: it imports MODULES on a thread of
-// its own and waits. That thread runs at SCHED_IDLE once workers have started (the spares made
-// at ddprun's start import at full speed while the node waits for its peers). A start hands the
-// spare what belongs to that start (the whole environment, stdout and stderr) over a socket; the
-// spare then returns to Python's start-up, which runs the script as for a cold start. A new spare
-// is prepared at once for the next start.
+// sitecustomize (launcher/preload/preload_hook.py) before the script: it imports MODULES on a
+// thread of its own and waits. That thread runs at SCHED_IDLE once workers have started (the spares
+// made at ddprun's start import at full speed while the node waits for its peers). A start hands
+// the spare what belongs to that start (the whole environment, stdout and stderr) over a socket;
+// the spare then returns to Python's start-up, which runs the script as for a cold start. A new
+// spare is prepared at once for the next start.
 //
 // Safety:
 //  - the spare's environment is the node-level one (BuildSpareEnv): what differs between
@@ -75,7 +75,10 @@ class SparePool {
   void StartSpare(int local_rank);
   void StartSpareLater(int local_rank, std::chrono::milliseconds delay);
   void OnSpareMessage(int local_rank);
-  void Forget(Spare* spare, bool kill_it);
+  // Closes our end of the spare's socket and empties its slot; its process is gone already.
+  void Forget(Spare* spare);
+  // Forgets the spare and SIGKILLs (and reaps) its process group.
+  void KillAndForget(Spare* spare);
   // Logs `why`, drops local rank `lr`'s spare (a new one follows) and starts `request` cold.
   absl::StatusOr<pid_t> ColdInsteadOfSpare(int lr, const SpawnRequest& request,
                                            const std::string& why);

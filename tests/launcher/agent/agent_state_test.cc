@@ -55,10 +55,10 @@ class FakeAgent : public rendezvous::RendezvousEvents {
   void OnAssignment(const rendezvous::Assignment& a) override { Do(state_.OnAssignment(a)); }
   void OnRestart(const std::string& reason,
                  const std::optional<rendezvous::HangNotice>& hang) override {
-    Do(state_.OnRestart(reason, hang.has_value()));
+    Do(state_.OnRestart(reason, hang));
   }
   void OnClosed(const absl::Status& s, const std::optional<rendezvous::HangNotice>& hang) override {
-    Do(state_.OnClosed(s, hang.has_value()));
+    Do(state_.OnClosed(s, hang));
   }
 
   // A worker of the current attempt exits by itself.
@@ -237,7 +237,7 @@ TEST(AgentStateTest, ClosedWhileRunningStopsThenExitsWithItsCode) {
   AgentStateMachine sm(1);
   rendezvous::Assignment a;
   ASSERT_EQ(sm.OnAssignment(a).at(0).type, Type::kStartWorkers);
-  auto actions = sm.OnClosed(absl::UnavailableError("rendezvous server lost"), false);
+  auto actions = sm.OnClosed(absl::UnavailableError("rendezvous server lost"), std::nullopt);
   ASSERT_EQ(actions.size(), 1u);
   EXPECT_EQ(actions[0].type, Type::kStopWorkers);
   WorkerExit e;
@@ -252,7 +252,7 @@ TEST(AgentStateTest, RestartThenAssignmentWhileStoppingStartsAfterStop) {
   AgentStateMachine sm(1);
   rendezvous::Assignment a;
   sm.OnAssignment(a);
-  EXPECT_EQ(sm.OnRestart("node 2 joined", false).at(0).type, Type::kStopWorkers);
+  EXPECT_EQ(sm.OnRestart("node 2 joined", std::nullopt).at(0).type, Type::kStopWorkers);
   rendezvous::Assignment next;
   next.round = 1;
   next.world_size = 2;
@@ -281,7 +281,7 @@ TEST(AgentStateTest, AHangIsReportedAsAFailureAndStopsWithStacksThenRestarts) {
   EXPECT_EQ(actions[0].failure.hang, hung.hang);
   EXPECT_FALSE(actions[0].failure.ok());
   EXPECT_EQ(actions[1].type, Type::kStopWorkers);
-  EXPECT_TRUE(actions[1].collect_stacks);
+  EXPECT_EQ(actions[1].stop_mode, StopMode::kTakeStacksFirst);
   EXPECT_EQ(actions[1].failure.local_rank, 1);
   EXPECT_EQ(actions[1].hang_signal, SIGKILL);
   EXPECT_TRUE(sm.OnHang(hung, SIGKILL).empty());  // one verdict per attempt
@@ -304,18 +304,19 @@ TEST(AgentStateTest, AHangOnAnotherNodeTakesStacksHereToo) {
   AgentStateMachine sm(1);
   rendezvous::Assignment a;
   sm.OnAssignment(a);
-  auto actions = sm.OnRestart("worker hang on n2: rank 3 hung", /*hang=*/true);
+  auto actions = sm.OnRestart("worker hang on n2: rank 3 hung", rendezvous::HangNotice{});
   ASSERT_EQ(actions.size(), 1u);
-  EXPECT_TRUE(actions[0].collect_stacks);
+  EXPECT_EQ(actions[0].stop_mode, StopMode::kTakeStacksFirst);
   EXPECT_EQ(actions[0].hang_signal, 0);
   AgentStateMachine closing(1);
   closing.OnAssignment(a);
-  actions = closing.OnClosed(absl::ResourceExhaustedError("budget spent"), /*hang=*/true);
+  actions =
+      closing.OnClosed(absl::ResourceExhaustedError("budget spent"), rendezvous::HangNotice{});
   ASSERT_EQ(actions.size(), 1u);
-  EXPECT_TRUE(actions[0].collect_stacks);
+  EXPECT_EQ(actions[0].stop_mode, StopMode::kTakeStacksFirst);
   AgentStateMachine plain(1);
   plain.OnAssignment(a);
-  EXPECT_FALSE(plain.OnRestart("node 2 joined", false).at(0).collect_stacks);
+  EXPECT_EQ(plain.OnRestart("node 2 joined", std::nullopt).at(0).stop_mode, StopMode::kGracefully);
 }
 
 TEST(AgentStateTest, CloseCodes) {
