@@ -1,6 +1,9 @@
 // Re-registration and the rebuild of a run by a rendezvous server that restarted without state
 // (rendezvous/core/run_state_recovery.cc), driven through ServerState with a FakeClock.
+#include <algorithm>
 #include <chrono>
+#include <climits>
+#include <cstdint>
 #include <string>
 
 #include "common/clock.h"
@@ -31,7 +34,9 @@ JoinRequest Claim(ConnId conn, int64_t round, int rank, Group group = Group::kRu
   c.last.group_rank = rank;
   c.last.group_world_size = group_world_size;
   c.last.rank_offset = 2 * rank;
-  c.last.world_size = 2 * group_world_size;
+  // Saturated: an impossible claim may name a group world whose double is no int (UBSan found
+  // the overflow).
+  c.last.world_size = static_cast<int>(std::min<int64_t>(int64_t{2} * group_world_size, INT_MAX));
   c.last.master_addr = "10.0.0.1";
   c.last.master_port = 29500;
   c.last.restart_count = restarts;
