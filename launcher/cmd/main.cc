@@ -5,9 +5,9 @@
 #include "common/environment.h"
 #include "common/log.h"
 #include "launcher/agent/agent.h"
-#include "launcher/config/cli.h"
 #include "launcher/cmd/slurm_per_task.h"
 #include "launcher/cmd/status_command.h"
+#include "launcher/config/cli.h"
 
 int main(int argc, char** argv) {
   using namespace ddprun::launcher;

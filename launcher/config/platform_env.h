@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "launcher/config/flag_value.h"
 #include "common/environment.h"
+#include "launcher/config/flag_value.h"
 #include "launcher/config/options.h"
 
 namespace ddprun::launcher {

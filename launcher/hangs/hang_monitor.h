@@ -20,11 +20,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/environment.h"
 #include "common/event_loop.h"
+#include "launcher/config/options.h"
 #include "launcher/hangs/fifo_channel.h"
 #include "launcher/hangs/hang_detector.h"
-#include "common/environment.h"
-#include "launcher/config/options.h"
 #include "launcher/hangs/timer_table.h"
 #include "launcher/workers/worker_group.h"
 

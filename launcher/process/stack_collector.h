@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "common/event_loop.h"
 #include "common/environment.h"
+#include "common/event_loop.h"
 
 namespace ddprun::launcher {
 

@@ -17,10 +17,10 @@
 
 #include "absl/status/statusor.h"
 #include "common/executor.h"
-#include "rendezvous/api/grpc_rendezvous_plugin.h"
 #include "launcher/config/host_info.h"
 #include "launcher/config/options.h"
 #include "launcher/rdzv/port_reservation.h"
+#include "rendezvous/api/grpc_rendezvous_plugin.h"
 #include "rendezvous/api/rendezvous.h"
 #include "rendezvous/api/run_config.h"
 

@@ -15,12 +15,12 @@
 #include <vector>
 
 #include "common/event_loop.h"
-#include "launcher/workers/worker_exit.h"
-#include "launcher/process/orphan_guard.h"
-#include "launcher/workers/output_stream.h"
 #include "launcher/preload/spare_pool.h"
+#include "launcher/process/orphan_guard.h"
 #include "launcher/process/spawn.h"
 #include "launcher/process/stack_collector.h"
+#include "launcher/workers/output_stream.h"
+#include "launcher/workers/worker_exit.h"
 
 namespace ddprun::launcher {
 

@@ -16,8 +16,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/clock.h"
-#include "rendezvous/core/outgoing.h"
 #include "rendezvous/api/run_config.h"
+#include "rendezvous/core/outgoing.h"
 #include "rendezvous/core/run_state.h"
 #include "rendezvous/core/server_metrics.h"
 

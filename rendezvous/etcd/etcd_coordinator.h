@@ -26,8 +26,8 @@
 #include "proto/etcd/kv.pb.h"
 #include "proto/etcd/records.pb.h"
 #include "proto/etcd/rpc.pb.h"
-#include "rendezvous/etcd/etcd_keys.h"
 #include "rendezvous/core/run_state.h"
+#include "rendezvous/etcd/etcd_keys.h"
 
 namespace ddprun::rendezvous {
 

@@ -7,8 +7,8 @@
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
-#include "rendezvous/etcd/etcd_client.h"
 #include "rendezvous/api/run_status.h"
+#include "rendezvous/etcd/etcd_client.h"
 
 namespace ddprun::rendezvous {
 

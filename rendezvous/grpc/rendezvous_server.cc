@@ -3,10 +3,10 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/loop_thread.h"
 #include "common/strings.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "common/loop_thread.h"
 #include "rendezvous/grpc/rendezvous_service.h"
 
 namespace ddprun::rendezvous {

@@ -15,9 +15,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
-#include "rendezvous/http/http_endpoint.h"
 #include "rendezvous/api/run_config.h"
 #include "rendezvous/grpc/security.h"
+#include "rendezvous/http/http_endpoint.h"
 
 namespace grpc {
 class Server;

@@ -8,11 +8,11 @@
 #include "absl/synchronization/notification.h"
 #include "common/log.h"
 #include "common/strings.h"
+#include "rendezvous/core/server_metrics.h"
+#include "rendezvous/core/status_page.h"
 #include "rendezvous/grpc/agent_stream.h"
 #include "rendezvous/grpc/proto_convert.h"
 #include "rendezvous/grpc/security.h"
-#include "rendezvous/core/server_metrics.h"
-#include "rendezvous/core/status_page.h"
 
 namespace ddprun::rendezvous {
 namespace {

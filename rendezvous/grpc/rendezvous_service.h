@@ -16,10 +16,10 @@
 #include <unordered_map>
 
 #include "common/clock.h"
-#include "proto/rendezvous.grpc.pb.h"
 #include "common/loop_thread.h"
-#include "rendezvous/core/outgoing.h"
+#include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/api/run_config.h"
+#include "rendezvous/core/outgoing.h"
 #include "rendezvous/core/server_state.h"
 
 namespace ddprun::rendezvous {

@@ -246,9 +246,9 @@ TEST_F(DdpTrainTest, BadFaultIsUsageError) {
 TEST_F(DdpTrainTest, FaultIgnoredAfterARestart) {
   std::map<std::string, std::string> env = Solo();
   env["TORCHELASTIC_RESTART_COUNT"] = "1";
-  Subprocess p(Train({"--epochs", "1", "--train-subset", "640", "--max-steps", "3",
-                      "--fault=hang@2:0"}),
-               env);
+  Subprocess p(
+      Train({"--epochs", "1", "--train-subset", "640", "--max-steps", "3", "--fault=hang@2:0"}),
+      env);
   std::optional<ExitStatus> st = p.Wait(seconds(60));
   ASSERT_TRUE(st.has_value()) << Describe(p);
   EXPECT_EQ(st->exit_code, 0) << Describe(p);
@@ -569,10 +569,17 @@ TEST_F(DdpTrainTest, HungCollectiveAcrossTwoAgentsIsDetectedRestartedAndBitIdent
     std::vector<std::unique_ptr<Subprocess>> agents;
     for (int node = 0; node < 2; ++node) {
       std::vector<std::string> argv = {
-          BinPath("ddprun"), "--nnodes=2", "--nproc-per-node=2", "--max-restarts=1",
-          "--rdzv-backend=c10d", "--rdzv-endpoint=" + daemon.endpoint(), "--rdzv-id=" + name,
-          "--rdzv-conf=keep_alive_interval=0.5", "--hang-timeout=" + std::to_string(kTimeoutS),
-          "--log-dir=" + dir_.File(name + "-logs" + std::to_string(node)), "--no-python"};
+          BinPath("ddprun"),
+          "--nnodes=2",
+          "--nproc-per-node=2",
+          "--max-restarts=1",
+          "--rdzv-backend=c10d",
+          "--rdzv-endpoint=" + daemon.endpoint(),
+          "--rdzv-id=" + name,
+          "--rdzv-conf=keep_alive_interval=0.5",
+          "--hang-timeout=" + std::to_string(kTimeoutS),
+          "--log-dir=" + dir_.File(name + "-logs" + std::to_string(node)),
+          "--no-python"};
       std::vector<std::string> train =
           Train({"--epochs", "1", "--train-subset", "2560", "--checkpoint-dir",
                  dir_.File(name + "-ckpt"), "--checkpoint-every", "2", "--save-model",

@@ -185,7 +185,7 @@ TEST_F(MetricsTest, AWrongOrMissingTokenGets401AndShowsNothing) {
   auto agents = StartJob();
   ASSERT_TRUE(WaitUntil([&] { return JobRestartedAndRunning(); }, 30s));
   for (const std::string& headers : {std::string(""), std::string("Authorization: Bearer nope\r\n"),
-                                    std::string("Cookie: ddprun_session=guess\r\n")}) {
+                                     std::string("Cookie: ddprun_session=guess\r\n")}) {
     for (const char* path : {"/", "/metrics"}) {
       const Response r = Get(http_port_, path, headers);
       EXPECT_EQ(r.status, 401) << path << " " << headers;

@@ -21,11 +21,11 @@
 #include "trainer/io/dist_env.h"
 #include "trainer/io/error_file.h"
 #include "trainer/io/fault_injection.h"
+#include "trainer/io/stop_signal.h"
 #include "trainer/train/imagenet_options.h"
 #include "trainer/train/imagenet_trainer.h"
 #include "trainer/train/mnist_options.h"
 #include "trainer/train/mnist_trainer.h"
-#include "trainer/io/stop_signal.h"
 #include "trainer/train/train_options.h"
 
 namespace ddprun::trainer {

@@ -33,8 +33,7 @@ bool FaultDue(const HangFault& fault, int rank, int64_t step, int restart_count)
 }
 
 void Hang(int rank, int64_t step, std::ostream& log) {
-  log << "ddp-train: rank " << rank << ": fault injection: hanging at step " << step
-      << std::endl;
+  log << "ddp-train: rank " << rank << ": fault injection: hanging at step " << step << std::endl;
   // The stop signals stay blocked for StopSignal's watcher, whose flag nobody reads any more;
   // SIGKILL still ends the process.
   while (true) pause();

@@ -32,9 +32,8 @@ void ProgressReporter::Step(int64_t epoch, int64_t step, int64_t steps, int64_t 
     return;
   }
   if (step % log_interval_ != 0 && step != 1) return;
-  out_ << absl::StrFormat(
-              "Train Epoch: %d [%d/%d (%.0f%%)]\tLoss: %.6f\t%.0f samples/s\tstep %d\n", epoch,
-              done, total, 100.0 * frac, loss, samples_per_s, global_step)
+  out_ << absl::StrFormat("Train Epoch: %d [%d/%d (%.0f%%)]\tLoss: %.6f\t%.0f samples/s\tstep %d\n",
+                          epoch, done, total, 100.0 * frac, loss, samples_per_s, global_step)
        << std::flush;
 }
 

@@ -16,7 +16,7 @@ struct ImageNetOptions : TrainOptions {
     batch_size = 32;
     epochs = 90;
     lr = 0.1;
-    seed = 0;  // model init, sampler order, augmentation
+    seed = 0;                     // model init, sampler order, augmentation
     bucket_cap_bytes = 25 << 20;  // DDP's default
   }
 

@@ -9,10 +9,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
-#include "trainer/train/distributed_sampler.h"
 #include "trainer/image/image_folder.h"
 #include "trainer/image/input_pipeline.h"
 #include "trainer/io/lr_schedule.h"
+#include "trainer/train/distributed_sampler.h"
 #include "trainer/train/resnet.h"
 #include "trainer/train/trainer.h"
 
@@ -118,9 +118,8 @@ absl::StatusOr<std::string> ImageNetTrainer::Serialize() {
     archive.write("model", model);
     archive.write("optimizer", optim);
     archive.write("num_classes", torch::tensor({static_cast<int64_t>(train_.classes.size())}));
-    archive.write("progress",
-                  torch::tensor({state_.epoch, state_.epoch_offset, state_.global_step,
-                                 int64_t{state_.world_size}, state_.epoch_loss_steps}));
+    archive.write("progress", torch::tensor({state_.epoch, state_.epoch_offset, state_.global_step,
+                                             int64_t{state_.world_size}, state_.epoch_loss_steps}));
     archive.write("progress_f",
                   torch::tensor({best_acc1_, state_.epoch_loss_sum}, torch::kFloat64));
     std::ostringstream out;

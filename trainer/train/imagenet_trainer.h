@@ -9,8 +9,8 @@
 
 #include "absl/status/statusor.h"
 #include "trainer/io/dist_env.h"
-#include "trainer/train/imagenet_options.h"
 #include "trainer/io/stop_signal.h"
+#include "trainer/train/imagenet_options.h"
 
 namespace ddprun::trainer {
 

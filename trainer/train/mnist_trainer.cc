@@ -9,11 +9,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "trainer/io/mnist_data.h"
+#include "trainer/io/progress.h"
 #include "trainer/train/adadelta.h"
 #include "trainer/train/distributed_sampler.h"
-#include "trainer/io/mnist_data.h"
 #include "trainer/train/mnist_net.h"
-#include "trainer/io/progress.h"
 #include "trainer/train/train_state.h"
 #include "trainer/train/trainer.h"
 
@@ -135,8 +135,7 @@ std::string MnistTrainer::Banner() const {
 }
 
 absl::Status MnistTrainer::BeginEpoch() {
-  optimizer_->set_lr(options_.lr *
-                     std::pow(mnist_.gamma, static_cast<double>(state_.epoch - 1)));
+  optimizer_->set_lr(options_.lr * std::pow(mnist_.gamma, static_cast<double>(state_.epoch - 1)));
   DistributedSampler sampler(
       {train_.count, world(), comm_->rank(), /*shuffle=*/true, mnist_.sampler_seed});
   indices_ = sampler.Indices(state_.epoch, state_.epoch_offset);

@@ -8,8 +8,8 @@
 
 #include "absl/status/statusor.h"
 #include "trainer/io/dist_env.h"
-#include "trainer/train/mnist_options.h"
 #include "trainer/io/stop_signal.h"
+#include "trainer/train/mnist_options.h"
 
 namespace ddprun::trainer {
 

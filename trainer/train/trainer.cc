@@ -6,8 +6,8 @@
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
-#include "trainer/train/checkpoint_broadcast.h"
 #include "trainer/io/fault_injection.h"
+#include "trainer/train/checkpoint_broadcast.h"
 
 namespace ddprun::trainer {
 namespace {

@@ -7,8 +7,8 @@
 #include <variant>
 #include <vector>
 
-#include "rendezvous/core/outgoing.h"
 #include "rendezvous/api/run_config.h"
+#include "rendezvous/core/outgoing.h"
 
 namespace ddprun::rendezvous::testing {
 

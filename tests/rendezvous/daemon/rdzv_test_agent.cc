@@ -14,8 +14,8 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/strings.h"
 #include "common/loop_thread.h"
+#include "common/strings.h"
 #include "rendezvous/grpc/rendezvous_client.h"
 #include "rendezvous/grpc/security.h"
 

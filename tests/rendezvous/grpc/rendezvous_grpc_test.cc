@@ -8,12 +8,12 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "common/loop_thread.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/rendezvous.grpc.pb.h"
-#include "common/loop_thread.h"
 #include "rendezvous/grpc/proto_convert.h"
 #include "rendezvous/grpc/rendezvous_server.h"
 #include "rendezvous/grpc/rendezvous_service.h"

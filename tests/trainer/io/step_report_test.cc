@@ -115,8 +115,8 @@ TEST_F(StepReportTest, FullPipeDropsReportsWithoutBlocking) {
   EXPECT_EQ(warnings_.str(), "");
   const std::string backlog = Drain(reader_);
   EXPECT_GT(backlog.size(), 0u);
-  EXPECT_LT(backlog.size(), 1u << 20);    // most reports were dropped, not queued
-  EXPECT_EQ(backlog.back(), '\n');        // whole lines only
+  EXPECT_LT(backlog.size(), 1u << 20);  // most reports were dropped, not queued
+  EXPECT_EQ(backlog.back(), '\n');      // whole lines only
   EXPECT_EQ(backlog.rfind(Line(1), 0), 0u);
   r.Report(kReports + 1);
   EXPECT_EQ(Drain(reader_), Line(kReports + 1));
@@ -135,9 +135,8 @@ TEST_F(StepReportTest, ClosedReaderDoesNotKillTheProcess) {
         close(reader_);
         r.Report(2);
         r.Report(3);
-        const bool one_warning =
-            warnings.str() ==
-            "ddp-train: step reports off: " + fifo_ + ": " + std::strerror(EPIPE) + "\n";
+        const bool one_warning = warnings.str() == "ddp-train: step reports off: " + fifo_ + ": " +
+                                                       std::strerror(EPIPE) + "\n";
         _exit(!r.on() && one_warning ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), "");
