@@ -109,7 +109,7 @@ absl::StatusOr<ImageFolder> Scan(const std::string& root,
     size_t found = 0;
     for (const std::string& name : *files) {
       const std::string path = absl::StrCat(dir, "/", name);
-      ImageFormat format;
+      ImageFormat format = ImageFormat::kJpeg;  // set by FormatFromExtension when it matters
       std::string why;
       if (!FormatFromExtension(name, &format)) {
         why = "not a .jpg, .jpeg or .png file";
