@@ -13,7 +13,9 @@ namespace ddprun {
 std::string ReadTextFile(const std::string& path);
 
 // A file the caller needs (a token, a certificate): its whole contents, or kInvalidArgument
-// "WHAT: cannot read PATH".
+// saying exactly what is wrong: "WHAT: cannot read PATH: <strerror>", "WHAT: PATH is a
+// directory", "WHAT: PATH is not a regular file" (a FIFO is never opened for reading, which
+// would block), "WHAT: PATH is larger than 1 MiB".
 absl::StatusOr<std::string> ReadRequiredFile(const std::string& what, const std::string& path);
 
 }  // namespace ddprun

@@ -22,10 +22,25 @@ absl::StatusOr<std::string> LoadToken(const std::string& token_file) {
   if (!token_file.empty()) {
     absl::StatusOr<std::string> text = ReadRequiredFile("token_file", token_file);
     if (!text.ok()) return text.status();
+    if (const size_t nul = text->find('\0'); nul != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token_file: ", token_file, " is not a text file (a NUL byte at offset ", nul, ")"));
+    }
     std::string line = text->substr(0, text->find('\n'));
     absl::StripAsciiWhitespace(&line);
     if (line.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("token_file: ", token_file, " is empty"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token_file: ", token_file,
+          absl::StripAsciiWhitespace(*text).empty() ? " is empty" : "'s first line is empty"));
+    }
+    // The token travels in an HTTP header, which takes printable ASCII only.
+    for (size_t i = 0; i < line.size(); ++i) {
+      const unsigned char ch = static_cast<unsigned char>(line[i]);
+      if (ch < 0x20 || ch > 0x7e) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "token_file: ", token_file, ": the token (its first line) has byte 0x",
+            absl::Hex(ch, absl::kZeroPad2), " at column ", i + 1, "; it must be printable ASCII"));
+      }
     }
     return line;
   }

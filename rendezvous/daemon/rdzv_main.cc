@@ -5,12 +5,20 @@
 //
 // Prints "ddprun-rdzv listening on HOST:PORT" once serving (with --port 0, the port picked),
 // then with --http-port "ddprun-rdzv http on HOST:PORT" (/metrics and the status page).
-// SIGTERM / SIGINT shut it down. Exit codes: 0 after a signal, 2 bad usage, 3 cannot serve.
+// SIGTERM / SIGINT shut it down. Exit codes: 0 after a signal, 2 bad usage (flags, token and TLS
+// files), 3 cannot serve (the port is taken).
+//
+// At start it raises its soft limit of open files to the hard limit: every agent holds a
+// connection, and a server out of descriptors can only hold new connections back.
 #include <signal.h>
+#include <sys/resource.h>
 
+#include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <utility>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -18,8 +26,25 @@
 #include "common/log.h"
 #include "common/strings.h"
 #include "common/version.h"
+#include "rendezvous/grpc/member_secret.h"
 #include "rendezvous/grpc/rendezvous_server.h"
 #include "rendezvous/grpc/security.h"
+
+namespace {
+
+// Soft RLIMIT_NOFILE up to the hard limit (Debian's soft default of 1024 is one large job).
+void RaiseOpenFileLimit() {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  const rlim_t before = limit.rlim_cur;
+  limit.rlim_cur = limit.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  ddprun::LogInfo(absl::StrCat(
+      "raised the open-file limit from ", before, " to ",
+      limit.rlim_max == RLIM_INFINITY ? std::string("unlimited") : std::to_string(limit.rlim_max)));
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   ddprun::rendezvous::ServerOptions options;
@@ -35,8 +60,16 @@ int main(int argc, char** argv) {
   app.add_option("--tls-key", options.tls.key_file, "PEM private key");
   app.add_option("--tls-client-ca", options.tls.client_ca_file,
                  "PEM CA bundle; clients must present a certificate it signed (mutual TLS)");
-  app.add_option("--max-runs", options.limits.max_runs, "runs this server hosts at once")
+  app.add_option("--max-runs", options.limits.max_runs,
+                 "open runs this server hosts at once (finished runs do not count; default 64)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--max-runs-per-client", options.limits.max_runs_per_client,
+                 "open runs one client address may start (default 16; 0: only --max-runs)")
+      ->check(CLI::NonNegativeNumber);
+  std::string secret_file;
+  app.add_option("--secret-file", secret_file,
+                 "file with the secret that member keys are made from (created 0600 with random "
+                 "bytes if absent): re-registrations stay verifiable across restarts");
   app.add_option("--max-nodes-per-run", options.limits.max_nodes_per_run, "agents one run may have")
       ->check(CLI::PositiveNumber);
   app.add_option("--max-message-bytes", options.max_receive_message_bytes,
@@ -49,6 +82,18 @@ int main(int argc, char** argv) {
                  "and prints it; off by default")
       ->check(CLI::Range(0, 65535));
   app.add_option("--http-host", http_host, "address of the HTTP side (default: loopback only)");
+  int64_t session_lifetime_s = 12 * 3600;
+  app.add_option("--http-session-lifetime", session_lifetime_s,
+                 "seconds a status-page login lasts (default 43200, 12 h)")
+      ->check(CLI::Range(int64_t{1}, int64_t{30} * 24 * 3600));
+  double handshake_timeout_s = 10;
+  app.add_option("--handshake-timeout", handshake_timeout_s,
+                 "seconds a connection may take to finish its TLS/HTTP2 handshake (default 10)")
+      ->check(CLI::Range(0.1, 3600.0));
+  app.add_option("--max-handshaking-connections", options.max_handshaking_connections,
+                 "connections accepted within one handshake timeout (default 2048); more wait in "
+                 "the listen queue")
+      ->check(CLI::PositiveNumber);
   bool quiet = false;
   app.add_flag("--quiet", quiet, "log only warnings and errors, not rounds and restarts");
   CLI11_PARSE(app, argc, argv);
@@ -57,6 +102,9 @@ int main(int argc, char** argv) {
   // Debian's Abseil checks every Mutex acquisition for lock-order cycles (a debug aid that
   // costs a graph lookup per lock); the daemon's locks are short and never nested.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  options.handshake_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(handshake_timeout_s * 1000));
+  RaiseOpenFileLimit();
 
   absl::StatusOr<std::string> token = ddprun::rendezvous::LoadToken(token_file);
   if (!token.ok()) {
@@ -68,6 +116,15 @@ int main(int argc, char** argv) {
     ddprun::LogWarning(absl::StrCat("no token (", ddprun::rendezvous::kTokenEnv,
                                     " or --token-file): any client that reaches ", options.host,
                                     " may join"));
+  }
+
+  if (!secret_file.empty()) {
+    absl::StatusOr<std::string> secret = ddprun::rendezvous::LoadOrCreateMemberSecret(secret_file);
+    if (!secret.ok()) {
+      ddprun::LogError(secret.status().message());
+      return 2;
+    }
+    options.limits.member_secret = *std::move(secret);
   }
 
   // Signals are taken by sigwait on this thread; block them before gRPC starts its threads so
@@ -82,6 +139,7 @@ int main(int argc, char** argv) {
     ddprun::rendezvous::HttpOptions http;
     http.host = http_host;
     http.port = http_port;
+    http.session_lifetime = std::chrono::seconds(session_lifetime_s);
     options.http = http;
   }
   auto server = ddprun::rendezvous::RendezvousServer::Start(options);

@@ -7,7 +7,10 @@
 #include "common/strings.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/server_builder.h"
+#include "rendezvous/grpc/connection_acceptor.h"
 #include "rendezvous/grpc/rendezvous_service.h"
+#include "rendezvous/grpc/tls_check.h"
 
 namespace ddprun::rendezvous {
 
@@ -16,12 +19,25 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   if (options.port < 0 || options.port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat("--port=", options.port, " is out of range"));
   }
+  if (options.handshake_timeout <= std::chrono::milliseconds(0) ||
+      options.max_handshaking_connections < 1) {
+    return absl::InvalidArgumentError("the handshake timeout and connection cap must be positive");
+  }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds =
       MakeServerCredentials(options.tls);
   if (!creds.ok()) return creds.status();
+  if (absl::Status tls = CheckServerTlsFiles(options.tls); !tls.ok()) return tls;
+
+  AcceptorOptions accepting;
+  accepting.handshake_window = options.handshake_timeout;
+  accepting.max_handshaking_connections = options.max_handshaking_connections;
+  auto listener = ConnectionAcceptor::Listen(options.host, options.port, accepting);
+  if (!listener.ok()) return listener.status();
 
   std::unique_ptr<RendezvousServer> server(new RendezvousServer());
   server->host_ = options.host;
+  server->listener_ = *std::move(listener);
+  server->port_ = server->listener_->port();
   server->loop_ = std::make_unique<LoopThread>();
   server->service_ = std::make_unique<RendezvousServiceImpl>(
       server->loop_.get(), clock, options.token, options.limits, options.default_timeouts,
@@ -30,8 +46,9 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   // Process-wide switch read by the builder; every server of this process serves health.
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  const std::string listen = FormatHostPort(options.host, options.port);
-  builder.AddListeningPort(listen, *creds, &server->port_);
+  // No listening port of gRPC's own: connections come from listener_ (see the header).
+  server->handoff_ = builder.experimental().AddExternalConnectionAcceptor(
+      grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, *creds);
   builder.RegisterService(server->service_.get());
   builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   builder.SetMaxSendMessageSize(options.max_receive_message_bytes);
@@ -43,12 +60,20 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   // Agents ping every few seconds; do not punish them for it.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(options.handshake_timeout.count()));
   server->server_ = builder.BuildAndStart();
-  if (server->server_ == nullptr || server->port_ == 0) {
+  if (server->server_ == nullptr) {
     server->loop_->Stop();
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", listen));
+    return absl::UnavailableError(absl::StrCat("cannot serve on ", server->address()));
   }
+  grpc::experimental::ExternalConnectionAcceptor* handoff = server->handoff_.get();
+  server->listener_->Start([handoff](int listen_fd, int fd) {
+    grpc::experimental::ExternalConnectionAcceptor::NewConnectionParameters connection;
+    connection.listener_fd = listen_fd;
+    connection.fd = fd;  // gRPC's from here on, closed by it
+    handoff->HandleNewConnection(&connection);
+  });
   if (grpc::HealthCheckServiceInterface* health = server->server_->GetHealthCheckService()) {
     health->SetServingStatus(true);
     health->SetServingStatus(proto::RendezvousService::service_full_name(), true);
@@ -82,6 +107,8 @@ void RendezvousServer::Shutdown(std::chrono::milliseconds grace) {
     if (shut_down_) return;
     shut_down_ = true;
   }
+  // No new connections first; gRPC closes any handed over after its shutdown.
+  if (listener_ != nullptr) listener_->Stop();
   http_.reset();  // its pages are rendered on the loop, which stops below
   if (server_ != nullptr) {
     if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService()) {

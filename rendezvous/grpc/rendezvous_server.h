@@ -1,7 +1,8 @@
 // RendezvousServer: the built-in rendezvous server, embeddable (the agent hosting
 // --rdzv-endpoint) and used by the ddprun-rdzv daemon. Owns the gRPC server,
 // the event loop that owns all rendezvous state, the rendezvous service and the standard gRPC
-// health service.
+// health service. The listening sockets are its own (connection_acceptor.h): running out of file
+// descriptors delays connections but never stops the server accepting.
 //
 // Thread-safety: all methods may be called from any thread. Shutdown() is idempotent.
 #ifndef DDPRUN_RENDEZVOUS_GRPC_RENDEZVOUS_SERVER_H_
@@ -21,7 +22,10 @@
 
 namespace grpc {
 class Server;
-}
+namespace experimental {
+class ExternalConnectionAcceptor;
+}  // namespace experimental
+}  // namespace grpc
 
 namespace ddprun {
 class LoopThread;
@@ -29,6 +33,7 @@ class LoopThread;
 
 namespace ddprun::rendezvous {
 
+class ConnectionAcceptor;
 class RendezvousServiceImpl;
 
 struct ServerOptions {
@@ -46,6 +51,12 @@ struct ServerOptions {
   // gRPC keepalive pings to agents: a dead TCP peer is noticed even when the kernel is not.
   std::chrono::milliseconds keepalive_time{10000};
   std::chrono::milliseconds keepalive_timeout{5000};
+  // A connection must finish its TLS and HTTP/2 handshake (send its HTTP/2 settings) within
+  // this, or gRPC closes it; at most `max_handshaking_connections` are accepted within one such
+  // window (more wait in the kernel's listen queue). Together they bound the connections that
+  // have not authenticated, in time and in number.
+  std::chrono::milliseconds handshake_timeout{10000};
+  int max_handshaking_connections = 2048;
   // Hosted inside an agent: the agents are told so, and end the run when its stream breaks
   // (nobody will start a new server on its address).
   bool embedded = false;
@@ -56,8 +67,9 @@ struct ServerOptions {
 
 class RendezvousServer {
  public:
-  // Binds and starts serving. Errors: kInvalidArgument for bad options or TLS files,
-  // kUnavailable when the address cannot be bound.
+  // Binds and starts serving. Errors: kInvalidArgument for bad options, a host that does not
+  // resolve, or TLS files that are not a usable certificate and key; kUnavailable when the
+  // address cannot be bound.
   static absl::StatusOr<std::unique_ptr<RendezvousServer>> Start(
       const ServerOptions& options, const Clock* clock = SystemClock::Get());
   ~RendezvousServer();  // Shutdown()
@@ -83,6 +95,8 @@ class RendezvousServer {
   int port_ = 0;
   std::unique_ptr<LoopThread> loop_;
   std::unique_ptr<RendezvousServiceImpl> service_;
+  std::unique_ptr<ConnectionAcceptor> listener_;
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> handoff_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpEndpoint> http_;
   absl::Mutex mu_;

@@ -4,16 +4,89 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "common/strings.h"
 #include "rendezvous/auth/token.h"
 
 namespace ddprun::rendezvous {
+
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+// Cuts off connections whose request is not answered within the request timeout, counted from
+// the connection's start or the end of its previous request. libmicrohttpd tells it when a
+// connection starts and closes (and calls CLOSED before it closes the socket, so a socket shut
+// down here under the lock is still the connection's); shutdown(2) makes libmicrohttpd's next
+// read see the end and close the connection itself.
+class RequestWatchdog {
+ public:
+  explicit RequestWatchdog(std::chrono::milliseconds timeout)
+      : timeout_(timeout), thread_([this] { Run(); }) {}
+  ~RequestWatchdog() {
+    {
+      absl::MutexLock lock(&mu_);
+      stopping_ = true;
+    }
+    thread_.join();
+  }
+
+  void Started(MHD_Connection* connection, int fd) {
+    absl::MutexLock lock(&mu_);
+    connections_[connection] = Entry{fd, std::chrono::steady_clock::now() + timeout_, false};
+  }
+  void RequestDone(MHD_Connection* connection) {
+    absl::MutexLock lock(&mu_);
+    auto it = connections_.find(connection);
+    if (it != connections_.end()) it->second.deadline = std::chrono::steady_clock::now() + timeout_;
+  }
+  void Closed(MHD_Connection* connection) {
+    absl::MutexLock lock(&mu_);
+    connections_.erase(connection);
+  }
+
+ private:
+  struct Entry {
+    int fd;
+    SteadyTime deadline;
+    bool cut;
+  };
+
+  void Run() {
+    absl::MutexLock lock(&mu_);
+    while (!stopping_) {
+      const SteadyTime now = std::chrono::steady_clock::now();
+      SteadyTime next = now + timeout_;
+      for (auto& [connection, entry] : connections_) {
+        if (entry.cut) continue;
+        if (entry.deadline <= now) {
+          shutdown(entry.fd, SHUT_RDWR);
+          entry.cut = true;
+        } else if (entry.deadline < next) {
+          next = entry.deadline;
+        }
+      }
+      // Started() wakes nothing: a new deadline is never earlier than now + timeout_, which is
+      // at most what this wait is for.
+      mu_.AwaitWithDeadline(absl::Condition(&stopping_),
+                            absl::FromChrono(std::chrono::system_clock::now() + (next - now)));
+    }
+  }
+
+  const std::chrono::milliseconds timeout_;
+  absl::Mutex mu_;
+  std::map<MHD_Connection*, Entry> connections_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
 
 struct HttpEndpoint::Request {
   std::string method;
@@ -124,10 +197,23 @@ MHD_Result OnRequest(void* cls, MHD_Connection* connection, const char* url, con
   return Send(connection, endpoint->Handle(request));
 }
 
-void OnCompleted(void* /*cls*/, MHD_Connection* /*connection*/, void** con_cls,
+void OnCompleted(void* cls, MHD_Connection* connection, void** con_cls,
                  MHD_RequestTerminationCode /*code*/) {
+  static_cast<RequestWatchdog*>(cls)->RequestDone(connection);
   delete static_cast<Pending*>(*con_cls);
   *con_cls = nullptr;
+}
+
+void OnConnection(void* cls, MHD_Connection* connection, void** /*socket_context*/,
+                  MHD_ConnectionNotificationCode code) {
+  auto* watchdog = static_cast<RequestWatchdog*>(cls);
+  if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+    const MHD_ConnectionInfo* info =
+        MHD_get_connection_info(connection, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (info != nullptr) watchdog->Started(connection, info->connect_fd);
+  } else {
+    watchdog->Closed(connection);
+  }
 }
 
 }  // namespace
@@ -138,7 +224,8 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(const HttpOpti
   endpoint->options_ = options;
   endpoint->metrics_ = std::move(metrics);
   endpoint->page_ = std::move(page);
-  endpoint->session_ = RandomHex(24);
+  endpoint->watchdog_ = std::make_unique<RequestWatchdog>(options.request_timeout);
+  RequestWatchdog* watchdog = endpoint->watchdog_.get();
   const std::string where = FormatHostPort(options.host, options.port);
   sockaddr_storage addr{};
   unsigned int flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL;
@@ -167,7 +254,8 @@ absl::StatusOr<std::unique_ptr<HttpEndpoint>> HttpEndpoint::Start(const HttpOpti
                        MHD_OPTION_PER_IP_CONNECTION_LIMIT, 16u,                                   //
                        MHD_OPTION_CONNECTION_TIMEOUT, 10u,                                        //
                        MHD_OPTION_CONNECTION_MEMORY_LIMIT, static_cast<size_t>(32 * 1024),
-                       MHD_OPTION_NOTIFY_COMPLETED, &OnCompleted, nullptr,  //
+                       MHD_OPTION_NOTIFY_COMPLETED, &OnCompleted, watchdog,    //
+                       MHD_OPTION_NOTIFY_CONNECTION, &OnConnection, watchdog,  //
                        MHD_OPTION_END);
   if (endpoint->daemon_ == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -187,8 +275,41 @@ bool HttpEndpoint::Authorized(const Request& request) const {
   if (!request.authorization.empty() && BearerHasToken(request.authorization, options_.token)) {
     return true;
   }
-  const std::string session = CookieValue(request.cookie, kCookieName);
-  return !session.empty() && SecureEquals(session, session_);
+  // A login session opens the page only; /metrics wants the token itself.
+  return request.path == "/" && SessionValid(CookieValue(request.cookie, kCookieName));
+}
+
+std::string HttpEndpoint::NewSession() const {
+  constexpr size_t kMaxSessions = 1024;
+  const SteadyTime now = std::chrono::steady_clock::now();
+  std::string session = RandomHex(24);
+  absl::MutexLock lock(&sessions_mu_);
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
+    it = it->second <= now ? sessions_.erase(it) : std::next(it);
+  }
+  if (sessions_.size() >= kMaxSessions) {
+    auto oldest =
+        std::min_element(sessions_.begin(), sessions_.end(),
+                         [](const auto& a, const auto& b) { return a.second < b.second; });
+    sessions_.erase(oldest);
+  }
+  sessions_[session] = now + options_.session_lifetime;
+  return session;
+}
+
+bool HttpEndpoint::SessionValid(const std::string& session) const {
+  if (session.empty()) return false;
+  const SteadyTime now = std::chrono::steady_clock::now();
+  absl::MutexLock lock(&sessions_mu_);
+  // The ids are random (192 bits) and looked up, not compared to one secret: a lookup's timing
+  // tells an attacker nothing useful about an id they have not guessed.
+  auto it = sessions_.find(session);
+  if (it == sessions_.end()) return false;
+  if (it->second <= now) {
+    sessions_.erase(it);
+    return false;
+  }
+  return true;
 }
 
 HttpEndpoint::Reply HttpEndpoint::Handle(const Request& request) const {
@@ -197,8 +318,9 @@ HttpEndpoint::Reply HttpEndpoint::Handle(const Request& request) const {
     if (options_.token.empty() || SecureEquals(FormToken(request.body), options_.token)) {
       reply.status = 303;
       reply.location = "/";
-      reply.set_cookie =
-          absl::StrCat(kCookieName, "=", session_, "; Path=/; HttpOnly; SameSite=Strict");
+      reply.set_cookie = absl::StrCat(kCookieName, "=", NewSession(),
+                                      "; Path=/; Max-Age=", options_.session_lifetime.count(),
+                                      "; HttpOnly; SameSite=Strict");
       return reply;
     }
     reply.status = 401;

@@ -2,31 +2,45 @@
 // HTTP parsing of ours): GET /metrics (Prometheus's text format) and GET / (the status page).
 //
 // Bounded so that no client can hurt the rendezvous behind it: its own thread, at most 64
-// connections (16 per address), 10 s per idle connection (a client sending one byte a second
-// is dropped), 32 KiB per request, GET and the login POST only; the pages are rendered by the
-// rendezvous's loop, which a slow client never holds.
+// connections (16 per address), 10 s per idle connection, and `request_timeout` (10 s) for a
+// whole request, from the connection's start (or the end of the one before) to its answer: a
+// client sending one byte a second is cut off then (libmicrohttpd's own timeout counts idle time
+// only, which such a client resets; a watchdog thread shuts those connections down). 32 KiB per
+// request, GET and the login POST only; the pages are rendered by the rendezvous's loop, which a
+// slow client never holds.
 //
 // With a token: /metrics wants "Authorization: Bearer TOKEN" (Prometheus's
-// authorization.credentials_file); the page wants that header or the session cookie that the
-// login form (POST /login, the token in its body) sets. A wrong or missing token gets 401 and
-// nothing else; the token never appears in a page, a cookie or a URL.
+// authorization.credentials_file); the page wants that header or a session cookie that the
+// login form (POST /login, the token in its body) sets. Each login gets its own random session
+// that expires after `session_lifetime` (12 h) and opens the page only, not /metrics; at most
+// 1024 sessions live at once (the oldest goes). A wrong or missing token, or an unknown or
+// expired session, gets 401 and nothing else; the token never appears in a page, a cookie or a
+// URL.
 #ifndef DDPRUN_RENDEZVOUS_HTTP_HTTP_ENDPOINT_H_
 #define DDPRUN_RENDEZVOUS_HTTP_HTTP_ENDPOINT_H_
 
+#include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 struct MHD_Daemon;
+struct MHD_Connection;
 
 namespace ddprun::rendezvous {
+
+class RequestWatchdog;  // http_endpoint.cc
 
 struct HttpOptions {
   std::string host = "127.0.0.1";  // loopback unless told otherwise
   int port = 0;                    // 0: the kernel picks one; port() tells which
   std::string token;               // empty: no authentication
+  std::chrono::milliseconds request_timeout{10000};
+  std::chrono::seconds session_lifetime{12 * 3600};
 };
 
 class HttpEndpoint {
@@ -55,11 +69,17 @@ class HttpEndpoint {
  private:
   HttpEndpoint() = default;
   bool Authorized(const Request& request) const;
+  std::string NewSession() const;
+  bool SessionValid(const std::string& session) const;
 
   HttpOptions options_;
   Render metrics_;
   Render page_;
-  std::string session_;  // the login cookie's value: random, not derived from the token
+  // Login cookies' values (random, not derived from the token) -> when each expires.
+  mutable absl::Mutex sessions_mu_;
+  mutable std::map<std::string, std::chrono::steady_clock::time_point> sessions_
+      ABSL_GUARDED_BY(sessions_mu_);
+  std::unique_ptr<RequestWatchdog> watchdog_;
   MHD_Daemon* daemon_ = nullptr;
   int port_ = 0;
 };

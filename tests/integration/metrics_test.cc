@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <string>
 #include <thread>
@@ -68,13 +71,17 @@ class MetricsTest : public ::testing::Test {
  protected:
   // The rendezvous token of the test's daemon and agents.
   virtual std::string Token() const { return kToken; }
+  // More flags for the daemon.
+  virtual std::vector<std::string> ExtraFlags() const { return {}; }
 
   void SetUp() override {
-    daemon_ = std::make_unique<testing::RdzvDaemon>(Token(), "127.0.0.1",
-                                                    [](std::vector<std::string> argv) {
-                                                      argv.push_back("--http-port=0");
-                                                      return argv;
-                                                    });
+    const std::vector<std::string> extra = ExtraFlags();
+    daemon_ = std::make_unique<testing::RdzvDaemon>(
+        Token(), "127.0.0.1", [&extra](std::vector<std::string> argv) {
+          argv.push_back("--http-port=0");
+          argv.insert(argv.end(), extra.begin(), extra.end());
+          return argv;
+        });
     ASSERT_FALSE(daemon_->endpoint().empty()) << daemon_->error();
     ASSERT_TRUE(WaitUntil(
         [&] {
@@ -269,6 +276,130 @@ TEST_F(MetricsTest, JunkSlowOversizedAndManyConnectionsLeaveTheServerServing) {
   slow.join();
   WriteFile(dir_.File("go"), "");
   ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s)) << "the job was not disturbed";
+}
+
+// A connection to 127.0.0.1:port from the loopback address `from` ("127.0.0.2"), or -1.
+int ConnectFrom(const std::string& from, int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  inet_pton(AF_INET, from.c_str(), &local.sin_addr);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0 ||
+      connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Issue 28 (12), slowloris: 16 connections from each of four addresses (64 in all, the whole
+// connection limit) send a request's headers a byte a second and never finish them. Each is cut
+// off within the request timeout (10 s), and then a real request, from an address that had its
+// 16 connections taken, is answered while the slow clients keep trying.
+TEST_F(MetricsTest, SlowClientsAreCutOffAndTheirAddressIsServedAgain) {
+  const std::string headers = "GET / HTTP/1.1\r\nHost: x\r\nX-Slow: " + std::string(64, 'a');
+  struct Slow {
+    int fd;
+    std::optional<std::chrono::steady_clock::time_point> cut_at;
+  };
+  std::vector<Slow> slow;
+  for (const char* from : {"127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4"}) {
+    for (int i = 0; i < 16; ++i) {
+      const int fd = ConnectFrom(from, http_port_);
+      ASSERT_GE(fd, 0) << from;
+      slow.push_back({fd, std::nullopt});
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::mutex mu;
+  bool stop = false;
+  std::thread dribble([&] {
+    for (size_t byte = 0; byte < headers.size(); ++byte) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (stop) break;
+        for (Slow& s : slow) {
+          if (s.cut_at.has_value()) continue;
+          char ch;
+          const ssize_t got = recv(s.fd, &ch, 1, MSG_DONTWAIT);
+          if (got == 0 || (got < 0 && errno != EAGAIN) ||
+              send(s.fd, &headers[byte], 1, MSG_NOSIGNAL) < 0) {
+            s.cut_at = std::chrono::steady_clock::now();
+          }
+        }
+      }
+      // The attack itself is a byte a second; this sleep is its pace, not a wait for a result.
+      std::this_thread::sleep_for(1s);
+    }
+  });
+  // Meanwhile the address's slots are all taken: a request from it is refused.
+  EXPECT_EQ(Get(http_port_, "/metrics", Bearer()).status, 0);
+  // Within the request timeout (and room for a loaded host) a request from it is answered.
+  const bool served =
+      WaitUntil([&] { return Get(http_port_, "/metrics", Bearer()).status == 200; }, 16s);
+  const double served_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // The dribbling thread notices a cut at its next byte.
+  const bool all_cut = WaitUntil(
+      [&] {
+        std::lock_guard<std::mutex> lock(mu);
+        return std::all_of(slow.begin(), slow.end(),
+                           [](const Slow& s) { return s.cut_at.has_value(); });
+      },
+      5s);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stop = true;
+  }
+  dribble.join();
+  for (const Slow& s : slow) close(s.fd);
+  EXPECT_TRUE(served) << "no answer within 16 s while slow clients held the connections";
+  EXPECT_GE(served_s, 8.0) << "the slow clients held the address until cut off";
+  EXPECT_TRUE(all_cut) << "every slow connection was cut off by the server";
+}
+
+// A daemon whose status-page logins last 2 s.
+class ShortSessionTest : public MetricsTest {
+ protected:
+  std::vector<std::string> ExtraFlags() const override { return {"--http-session-lifetime=2"}; }
+};
+
+// Issue 28 (21): every login is its own random session, which opens the page (not /metrics)
+// until it expires; unknown and expired sessions get 401.
+TEST_F(ShortSessionTest, EachLoginIsItsOwnSessionThatExpires) {
+  auto login = [&] {
+    const std::string body = std::string("token=") + kToken;
+    const std::string answer =
+        Exchange(http_port_,
+                 "POST /login HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                 "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: " +
+                     std::to_string(body.size()) + "\r\n\r\n" + body);
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(answer, m, std::regex("Set-Cookie: (ddprun_session=[0-9a-f]+)")))
+        << answer;
+    EXPECT_THAT(answer, HasSubstr("Max-Age=2;"));
+    return m.size() > 1 ? "Cookie: " + m[1].str() + "\r\n" : std::string();
+  };
+  const std::string first = login();
+  const auto first_at = std::chrono::steady_clock::now();
+  const std::string second = login();
+  ASSERT_FALSE(first.empty());
+  EXPECT_NE(first, second);
+  EXPECT_EQ(Get(http_port_, "/", first).status, 200);
+  EXPECT_EQ(Get(http_port_, "/", second).status, 200);
+  EXPECT_EQ(Get(http_port_, "/metrics", first).status, 401) << "a session opens the page only";
+  EXPECT_EQ(Get(http_port_, "/", "Cookie: ddprun_session=" + std::string(48, 'a') + "\r\n").status,
+            401);
+  // Expired after its 2 s.
+  ASSERT_TRUE(WaitUntil([&] { return Get(http_port_, "/", first).status == 401; }, 10s));
+  EXPECT_GE(std::chrono::steady_clock::now() - first_at, 1900ms);
+  EXPECT_EQ(Get(http_port_, "/", first).status, 401);
+  const Response page = Get(http_port_, "/", first);
+  EXPECT_THAT(page.body, HasSubstr("wants its rendezvous token")) << "the login form again";
 }
 
 // A daemon on loopback without a token (a browser started from the command line sends no

@@ -1,17 +1,24 @@
 // Real processes on loopback: the ddprun-rdzv daemon and rdzv-test-agent processes. Agents form
 // one world; SIGKILL of one agent restarts the others into a smaller world; a wrong token is
 // refused; random bytes and oversized messages on the port leave the server serving; SIGTERM
-// stops the daemon cleanly.
+// stops the daemon cleanly. Running out of file descriptors only delays connections; silent
+// connections are closed after the handshake timeout and held back beyond a cap; bad token and
+// TLS files exit 2 saying what is wrong.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <random>
 #include <regex>
 #include <set>
@@ -23,6 +30,7 @@
 #include "gtest/gtest.h"
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/grpc/security.h"
+#include "tests/testing/loopback.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
 
@@ -31,6 +39,9 @@ namespace {
 
 using ::ddprun::testing::BinPath;
 using ::ddprun::testing::Subprocess;
+using ::ddprun::testing::TempDir;
+using ::ddprun::testing::WaitUntil;
+using ::ddprun::testing::WriteFile;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using ::testing::HasSubstr;
@@ -276,6 +287,204 @@ TEST_F(DaemonTest, DaemonShutdownClosesAgentsWithExit3) {
   auto daemon_status = daemon_->Wait(kWait);
   ASSERT_TRUE(daemon_status.has_value());
   EXPECT_EQ(daemon_status->exit_code, 0);
+}
+
+// A daemon started with `argv` (a prefix such as prlimit, then ddprun-rdzv and its flags); its
+// port from the "listening on" line, or 0 when it did not come up.
+struct StartedDaemon {
+  std::unique_ptr<Subprocess> process;
+  int port = 0;
+  std::string endpoint() const { return "127.0.0.1:" + std::to_string(port); }
+};
+
+StartedDaemon StartDaemon(std::vector<std::string> argv) {
+  StartedDaemon d;
+  d.process = std::make_unique<Subprocess>(std::move(argv),
+                                           std::map<std::string, std::string>{{kTokenEnv, kToken}});
+  if (!d.process->WaitForOutputContains("ddprun-rdzv listening on 127.0.0.1:", kWait)) return d;
+  std::smatch m;
+  const std::string out = d.process->out();
+  if (std::regex_search(out, m, std::regex("listening on 127\\.0\\.0\\.1:([0-9]+)"))) {
+    d.port = std::stoi(m[1]);
+  }
+  return d;
+}
+
+std::unique_ptr<Subprocess> StartAgentAt(const std::string& endpoint, const std::string& run) {
+  return std::make_unique<Subprocess>(
+      std::vector<std::string>{BinPath("rdzv-test-agent"), "--endpoint", endpoint, "--run", run,
+                               "--node", "a", "--nnodes", "1:1"},
+      std::map<std::string, std::string>{{kTokenEnv, kToken}});
+}
+
+// What happened to a connection that sends nothing: the moment the server closed it (or
+// nullopt while it is open), and whether the server sent anything (its HTTP/2 settings: it has
+// accepted the connection).
+struct SilentConnection {
+  int fd = -1;
+  bool got_bytes = false;
+  std::optional<std::chrono::steady_clock::time_point> closed_at;
+};
+
+// Reads whatever the server sent on each connection, without blocking.
+void Drain(std::vector<SilentConnection>& connections) {
+  for (SilentConnection& c : connections) {
+    if (c.closed_at.has_value()) continue;
+    char buf[512];
+    ssize_t n;
+    while ((n = recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0) c.got_bytes = true;
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)) {
+      c.closed_at = std::chrono::steady_clock::now();
+    }
+  }
+}
+
+// Issue 28 (1): under a limit of 64 open files, 70 idle connections exhaust the daemon's
+// descriptors. gRPC 1.51's own listener then never accepted again; the daemon's must accept as
+// soon as descriptors are free, and say so in one line each way.
+TEST(DaemonLimitsTest, RunningOutOfFileDescriptorsOnlyDelaysConnections) {
+  StartedDaemon d =
+      StartDaemon({"/usr/bin/prlimit", "--nofile=64:64", BinPath("ddprun-rdzv"), "--port", "0"});
+  ASSERT_GT(d.port, 0) << d.process->err();
+  std::vector<int> idle;
+  for (int i = 0; i < 70; ++i) {
+    const int fd = testing::ConnectLoopback(d.port);
+    ASSERT_GE(fd, 0) << "connection " << i;
+    idle.push_back(fd);
+  }
+  ASSERT_TRUE(d.process->WaitForOutput(
+      [](const std::string& out) {
+        return out.find("out of file descriptors") != std::string::npos ||
+               out.find("Too many open files") != std::string::npos;
+      },
+      kWait))
+      << d.process->err();
+  for (int fd : idle) close(fd);
+
+  // A new job is served.
+  auto agent = StartAgentAt(d.endpoint(), "after-emfile");
+  ASSERT_TRUE(agent->WaitForOutputContains("ASSIGNMENT round=1 ", kWait))
+      << agent->out() << agent->err() << d.process->err();
+  EXPECT_TRUE(d.process->WaitForOutputContains("accepting connections on", kWait));
+  const std::string log = d.process->err();
+  auto count = [&log](const std::string& what) {
+    int n = 0;
+    for (size_t pos = log.find(what); pos != std::string::npos; pos = log.find(what, pos + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("refusing connections"), 1) << log;
+  EXPECT_EQ(count("accepting connections"), 1) << log;
+  EXPECT_THAT(log, HasSubstr("refusing connections on " + d.endpoint() +
+                             ": out of file descriptors (this process's limit of 64 open files)"));
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("Failed accept4")));
+  EXPECT_TRUE(d.process->running());
+}
+
+TEST(DaemonLimitsTest, RaisesItsOpenFileLimitToTheHardLimit) {
+  StartedDaemon d =
+      StartDaemon({"/usr/bin/prlimit", "--nofile=100:4000", BinPath("ddprun-rdzv"), "--port", "0"});
+  ASSERT_GT(d.port, 0) << d.process->err();
+  EXPECT_THAT(d.process->err(), HasSubstr("raised the open-file limit from 100 to 4000"));
+  const std::string limits =
+      testing::ReadFile("/proc/" + std::to_string(d.process->pid()) + "/limits");
+  EXPECT_TRUE(std::regex_search(limits, std::regex("Max open files +4000 +4000"))) << limits;
+}
+
+// Issue 28 (1): connections that never authenticate are bounded in time (the handshake
+// timeout) and in number (at most N accepted within one timeout; the rest wait).
+TEST(DaemonLimitsTest, SilentConnectionsAreClosedAndCapped) {
+  StartedDaemon d = StartDaemon({BinPath("ddprun-rdzv"), "--port", "0", "--handshake-timeout", "1",
+                                 "--max-handshaking-connections", "4"});
+  ASSERT_GT(d.port, 0) << d.process->err();
+  std::vector<SilentConnection> connections(10);
+  const auto opened = std::chrono::steady_clock::now();
+  for (SilentConnection& c : connections) {
+    c.fd = testing::ConnectLoopback(d.port);
+    ASSERT_GE(c.fd, 0);
+  }
+  // The first four are accepted at once (the server greets them); the others wait.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        Drain(connections);
+        return std::count_if(connections.begin(), connections.end(),
+                             [](const SilentConnection& c) { return c.got_bytes; }) >= 4;
+      },
+      kWait));
+  EXPECT_LE(std::count_if(connections.begin(), connections.end(),
+                          [](const SilentConnection& c) { return c.got_bytes; }),
+            4);
+  // Every one is closed by the server, each within about a second of being accepted: three
+  // windows for ten connections at four a window.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        Drain(connections);
+        return std::all_of(connections.begin(), connections.end(),
+                           [](const SilentConnection& c) { return c.closed_at.has_value(); });
+      },
+      kWait));
+  std::vector<double> closed_s;
+  for (const SilentConnection& c : connections) {
+    closed_s.push_back(std::chrono::duration<double>(*c.closed_at - opened).count());
+    close(c.fd);
+  }
+  std::sort(closed_s.begin(), closed_s.end());
+  EXPECT_GE(closed_s.front(), 0.8);
+  EXPECT_LT(closed_s.back(), 3.0 + 2.0) << "3 windows of 1 s, and room for a loaded host";
+  EXPECT_GE(closed_s.back(), 2.8) << "the last two were held back two windows";
+  EXPECT_THAT(d.process->err(), HasSubstr("holding new connections on " + d.endpoint() + " back"));
+  // The server still serves.
+  auto agent = StartAgentAt(d.endpoint(), "after-silence");
+  ASSERT_TRUE(agent->WaitForOutputContains("ASSIGNMENT round=1 ", kWait)) << agent->out();
+}
+
+// Issue 28 (22): bad token and TLS files exit 2 saying what is wrong with which file.
+TEST(DaemonFilesTest, BadTokenAndTlsFilesExit2SayingWhatIsWrong) {
+  TempDir dir;
+  WriteFile(dir.File("binary"), std::string("tok\0en\x01\xff\n", 8));
+  WriteFile(dir.File("blank"), "\n  \n");
+  WriteFile(dir.File("garbage.pem"), "this is not a certificate\n");
+  WriteFile(dir.File("broken.pem"),
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n");
+  std::filesystem::create_directory(dir.File("folder"));
+  struct Case {
+    std::vector<std::string> flags;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {{"--token-file", dir.File("folder")},
+       "token_file: " + dir.File("folder") + " is a directory"},
+      {{"--token-file", dir.File("binary")},
+       "token_file: " + dir.File("binary") + " is not a text file (a NUL byte at offset 3)"},
+      {{"--token-file", dir.File("blank")}, "token_file: " + dir.File("blank") + " is empty"},
+      {{"--token-file", dir.File("missing")},
+       "token_file: cannot read " + dir.File("missing") + ": No such file or directory"},
+      {{"--tls-cert", dir.File("garbage.pem"), "--tls-key", dir.File("garbage.pem")},
+       "TLS certificate: " + dir.File("garbage.pem") + " holds no PEM certificate"},
+      {{"--tls-cert", dir.File("broken.pem"), "--tls-key", dir.File("garbage.pem")},
+       "TLS certificate: " + dir.File("broken.pem")},
+      {{"--tls-cert", dir.File("folder"), "--tls-key", dir.File("garbage.pem")},
+       "TLS certificate: " + dir.File("folder") + " is a directory"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> argv = {BinPath("ddprun-rdzv"), "--port", "0"};
+    argv.insert(argv.end(), c.flags.begin(), c.flags.end());
+    Subprocess daemon(argv);
+    auto status = daemon.Wait(kWait);
+    ASSERT_TRUE(status.has_value()) << c.says;
+    EXPECT_EQ(status->exit_code, 2) << c.says << "\n" << daemon.err();
+    EXPECT_THAT(daemon.err(), HasSubstr(c.says));
+    EXPECT_THAT(daemon.err(), ::testing::Not(HasSubstr("cannot listen")));
+  }
+  if (geteuid() != 0) {  // root reads any file
+    WriteFile(dir.File("secret"), "token\n");
+    chmod(dir.File("secret").c_str(), 0);
+    Subprocess daemon({BinPath("ddprun-rdzv"), "--port", "0", "--token-file", dir.File("secret")});
+    auto status = daemon.Wait(kWait);
+    ASSERT_TRUE(status.has_value());
+    EXPECT_EQ(status->exit_code, 2);
+    EXPECT_THAT(daemon.err(),
+                HasSubstr("cannot read " + dir.File("secret") + ": Permission denied"));
+  }
 }
 
 }  // namespace
