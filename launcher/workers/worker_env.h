@@ -27,6 +27,10 @@ struct WorkerEnvSpec {
 Environment BuildWorkerEnv(const Environment& base, const WorkerEnvSpec& spec,
                            const rendezvous::Assignment& assignment);
 
+// Variables of ddprun's environment that BuildWorkerEnv removes: the rendezvous token
+// (rendezvous/auth/token.h's kTokenEnv) is the agent's credential, not the job's.
+inline constexpr const char* kAgentOnlyVariables[] = {"DDPRUN_RDZV_TOKEN"};
+
 // The variables BuildWorkerEnv sets anew for every start (they depend on the assignment or the
 // attempt); every other variable of a worker is the same at every start on this node.
 inline constexpr const char* kPerStartVariables[] = {"RANK",

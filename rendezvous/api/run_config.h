@@ -33,11 +33,21 @@ struct JoinRequest {
   RunTimeouts timeouts;
   std::string peer_host;  // the address the agent connected from, without port or brackets
   std::optional<ResumeClaim> resume;  // set when the agent re-registers
+  // With `resume`: the member key the server gave this node in Joined (its proof of identity).
+  std::string member_key;
 };
 
 // Limits that keep one server (and one hostile or buggy client) from using unbounded memory.
 struct ServerLimits {
-  int max_runs = 64;                  // open runs plus closed ones still remembered
+  // Open runs (not closed) this server hosts at once; closed runs that are still remembered
+  // (closed_run_retention) do not count.
+  int max_runs = 64;
+  // Open runs created by one client (the peer address of the run's first join); 0: no limit of
+  // its own (max_runs only). One host cannot take every slot of a shared server.
+  int max_runs_per_client = 16;
+  // Closed runs remembered at once (for Status and the page); beyond this the oldest closed run
+  // is forgotten early. Bounds memory now that closed runs do not count against max_runs.
+  int max_closed_runs = 1024;
   int max_nodes_per_run = 16384;      // connected agents of one run (members and waiting)
   size_t max_id_length = 256;         // run id, node id, hostname, local addr
   size_t max_message_length = 16384;  // failure and leave messages are cut to this
@@ -51,6 +61,11 @@ struct ServerLimits {
   int max_queued_messages_per_stream = 1024;
   // A closed run is remembered this long (so late agents are told why) once it has no agents.
   Duration closed_run_retention = std::chrono::seconds(300);
+  // The secret member keys are made from (rendezvous/grpc/member_keys.h), carried here because
+  // the limits are what reaches the service from ServerOptions. Empty: a random secret per
+  // server process (claims a restarted server cannot verify are accepted, and logged, for the
+  // recovery). Set from ddprun-rdzv --secret-file: keys survive restarts and are verified after.
+  std::string member_secret;
 };
 
 }  // namespace ddprun::rendezvous

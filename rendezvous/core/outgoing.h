@@ -22,6 +22,9 @@ using ConnId = uint64_t;
 struct JoinedNotice {
   std::string peer_host;
   Duration keep_alive_interval{};  // the run's; the agent heartbeats at least this often
+  // This node's member key (ServerState fills it in; empty without MemberKeys): the agent
+  // presents it when it re-registers.
+  std::string member_key;
 };
 
 // The round `round` is over; stop the workers and wait for the next assignment.

@@ -107,6 +107,12 @@ class RunState {
   std::optional<TimePoint> NextDeadline() const;
 
   bool HasConn(ConnId conn) const { return nodes_.count(conn) > 0; }
+  bool HasNode(const std::string& node_id) const { return by_node_id_.count(node_id) > 0; }
+  // A re-registration's claim would shape the run (kRecovering, or no round formed yet: a
+  // claim starts the recovery), rather than only the claimant's own workers.
+  bool RebuildsFromClaims() const {
+    return phase_ == RunPhase::kRecovering || (phase_ == RunPhase::kJoining && round_ == 0);
+  }
   size_t num_nodes() const { return nodes_.size(); }
   RunPhase phase() const { return phase_; }
   int64_t round() const { return round_; }

@@ -114,8 +114,10 @@ std::string FormatMetrics(const ServerMetrics& m, const std::vector<RunStatus>& 
   Family("ddprun_rdzv_joins_total", "counter", "Joins accepted.", &out);
   absl::StrAppend(&out, "ddprun_rdzv_joins_total ", m.joins, "\n");
   Family("ddprun_rdzv_refused_total", "counter",
-         "Calls and joins refused, by reason (unauthenticated, invalid_join, server_limit).", &out);
-  for (const char* reason : {"unauthenticated", "invalid_join", "server_limit"}) {
+         "Calls and joins refused, by reason (unauthenticated, invalid_join, server_limit, "
+         "member_key).",
+         &out);
+  for (const char* reason : {"unauthenticated", "invalid_join", "server_limit", "member_key"}) {
     auto it = m.refused.find(reason);
     absl::StrAppend(&out, "ddprun_rdzv_refused_total{reason=\"", reason, "\"} ",
                     it == m.refused.end() ? 0 : it->second, "\n");

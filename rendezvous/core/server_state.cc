@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 
 namespace ddprun::rendezvous {
@@ -61,25 +62,119 @@ ServerState::Run* ServerState::RunOf(ConnId conn, std::string* run_id) {
   return &run->second;
 }
 
-Outbox ServerState::Join(ConnId conn, const JoinRequest& request, TimePoint now) {
+void ServerState::SecurityLog(std::string line) {
+  if (security_log_.size() >= kMaxUntaken) security_log_.erase(security_log_.begin());
+  security_log_.push_back(std::move(line));
+}
+
+absl::Status ServerState::CheckMemberKey(JoinRequest* request) {
+  if (keys_ == nullptr || !request->resume.has_value()) return absl::OkStatus();
+  const std::string& run_id = request->node.run_id;
+  const std::string& node_id = request->node.node_id;
+  if (SameKey(keys_->KeyFor(run_id, node_id), request->member_key)) return absl::OkStatus();
+  auto it = runs_.find(run_id);
+  const RunState* run = it == runs_.end() ? nullptr : it->second.state.get();
+  const std::string who = absl::StrCat("run '", absl::CEscape(run_id), "', node '",
+                                       absl::CEscape(node_id), "' from ", request->peer_host);
+  if (run != nullptr && run->HasNode(node_id)) {
+    // Every node a run knows got its key from this process (in Joined): a wrong one is not
+    // that node's agent.
+    SecurityLog(absl::StrCat("refused a re-registration without the member's key: ", who));
+    return absl::PermissionDeniedError(absl::StrCat(
+        "run '", run_id, "': re-registration as node '", node_id,
+        "' refused: it does not carry the member key that node was given when it joined"));
+  }
+  if (run != nullptr && !run->RebuildsFromClaims()) {
+    // A run with rounds: a claim from a node it does not know only stops the claimant's own
+    // workers (run_state_recovery.cc, rule 2); it cannot act on the run.
+    return absl::OkStatus();
+  }
+  if (keys_->durable()) {
+    SecurityLog(
+        absl::StrCat("ignored a re-registration claim with a wrong member key (it joins "
+                     "as a new node): ",
+                     who));
+    request->resume.reset();
+    return absl::OkStatus();
+  }
+  if (it == runs_.end() || !it->second.warned_unverified) {
+    SecurityLog(
+        absl::StrCat("accepting unverified re-registrations for a run this server does "
+                     "not know (no --secret-file: keys of an earlier server process "
+                     "cannot be checked): ",
+                     who));
+    if (it != runs_.end()) it->second.warned_unverified = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ServerState::CheckRunLimits(const JoinRequest& request) const {
+  int open = 0, of_client = 0;
+  for (const auto& [id, run] : runs_) {
+    if (run.state->phase() == RunPhase::kClosed) continue;  // finished: no slot
+    ++open;
+    if (run.creator_peer == request.peer_host) ++of_client;
+  }
+  const std::string& run_id = request.node.run_id;
+  if (open >= limits_.max_runs) {
+    return absl::FailedPreconditionError(absl::StrCat("rendezvous server is at its limit of ",
+                                                      limits_.max_runs, " runs; cannot start run '",
+                                                      run_id, "'"));
+  }
+  if (limits_.max_runs_per_client > 0 && of_client >= limits_.max_runs_per_client) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rendezvous server is at its limit of ", limits_.max_runs_per_client,
+                     " open runs per client (", request.peer_host, " has started ", of_client,
+                     "); cannot start run '", run_id, "'"));
+  }
+  return absl::OkStatus();
+}
+
+void ServerState::TrimClosedRuns() {
+  int closed = 0;
+  for (const auto& [id, run] : runs_) closed += run.closed_at.has_value() ? 1 : 0;
+  while (closed > limits_.max_closed_runs) {
+    auto oldest = runs_.end();
+    for (auto it = runs_.begin(); it != runs_.end(); ++it) {
+      if (it->second.closed_at &&
+          (oldest == runs_.end() || *it->second.closed_at < *oldest->second.closed_at)) {
+        oldest = it;
+      }
+    }
+    runs_.erase(oldest);
+    --closed;
+  }
+}
+
+Outbox ServerState::Join(ConnId conn, const JoinRequest& request_in, TimePoint now) {
   if (conn_run_.count(conn) > 0) {
-    // A second join on one stream: a protocol error. The first join stands.
+    // A second join on one stream: a protocol error. The first join stands (a stream is bound
+    // to its run).
     return {};
   }
-  if (absl::Status invalid = Validate(request); !invalid.ok()) {
+  if (absl::Status invalid = Validate(request_in); !invalid.ok()) {
     ++metrics_.refused["invalid_join"];
     return CloseOnly(conn, invalid);
+  }
+  JoinRequest request = request_in;
+  if (absl::Status refused = CheckMemberKey(&request); !refused.ok()) {
+    ++metrics_.refused["member_key"];
+    return CloseOnly(conn, refused);
   }
   const std::string& run_id = request.node.run_id;
   auto it = runs_.find(run_id);
   if (it == runs_.end()) {
-    if (static_cast<int>(runs_.size()) >= limits_.max_runs) {
+    if (absl::Status limit = CheckRunLimits(request); !limit.ok()) {
       ++metrics_.refused["server_limit"];
-      return CloseOnly(conn, absl::FailedPreconditionError(absl::StrCat(
-                                 "rendezvous server is at its limit of ", limits_.max_runs,
-                                 " runs; cannot start run '", run_id, "'")));
+      return CloseOnly(conn, limit);
     }
-    it = runs_.emplace(run_id, Run{std::make_unique<RunState>(request, now), std::nullopt}).first;
+    it = runs_
+             .emplace(run_id, Run{std::make_unique<RunState>(request, now), std::nullopt,
+                                  request.peer_host, /*warned_unverified=*/false})
+             .first;
+    if (keys_ != nullptr && request.resume.has_value() && !keys_->durable()) {
+      it->second.warned_unverified = true;  // CheckMemberKey logged it (or the key was right)
+    }
   } else if (static_cast<int>(it->second.state->num_nodes()) >= limits_.max_nodes_per_run) {
     ++metrics_.refused["server_limit"];
     return CloseOnly(conn, absl::FailedPreconditionError(
@@ -90,6 +185,13 @@ Outbox ServerState::Join(ConnId conn, const JoinRequest& request, TimePoint now)
   ++metrics_.joins;
   Outbox out;
   it->second.state->Join(conn, request, now, &out);
+  if (keys_ != nullptr) {
+    for (Outgoing& o : out) {
+      if (auto* joined = std::get_if<JoinedNotice>(&o.msg); joined != nullptr && o.conn == conn) {
+        joined->member_key = keys_->KeyFor(run_id, request.node.node_id);
+      }
+    }
+  }
   AfterEvent(run_id, out, now);
   return out;
 }
@@ -181,7 +283,10 @@ void ServerState::AfterEvent(const std::string& run_id, const Outbox& out, TimeP
   if (run.num_nodes() > 0) return;
   if (run.phase() == RunPhase::kClosed) {
     // Remembered for a while so that late agents learn why, then forgotten.
-    if (!it->second.closed_at) it->second.closed_at = now;
+    if (!it->second.closed_at) {
+      it->second.closed_at = now;
+      TrimClosedRuns();
+    }
   } else {
     // Every agent is gone before the run finished: nothing is left to coordinate. A new set
     // of agents with this run id starts afresh.

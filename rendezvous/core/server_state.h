@@ -3,6 +3,13 @@
 // the stream's run and forgets runs when they are over. Pure: no I/O, no threads; `now` comes
 // with every input.
 //
+// Member keys (member_keys.h): with `keys`, every Joined carries the node's key, and a
+// re-registration must present it: for a node the run knows, a wrong key is refused
+// (PERMISSION_DENIED); for a run this server would rebuild from claims (it lost it, or formed no
+// round yet), a claim with a wrong key is ignored (the node joins as a newcomer) when the keys
+// are durable, and accepted as unverified (logged) when they are not. Without `keys` (unit
+// tests) nothing is checked.
+//
 // Not thread-safe: the server's event loop is its only user.
 #ifndef DDPRUN_RENDEZVOUS_CORE_SERVER_STATE_H_
 #define DDPRUN_RENDEZVOUS_CORE_SERVER_STATE_H_
@@ -12,11 +19,14 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "rendezvous/api/run_config.h"
+#include "rendezvous/core/member_keys.h"
 #include "rendezvous/core/outgoing.h"
 #include "rendezvous/core/run_state.h"
 #include "rendezvous/core/server_metrics.h"
@@ -25,7 +35,8 @@ namespace ddprun::rendezvous {
 
 class ServerState {
  public:
-  explicit ServerState(ServerLimits limits = {}) : limits_(limits) {}
+  explicit ServerState(ServerLimits limits = {}, std::shared_ptr<const MemberKeys> keys = nullptr)
+      : limits_(std::move(limits)), keys_(std::move(keys)) {}
 
   Outbox Join(ConnId conn, const JoinRequest& request, TimePoint now);
   // `progress`: the agent's workers' last signs of life (empty: none sent).
@@ -57,19 +68,34 @@ class ServerState {
   ServerMetrics& metrics() { return metrics_; }
   // Every run's status, by run id (for /metrics and the status page; see RunState::Status).
   std::vector<RunStatus> AllStatus(bool with_members) const;
+  // Lines for the server's log (warnings) since the last call: refused and unverified
+  // re-registrations. At most kMaxUntaken are kept.
+  std::vector<std::string> TakeSecurityLog() { return std::exchange(security_log_, {}); }
 
  private:
   struct Run {
     std::unique_ptr<RunState> state;
     std::optional<TimePoint> closed_at;  // set once closed and without agents
+    std::string creator_peer;            // the address of its first join (max_runs_per_client)
+    bool warned_unverified = false;      // an unverified claim of it was logged
   };
 
   absl::Status Validate(const JoinRequest& request) const;
+  // Checks a re-registration's member key (see the class comment). Returns a refusal, or OK
+  // with `*request` possibly stripped of its claim.
+  absl::Status CheckMemberKey(JoinRequest* request);
+  // A new run for `request`, or the refusal of the server's limits.
+  absl::Status CheckRunLimits(const JoinRequest& request) const;
+  // Forgets the oldest closed runs beyond limits_.max_closed_runs.
+  void TrimClosedRuns();
+  void SecurityLog(std::string line);
   // Keeps conn_run_ in step with `out` (a closed stream is forgotten) and retires empty runs.
   void AfterEvent(const std::string& run_id, const Outbox& out, TimePoint now);
   Run* RunOf(ConnId conn, std::string* run_id);
 
   const ServerLimits limits_;
+  const std::shared_ptr<const MemberKeys> keys_;
+  std::vector<std::string> security_log_;
   std::map<std::string, Run> runs_;
   std::unordered_map<ConnId, std::string> conn_run_;
   ServerMetrics metrics_;

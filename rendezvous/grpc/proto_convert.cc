@@ -182,7 +182,10 @@ JoinRequest FromProto(const proto::Join& j, const RunTimeouts& defaults,
   r.node.local_addr = j.local_addr();
   r.node.max_restarts = j.max_restarts();
   r.peer_host = peer_host;
-  if (j.has_resume()) r.resume = FromProto(j.resume());
+  if (j.has_resume()) {
+    r.resume = FromProto(j.resume());
+    r.member_key = j.resume().member_key();
+  }
   r.timeouts = defaults;
   // Negative values pass through so that validation refuses them.
   if (j.join_timeout_ms() != 0) r.timeouts.join_timeout = milliseconds(j.join_timeout_ms());
@@ -203,6 +206,7 @@ proto::ServerMessage ToProto(const Outgoing& out) {
   if (const auto* joined = std::get_if<JoinedNotice>(&out.msg)) {
     m.mutable_joined()->set_peer_addr(joined->peer_host);
     m.mutable_joined()->set_keep_alive_interval_ms(Millis(joined->keep_alive_interval));
+    m.mutable_joined()->set_member_key(joined->member_key);
   } else if (const auto* a = std::get_if<Assignment>(&out.msg)) {
     *m.mutable_assignment() = ToProto(*a);
   } else if (const auto* r = std::get_if<RestartNotice>(&out.msg)) {

@@ -118,7 +118,12 @@ void RendezvousClient::StartCall(std::chrono::milliseconds connect_budget,
   call_->context()->set_wait_for_ready(true);
   proto::AgentMessage join;
   *join.mutable_join() = ToProto(node_, options_.timeouts);
-  if (ever_joined_) *join.mutable_join()->mutable_resume() = ToProto(claim_);
+  if (ever_joined_) {
+    *join.mutable_join()->mutable_resume() = ToProto(claim_);
+    // Proves that this agent is the one that joined as this node (a claim without it, for a
+    // node the server knows, is refused).
+    join.mutable_join()->mutable_resume()->set_member_key(member_key_);
+  }
   read_timer_ = loop_->PostAt(std::chrono::steady_clock::now() + connect_budget, [this, gen] {
     read_timer_ = 0;
     if (gen != call_generation_ || joined_ || events_.closed()) return;
@@ -140,6 +145,7 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
       joined_ = true;
       ever_joined_ = true;
       server_embedded_ = m.joined().embedded();
+      member_key_ = m.joined().member_key();
       reconnecting_ = false;
       reconnect_attempts_ = 0;
       if (read_timer_ != 0) loop_->Cancel(read_timer_);
@@ -324,6 +330,7 @@ void RendezvousClient::Fence(const std::string& why) {
   // node (a scale-up for the others, no budget spent) once the network lets us, until
   // join_timeout. The old call is cancelled; its reactions are dropped.
   events_.RejoinAsNewNode(why, &node_);
+  member_key_.clear();  // the key was the old node id's; the new node gets its own
   claim_.group = ResumeClaim::Group::kWaiting;  // its workers are being stopped
   if (call_ != nullptr) retired_calls_.push_back(std::move(call_));
   joined_ = false;

@@ -130,6 +130,7 @@ class RendezvousClient final : public Rendezvous {
   bool ever_joined_ = false;                               // re-registrations carry claim_
   bool server_embedded_ = false;    // the server lives in an agent: a broken stream is the end
   ResumeClaim claim_;               // what this node knows of its place
+  std::string member_key_;          // from the last Joined; presented with claim_
   bool reconnecting_ = false;       // the current call re-registers after a broken stream
   TimePoint reconnect_deadline_{};  // read_timeout after the break
   int reconnect_attempts_ = 0;

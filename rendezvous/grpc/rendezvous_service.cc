@@ -11,6 +11,7 @@
 #include "rendezvous/core/server_metrics.h"
 #include "rendezvous/core/status_page.h"
 #include "rendezvous/grpc/agent_stream.h"
+#include "rendezvous/grpc/member_secret.h"
 #include "rendezvous/grpc/proto_convert.h"
 #include "rendezvous/grpc/security.h"
 
@@ -45,7 +46,7 @@ RendezvousServiceImpl::RendezvousServiceImpl(LoopThread* loop, const Clock* cloc
       default_timeouts_(default_timeouts),
       embedded_(embedded),
       max_queued_(limits.max_queued_messages_per_stream),
-      state_(limits) {}
+      state_(limits, std::make_shared<HmacMemberKeys>(limits.member_secret)) {}
 
 RendezvousServiceImpl::~RendezvousServiceImpl() {
   // The server is shut down and the loop stopped: no reactor is left running. Streams whose
@@ -197,6 +198,8 @@ void RendezvousServiceImpl::HandleMessage(ConnId conn, const proto::AgentMessage
     case proto::AgentMessage::kJoin:
       Apply(state_.Join(conn, FromProto(message.join(), default_timeouts_, entry->second.peer_host),
                         now));
+      // Refused and unverified re-registrations: always logged, verbose or not.
+      for (const std::string& line : state_.TakeSecurityLog()) LogWarning(line);
       break;
     case proto::AgentMessage::kHeartbeat: {
       Apply(state_.Heartbeat(conn, rendezvous::FromProto(message.heartbeat()), now));

@@ -55,6 +55,16 @@ TEST(WorkerEnvTest, TorchrunVariables) {
   EXPECT_EQ(env.count("CUDA_VISIBLE_DEVICES"), 0u);
 }
 
+TEST(WorkerEnvTest, TheRendezvousTokenStaysWithTheAgent) {
+  // Issue 28: a worker holding the shared token could speak to the rendezvous server as an agent.
+  Environment base = {{"PATH", "/bin"}, {"DDPRUN_RDZV_TOKEN", "secret"}};
+  WorkerEnvSpec spec;
+  spec.local_world_size = 1;
+  EXPECT_EQ(BuildWorkerEnv(base, spec, TwoNodeAssignment()).count("DDPRUN_RDZV_TOKEN"), 0u);
+  EXPECT_EQ(BuildSpareEnv(base, spec).count("DDPRUN_RDZV_TOKEN"), 0u);
+  EXPECT_EQ(BuildWorkerEnv(base, spec, TwoNodeAssignment())["PATH"], "/bin");
+}
+
 TEST(WorkerEnvTest, VirtualLocalRank) {
   WorkerEnvSpec spec;
   spec.local_rank = 3;
