@@ -1,23 +1,33 @@
 #include "common/strings.h"
 
+#include <arpa/inet.h>
+
 #include <cmath>
 #include <random>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace ddprun {
 
+std::string ValueForMessage(absl::string_view value) {
+  constexpr size_t kLongest = 80, kShown = 64;
+  if (value.size() <= kLongest) return absl::CEscape(value);
+  return absl::StrCat(absl::CEscape(value.substr(0, kShown)), "... (", value.size(), " bytes)");
+}
+
 absl::StatusOr<int64_t> ParseInt(absl::string_view what, absl::string_view value, int64_t min,
                                  int64_t max) {
   int64_t v = 0;
   if (!absl::SimpleAtoi(value, &v)) {
-    return absl::InvalidArgumentError(absl::StrCat(what, "=", value, ": not an integer"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, "=", ValueForMessage(value), ": not an integer"));
   }
   if (v < min || v > max) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, "=", value, ": must be in ", min, "..", max));
+        absl::StrCat(what, "=", ValueForMessage(value), ": must be in ", min, "..", max));
   }
   return v;
 }
@@ -27,7 +37,14 @@ absl::StatusOr<std::chrono::milliseconds> ParseSeconds(absl::string_view what,
   double v = 0;
   if (!absl::SimpleAtod(value, &v) || !std::isfinite(v) || v < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, "=", value, ": not a non-negative number of seconds"));
+        absl::StrCat(what, "=", ValueForMessage(value), ": not a non-negative number of seconds"));
+  }
+  // Checked before converting: llround of a double beyond int64 is undefined (1e19 s came out
+  // as a large negative count).
+  if (v > static_cast<double>(kMaxSeconds)) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "=", ValueForMessage(value),
+                                                   ": must be at most ", kMaxSeconds,
+                                                   " seconds (100 days)"));
   }
   return std::chrono::milliseconds(static_cast<int64_t>(std::llround(v * 1000)));
 }
@@ -36,51 +53,81 @@ absl::StatusOr<bool> ParseBool(absl::string_view what, absl::string_view value) 
   const std::string v = absl::AsciiStrToLower(value);
   if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
   if (v == "0" || v == "false" || v == "no" || v == "off") return false;
-  return absl::InvalidArgumentError(absl::StrCat(what, "=", value, ": not a boolean"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, "=", ValueForMessage(value), ": not a boolean"));
 }
+
+namespace {
+
+constexpr size_t kMaxHostLength = 253;  // the longest DNS name
+
+bool IsIpv6(absl::string_view text) {
+  // A zone ("fe80::1%eth0", or "%25eth0" as gRPC writes it) is not part of the address.
+  const std::string address(text.substr(0, text.find('%')));
+  in6_addr out;
+  return inet_pton(AF_INET6, address.c_str(), &out) == 1;
+}
+
+bool IsHostName(absl::string_view text) {
+  if (text.empty() || text.size() > kMaxHostLength) return false;
+  for (char c : text) {
+    if (!absl::ascii_isalnum(c) && c != '-' && c != '.' && c != '_') return false;
+  }
+  return true;
+}
+
+}  // namespace
 
 absl::StatusOr<HostPort> ParseHostPort(absl::string_view what, absl::string_view value,
                                        int default_port) {
   HostPort hp;
   hp.port = default_port;
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(what, "=", ValueForMessage(value), ": ", why));
+  };
+  if (value.empty()) return bad("empty address");
   absl::string_view port_text;
-  if (value.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, "=: empty address"));
-  }
+  bool has_port = false;
   if (value.front() == '[') {
     const size_t close = value.find(']');
-    if (close == absl::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(what, "=", value, ": missing ']'"));
-    }
+    if (close == absl::string_view::npos) return bad("missing ']'");
     hp.host = std::string(value.substr(1, close - 1));
     absl::string_view rest = value.substr(close + 1);
     if (!rest.empty()) {
-      if (rest.front() != ':') {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, "=", value, ": expected ':' after ']'"));
-      }
+      if (rest.front() != ':') return bad("expected ':' after ']'");
       port_text = rest.substr(1);
+      has_port = true;
     }
+    if (!IsIpv6(hp.host)) return bad("expected an IPv6 address inside [...]");
   } else {
     const size_t first = value.find(':');
     const size_t last = value.rfind(':');
-    if (first != last) {  // several colons: a bare IPv6 address, no port
+    if (first != last) {  // several colons: only a bare IPv6 address, without a port
+      if (!IsIpv6(value)) {
+        return bad("expected HOST[:PORT] (one host; an IPv6 address with a port as [ADDR]:PORT)");
+      }
       hp.host = std::string(value);
     } else if (first == absl::string_view::npos) {
       hp.host = std::string(value);
     } else {
       hp.host = std::string(value.substr(0, first));
       port_text = value.substr(first + 1);
+      has_port = true;
+    }
+    if (hp.host.empty()) return bad("empty host");
+    if (!IsIpv6(hp.host) && !IsHostName(hp.host)) {
+      return bad(
+          absl::StrCat("expected HOST[:PORT], a host being an IP address or a name of "
+                       "letters, digits, '-', '.' and '_' (at most ",
+                       kMaxHostLength, " bytes)"));
     }
   }
-  if (hp.host.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, "=", value, ": empty host"));
-  }
-  if (!port_text.empty() || (value.back() == ':')) {
+  if (hp.host.empty()) return bad("empty host");
+  if (has_port) {
     int64_t port = 0;
-    if (!absl::SimpleAtoi(port_text, &port) || port < 1 || port > 65535) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, "=", value, ": port must be in 1..65535"));
+    if (port_text.empty() || port_text.find_first_not_of("0123456789") != absl::string_view::npos ||
+        !absl::SimpleAtoi(port_text, &port) || port < 1 || port > 65535) {
+      return bad("port must be in 1..65535");
     }
     hp.port = static_cast<int>(port);
   }

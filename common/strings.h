@@ -11,11 +11,20 @@
 
 namespace ddprun {
 
+// `value` as an error message quotes it: on one line (control characters C-escaped) and, when
+// longer than 80 bytes, its first 64 followed by "... (N bytes)".
+std::string ValueForMessage(absl::string_view value);
+
 // A whole-string decimal integer in [min, max]; `what` names the flag, e.g. "--max-restarts".
 absl::StatusOr<int64_t> ParseInt(absl::string_view what, absl::string_view value, int64_t min,
                                  int64_t max);
 
-// Seconds as a decimal number ("0.1", "30"), >= 0.
+// The longest duration any flag or setting may give: 100 days. Far beyond any real timeout, and
+// far enough from the limits of std::chrono's nanoseconds (292 years) that a deadline "now +
+// duration", or a duration times a small factor, cannot overflow.
+inline constexpr int64_t kMaxSeconds = 100 * 24 * 3600;
+
+// Seconds as a decimal number ("0.1", "30"), finite, in [0, kMaxSeconds].
 absl::StatusOr<std::chrono::milliseconds> ParseSeconds(absl::string_view what,
                                                        absl::string_view value);
 
@@ -27,7 +36,9 @@ struct HostPort {
   int port = 0;      // 0 when the text had none and no default was given
 };
 
-// "host", "host:port", "1.2.3.4:5", "[::1]:5", "::1" (a bare IPv6 address has no port).
+// "host", "host:port", "1.2.3.4:5", "[::1]:5", "::1" (a bare IPv6 address has no port). A host
+// is an IP address (IPv6 with an optional %zone) or a name of letters, digits, '-', '.' and '_',
+// at most 253 bytes; anything else ("a:1:2", "http://h:1", "a:1,b:2") is kInvalidArgument.
 absl::StatusOr<HostPort> ParseHostPort(absl::string_view what, absl::string_view value,
                                        int default_port);
 

@@ -29,6 +29,10 @@ struct Query {
 
 using QueryFn = std::function<absl::StatusOr<std::string>(GrpcRendezvousPlugin*)>;
 
+// Bounds of --interval, in seconds.
+constexpr double kMinInterval = 0.05;
+constexpr double kMaxInterval = 3600;
+
 // Settings errors are usage errors (exit 2); a missing plugin or a rendezvous that cannot be
 // reached or refuses is a rendezvous failure (exit 3).
 Query QueryOnce(const LaunchOptions& options, const absl::Status& settings, const QueryFn& query) {
@@ -133,8 +137,10 @@ int RunStatusCommand(const std::vector<std::string>& args, const HostInfo& host)
   double interval_s = 1.0;
   app.add_flag("--json", json, "one JSON object (fields: ddprun status --help, README)");
   app.add_flag("--watch", watch, "show the run again every --interval seconds until it closes");
-  app.add_option("--interval", interval_s, "seconds between two --watch queries (default 1)")
-      ->check(CLI::Range(0.05, 3600.0));
+  CLI::Option* interval_option =
+      app.add_option("--interval", interval_s,
+                     absl::StrCat("seconds between two --watch queries, ", kMinInterval, " to ",
+                                  kMaxInterval, " (default 1)"));
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
     app.parse(reversed);
@@ -143,6 +149,15 @@ int RunStatusCommand(const std::vector<std::string>& args, const HostInfo& host)
     return 0;
   } catch (const CLI::ParseError& e) {
     WriteAll(2, absl::StrCat("ddprun status: error: ", e.what(), "\n"));
+    return kExitUsage;
+  }
+  // Checked here rather than with CLI::Range, which lets NaN through (every comparison with it
+  // is false), and --watch then polled without pause.
+  if (!(interval_s >= kMinInterval && interval_s <= kMaxInterval)) {
+    WriteAll(2,
+             absl::StrCat("ddprun status: error: --interval=", interval_option->results().front(),
+                          ": must be a number of seconds from ", kMinInterval, " to ", kMaxInterval,
+                          "\n"));
     return kExitUsage;
   }
   options.rdzv_backend = *ParseRdzvBackend(backend);  // one of the names IsMember allows

@@ -5,8 +5,11 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <climits>
+#include <cstddef>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -40,7 +43,8 @@ struct Sourced {
 };
 
 absl::Status Invalid(const Sourced& s, absl::string_view why) {
-  return absl::InvalidArgumentError(absl::StrCat(s.where, "=", s.value, ": ", why));
+  return absl::InvalidArgumentError(
+      absl::StrCat(s.where, "=", ValueForMessage(s.value), ": ", why));
 }
 
 std::string PetName(absl::string_view flag) {
@@ -55,10 +59,18 @@ absl::StatusOr<bool> BoolOf(const Sourced& s) { return ParseBool(s.where, s.valu
 
 // Resolves a program name the way execvp would, so a missing binary is a usage error (exit 2)
 // before any worker starts rather than 127 from every worker.
+// A directory is "executable" to access(X_OK) but not to execve: it must be a regular file.
 absl::StatusOr<std::string> ResolveExecutable(const std::string& name, const Environment& env) {
+  auto is_regular = [](const std::string& path) {
+    struct stat st;
+    return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  };
   if (name.find('/') != std::string::npos) {
     if (access(name.c_str(), F_OK) != 0) {
       return absl::InvalidArgumentError(absl::StrCat(name, ": no such file"));
+    }
+    if (!is_regular(name)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": not a regular file"));
     }
     if (access(name.c_str(), X_OK) != 0) {
       return absl::InvalidArgumentError(absl::StrCat(name, ": not executable"));
@@ -70,7 +82,7 @@ absl::StatusOr<std::string> ResolveExecutable(const std::string& name, const Env
   for (absl::string_view dir : absl::StrSplit(path, ':')) {
     if (dir.empty()) dir = ".";
     std::string candidate = absl::StrCat(dir, "/", name);
-    if (access(candidate.c_str(), X_OK) == 0) return name;
+    if (is_regular(candidate) && access(candidate.c_str(), X_OK) == 0) return name;
   }
   return absl::InvalidArgumentError(absl::StrCat(name, ": not found in PATH"));
 }
@@ -122,15 +134,56 @@ absl::Status ApplyRdzvBackend(const Sourced& s, const HostInfo&, LaunchOptions* 
   return absl::OkStatus();
 }
 
+// HOST[:PORT], or for etcd a comma-separated list of them (its cluster's members); whether a
+// list is allowed depends on --rdzv-backend, checked in Validate() once every source is read.
 absl::Status ApplyRdzvEndpoint(const Sourced& s, const HostInfo&, LaunchOptions* o) {
   o->rdzv_endpoint = s.value;
-  if (!s.value.empty()) DDPRUN_RETURN_IF_ERROR(ParseHostPort(s.where, s.value, 0).status());
+  for (absl::string_view part : absl::StrSplit(s.value, ',', absl::SkipEmpty())) {
+    DDPRUN_RETURN_IF_ERROR(ParseHostPort(s.where, part, 0).status());
+  }
   return absl::OkStatus();
 }
 
+// The run id is sent to the rendezvous and names the run's folder under --log-dir
+// (LOG_DIR/RUN_ID): it must be one folder name there, never a path ("../../x") or text with
+// control characters, and no longer than the rendezvous accepts.
 absl::Status ApplyRdzvId(const Sourced& s, const HostInfo&, LaunchOptions* o) {
   if (s.value.empty()) return Invalid(s, "must not be empty");
+  if (s.value.size() > kMaxRendezvousFieldBytes) {
+    return Invalid(s, absl::StrCat("must be at most ", kMaxRendezvousFieldBytes, " bytes"));
+  }
+  if (s.value == "." || s.value == "..") return Invalid(s, "must not be . or ..");
+  for (char c : s.value) {
+    if (c == '/' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      return Invalid(s,
+                     "must not contain '/' or control characters (it names a folder under "
+                     "--log-dir)");
+    }
+  }
   o->rdzv_id = s.value;
+  return absl::OkStatus();
+}
+
+// The values of the numeric --rdzv-conf keys, checked as the rendezvous setup reads them
+// (launcher/rdzv/rendezvous_setup.cc) so that a bad one is a usage error naming the key before
+// anything starts, not a late failure. Unknown keys are reported there.
+absl::Status CheckRdzvConfValue(const Sourced& s, const std::string& key,
+                                const std::string& value) {
+  const std::string what = absl::StrCat(s.where, " ", key);
+  if (key == "join_timeout" || key == "timeout" || key == "last_call_timeout" ||
+      key == "read_timeout" || key == "close_timeout" || key == "keep_alive_interval") {
+    DDPRUN_ASSIGN_OR_RETURN(std::chrono::milliseconds d, ParseSeconds(what, value));
+    if (key == "keep_alive_interval" && d.count() <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, "=", ValueForMessage(value), ": must be at least 0.001 seconds"));
+    }
+  } else if (key == "keep_alive_max_attempt") {
+    return ParseInt(what, value, 1, 1000).status();
+  } else if (key == "http_port") {
+    return ParseInt(what, value, 0, 65535).status();
+  } else if (key == "is_host") {
+    return ParseBool(what, value).status();
+  }
   return absl::OkStatus();
 }
 
@@ -139,10 +192,12 @@ absl::Status ApplyRdzvConf(const Sourced& s, const HostInfo&, LaunchOptions* o) 
   for (absl::string_view item : absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
     std::vector<std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
     if (kv.size() != 2 || kv[0].empty()) {
-      return Invalid(s, absl::StrCat("'", item, "' is not key=value"));
+      return Invalid(s, absl::StrCat("'", ValueForMessage(item), "' is not key=value"));
     }
-    o->rdzv_conf[std::string(absl::StripAsciiWhitespace(kv[0]))] =
-        std::string(absl::StripAsciiWhitespace(kv[1]));
+    std::string key(absl::StripAsciiWhitespace(kv[0]));
+    std::string value(absl::StripAsciiWhitespace(kv[1]));
+    DDPRUN_RETURN_IF_ERROR(CheckRdzvConfValue(s, key, value));
+    o->rdzv_conf[std::move(key)] = std::move(value);
   }
   return absl::OkStatus();
 }
@@ -276,8 +331,16 @@ absl::Status ApplyMasterPort(const Sourced& s, const HostInfo&, LaunchOptions* o
   return absl::OkStatus();
 }
 
+// A host name or IP address the rendezvous passes on to the other nodes (empty: detected).
 absl::Status ApplyLocalAddr(const Sourced& s, const HostInfo&, LaunchOptions* o) {
   o->local_addr = s.value;
+  if (s.value.empty()) return absl::OkStatus();
+  if (s.value.size() > kMaxRendezvousFieldBytes) {
+    return Invalid(s, absl::StrCat("must be at most ", kMaxRendezvousFieldBytes, " bytes"));
+  }
+  absl::StatusOr<HostPort> host = ParseHostPort(s.where, s.value, 0);
+  if (!host.ok()) return host.status();
+  if (host->port != 0) return Invalid(s, "expected a host name or address, without a port");
   return absl::OkStatus();
 }
 
@@ -515,9 +578,65 @@ absl::Status ApplyHangEnvironment(const Environment& env, LaunchOptions* o) {
   return absl::OkStatus();
 }
 
+// The agent keeps a run's logs in LOG_DIR/RUN_ID, or LOG_DIR/RUN_ID-N when that exists, with
+// attempt and rank folders below: the run id plus its suffix must fit one file name, and the
+// whole below PATH_MAX (std::filesystem threw "File name too long" and aborted ddprun).
+absl::Status ValidateLogDir(const LaunchOptions& o) {
+  if (o.log_dir.empty() || o.standalone) {
+    if (!o.log_dir.empty() && o.log_dir.size() > PATH_MAX - 256) {
+      return absl::InvalidArgumentError(absl::StrCat("--log-dir=", ValueForMessage(o.log_dir),
+                                                     ": longer than ", PATH_MAX - 256,
+                                                     " bytes (logs need room below it)"));
+    }
+    return absl::OkStatus();
+  }
+  constexpr size_t kSuffixRoom = 8;  // "-N" when LOG_DIR/RUN_ID exists already
+  if (o.rdzv_id.size() + kSuffixRoom > NAME_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rdzv-id=", ValueForMessage(o.rdzv_id), ": with --log-dir it names a folder, so at most ",
+        NAME_MAX - kSuffixRoom, " bytes"));
+  }
+  if (o.log_dir.size() + o.rdzv_id.size() > PATH_MAX - 256) {
+    return absl::InvalidArgumentError(absl::StrCat("--log-dir=", ValueForMessage(o.log_dir),
+                                                   ": with the run id longer than ", PATH_MAX - 256,
+                                                   " bytes (logs need room below it)"));
+  }
+  return absl::OkStatus();
+}
+
+// A node is lost after keep_alive_interval x keep_alive_max_attempt without a message; that
+// lease must be a sane duration too (each is checked alone by CheckRdzvConfValue).
+absl::Status ValidateLease(const LaunchOptions& o) {
+  auto get = [&](const char* key) -> const std::string* {
+    auto it = o.rdzv_conf.find(key);
+    return it == o.rdzv_conf.end() ? nullptr : &it->second;
+  };
+  const std::string* interval_text = get("keep_alive_interval");
+  const std::string* attempts_text = get("keep_alive_max_attempt");
+  if (interval_text == nullptr || attempts_text == nullptr) return absl::OkStatus();
+  DDPRUN_ASSIGN_OR_RETURN(std::chrono::milliseconds interval,
+                          ParseSeconds("--rdzv-conf keep_alive_interval", *interval_text));
+  DDPRUN_ASSIGN_OR_RETURN(int64_t attempts,
+                          ParseInt("--rdzv-conf keep_alive_max_attempt", *attempts_text, 1, 1000));
+  if (interval.count() * attempts > kMaxSeconds * 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rdzv-conf keep_alive_interval=", ValueForMessage(*interval_text),
+                     ", keep_alive_max_attempt=", attempts,
+                     ": the lease (their product) must be at most ", kMaxSeconds, " seconds"));
+  }
+  return absl::OkStatus();
+}
+
 // Cross-flag rules, checked once every source is merged.
 absl::Status Validate(const Environment& env, LaunchOptions* o) {
   DDPRUN_RETURN_IF_ERROR(ApplyHangEnvironment(env, o));
+  DDPRUN_RETURN_IF_ERROR(ValidateLogDir(*o));
+  DDPRUN_RETURN_IF_ERROR(ValidateLease(*o));
+  if (!IsEtcd(o->rdzv_backend) && o->rdzv_endpoint.find(',') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rdzv-endpoint=", ValueForMessage(o->rdzv_endpoint), ": --rdzv-backend=",
+        RdzvBackendName(o->rdzv_backend), " takes one HOST[:PORT] (a list is for etcd)"));
+  }
   if (o->virtual_local_rank) {
     o->virtual_gpus.clear();
     auto visible = env.find("CUDA_VISIBLE_DEVICES");
@@ -621,6 +740,33 @@ std::vector<CompletionFlag> CompletionFlags() {
   return out;
 }
 
+// CLI11 reads "--flag=" as "--flag" without a value and takes the next argument as the value
+// ("--master-addr= --no-python" set the address to "--no-python"). Up to the training script,
+// "--flag=" of a flag that takes a value becomes "--flag" "": an empty value, as argparse reads
+// it, which the flag's apply function then accepts (torchrun's default) or refuses.
+std::vector<std::string> SplitEmptyValues(const std::vector<std::string>& args,
+                                          const std::set<std::string>& value_spellings) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  for (; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.size() < 2 || a[0] != '-' || a == "--") break;  // the script (or "--") and after
+    if (value_spellings.count(a) > 0) {  // "--flag VALUE": VALUE is not a flag, whatever it is
+      out.push_back(a);
+      if (i + 1 < args.size()) out.push_back(args[++i]);
+      continue;
+    }
+    if (a.back() == '=' && value_spellings.count(a.substr(0, a.size() - 1)) > 0) {
+      out.push_back(a.substr(0, a.size() - 1));
+      out.emplace_back();
+      continue;
+    }
+    out.push_back(a);
+  }
+  out.insert(out.end(), args.begin() + static_cast<std::ptrdiff_t>(i), args.end());
+  return out;
+}
+
 }  // namespace
 
 std::string HelpText() {
@@ -666,28 +812,38 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
 
   std::map<std::string, std::string> cli_values;
   std::map<std::string, CLI::Option*> cli_options;
+  std::set<std::string> value_spellings = {"--config", "--print-completion"};
   for (const FlagDef& f : kFlags) {
-    const std::string names = absl::StrJoin(Spellings(f), ",");
+    const std::vector<std::string> spellings = Spellings(f);
+    const std::string names = absl::StrJoin(spellings, ",");
     std::string& slot = cli_values[f.name];
     if (f.is_bool) {
       cli_options[f.name] = app.add_flag_callback(names, [&slot] { slot = "true"; });
     } else {
       cli_options[f.name] = app.add_option(names, slot)->allow_extra_args(false);
+      value_spellings.insert(spellings.begin(), spellings.end());
     }
   }
   std::string config_file;
   bool want_help = false, want_version = false;
   std::string completion_shell;
-  app.add_option("--config", config_file);
-  app.add_option("--print-completion", completion_shell);
+  CLI::Option* config_option = app.add_option("--config", config_file);
+  CLI::Option* completion_option = app.add_option("--print-completion", completion_shell);
   app.add_flag("-h,--help", want_help);
   app.add_flag("--version", want_version);
 
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  const std::vector<std::string> split = SplitEmptyValues(args, value_spellings);
+  std::vector<std::string> reversed(split.rbegin(), split.rend());
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
     return absl::InvalidArgumentError(e.what());
+  }
+  if (config_option->count() > 0 && config_file.empty()) {
+    return absl::InvalidArgumentError("--config=: names no file");
+  }
+  if (completion_option->count() > 0 && completion_shell.empty()) {
+    return absl::InvalidArgumentError("--print-completion=: expected bash or zsh");
   }
   if (want_help) {
     result.exit_now = true;

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstddef>
 #include <map>
 #include <optional>
 #include <set>
@@ -44,6 +45,11 @@ enum class EntrypointKind {
   kPythonModule,  // python3 -u -m module args...
   kBinary,        // --no-python: exec it directly
 };
+
+// The longest run id and --local-addr, in bytes: the rendezvous refuses a join field longer
+// than this (rendezvous/api/run_config.h, ServerLimits::max_id_length), so the command line does
+// too, naming the flag, instead of the server failing the job later.
+inline constexpr size_t kMaxRendezvousFieldBytes = 256;
 
 struct LaunchOptions {
   // Nodes and processes.

@@ -10,6 +10,7 @@
 #ifndef DDPRUN_LAUNCHER_CONFIG_YAML_CONFIG_H_
 #define DDPRUN_LAUNCHER_CONFIG_YAML_CONFIG_H_
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -24,8 +25,15 @@ struct ConfigValue {
   int line = 0;                   // 1-based
 };
 
-// Parses `path`. A YAML syntax error or a non-mapping document is kInvalidArgument with
-// "FILE:LINE: ..." in the message. Keys are not checked here (the caller knows the flags).
+// The largest config file read (1 MiB): a config is a few dozen lines, and yaml-cpp takes about
+// fifty times a file's size in memory.
+inline constexpr size_t kMaxConfigFileBytes = 1 << 20;
+
+// Parses `path`. A YAML syntax error, a non-mapping document or a key given twice (in either
+// spelling: nproc-per-node and nproc_per_node are one key; script and entrypoint, script-args
+// and args too) is kInvalidArgument with "FILE:LINE: ..." in the message; a file that cannot
+// be read, is a directory or is larger than kMaxConfigFileBytes is kInvalidArgument
+// "--config=FILE: ...". Keys are not otherwise checked here (the caller knows the flags).
 absl::StatusOr<std::vector<ConfigValue>> LoadYamlConfig(const std::string& path);
 
 }  // namespace ddprun::launcher

@@ -34,6 +34,33 @@ TEST(ParseSecondsTest, DecimalSecondsToMilliseconds) {
   }
 }
 
+// Issue 28 #10: 1e19 s overflowed the milliseconds (workers got no grace at all); values that
+// are not finite or beyond kMaxSeconds are refused, naming the flag.
+TEST(ParseSecondsTest, RefusesNonFiniteAndValuesBeyondTheBound) {
+  EXPECT_EQ(ParseSeconds("--t", "8640000")->count(), int64_t{8640000} * 1000);
+  for (const char* bad : {"1e19", "9.3e9", "8640000.5", "1e300", "nan", "inf", "-inf", "-0.5"}) {
+    absl::StatusOr<std::chrono::milliseconds> r = ParseSeconds("--stop-timeout", bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("--stop-timeout=")) << bad;
+  }
+  EXPECT_THAT(std::string(ParseSeconds("--t", "1e19").status().message()),
+              HasSubstr("at most 8640000"));
+}
+
+// Messages quote what the user gave on one line, however long or odd it was.
+TEST(ValueForMessageTest, EscapesControlCharactersAndShortensLongValues) {
+  EXPECT_EQ(ValueForMessage("abc"), "abc");
+  EXPECT_EQ(ValueForMessage("a\nb"), "a\\nb");
+  EXPECT_EQ(ValueForMessage("a\nb\x01"), "a\\nb\\001");
+  const std::string shown = ValueForMessage(std::string(10000, 'x'));
+  EXPECT_LT(shown.size(), 120u);
+  EXPECT_THAT(shown, HasSubstr("(10000 bytes)"));
+  EXPECT_EQ(ParseInt("--n", std::string(5000, '7'), 0, 9).status().message().find('\n'),
+            absl::string_view::npos);
+  EXPECT_LT(ParseInt("--n", std::string(5000, '7'), 0, 9).status().message().size(), 200u);
+}
+
 TEST(ParseBoolTest, TheUsualSpellingsAndNothingElse) {
   for (const char* yes : {"true", "TRUE", "1", "yes", "On"}) EXPECT_TRUE(*ParseBool("x", yes));
   for (const char* no : {"false", "0", "no", "OFF"}) EXPECT_FALSE(*ParseBool("x", no));
@@ -56,6 +83,24 @@ TEST(HostPortTest, ParsesAndFormatsIpv4Ipv6AndNames) {
   EXPECT_EQ(FormatHostPort("1.2.3.4", 5), "1.2.3.4:5");
   EXPECT_FALSE(ParseHostPort("--e", "host:notaport", 0).ok());
   EXPECT_FALSE(ParseHostPort("--e", "host:70000", 0).ok());
+}
+
+// Issue 28 #16: text that is not one host[:port] was taken for a bare IPv6 address (ddprun then
+// hosted [::]:29400 and failed later).
+TEST(HostPortTest, RefusesWhatIsNotOneHostAndPort) {
+  for (const char* good : {"node-0.example.com:5", "node_0", "10.0.0.1", "::1", "fe80::1%eth0",
+                           "[2001:db8::1]:29400", "[::ffff:10.0.0.1]"}) {
+    EXPECT_TRUE(ParseHostPort("--e", good, 1).ok()) << good;
+  }
+  for (const char* bad :
+       {"127.0.0.1:1:2", "http://host:29400", "a:1,b:2", "host name:5", "[nothex]:5", "[::1",
+        "1:2:3", "host:", ":5", "ho\nst:5", "[]:5", "host:+5", "host:05x"}) {
+    absl::StatusOr<HostPort> r = ParseHostPort("--rdzv-endpoint", bad, 1);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr("--rdzv-endpoint=")) << bad;
+  }
+  EXPECT_FALSE(ParseHostPort("--e", std::string(300, 'a'), 1).ok());
 }
 
 TEST(RandomHexTest, LengthAlphabetAndDistinctValues) {

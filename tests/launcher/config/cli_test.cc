@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include "common/signal_names.h"
 #include "launcher/config/flag_value.h"
@@ -326,9 +327,165 @@ TEST_F(CliTest, YamlErrorsNameFileAndLine) {
   EXPECT_THAT(Error({"--config", cfg, script_}), HasSubstr(cfg + ":"));
   testing::WriteFile(cfg, "nnodes: 1\n\nnprocs: 2\n");
   EXPECT_EQ(Error({"--config", cfg, script_}), cfg + ":3: unknown key 'nprocs'");
-  testing::WriteFile(cfg, "nnodes: 1\nnnodes: 5:2\n");
-  EXPECT_THAT(Error({"--config", cfg, script_}), HasSubstr(cfg + ":2: nnodes=5:2"));
+  testing::WriteFile(cfg, "nnodes: 5:2\n");
+  EXPECT_THAT(Error({"--config", cfg, script_}), HasSubstr(cfg + ":1: nnodes=5:2"));
   EXPECT_THAT(Error({"--config", dir_.File("none.yaml"), script_}), HasSubstr("none.yaml"));
+}
+
+// Issue 28 #7: "--master-addr=" took the next argument ("--no-python") as its value, and
+// "--log-dir=" made a folder of that name. An empty value is the flag's own empty value: an
+// error where the flag needs one, torchrun's default where an empty value means it (argparse
+// gives '' for --x=, and torchrun treats an empty --log-dir, --rdzv-endpoint, ... as unset).
+TEST_F(CliTest, EmptyValueNeverTakesTheNextArgument) {
+  EXPECT_EQ(Error({"--master-addr=", "--no-python", "/bin/echo", "hi"}),
+            "--master-addr=: must not be empty");
+  EXPECT_EQ(Error({"--master_addr=", "--no-python", "/bin/echo"}),
+            "--master-addr=: must not be empty");
+  EXPECT_THAT(Error({"--nnodes=", "--no-python", "/bin/echo"}), HasSubstr("--nnodes="));
+  EXPECT_THAT(Error({"--rdzv-id=", "--no-python", "/bin/echo"}), HasSubstr("--rdzv-id="));
+  EXPECT_THAT(Error({"--config=", "--no-python", "/bin/echo"}),
+              HasSubstr("--config=: names no file"));
+  auto o = Parse({"--log-dir=", "--no-python", "/bin/echo", "hi"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->log_dir, "");
+  EXPECT_EQ(o->entrypoint_kind, EntrypointKind::kBinary);
+  EXPECT_EQ(o->entrypoint, "/bin/echo");
+  EXPECT_THAT(o->entrypoint_args, ElementsAre("hi"));
+  o = Parse({"--rdzv-endpoint=", "--local-addr=", "--rdzv_conf=", script_, "--x="});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->rdzv_endpoint, "");
+  EXPECT_EQ(o->entrypoint, script_);
+  EXPECT_THAT(o->entrypoint_args, ElementsAre("--x="));  // the script's own, untouched
+  // The space form gives the same empty value.
+  EXPECT_EQ(Error({"--master-addr", "", script_}), "--master-addr=: must not be empty");
+}
+
+// Issue 28 #10: durations that overflowed (1e19 s: no grace at all) or are not numbers.
+TEST_F(CliTest, DurationsAreFiniteAndBounded) {
+  EXPECT_THAT(Error({"--stop-timeout=1e19", script_}), HasSubstr("--stop-timeout=1e19"));
+  EXPECT_THAT(Error({"--shutdown-timeout=9.3e9", script_}), HasSubstr("--shutdown-timeout=9.3e9"));
+  EXPECT_THAT(Error({"--hang-timeout=inf", script_}), HasSubstr("--hang-timeout=inf"));
+  EXPECT_THAT(Error({"--monitor-interval=nan", script_}), HasSubstr("--monitor-interval=nan"));
+  env_["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "1e300";
+  EXPECT_THAT(Error({script_}), HasSubstr("TORCH_ELASTIC_SHUTDOWN_TIMEOUT=1e300"));
+  env_.erase("TORCH_ELASTIC_SHUTDOWN_TIMEOUT");
+  env_["TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT"] = "1e19";
+  EXPECT_THAT(Error({script_}), HasSubstr("TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT=1e19"));
+  env_.erase("TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT");
+  auto o = Parse({"--stop-timeout=3600", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->stop_timeout, std::chrono::hours(1));
+}
+
+// Issue 28 #9 and #8: the run id names a folder under --log-dir; it must stay one folder
+// there ("../../x" escaped it) and fit a file name (10 KB threw filesystem_error).
+TEST_F(CliTest, RunIdIsOneFolderName) {
+  for (const std::string& bad : std::vector<std::string>{"../../../tmp/x/pwned", "a/b", "/abs",
+                                                         "..", ".", "a\nb", "a\001b", "\x7f"}) {
+    EXPECT_THAT(Error({"--rdzv-id=" + bad, "--log-dir=" + dir_.File("logs"), script_}),
+                HasSubstr("--rdzv-id="))
+        << bad;
+  }
+  env_["PET_RDZV_ID"] = "../up";
+  EXPECT_THAT(Error({script_}), HasSubstr("PET_RDZV_ID=../up"));
+  env_.erase("PET_RDZV_ID");
+  const std::string huge(10000, 'a');
+  const std::string message = Error({"--rdzv-id=" + huge, "--log-dir=" + dir_.File("l"), script_});
+  EXPECT_THAT(message, HasSubstr("--rdzv-id="));
+  EXPECT_THAT(message, HasSubstr("at most 256 bytes"));
+  EXPECT_LT(message.size(), 300u);  // the value is shortened in the message
+  // 250 bytes are a valid rendezvous id, but too long to be a folder with its "-N" suffix.
+  const std::string long_id(250, 'b');
+  EXPECT_TRUE(Parse({"--rdzv-id=" + long_id, script_}).ok());
+  EXPECT_THAT(Error({"--rdzv-id=" + long_id, "--log-dir=" + dir_.File("l"), script_}),
+              HasSubstr("--log-dir"));
+  auto o = Parse({"--rdzv-id=job-42.a_b ..x", "--log-dir=" + dir_.File("l"), script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->rdzv_id, "job-42.a_b ..x");
+  EXPECT_THAT(Error({"--log-dir=" + std::string(4000, 'd'), script_}), HasSubstr("--log-dir="));
+}
+
+// Issue 28 #16: one host[:port] for c10d (a list only for etcd, whose cluster has several).
+TEST_F(CliTest, RdzvEndpointIsHostAndPort) {
+  for (const char* bad : {"127.0.0.1:1:2", "http://host:29400", "a:1,b:2"}) {
+    EXPECT_THAT(Error({"--rdzv-backend=c10d", "--nnodes=1:2", std::string("--rdzv-endpoint=") + bad,
+                       script_}),
+                HasSubstr(std::string("--rdzv-endpoint=") + bad))
+        << bad;
+  }
+  EXPECT_THAT(Error({"--rdzv-backend=etcd-v3", "--rdzv-endpoint=a:1,http://b:2", script_}),
+              HasSubstr("--rdzv-endpoint="));
+  auto o = Parse({"--rdzv-backend=etcd-v3", "--rdzv-endpoint=a:1,b:2,[::1]:3", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  o = Parse({"--rdzv-backend=c10d", "--rdzv-endpoint=[::1]:29400", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+}
+
+// Issue 28 #17: what the rendezvous refused late (exit 3, unnamed) is refused at parse time.
+TEST_F(CliTest, LengthsAndRangesCheckedAtParseTime) {
+  const std::vector<std::string> c10d = {"--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:1"};
+  auto error = [&](const std::string& flag) {
+    std::vector<std::string> args = c10d;
+    args.push_back(flag);
+    args.push_back(script_);
+    return Error(args);
+  };
+  EXPECT_THAT(error("--rdzv-conf=keep_alive_interval=1e300"),
+              HasSubstr("--rdzv-conf keep_alive_interval=1e300"));
+  EXPECT_THAT(error("--rdzv-conf=keep_alive_interval=0"),
+              HasSubstr("--rdzv-conf keep_alive_interval=0"));
+  EXPECT_THAT(error("--rdzv-conf=join_timeout=nan"), HasSubstr("--rdzv-conf join_timeout=nan"));
+  EXPECT_THAT(error("--rdzv-conf=keep_alive_max_attempt=0"),
+              HasSubstr("--rdzv-conf keep_alive_max_attempt=0"));
+  EXPECT_THAT(error("--rdzv-conf=http_port=70000"), HasSubstr("--rdzv-conf http_port=70000"));
+  EXPECT_THAT(error("--rdzv-conf=is_host=maybe"), HasSubstr("--rdzv-conf is_host=maybe"));
+  // The lease (interval x attempts) must be a representable time too.
+  EXPECT_THAT(error("--rdzv-conf=keep_alive_interval=86400,keep_alive_max_attempt=1000"),
+              HasSubstr("keep_alive_max_attempt"));
+  EXPECT_THAT(error("--local-addr=" + std::string(1000, 'h')), HasSubstr("--local-addr="));
+  EXPECT_THAT(error("--local-addr=a b"), HasSubstr("--local-addr="));
+  const std::string id_message = error("--rdzv-id=" + std::string(300, 'i'));
+  EXPECT_THAT(id_message, HasSubstr("--rdzv-id="));
+  EXPECT_THAT(id_message, HasSubstr("256"));
+  EXPECT_TRUE(Parse({"--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:1",
+                     "--rdzv-conf=keep_alive_interval=2.5,join_timeout=86400,is_host=1",
+                     "--local-addr=node-3.cluster", "--rdzv-id=" + std::string(256, 'i'), script_})
+                  .ok());
+}
+
+// Issue 28 #19: a directory passed the executable check and every worker failed with 127.
+TEST_F(CliTest, NoPythonProgramIsARegularExecutableFile) {
+  EXPECT_THAT(Error({"--no-python", "/tmp"}), HasSubstr("/tmp: not a regular file"));
+  EXPECT_THAT(Error({"--no-python", dir_.path()}), HasSubstr("not a regular file"));
+  // In PATH, a directory of that name is skipped as execvp skips it.
+  const std::string bin = dir_.File("bin");
+  ASSERT_EQ(mkdir(bin.c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((bin + "/tool").c_str(), 0755), 0);
+  env_["PATH"] = bin + ":/usr/bin:/bin";
+  EXPECT_THAT(Error({"--no-python", "tool"}), HasSubstr("tool: not found in PATH"));
+  EXPECT_TRUE(Parse({"--no-python", "true"}).ok());
+}
+
+// Issue 28 #15, #13, #8: a config file is one regular file of bounded size, each flag once.
+TEST_F(CliTest, ConfigFileIsBoundedAndSaysEachFlagOnce) {
+  const std::string cfg = dir_.File("job.yaml");
+  testing::WriteFile(cfg, "nnodes: 1\nmax-restarts: 2\nnnodes: 2\n");
+  EXPECT_EQ(Error({"--config", cfg, script_}), cfg + ":3: nnodes is given again (first on line 1)");
+  testing::WriteFile(cfg, "nproc-per-node: 2\n# comment\nnproc_per_node: 4\n");
+  EXPECT_EQ(Error({"--config", cfg, script_}),
+            cfg + ":3: nproc_per_node is given again (first on line 1 as nproc-per-node)");
+  testing::WriteFile(cfg, "script: a.py\nentrypoint: b.py\n");
+  EXPECT_THAT(Error({"--config", cfg}), HasSubstr(cfg + ":2: entrypoint is given again"));
+  testing::WriteFile(cfg, "rdzv-conf: {join_timeout: 1, join_timeout: 2}\n");
+  EXPECT_THAT(Error({"--config", cfg, script_}),
+              HasSubstr(cfg + ":1: rdzv-conf: join_timeout is given again"));
+  EXPECT_THAT(Error({"--config", dir_.path(), script_}),
+              HasSubstr("--config=" + dir_.path() + ": is a directory"));
+  testing::WriteFile(cfg, "nnodes: 1\n" + std::string(2 << 20, '#') + "\n");
+  EXPECT_THAT(Error({"--config", cfg, script_}),
+              HasSubstr("--config=" + cfg + ": larger than the limit of 1048576 bytes"));
+  testing::WriteFile(cfg, "nnodes: 1\nnode-rank: 0\n");
+  EXPECT_TRUE(Parse({"--config", cfg, script_}).ok());
 }
 
 TEST_F(CliTest, StdSpecs) {
