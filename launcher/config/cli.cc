@@ -427,7 +427,10 @@ constexpr FlagDef kFlags[] = {
      ApplyRdzvBackend, ValueKind::kChoice, "static c10d etcd etcd-v3"},
     {"rdzv-endpoint", "", false, "Rendezvous server host[:port] (c10d default port 29400).",
      ApplyRdzvEndpoint},
-    {"rdzv-id", "", false, "Run id shared by the nodes of one job. Default none.", ApplyRdzvId},
+    {"rdzv-id", "", false,
+     "Run id shared by the nodes of one job: at most 256 bytes, no '/' or control characters. "
+     "Default none.",
+     ApplyRdzvId},
     {"rdzv-conf", "", false,
      "Rendezvous settings k=v,...: join_timeout, last_call_timeout, close_timeout, "
      "read_timeout, keep_alive_interval, keep_alive_max_attempt, is_host, token_file, "
@@ -788,7 +791,7 @@ std::string HelpText() {
     if (!f.is_bool) absl::StrAppend(&names, "=VALUE");
     add(names, f.help);
   }
-  add("--config=FILE.yaml", "Read flags from a YAML file (keys are flag names).");
+  add("--config=FILE.yaml", "Read flags from a YAML file (keys are flag names; at most 1 MiB).");
   add("-h, --help", "Print this help and exit.");
   add("--version", "Print the version and exit.");
   add("--print-completion=SHELL",
