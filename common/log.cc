@@ -18,6 +18,7 @@ std::string& Tag() {
   return *tag;
 }
 std::atomic<bool> g_verbose{true};
+std::atomic<LogSink*> g_sink{nullptr};
 
 void Emit(absl::string_view level, absl::string_view message) {
   timeval tv;
@@ -29,10 +30,16 @@ void Emit(absl::string_view level, absl::string_view message) {
            static_cast<int>(tv.tv_usec / 1000));
   std::string line = absl::StrCat("[", Tag(), " ", stamp, "] ", level, message);
   if (line.empty() || line.back() != '\n') line.push_back('\n');
-  WriteAll(2, line);
+  if (LogSink* sink = g_sink.load()) {
+    sink->WriteLine(std::move(line));
+  } else {
+    WriteAll(2, line);
+  }
 }
 
 }  // namespace
+
+void SetLogSink(LogSink* sink) { g_sink.store(sink); }
 
 void SetLogTag(absl::string_view tag) { Tag() = std::string(tag); }
 void SetVerbose(bool verbose) { g_verbose = verbose; }

@@ -5,6 +5,8 @@
 #ifndef DDPRUN_COMMON_LOG_H_
 #define DDPRUN_COMMON_LOG_H_
 
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
@@ -19,6 +21,16 @@ bool Verbose();
 void LogInfo(absl::string_view message);
 void LogWarning(absl::string_view message);
 void LogError(absl::string_view message);
+
+// Where log lines go instead of a write(2) to stderr: the agent queues them behind its workers'
+// stderr output (launcher/workers/console_writer.h), so that its own lines keep their order
+// and never block its loop on a stderr nobody reads. Thread-safe; nullptr restores stderr.
+class LogSink {
+ public:
+  virtual ~LogSink() = default;
+  virtual void WriteLine(std::string line) = 0;
+};
+void SetLogSink(LogSink* sink);
 
 // Writes `text` to `fd` completely (retrying short writes and EINTR). Returns false on error.
 bool WriteAll(int fd, absl::string_view text);

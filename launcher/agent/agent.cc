@@ -16,7 +16,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "common/file_text.h"
+#include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "common/signal_names.h"
 #include "common/strings.h"
@@ -24,9 +24,11 @@
 #include "launcher/agent/event_log.h"
 #include "launcher/agent/failure_report.h"
 #include "launcher/config/template_macros.h"
+#include "launcher/process/stray_children.h"
 #include "launcher/workers/error_file_relay.h"
 #include "launcher/workers/worker_command.h"
 #include "launcher/workers/worker_env.h"
+#include "launcher/workers/worker_file.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -63,10 +65,13 @@ Agent::Agent(LaunchOptions options, Environment env, HostInfo host)
       state_(options_.nproc_per_node),
       hangs_(
           &loop_, options_, [this](const HangVerdict& v) { OnHang(v); },
-          [this](const std::vector<LocalProgress>& p) { ReportProgress(p, false); }) {}
+          [this](const std::vector<LocalProgress>& p) { ReportProgress(p, false); }) {
+  SetLogSink(&stderr_writer_);  // our lines stay in order with the workers' stderr
+}
 
 Agent::~Agent() {
   group_.reset();
+  KillWhatWorkersLeft();
   for (int fd : filtered_fds_) {
     if (fd >= 0) close(fd);
   }
@@ -82,6 +87,11 @@ Agent::~Agent() {
       std::filesystem::remove_all(log_root_, ec);
     }
   }
+  // Our last lines behind the workers' output, then straight to stderr again (the writers are
+  // members, destroyed after this body, and still flush what they hold).
+  stdout_writer_.FlushFor(std::chrono::seconds(2));
+  stderr_writer_.FlushFor(std::chrono::seconds(2));
+  SetLogSink(nullptr);
 }
 
 absl::Status Agent::Prepare() {
@@ -308,6 +318,9 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
                          std::string* log_path, int* tty_of, const char* name) {
       const bool redirected = (redirect & bit) != 0 && (tee & bit) == 0;
       config->console_fd = visible && !redirected ? console_fd : -1;
+      config->console =
+          isatty(console_fd) ? OutputStream::Console::kTerminal : OutputStream::Console::kStream;
+      config->console_writer = console_fd == 1 ? &stdout_writer_ : &stderr_writer_;
       // A stream shown as is on ddprun's terminal gets a terminal of its own (as under torchrun
       // without --tee, where the worker writes to that terminal itself); --tee gives pipes there.
       if (options_.worker_tty && config->console_fd >= 0 && (tee & bit) == 0 &&
@@ -328,6 +341,7 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
               "stderr.log");
     launches.push_back(std::move(launch));
   }
+  if (group_) KillWhatWorkersLeft();  // the previous group's detached processes
   group_ = std::make_unique<WorkerGroup>(&loop_, this, options_.stop_timeout, &guard_,
                                          hangs_.enabled() ? FindStackTool(env_) : std::nullopt,
                                          spares_.get());
@@ -400,7 +414,7 @@ void Agent::Execute(const std::vector<AgentAction>& actions) {
         if (failure.hang) {
           failure.message = e.hang;
         } else if (auto err = ReadErrorFile(ErrorFilePath(attempt_, e.local_rank))) {
-          failure.message = err->message;
+          failure.message = Abbreviate(err->message);
         } else if (group_ && !group_->StartError(e.local_rank).empty()) {
           failure.message = group_->StartError(e.local_rank);
         } else if (!tail.empty()) {
@@ -477,7 +491,7 @@ void Agent::Finish(int exit_code, const std::string& reason) {
     if (const std::string glob = StacksGlob(); !glob.empty() && report.stacks_file.empty()) {
       report.stacks_file = absl::StrCat(glob, " (this node's workers)");
     }
-    WriteAll(2, FormatFailureReport(report));
+    stderr_writer_.Write(FormatFailureReport(report));
   } else if (exit_code == kExitRendezvous) {
     LogError(absl::StrCat("rendezvous failed: ", reason));
   } else if (exit_code >= kExitSignalBase) {
@@ -535,7 +549,7 @@ void Agent::WriteEventLog(int exit_code, const std::string& reason) {
         w.state = "SUCCEEDED";
       } else if (failed(lr)) {
         w.state = "FAILED";
-        w.raw_error = ReadTextFile(ErrorFilePath(attempt_, lr));
+        w.raw_error = ReadWorkerFile(ErrorFilePath(attempt_, lr)).value_or("");
         if (w.raw_error.empty() && e.has_value()) {
           w.raw_error = nlohmann::json({{"message", DescribeExit(*e)}}).dump();
         }
@@ -546,7 +560,7 @@ void Agent::WriteEventLog(int exit_code, const std::string& reason) {
     }
   }
   absl::StrAppend(&out, FormatAgentEvent(run, run_returned, run_returned ? "" : reason), "\n");
-  WriteAll(2, out);
+  stderr_writer_.Write(std::move(out));
 }
 
 void Agent::StopLoopWhenServerIdle() {
@@ -697,6 +711,20 @@ std::string Agent::StacksGlob() const {
     }
   }
   return "";
+}
+
+void Agent::KillWhatWorkersLeft() {
+  std::set<pid_t> ours = {guard_.pid()};
+  if (spares_) {
+    for (pid_t pid : spares_->OwnPids()) ours.insert(pid);
+  }
+  const std::vector<pid_t> killed = KillStrayChildren(ours);
+  if (!killed.empty()) {
+    LogWarning(absl::StrCat("killed ", killed.size(),
+                            " process(es) the workers left running (detached with setsid or a "
+                            "double fork, so outside their process groups): pid ",
+                            absl::StrJoin(killed, ", ")));
+  }
 }
 
 void Agent::ReapChildren() {

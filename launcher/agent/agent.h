@@ -19,6 +19,7 @@
 #include "launcher/process/orphan_guard.h"
 #include "launcher/rdzv/port_reservation.h"
 #include "launcher/rdzv/rendezvous_setup.h"
+#include "launcher/workers/console_writer.h"
 #include "launcher/workers/worker_env.h"
 #include "launcher/workers/worker_group.h"
 #include "rendezvous/api/rendezvous.h"
@@ -64,6 +65,8 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   void RelayErrorFileToParent(const std::string& worker_file, const WorkerExit& cause);
   void OnSignals();
   void ReapChildren();
+  // SIGKILLs the processes workers detached (stray_children.h); between groups and at the end.
+  void KillWhatWorkersLeft();
   void Finish(int exit_code, const std::string& reason);
   // Records a step of the run (run_timeline.h): events.jsonl with --log-dir, and after a
   // restart the cycle's timeline line. Fills in the times.
@@ -92,6 +95,10 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   const LaunchOptions options_;
   const Environment env_;
   const HostInfo host_;
+  // ddprun's stdout and stderr, written by threads of their own (console_writer.h); declared
+  // early, so they outlive every member that writes or logs through them.
+  ConsoleWriter stdout_writer_{1, "stdout"};
+  ConsoleWriter stderr_writer_{2, "stderr"};
   EventLoop loop_;
   AgentStateMachine state_;
   OrphanGuard guard_;                  // outlives group_ and spares_ (declared before them)

@@ -1,10 +1,11 @@
 #include "launcher/agent/failure_report.h"
 
-#include <fstream>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/log.h"
+#include "launcher/workers/worker_file.h"
 
 namespace ddprun::launcher {
 
@@ -17,9 +18,15 @@ std::string DescribeExit(const WorkerExit& exit) {
 
 std::optional<ErrorFileContents> ReadErrorFile(const std::string& path) {
   if (path.empty()) return std::nullopt;
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<std::string> text = ReadWorkerFile(path);
+  if (!text.ok()) {
+    // The worker controls this file: a FIFO, a directory or a huge file is its doing, not ours.
+    if (!absl::IsNotFound(text.status())) {
+      LogWarning(absl::StrCat("ignoring the error file: ", text.status().message()));
+    }
+    return std::nullopt;
+  }
+  nlohmann::json doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object()) return std::nullopt;
   ErrorFileContents c;
   auto get_string = [](const nlohmann::json& j, const char* key) -> std::string {
@@ -42,6 +49,12 @@ std::optional<ErrorFileContents> ReadErrorFile(const std::string& path) {
   return c;
 }
 
+std::string Abbreviate(const std::string& text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return text;
+  return absl::StrCat(text.substr(0, max_bytes), " ... (", text.size() - max_bytes,
+                      " more bytes; the whole text is in the error file)");
+}
+
 namespace {
 
 void AppendIndented(std::string* out, const std::string& text, const char* indent,
@@ -50,7 +63,9 @@ void AppendIndented(std::string* out, const std::string& text, const char* inden
   while (!lines.empty() && lines.back().empty()) lines.pop_back();
   size_t first = lines.size() > max_lines ? lines.size() - max_lines : 0;
   if (first > 0) absl::StrAppend(out, indent, "... (", first, " earlier lines)\n");
-  for (size_t i = first; i < lines.size(); ++i) absl::StrAppend(out, indent, lines[i], "\n");
+  for (size_t i = first; i < lines.size(); ++i) {
+    absl::StrAppend(out, indent, Abbreviate(lines[i], 512), "\n");
+  }
 }
 
 }  // namespace
@@ -71,7 +86,7 @@ std::string FormatFailureReport(const FailureReport& r) {
     if (!r.start_error.empty()) absl::StrAppend(&out, "  start error: ", r.start_error, "\n");
     if (r.error.has_value()) {
       absl::StrAppend(&out, "  error file:  ", r.error_file, "\n");
-      absl::StrAppend(&out, "  error:       ", r.error->message, "\n");
+      absl::StrAppend(&out, "  error:       ", Abbreviate(r.error->message), "\n");
       if (!r.error->traceback.empty()) {
         absl::StrAppend(&out, "  traceback:\n");
         AppendIndented(&out, r.error->traceback, "    ", 30);

@@ -24,6 +24,12 @@ struct ErrorFileContents {
 // Parses an error file; nullopt when absent or unreadable (a warning is the caller's choice).
 std::optional<ErrorFileContents> ReadErrorFile(const std::string& path);
 
+// At most `max_bytes` of `text`, and when cut, how much more there was: an error message can be
+// megabytes (a worker's own doing), and goes into the summary and to the rendezvous, whose
+// messages are bounded. The whole message stays in the worker's error file.
+inline constexpr size_t kMaxSummaryMessageBytes = 4096;
+std::string Abbreviate(const std::string& text, size_t max_bytes = kMaxSummaryMessageBytes);
+
 // "exit code 3" / "signal SIGKILL (9)".
 std::string DescribeExit(const WorkerExit& exit);
 

@@ -358,6 +358,15 @@ pid_t SparePool::SparePid(int lr) const {
   return lr >= 0 && lr < static_cast<int>(spares_.size()) ? spares_[lr].pid : -1;
 }
 
+std::set<pid_t> SparePool::OwnPids() const {
+  std::set<pid_t> pids;
+  for (const Spare& s : spares_) {
+    if (s.pid > 0) pids.insert(s.pid);
+  }
+  if (probe_ > 0) pids.insert(probe_);
+  return pids;
+}
+
 bool SparePool::SpareReady(int lr) const {
   return lr >= 0 && lr < static_cast<int>(spares_.size()) && spares_[lr].ready;
 }

@@ -25,6 +25,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -64,6 +65,8 @@ class SparePool {
   pid_t SparePid(int local_rank) const;
   bool SpareReady(int local_rank) const;
   int handed_over() const { return handed_over_; }
+  // Every process of the pool: the spares and the probe.
+  std::set<pid_t> OwnPids() const;
 
  private:
   struct Spare {

@@ -6,14 +6,20 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "launcher/workers/worker_file.h"
 
 namespace ddprun::launcher {
 
 absl::Status RelayErrorFile(const std::string& worker_file, const std::string& parent_file,
                             int error_code) {
-  std::ifstream in(worker_file);
-  if (!in) return absl::NotFoundError(absl::StrCat(worker_file, ": no error file"));
-  nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<std::string> text = ReadWorkerFile(worker_file);
+  if (!text.ok()) {
+    if (absl::IsNotFound(text.status())) {
+      return absl::NotFoundError(absl::StrCat(worker_file, ": no error file"));
+    }
+    return absl::InvalidArgumentError(text.status().message());
+  }
+  nlohmann::json doc = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded() || !doc.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(worker_file, ": not a JSON object"));
   }

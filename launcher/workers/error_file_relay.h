@@ -13,7 +13,8 @@ namespace ddprun::launcher {
 
 // Copies `worker_file` to `parent_file` (written whole: a temporary file, then rename), setting
 // message.errorCode to `error_code` when the message is an object. NotFound when the worker
-// wrote no file; InvalidArgument when it is not JSON (the parent file is then left alone).
+// wrote no file; InvalidArgument when it is not JSON, not a regular file or too large (the
+// parent file is then left alone).
 absl::Status RelayErrorFile(const std::string& worker_file, const std::string& parent_file,
                             int error_code);
 

@@ -10,29 +10,56 @@ namespace ddprun::launcher {
 
 OutputStream::OutputStream(Config config) : config_(std::move(config)) {}
 
-void OutputStream::EmitLine(absl::string_view line, Batch* batch) {
-  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);  // CRLF
+void OutputStream::EmitLine(absl::string_view line, LineEnd end, Batch* batch) {
+  const bool terminal = config_.console == Console::kTerminal;
+  absl::string_view text = line;  // what the tail and the filters see
+  if (!text.empty() && text.back() == '\r') text.remove_suffix(1);  // CRLF
   // A line redrawn with \r (a progress bar; any update shown of it came from such a \r) ends
   // showing what follows its last \r.
-  const size_t cr = line.rfind('\r');
+  const size_t cr = text.rfind('\r');
   const bool redrawn = cr != absl::string_view::npos;
-  if (redrawn) line.remove_prefix(cr + 1);
-  if (config_.console_fd >= 0) {
-    absl::StrAppend(&batch->console, redrawn ? "\r" : "", config_.prefix, line, "\n");
+  if (redrawn) text.remove_prefix(cr + 1);
+  if (config_.console_fd >= 0 && !(config_.prefix.empty() && !terminal)) {
+    const absl::string_view prefix =
+        continuing_ ? absl::string_view() : absl::string_view(config_.prefix);
+    if (end == LineEnd::kPiece) {
+      absl::StrAppend(&batch->console, prefix, line);
+    } else if ((terminal || redrawn) && !continuing_) {
+      // A redrawn line ends as its redraws were shown, live (ShowUpdate), even on a pipe.
+      absl::StrAppend(&batch->console, redrawn ? "\r" : "", prefix, text, "\n");
+    } else {
+      absl::StrAppend(&batch->console, prefix, line, "\n");  // only the prefix is added
+    }
   }
+  continuing_ = end == LineEnd::kPiece;
   shown_.clear();
   if (config_.filtered_fd >= 0) {
     for (const std::string& f : config_.filters) {
-      if (absl::StrContains(line, f)) {
-        absl::StrAppend(&batch->filtered, config_.filtered_prefix, line, "\n");
+      if (absl::StrContains(text, f)) {
+        absl::StrAppend(&batch->filtered, config_.filtered_prefix, text, "\n");
         break;
       }
     }
   }
   if (config_.tail_lines > 0) {
-    tail_.emplace_back(line);
+    tail_.emplace_back(text);
     if (tail_.size() > config_.tail_lines) tail_.pop_front();
   }
+}
+
+void OutputStream::EmitPassThrough(absl::string_view data, Batch* batch) {
+  // No prefix and no terminal: the console gets the bytes unchanged, cut only where a line
+  // ends (or at kMaxLine), so that ranks' lines do not interleave mid-line.
+  if (config_.console_fd < 0 || !config_.prefix.empty() || config_.console == Console::kTerminal) {
+    return;
+  }
+  passthrough_.append(data.data(), data.size());
+  const size_t last_nl = passthrough_.rfind('\n');
+  size_t cut = last_nl == std::string::npos ? 0 : last_nl + 1;
+  if (passthrough_.size() - cut >= kMaxLine) cut = passthrough_.size();
+  if (cut == 0) return;
+  batch->console.append(passthrough_, 0, cut);
+  passthrough_.erase(0, cut);
 }
 
 void OutputStream::Feed(absl::string_view data) {
@@ -41,21 +68,22 @@ void OutputStream::Feed(absl::string_view data) {
     capture_.append(data.data(), std::min(data.size(), capture_limit_ - capture_.size()));
   }
   Batch batch;
+  EmitPassThrough(data, &batch);
   while (!data.empty()) {
     const size_t nl = data.find('\n');
     if (nl == absl::string_view::npos) {
       partial_.append(data.data(), data.size());
       if (partial_.size() >= kMaxLine) {
-        EmitLine(partial_, &batch);
+        EmitLine(partial_, LineEnd::kPiece, &batch);
         partial_.clear();
       }
       break;
     }
     if (partial_.empty()) {
-      EmitLine(data.substr(0, nl), &batch);
+      EmitLine(data.substr(0, nl), LineEnd::kNewline, &batch);
     } else {
       partial_.append(data.data(), nl);
-      EmitLine(partial_, &batch);
+      EmitLine(partial_, LineEnd::kNewline, &batch);
       partial_.clear();
     }
     data.remove_prefix(nl + 1);
@@ -66,8 +94,10 @@ void OutputStream::Feed(absl::string_view data) {
 
 void OutputStream::ShowUpdate(Batch* batch) {
   // Live \r updates (tqdm and the like): the text after the unfinished line's last \r is shown
-  // now, whole, over the line on the console, not an hour later when the line ends.
-  if (config_.console_fd < 0) return;
+  // now, whole, over the line on the console, not an hour later when the line ends. Without a
+  // prefix on a pipe or a file, the bytes already went as they are (EmitPassThrough).
+  if (config_.console_fd < 0 || continuing_) return;
+  if (config_.prefix.empty() && config_.console != Console::kTerminal) return;
   const size_t cr = partial_.rfind('\r');
   if (cr == std::string::npos) return;
   absl::string_view update = absl::string_view(partial_).substr(cr + 1);
@@ -78,15 +108,29 @@ void OutputStream::ShowUpdate(Batch* batch) {
 
 void OutputStream::Write(const Batch& batch) {
   // One write each: whole lines, never cut by another worker's (one loop thread writes all).
-  if (!batch.console.empty()) WriteAll(config_.console_fd, batch.console);
+  if (!batch.console.empty()) {
+    if (config_.console_writer != nullptr) {
+      config_.console_writer->Write(batch.console);
+    } else {
+      WriteAll(config_.console_fd, batch.console);
+    }
+  }
   if (!batch.filtered.empty()) WriteAll(config_.filtered_fd, batch.filtered);
 }
 
 void OutputStream::Finish() {
-  if (partial_.empty()) return;
   Batch batch;
-  EmitLine(partial_, &batch);
-  partial_.clear();
+  if (!passthrough_.empty()) {  // the last bytes, as they are: no newline is added
+    batch.console = std::move(passthrough_);
+    passthrough_.clear();
+  }
+  if (!partial_.empty()) {
+    // On a terminal the unfinished last line is ended (the shell's prompt starts on a line of
+    // its own); elsewhere only the prefix is added.
+    EmitLine(partial_, config_.console == Console::kTerminal ? LineEnd::kNewline : LineEnd::kPiece,
+             &batch);
+    partial_.clear();
+  }
   Write(batch);
 }
 

@@ -4,7 +4,11 @@
 // the agent's single loop thread does all writes, so one rank's line is never cut by another's.
 // A line redrawn with \r (a tqdm bar) is shown as it is redrawn: each update, as of the end of
 // the data read, is written whole as "\r<prefix><text>", and the finished line as
-// "\r<prefix><last text>\n"; the log file keeps the raw stream.
+// "\r<prefix><last text>\n"; the log file keeps the raw stream. That redrawing is for a
+// terminal: on a pipe or a file without a prefix the console gets the worker's bytes unchanged
+// (still written a whole line at a time), and with a prefix only the prefixes are added (a CRLF
+// stays a CRLF), except that a line redrawn with \r is shown as its redraws there too. A line
+// longer than kMaxLine is written in pieces that add nothing.
 #ifndef DDPRUN_LAUNCHER_WORKERS_OUTPUT_STREAM_H_
 #define DDPRUN_LAUNCHER_WORKERS_OUTPUT_STREAM_H_
 
@@ -13,11 +17,15 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
+#include "launcher/workers/console_writer.h"
 
 namespace ddprun::launcher {
 
 class OutputStream {
  public:
+  // What the console is: a terminal shows \r redraws and gets whole, redrawn lines; a pipe or
+  // a file gets the bytes as they are.
+  enum class Console { kStream, kTerminal };
   struct Config {
     int console_fd = -1;    // -1: not shown on the console
     std::string prefix;     // prepended to each console line
@@ -28,6 +36,9 @@ class OutputStream {
     int filtered_fd = -1;
     std::vector<std::string> filters;
     std::string filtered_prefix;
+    Console console = Console::kStream;
+    // When set, console writes go through it (never blocking) instead of to console_fd.
+    ConsoleWriter* console_writer = nullptr;
   };
   // A line longer than this is emitted in pieces rather than buffered without bound.
   static constexpr size_t kMaxLine = 64 * 1024;
@@ -54,12 +65,18 @@ class OutputStream {
   struct Batch {
     std::string console, filtered;
   };
-  void EmitLine(absl::string_view line, Batch* batch);
+  enum class LineEnd { kNewline, kPiece };  // a piece: kMaxLine bytes of a longer line
+  void EmitLine(absl::string_view line, LineEnd end, Batch* batch);
+  void EmitPassThrough(absl::string_view data, Batch* batch);
   void Write(const Batch& batch);
   void ShowUpdate(Batch* batch);
 
   Config config_;
   std::string partial_;
+  // Console bytes held until a line ends, when they pass through unchanged.
+  std::string passthrough_;
+  // The console's current line was begun by a piece: what follows continues it, unprefixed.
+  bool continuing_ = false;
   // The unfinished line's latest \r update as shown on the console.
   std::string shown_;
   std::deque<std::string> tail_;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include "absl/strings/str_cat.h"
 #include "tests/testing/test_env.h"
 
 namespace ddprun::launcher {
@@ -31,6 +32,28 @@ TEST(FailureReportTest, PlainMessageAndGarbage) {
   testing::WriteFile(dir.File("b.json"), "not json {");
   EXPECT_FALSE(ReadErrorFile(dir.File("b.json")).has_value());
   EXPECT_FALSE(ReadErrorFile(dir.File("none.json")).has_value());
+}
+
+// issue 28, point 14: a 10 MB message is the worker's doing; the summary shows its start and
+// says how much more there is.
+TEST(FailureReportTest, AHugeMessageIsAbbreviatedInTheSummary) {
+  testing::TempDir dir;
+  const std::string message(10 << 20, 'm');
+  testing::WriteFile(dir.File("e.json"), "{\"message\": \"" + message + "\"}");
+  FailureReport r;
+  r.headline = "workers failed";
+  WorkerExit e;
+  e.exit_code = 1;
+  r.root_cause = e;
+  r.error_file = dir.File("e.json");
+  r.error = ReadErrorFile(r.error_file);
+  ASSERT_TRUE(r.error.has_value());
+  EXPECT_EQ(r.error->message.size(), message.size());  // read whole
+  const std::string text = FormatFailureReport(r);
+  EXPECT_LT(text.size(), 3 * kMaxSummaryMessageBytes);
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("(", message.size() - kMaxSummaryMessageBytes,
+                                           " more bytes; the whole text is in the error file)")));
+  EXPECT_EQ(Abbreviate("short"), "short");
 }
 
 TEST(FailureReportTest, NamesSignalsAndRootCause) {

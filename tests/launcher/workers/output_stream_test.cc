@@ -39,7 +39,57 @@ TEST(OutputStreamTest, PrefixesWholeLinesOnly) {
   s.Feed("lo\nwor");
   s.Feed("ld\n\nlast");
   s.Finish();
-  EXPECT_EQ(console.Drain(), "[default1]:hello\n[default1]:world\n[default1]:\n[default1]:last\n");
+  // On a pipe only prefixes are added: the unfinished last line stays unfinished.
+  EXPECT_EQ(console.Drain(), "[default1]:hello\n[default1]:world\n[default1]:\n[default1]:last");
+}
+
+TEST(OutputStreamTest, OnATerminalTheLastLineIsEnded) {
+  Pipe console;
+  OutputStream::Config c{console.write_fd(), "[default1]:", -1, 0};
+  c.console = OutputStream::Console::kTerminal;
+  OutputStream s(c);
+  s.Feed("hello\nlast");
+  s.Finish();
+  EXPECT_EQ(console.Drain(), "[default1]:hello\n[default1]:last\n");
+}
+
+// issue 28: `ddprun --no-python /bin/cat FILE > out` must give FILE back byte for byte.
+TEST(OutputStreamTest, WithoutPrefixAStreamGetsTheBytesUnchanged) {
+  FILE* console = tmpfile();
+  ASSERT_NE(console, nullptr);
+  std::string bytes = "a\rb\nabc\r\n\r\n\rprogress\r";
+  bytes += std::string(3 * OutputStream::kMaxLine + 7, 'x');  // a line longer than kMaxLine
+  unsigned state = 12345;
+  for (int i = 0; i < 1 << 20; ++i) {  // 1 MiB of arbitrary bytes, NULs and \r included
+    state = state * 1103515245u + 12345u;
+    bytes.push_back(static_cast<char>(state >> 16));
+  }
+  OutputStream s({fileno(console), "", -1, 3});
+  for (size_t at = 0; at < bytes.size(); at += 4093) s.Feed(bytes.substr(at, 4093));
+  s.Finish();
+  std::string got(bytes.size() + 1, '\0');
+  rewind(console);
+  got.resize(fread(got.data(), 1, got.size(), console));
+  fclose(console);
+  EXPECT_EQ(got.size(), bytes.size());
+  EXPECT_TRUE(got == bytes);
+}
+
+TEST(OutputStreamTest, WithAPrefixOnlyThePrefixesAreAdded) {
+  // A file, not a pipe: the output is larger than a pipe's buffer.
+  FILE* console = tmpfile();
+  ASSERT_NE(console, nullptr);
+  OutputStream s({fileno(console), "[p]:", -1, 0});
+  s.Feed("abc\r\nplain\n");
+  s.Feed(std::string(OutputStream::kMaxLine + 2, 'y'));
+  s.Feed("z\n");
+  s.Finish();
+  std::string got(4 * OutputStream::kMaxLine, '\0');
+  rewind(console);
+  got.resize(fread(got.data(), 1, got.size(), console));
+  fclose(console);
+  EXPECT_TRUE(got == "[p]:abc\r\n[p]:plain\n[p]:" + std::string(OutputStream::kMaxLine + 2, 'y') +
+                         "z\n");
 }
 
 TEST(OutputStreamTest, InterleavedRanksNeverCutALine) {
@@ -65,12 +115,14 @@ TEST(OutputStreamTest, FilteredLinesGoWholeToTheSharedFilteredFile) {
   s.Feed("c 0.9");
   s.Finish();
   EXPECT_EQ(filtered.Drain(), "[default0]:step 1 loss 0.5\n[default0]:acc 0.9\n");
-  EXPECT_EQ(console.Drain(), "step 1 loss 0.5\nnoise\nacc 0.9\n");
+  EXPECT_EQ(console.Drain(), "step 1 loss 0.5\nnoise\nacc 0.9");  // unchanged bytes
 }
 
 TEST(OutputStreamTest, CarriageReturnUpdatesAreShownAsTheyComeEachWhole) {
   Pipe console;
-  OutputStream s({console.write_fd(), "[default0]:", -1, 2});
+  OutputStream::Config c{console.write_fd(), "[default0]:", -1, 2};
+  c.console = OutputStream::Console::kTerminal;
+  OutputStream s(c);
   s.Feed("\r  0%|");
   s.Feed("     |\r 50%|##");  // the 0% update is superseded within this read
   s.Feed("###|");
@@ -102,11 +154,12 @@ TEST(OutputStreamTest, OverlongLineIsEmittedInPieces) {
   s.Feed(std::string(OutputStream::kMaxLine + 10, 'x'));
   // Emitted without waiting for a newline that may never come: buffering is bounded.
   fseek(console, 0, SEEK_END);
-  EXPECT_EQ(static_cast<size_t>(ftell(console)), OutputStream::kMaxLine + 10 + 1);
+  // The kMaxLine bytes went out; the piece added no newline (issue 28: it used to).
+  EXPECT_EQ(static_cast<size_t>(ftell(console)), OutputStream::kMaxLine + 10);
   s.Feed("tail\n");
   s.Finish();
   fseek(console, 0, SEEK_END);
-  EXPECT_EQ(static_cast<size_t>(ftell(console)), OutputStream::kMaxLine + 10 + 1 + 5);
+  EXPECT_EQ(static_cast<size_t>(ftell(console)), OutputStream::kMaxLine + 10 + 5);
   fclose(console);
 }
 

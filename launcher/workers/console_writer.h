@@ -1,0 +1,47 @@
+// ConsoleWriter: ddprun's stdout or stderr as its workers' output reaches it, written by a thread
+// of its own so that a console nobody reads (a full pipe) never blocks the agent's loop: signals,
+// worker exits and the rendezvous go on. Writes are queued whole (one write per batch, so lines
+// stay whole) up to kMaxQueued bytes; beyond that a batch is dropped and counted, with one
+// warning on ddprun's log; the log files still get every byte. Thread-safe.
+#ifndef DDPRUN_LAUNCHER_WORKERS_CONSOLE_WRITER_H_
+#define DDPRUN_LAUNCHER_WORKERS_CONSOLE_WRITER_H_
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "common/log.h"
+
+namespace ddprun::launcher {
+
+class ConsoleWriter final : public LogSink {
+ public:
+  static constexpr size_t kMaxQueued = 8 << 20;
+
+  // Writes to `fd` (not owned; ddprun's 1 or 2). `name` is for messages ("stdout").
+  ConsoleWriter(int fd, std::string name);
+  // Waits up to `flush_timeout` while the console still takes bytes (FlushFor), then leaves a
+  // writer blocked on a console nobody reads behind.
+  ~ConsoleWriter();
+  ConsoleWriter(const ConsoleWriter&) = delete;
+  ConsoleWriter& operator=(const ConsoleWriter&) = delete;
+
+  int fd() const;
+  // Queues `bytes`; never blocks. False when dropped (the queue was full).
+  bool Write(std::string bytes);
+  // Waits until everything queued is written, or until no byte was written for `idle`.
+  // True when drained.
+  bool FlushFor(std::chrono::milliseconds idle);
+  size_t dropped_bytes() const;
+  // LogSink: ddprun's own log lines, queued like worker output.
+  void WriteLine(std::string line) override { Write(std::move(line)); }
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_;  // shared with the writing thread, which may outlive us
+};
+
+}  // namespace ddprun::launcher
+
+#endif  // DDPRUN_LAUNCHER_WORKERS_CONSOLE_WRITER_H_
