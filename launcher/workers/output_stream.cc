@@ -1,6 +1,8 @@
 #include "launcher/workers/output_stream.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -63,7 +65,13 @@ void OutputStream::EmitPassThrough(absl::string_view data, Batch* batch) {
 }
 
 void OutputStream::Feed(absl::string_view data) {
-  if (config_.log_fd >= 0) WriteAll(config_.log_fd, data);
+  if (config_.log_fd >= 0 && !WriteAll(config_.log_fd, data) && !log_failed_) {
+    // Say so once: a log that silently stops (ENOSPC) is worse than none.
+    log_failed_ = true;
+    LogWarning(absl::StrCat("cannot write the worker's log ",
+                            config_.log_path.empty() ? "file" : config_.log_path, ": ",
+                            strerror(errno), "; it is incomplete from here on"));
+  }
   if (capturing_ && capture_.size() < capture_limit_) {
     capture_.append(data.data(), std::min(data.size(), capture_limit_ - capture_.size()));
   }

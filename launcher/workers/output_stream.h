@@ -39,6 +39,7 @@ class OutputStream {
     Console console = Console::kStream;
     // When set, console writes go through it (never blocking) instead of to console_fd.
     ConsoleWriter* console_writer = nullptr;
+    std::string log_path;  // log_fd's file, for messages
   };
   // A line longer than this is emitted in pieces rather than buffered without bound.
   static constexpr size_t kMaxLine = 64 * 1024;
@@ -80,6 +81,7 @@ class OutputStream {
   // The unfinished line's latest \r update as shown on the console.
   std::string shown_;
   std::deque<std::string> tail_;
+  bool log_failed_ = false;  // a write to the log file failed (a full disk): warned once
   bool capturing_ = false;
   size_t capture_limit_ = 0;
   std::string capture_;

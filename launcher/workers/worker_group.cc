@@ -131,7 +131,9 @@ void WorkerGroup::Start(std::vector<WorkerLaunch> launches) {
     w->out_log = OpenLog(launch.stdout_log);
     w->err_log = OpenLog(launch.stderr_log);
     launch.stdout_config.log_fd = w->out_log;
+    launch.stdout_config.log_path = launch.stdout_log;
     launch.stderr_config.log_fd = w->err_log;
+    launch.stderr_config.log_path = launch.stderr_log;
     launch.stderr_config.tail_lines = kTailLines;
     w->out = std::make_unique<OutputStream>(launch.stdout_config);
     w->err = std::make_unique<OutputStream>(launch.stderr_config);

@@ -1,10 +1,14 @@
 #include "launcher/workers/output_stream.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <string>
+#include <vector>
+
+#include "common/log.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -88,8 +92,8 @@ TEST(OutputStreamTest, WithAPrefixOnlyThePrefixesAreAdded) {
   rewind(console);
   got.resize(fread(got.data(), 1, got.size(), console));
   fclose(console);
-  EXPECT_TRUE(got == "[p]:abc\r\n[p]:plain\n[p]:" + std::string(OutputStream::kMaxLine + 2, 'y') +
-                         "z\n");
+  EXPECT_TRUE(got ==
+              "[p]:abc\r\n[p]:plain\n[p]:" + std::string(OutputStream::kMaxLine + 2, 'y') + "z\n");
 }
 
 TEST(OutputStreamTest, InterleavedRanksNeverCutALine) {
@@ -144,6 +148,29 @@ TEST(OutputStreamTest, LogFileGetsRawBytesAndTailKeepsLastLines) {
   s.Finish();
   EXPECT_EQ(log.Drain(), "a\nb\nc\npartial");
   EXPECT_EQ(s.Tail(), (std::vector<std::string>{"c", "partial"}));
+}
+
+// issue 28, point 18: a full disk truncates a log file; ddprun says so once, naming it.
+TEST(OutputStreamTest, ALogFileThatCannotBeWrittenIsReportedOnce) {
+  struct Capture : LogSink {
+    void WriteLine(std::string line) override { lines.push_back(std::move(line)); }
+    std::vector<std::string> lines;
+  } capture;
+  const int full = open("/dev/full", O_WRONLY);
+  ASSERT_GE(full, 0);
+  OutputStream::Config c{-1, "", full, 0};
+  c.log_path = "/logs/attempt_0/0/stdout.log";
+  OutputStream s(c);
+  SetLogSink(&capture);
+  s.Feed("one\n");
+  s.Feed("two\n");
+  SetLogSink(nullptr);
+  close(full);
+  ASSERT_EQ(capture.lines.size(), 1u);
+  EXPECT_NE(capture.lines[0].find("cannot write the worker's log /logs/attempt_0/0/stdout.log: "
+                                  "No space left on device"),
+            std::string::npos)
+      << capture.lines[0];
 }
 
 TEST(OutputStreamTest, OverlongLineIsEmittedInPieces) {
