@@ -26,6 +26,14 @@ absl::Status ServerState::Validate(const JoinRequest& request) const {
       return absl::InvalidArgumentError(
           absl::StrCat("join field longer than ", limits_.max_id_length, " bytes"));
     }
+    // Ids go into log lines, the status page and file names: a newline or an escape sequence
+    // in one would forge a log line or a terminal's state.
+    for (const char c : *s) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "join field \"", absl::CEscape(s->substr(0, 64)), "\" contains a control character"));
+      }
+    }
   }
   if (n.min_nodes < 1 || n.max_nodes < n.min_nodes) {
     return absl::InvalidArgumentError(

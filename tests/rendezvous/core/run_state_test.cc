@@ -17,6 +17,7 @@ using ::ddprun::rendezvous::testing::MakeJoin;
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 class RunStateTest : public ::testing::Test {
  protected:
@@ -575,6 +576,22 @@ TEST(ServerStateLimitsTest, RunsPerServerAndNodesPerRun) {
   close = Find<CloseNotice>(out12, 5);
   ASSERT_NE(close, nullptr);
   EXPECT_EQ(close->status.code(), absl::StatusCode::kInvalidArgument);
+}
+
+// issue 28, point 9: a run id with a newline would forge the server's log lines (and a run id
+// names files): refused at the join, the message shows it escaped.
+TEST(ServerStateLimitsTest, IdsWithControlCharactersAreRefused) {
+  ServerState state{ServerLimits{}};
+  FakeClock clock;
+  Outbox out = state.Join(1, MakeJoin("x\n[ddprun-rdzv] forged line", "1", 1, 1), clock.Now());
+  const CloseNotice* close = Find<CloseNotice>(out, 1);
+  ASSERT_NE(close, nullptr);
+  EXPECT_EQ(close->status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(close->status.message(), HasSubstr("x\\n[ddprun-rdzv] forged line"));
+  EXPECT_THAT(close->status.message(), Not(HasSubstr("\n")));
+  out = state.Join(2, MakeJoin("x", "node\x1b[2J", 1, 1), clock.Now());
+  ASSERT_NE(Find<CloseNotice>(out, 2), nullptr);
+  EXPECT_FALSE(state.Status("x").ok() && state.Status("x")->num_nodes > 0);
 }
 
 TEST_F(RunStateTest, MessagesBeforeJoinCloseTheStream) {
