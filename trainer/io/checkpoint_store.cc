@@ -1,5 +1,6 @@
 #include "trainer/io/checkpoint_store.h"
 
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -45,6 +46,21 @@ uint32_t Crc32(absl::string_view data) {
     data.remove_prefix(n);
   }
   return static_cast<uint32_t>(crc);
+}
+
+// OK for a regular file (or a symlink to one). Anything else (a FIFO, whose open() would block
+// until a writer comes, a device, a directory) is refused by stat() alone, without opening it.
+absl::Status CheckRegularFile(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return absl::OkStatus();  // reading reports the error
+  if (S_ISREG(st.st_mode)) return absl::OkStatus();
+  const char* kind = S_ISFIFO(st.st_mode)                         ? "a FIFO"
+                     : S_ISDIR(st.st_mode)                        ? "a directory"
+                     : S_ISSOCK(st.st_mode)                       ? "a socket"
+                     : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                                                                  : "special";
+  return absl::FailedPreconditionError(
+      absl::StrCat(path, ": not a regular file (", kind, "); not opened"));
 }
 
 }  // namespace
@@ -161,7 +177,13 @@ absl::StatusOr<std::optional<LoadedCheckpoint>> CheckpointStore::LoadLatest() {
   std::vector<std::string> warnings;
   // The pointer names the newest complete checkpoint; the scan (newest first) is the fallback
   // when the pointer is missing, stale or names a damaged file.
-  absl::StatusOr<std::string> latest = env_->ReadFile(absl::StrCat(dir_, "/", kLatest));
+  const std::string latest_path = absl::StrCat(dir_, "/", kLatest);
+  absl::Status regular = CheckRegularFile(latest_path);
+  if (!regular.ok()) {
+    warnings.push_back(absl::StrCat("ignoring ", regular.message(), "; scanning the directory"));
+  }
+  absl::StatusOr<std::string> latest =
+      regular.ok() ? env_->ReadFile(latest_path) : absl::StatusOr<std::string>(regular);
   if (latest.ok()) {
     std::string name(absl::StripAsciiWhitespace(*latest));
     if (std::any_of(all.begin(), all.end(), [&](const auto& e) { return e.second == name; })) {
@@ -176,7 +198,9 @@ absl::StatusOr<std::optional<LoadedCheckpoint>> CheckpointStore::LoadLatest() {
   }
   for (const std::string& name : order) {
     const std::string path = absl::StrCat(dir_, "/", name);
-    absl::StatusOr<std::string> bytes = env_->ReadFile(path);
+    absl::Status regular = CheckRegularFile(path);
+    absl::StatusOr<std::string> bytes =
+        regular.ok() ? env_->ReadFile(path) : absl::StatusOr<std::string>(regular);
     absl::StatusOr<LoadedCheckpoint> loaded =
         bytes.ok() ? Decode(*bytes, path) : absl::StatusOr<LoadedCheckpoint>(bytes.status());
     if (loaded.ok()) {

@@ -23,11 +23,16 @@ struct IdxArray {
 // kInvalidArgument on a wrong magic, a truncated body or trailing bytes.
 absl::StatusOr<IdxArray> ParseIdx(absl::string_view bytes, absl::string_view name);
 
-// Reads (and gunzips when compressed) `path`, then parses it. kNotFound when missing.
+// Reads (and gunzips when compressed) `path` and parses it, streaming: decompression stops at
+// the size the header declares, so a gzip bomb cannot take more memory than that, and a header
+// declaring more than 4 GiB is refused before any data is read. kNotFound when missing,
+// kInvalidArgument for a non-regular file (never opened so as to block: FIFOs are refused).
 absl::StatusOr<IdxArray> ReadIdxFile(const std::string& path);
 
-// Whole file contents, transparently gunzipped. kNotFound / kDataLoss (truncated gzip).
-absl::StatusOr<std::string> ReadMaybeGzipped(const std::string& path);
+// Whole file contents, transparently gunzipped; kInvalidArgument beyond `max_bytes`
+// decompressed. kNotFound / kDataLoss (truncated gzip).
+absl::StatusOr<std::string> ReadMaybeGzipped(const std::string& path,
+                                             uint64_t max_bytes = uint64_t{4} << 30);
 
 }  // namespace ddprun::trainer
 

@@ -1,9 +1,12 @@
 #include "trainer/io/checkpoint_store.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <future>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -18,6 +21,23 @@ using ::ddprun::testing::ReadFile;
 using ::ddprun::testing::TempDir;
 using ::ddprun::testing::WriteFile;
 using ::testing::HasSubstr;
+
+// Runs f() on a thread; if it is still blocked after a few seconds (opening a FIFO blocks until
+// a writer comes), records a failure and unblocks it by briefly opening each FIFO for writing.
+template <typename F>
+auto RunUnblockingFifos(F f, const std::vector<std::string>& fifos) {
+  auto done = std::async(std::launch::async, f);
+  if (done.wait_for(std::chrono::seconds(5)) == std::future_status::timeout) {
+    ADD_FAILURE() << "blocked on a FIFO";
+    while (done.wait_for(std::chrono::milliseconds(50)) == std::future_status::timeout) {
+      for (const std::string& fifo : fifos) {
+        const int fd = open(fifo.c_str(), O_WRONLY | O_NONBLOCK);
+        if (fd >= 0) close(fd);
+      }
+    }
+  }
+  return done.get();
+}
 
 // Wraps files so that writes can fail with ENOSPC after a byte budget ("full disk") or
 // silently lose everything past the budget while reporting success ("torn write": the machine
@@ -226,6 +246,52 @@ TEST_F(CheckpointStoreTest, UnwritableDirectoryRefused) {
   absl::Status s = store.CheckWritable();
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), HasSubstr("not writable"));
+}
+
+// Issue 28 #23: a FIFO named like a checkpoint blocked ddp-train forever.
+TEST_F(CheckpointStoreTest, FifoNamedLikeCheckpointSkippedWithWarning) {
+  CheckpointStore store(Dir(), 3, &env_);
+  ASSERT_TRUE(store.Save(1, Payload('a')).ok());
+  ASSERT_EQ(unlink((Dir() + "/LATEST").c_str()), 0);  // the scan must meet the FIFO first
+  const std::string fifo = Dir() + "/" + CheckpointStore::FileName(2);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  absl::StatusOr<std::optional<LoadedCheckpoint>> c =
+      RunUnblockingFifos([&] { return store.LoadLatest(); }, {fifo});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->has_value());
+  EXPECT_EQ((*c)->step, 1);
+  ASSERT_EQ((*c)->warnings.size(), 1u);
+  EXPECT_THAT((*c)->warnings[0], HasSubstr(fifo));
+  EXPECT_THAT((*c)->warnings[0], HasSubstr("not a regular file"));
+}
+
+TEST_F(CheckpointStoreTest, OnlyFifosIsDataLossNamingThem) {
+  ASSERT_EQ(mkdir(Dir().c_str(), 0755), 0);
+  const std::string fifo = Dir() + "/" + CheckpointStore::FileName(7);
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0644), 0);
+  CheckpointStore store(Dir(), 3, &env_);
+  absl::StatusOr<std::optional<LoadedCheckpoint>> c =
+      RunUnblockingFifos([&] { return store.LoadLatest(); }, {fifo});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_THAT(c.status().message(), HasSubstr(fifo));
+  EXPECT_THAT(c.status().message(), HasSubstr("not a regular file"));
+}
+
+TEST_F(CheckpointStoreTest, FifoAsLatestPointerFallsBackToScan) {
+  CheckpointStore store(Dir(), 3, &env_);
+  ASSERT_TRUE(store.Save(3, Payload('c')).ok());
+  const std::string latest = Dir() + "/LATEST";
+  ASSERT_EQ(unlink(latest.c_str()), 0);
+  ASSERT_EQ(mkfifo(latest.c_str(), 0644), 0);
+  absl::StatusOr<std::optional<LoadedCheckpoint>> c =
+      RunUnblockingFifos([&] { return store.LoadLatest(); }, {latest});
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(c->has_value());
+  EXPECT_EQ((*c)->step, 3);
+  ASSERT_EQ((*c)->warnings.size(), 1u);
+  EXPECT_THAT((*c)->warnings[0], HasSubstr(latest));
+  EXPECT_THAT((*c)->warnings[0], HasSubstr("not a regular file"));
 }
 
 }  // namespace

@@ -1,9 +1,13 @@
 #include "trainer/io/idx_reader.h"
 
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/test_env.h"
@@ -96,6 +100,104 @@ TEST(IdxReaderTest, TruncatedGzipIsDataLoss) {
   absl::StatusOr<IdxArray> a = ReadIdxFile(dir.File("cut.gz"));
   ASSERT_FALSE(a.ok());
   EXPECT_THAT(a.status().message(), HasSubstr(dir.File("cut.gz")));
+}
+
+// A gzip "bomb": `header` followed by `mib` MiB of zeros, as concatenated gzip members (which
+// gzread reads as one stream), so a ~1 MB file inflates to ~1 GiB without compressing 1 GiB.
+void WriteGzipBomb(const std::string& path, const std::string& header, int mib) {
+  TempDir scratch;
+  WriteGzip(scratch.File("h.gz"), header);
+  WriteGzip(scratch.File("z.gz"), std::string(1 << 20, '\0'));
+  const std::string zeros = ::ddprun::testing::ReadFile(scratch.File("z.gz"));
+  std::string bomb = ::ddprun::testing::ReadFile(scratch.File("h.gz"));
+  for (int i = 0; i < mib; ++i) bomb += zeros;
+  WriteFile(path, bomb);
+}
+
+struct ChildRead {
+  bool exited = false;  // false: the child crashed (e.g. out of memory)
+  absl::StatusCode code = absl::StatusCode::kOk;
+  long rss_growth_kb = 0;
+  std::string message;
+};
+
+// ReadIdxFile(path) in a forked child, so that its peak memory is measured on its own.
+ChildRead ReadIdxInChild(const std::string& path) {
+  int fds[2];
+  EXPECT_EQ(pipe(fds), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    struct rusage before {};
+    getrusage(RUSAGE_SELF, &before);
+    absl::StatusOr<IdxArray> a = ReadIdxFile(path);
+    struct rusage after {};
+    getrusage(RUSAGE_SELF, &after);
+    const std::string out =
+        absl::StrCat(static_cast<int>(a.status().code()), "\n", after.ru_maxrss - before.ru_maxrss,
+                     "\n", a.status().message());
+    const ssize_t n = write(fds[1], out.data(), out.size());
+    _exit(n == static_cast<ssize_t>(out.size()) ? 0 : 1);
+  }
+  close(fds[1]);
+  std::string got;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof(buf))) > 0) got.append(buf, n);
+  close(fds[0]);
+  int wstatus = 0;
+  waitpid(pid, &wstatus, 0);
+  ChildRead r;
+  r.exited = WIFEXITED(wstatus) && WEXITSTATUS(wstatus) == 0;
+  const size_t a = got.find('\n');
+  const size_t b = a == std::string::npos ? a : got.find('\n', a + 1);
+  if (!r.exited || b == std::string::npos) return r;
+  r.code = static_cast<absl::StatusCode>(std::stoi(got.substr(0, a)));
+  r.rss_growth_kb = std::stol(got.substr(a + 1, b - a - 1));
+  r.message = got.substr(b + 1);
+  return r;
+}
+
+// Issue 28 #13: a 1 MB gzip bomb took 2.25 GB before being rejected for its trailing bytes.
+TEST(IdxReaderTest, GzipBombStopsAtHeaderSize) {
+  TempDir dir;
+  const std::string path = dir.File("bomb-labels-idx1-ubyte.gz");
+  WriteGzipBomb(path, Labels(16), 1024);
+  ChildRead r = ReadIdxInChild(path);
+  ASSERT_TRUE(r.exited) << "reading the bomb crashed the reader";
+  EXPECT_EQ(r.code, absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.message, HasSubstr(path));
+  EXPECT_THAT(r.message, HasSubstr("trailing"));
+  EXPECT_LT(r.rss_growth_kb, 64 * 1024) << "memory not bounded by the IDX header";
+}
+
+TEST(IdxReaderTest, AbsurdHeaderRefusedBeforeReadingData) {
+  TempDir dir;
+  const std::string path = dir.File("huge-images-idx3-ubyte.gz");
+  // 65535^3 bytes (~256 TiB) promised; the data is a 1 GiB bomb.
+  WriteGzipBomb(path, Be32(0x00000803) + Be32(65535) + Be32(65535) + Be32(65535), 1024);
+  ChildRead r = ReadIdxInChild(path);
+  ASSERT_TRUE(r.exited) << "reading the bomb crashed the reader";
+  EXPECT_EQ(r.code, absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.message, HasSubstr(path));
+  EXPECT_THAT(r.message, HasSubstr("too large"));
+  EXPECT_THAT(r.message, HasSubstr("281462092005375 bytes"));
+  EXPECT_LT(r.rss_growth_kb, 64 * 1024) << "data read despite an absurd header";
+}
+
+TEST(IdxReaderTest, StreamedReadStillDetectsTruncation) {
+  TempDir dir;
+  const std::string body = Images(3, 28, 28);
+  WriteGzip(dir.File("short.gz"), body.substr(0, body.size() - 5));
+  absl::StatusOr<IdxArray> a = ReadIdxFile(dir.File("short.gz"));
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(a.status().message(), HasSubstr(dir.File("short.gz")));
+  EXPECT_THAT(a.status().message(), HasSubstr("truncated"));
+  WriteFile(dir.File("hdr"), Be32(0x00000803) + Be32(3));
+  EXPECT_THAT(ReadIdxFile(dir.File("hdr")).status().message(), HasSubstr("truncated IDX header"));
+  WriteFile(dir.File("magic"), std::string("\x00\x01\x08\x01", 4) + Be32(1) + "x");
+  EXPECT_THAT(ReadIdxFile(dir.File("magic")).status().message(), HasSubstr("wrong magic"));
 }
 
 TEST(IdxReaderTest, MissingFileIsNotFound) {
