@@ -28,6 +28,7 @@
 #include "launcher/config/numa_binding.h"
 #include "launcher/config/platform_env.h"
 #include "launcher/config/rdzv_backend.h"
+#include "launcher/config/rdzv_conf.h"
 #include "launcher/config/slurm_env.h"
 #include "launcher/config/template_macros.h"
 #include "launcher/config/yaml_config.h"
@@ -164,29 +165,6 @@ absl::Status ApplyRdzvId(const Sourced& s, const HostInfo&, LaunchOptions* o) {
   return absl::OkStatus();
 }
 
-// The values of the numeric --rdzv-conf keys, checked as the rendezvous setup reads them
-// (launcher/rdzv/rendezvous_setup.cc) so that a bad one is a usage error naming the key before
-// anything starts, not a late failure. Unknown keys are reported there.
-absl::Status CheckRdzvConfValue(const Sourced& s, const std::string& key,
-                                const std::string& value) {
-  const std::string what = absl::StrCat(s.where, " ", key);
-  if (key == "join_timeout" || key == "timeout" || key == "last_call_timeout" ||
-      key == "read_timeout" || key == "close_timeout" || key == "keep_alive_interval") {
-    DDPRUN_ASSIGN_OR_RETURN(std::chrono::milliseconds d, ParseSeconds(what, value));
-    if (key == "keep_alive_interval" && d.count() <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, "=", ValueForMessage(value), ": must be at least 0.001 seconds"));
-    }
-  } else if (key == "keep_alive_max_attempt") {
-    return ParseInt(what, value, 1, 1000).status();
-  } else if (key == "http_port") {
-    return ParseInt(what, value, 0, 65535).status();
-  } else if (key == "is_host") {
-    return ParseBool(what, value).status();
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ApplyRdzvConf(const Sourced& s, const HostInfo&, LaunchOptions* o) {
   if (absl::StripAsciiWhitespace(s.value).empty()) return absl::OkStatus();
   for (absl::string_view item : absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
@@ -196,7 +174,6 @@ absl::Status ApplyRdzvConf(const Sourced& s, const HostInfo&, LaunchOptions* o) 
     }
     std::string key(absl::StripAsciiWhitespace(kv[0]));
     std::string value(absl::StripAsciiWhitespace(kv[1]));
-    DDPRUN_RETURN_IF_ERROR(CheckRdzvConfValue(s, key, value));
     o->rdzv_conf[std::move(key)] = std::move(value);
   }
   return absl::OkStatus();
@@ -607,34 +584,12 @@ absl::Status ValidateLogDir(const LaunchOptions& o) {
   return absl::OkStatus();
 }
 
-// A node is lost after keep_alive_interval x keep_alive_max_attempt without a message; that
-// lease must be a sane duration too (each is checked alone by CheckRdzvConfValue).
-absl::Status ValidateLease(const LaunchOptions& o) {
-  auto get = [&](const char* key) -> const std::string* {
-    auto it = o.rdzv_conf.find(key);
-    return it == o.rdzv_conf.end() ? nullptr : &it->second;
-  };
-  const std::string* interval_text = get("keep_alive_interval");
-  const std::string* attempts_text = get("keep_alive_max_attempt");
-  if (interval_text == nullptr || attempts_text == nullptr) return absl::OkStatus();
-  DDPRUN_ASSIGN_OR_RETURN(std::chrono::milliseconds interval,
-                          ParseSeconds("--rdzv-conf keep_alive_interval", *interval_text));
-  DDPRUN_ASSIGN_OR_RETURN(int64_t attempts,
-                          ParseInt("--rdzv-conf keep_alive_max_attempt", *attempts_text, 1, 1000));
-  if (interval.count() * attempts > kMaxSeconds * 1000) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--rdzv-conf keep_alive_interval=", ValueForMessage(*interval_text),
-                     ", keep_alive_max_attempt=", attempts,
-                     ": the lease (their product) must be at most ", kMaxSeconds, " seconds"));
-  }
-  return absl::OkStatus();
-}
-
 // Cross-flag rules, checked once every source is merged.
 absl::Status Validate(const Environment& env, LaunchOptions* o) {
   DDPRUN_RETURN_IF_ERROR(ApplyHangEnvironment(env, o));
   DDPRUN_RETURN_IF_ERROR(ValidateLogDir(*o));
-  DDPRUN_RETURN_IF_ERROR(ValidateLease(*o));
+  // Every --rdzv-conf value (and the lease they make) as the rendezvous setup will read it.
+  DDPRUN_RETURN_IF_ERROR(ParseRdzvConf(o->rdzv_conf).status());
   if (!IsEtcd(o->rdzv_backend) && o->rdzv_endpoint.find(',') != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--rdzv-endpoint=", ValueForMessage(o->rdzv_endpoint), ": --rdzv-backend=",

@@ -21,11 +21,6 @@
 namespace ddprun::launcher {
 namespace {
 
-absl::StatusOr<std::chrono::milliseconds> Seconds(const std::string& key,
-                                                  const std::string& value) {
-  return ParseSeconds(absl::StrCat("--rdzv-conf ", key), value);
-}
-
 // The numeric text of an IPv4 or IPv6 socket address; empty for other families.
 std::string AddressText(const sockaddr* addr) {
   char buf[INET6_ADDRSTRLEN] = {};
@@ -51,66 +46,6 @@ std::set<std::string> LocalAddresses() {
 }
 
 }  // namespace
-
-absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>& conf) {
-  RdzvConf c;
-  for (const auto& [key, value] : conf) {
-    if (key == "join_timeout" || key == "timeout") {
-      DDPRUN_ASSIGN_OR_RETURN(c.timeouts.join_timeout, Seconds(key, value));
-    } else if (key == "last_call_timeout") {
-      DDPRUN_ASSIGN_OR_RETURN(c.timeouts.last_call_timeout, Seconds(key, value));
-    } else if (key == "keep_alive_interval") {
-      DDPRUN_ASSIGN_OR_RETURN(c.timeouts.keep_alive_interval, Seconds(key, value));
-      if (c.timeouts.keep_alive_interval.count() == 0) {
-        return absl::InvalidArgumentError("--rdzv-conf keep_alive_interval=0: must be > 0");
-      }
-    } else if (key == "keep_alive_max_attempt") {
-      DDPRUN_ASSIGN_OR_RETURN(int64_t n,
-                              ParseInt("--rdzv-conf keep_alive_max_attempt", value, 1, 1000));
-      c.timeouts.keep_alive_max_attempt = static_cast<int>(n);
-    } else if (key == "read_timeout") {
-      DDPRUN_ASSIGN_OR_RETURN(c.read_timeout, Seconds(key, value));
-    } else if (key == "close_timeout") {
-      DDPRUN_ASSIGN_OR_RETURN(std::chrono::milliseconds close, Seconds(key, value));
-      c.close_timeout = close;
-    } else if (key == "is_host") {
-      DDPRUN_ASSIGN_OR_RETURN(c.is_host, ParseBool("--rdzv-conf is_host", value));
-    } else if (key == "token_file") {
-      c.token_file = value;
-    } else if (key == "tls_cert") {
-      c.tls_cert = value;
-    } else if (key == "tls_key") {
-      c.tls_key = value;
-    } else if (key == "tls_ca") {
-      c.tls_ca = value;
-    } else if (key == "tls_client_ca") {
-      c.tls_client_ca = value;
-    } else if (key == "tls_server_name") {
-      c.tls_server_name = value;
-    } else if (key == "etcd_prefix") {
-      c.etcd_prefix = value;
-    } else if (key == "etcd_user") {
-      c.etcd_user = value;
-    } else if (key == "etcd_password_file") {
-      c.etcd_password_file = value;
-    } else if (key == "http_port") {
-      DDPRUN_ASSIGN_OR_RETURN(int64_t port, ParseInt("--rdzv-conf http_port", value, 0, 65535));
-      c.http_port = static_cast<int>(port);
-    } else if (key == "http_host") {
-      c.http_host = value;
-    } else if (key == "store_type" || key == "use_libuv") {
-      // torch 2.x store options; meaningless without an agent store, accepted and ignored.
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--rdzv-conf ", key, "=", value,
-          ": unknown key (known: join_timeout, last_call_timeout, close_timeout, read_timeout, "
-          "keep_alive_interval, keep_alive_max_attempt, is_host, token_file, tls_cert, tls_key, "
-          "tls_ca, tls_client_ca, tls_server_name, etcd_prefix, etcd_user, etcd_password_file, "
-          "http_port, http_host)"));
-    }
-  }
-  return c;
-}
 
 bool IsLocalHost(const std::string& host, const HostInfo& info) {
   const std::string h = absl::AsciiStrToLower(host);

@@ -19,6 +19,7 @@
 #include "common/executor.h"
 #include "launcher/config/host_info.h"
 #include "launcher/config/options.h"
+#include "launcher/config/rdzv_conf.h"
 #include "launcher/rdzv/port_reservation.h"
 #include "rendezvous/api/grpc_rendezvous_plugin.h"
 #include "rendezvous/api/rendezvous.h"
@@ -34,23 +35,6 @@ struct RendezvousSetup {
   GrpcRendezvous* grpc = nullptr;  // `rendezvous` when it is the c10d one
   std::optional<PortReservation> master_port;
 };
-
-// The --rdzv-conf keys ddprun knows, parsed. Unknown keys are kInvalidArgument naming them.
-struct RdzvConf {
-  rendezvous::RunTimeouts timeouts;
-  std::chrono::milliseconds read_timeout{60000};
-  // How long leaving the rendezvous may take at the end (the last status, the goodbye); unset:
-  // the backend's own bound (2 s for c10d, 3 s for etcd).
-  std::optional<std::chrono::milliseconds> close_timeout;
-  std::optional<bool> is_host;
-  std::string token_file;
-  std::string tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name;
-  std::string etcd_prefix, etcd_user, etcd_password_file;  // --rdzv-backend=etcd
-  // The embedded server's /metrics and status page (as ddprun-rdzv --http-port/--http-host).
-  std::optional<int> http_port;
-  std::string http_host = "127.0.0.1";
-};
-absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>& conf);
 
 // The c10d settings from the options (token loaded, is_host decided); no gRPC involved.
 absl::StatusOr<C10dSettings> MakeC10dSettings(const LaunchOptions& options, const HostInfo& host);

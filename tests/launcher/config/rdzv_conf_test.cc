@@ -1,4 +1,4 @@
-#include "launcher/rdzv/rendezvous_setup.h"
+#include "launcher/config/rdzv_conf.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

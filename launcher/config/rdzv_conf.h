@@ -1,0 +1,36 @@
+// The --rdzv-conf keys ddprun knows (torchrun's and its own), parsed once: at option parsing,
+// so that a bad value is a usage error naming the key before anything starts, and by the
+// rendezvous setup (launcher/rdzv), which builds the rendezvous from them. Pure.
+#ifndef DDPRUN_LAUNCHER_CONFIG_RDZV_CONF_H_
+#define DDPRUN_LAUNCHER_CONFIG_RDZV_CONF_H_
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "rendezvous/api/run_config.h"
+
+namespace ddprun::launcher {
+
+// Unknown keys, bad values and a lease beyond kMaxSeconds are kInvalidArgument naming them.
+struct RdzvConf {
+  rendezvous::RunTimeouts timeouts;
+  std::chrono::milliseconds read_timeout{60000};
+  // How long leaving the rendezvous may take at the end (the last status, the goodbye); unset:
+  // the backend's own bound (2 s for c10d, 3 s for etcd).
+  std::optional<std::chrono::milliseconds> close_timeout;
+  std::optional<bool> is_host;
+  std::string token_file;
+  std::string tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name;
+  std::string etcd_prefix, etcd_user, etcd_password_file;  // --rdzv-backend=etcd
+  // The embedded server's /metrics and status page (as ddprun-rdzv --http-port/--http-host).
+  std::optional<int> http_port;
+  std::string http_host = "127.0.0.1";
+};
+absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>& conf);
+
+}  // namespace ddprun::launcher
+
+#endif  // DDPRUN_LAUNCHER_CONFIG_RDZV_CONF_H_
