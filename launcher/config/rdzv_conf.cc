@@ -75,11 +75,11 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
   // A node is lost after keep_alive_interval x keep_alive_max_attempt without a message: that
   // lease must be a sane duration too.
   if (c.timeouts.lease() > std::chrono::seconds(kMaxSeconds)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--rdzv-conf keep_alive_interval=",
-        std::chrono::duration<double>(c.timeouts.keep_alive_interval).count(),
-        ", keep_alive_max_attempt=", c.timeouts.keep_alive_max_attempt,
-        ": the lease (their product) must be at most ", kMaxSeconds, " seconds"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rdzv-conf keep_alive_interval=",
+                     std::chrono::duration<double>(c.timeouts.keep_alive_interval).count(),
+                     ", keep_alive_max_attempt=", c.timeouts.keep_alive_max_attempt,
+                     ": the lease (their product) must be at most ", kMaxSeconds, " seconds"));
   }
   return c;
 }
