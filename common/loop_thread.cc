@@ -88,7 +88,10 @@ void LoopThread::Run() {
         if (timer_order_.empty()) {
           wake_.wait(lock, ready);
         } else {
-          wake_.wait_until(lock, timer_order_.begin()->first, ready);
+          // A copy: wait_until reads its deadline again after each wake-up, and a Cancel()
+          // while we wait erases the node the reference would point into (ASan found it).
+          const TimePoint first_due = timer_order_.begin()->first;
+          wake_.wait_until(lock, first_due, ready);
         }
         sleeping_ = false;
       }
