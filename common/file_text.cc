@@ -20,47 +20,63 @@ std::string ReadTextFile(const std::string& path) {
   return text.str();
 }
 
-absl::StatusOr<std::string> ReadRequiredFile(const std::string& what, const std::string& path) {
-  constexpr off_t kMaxBytes = 1 << 20;
-  auto fail = [&](const std::string& why) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": ", why));
-  };
-  // O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) {
-    const int err = errno;
-    if (err == EISDIR) return fail(absl::StrCat(path, " is a directory"));
-    return fail(absl::StrCat("cannot read ", path, ": ", std::strerror(err)));
-  }
+namespace {
+
+const char* KindOf(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "a device";
+  return "not a regular file";
+}
+
+absl::Status CannotRead(const std::string& path, int err) {
+  const std::string message = absl::StrCat("cannot read ", path, ": ", std::strerror(err));
+  if (err == ENOENT) return absl::NotFoundError(message);
+  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(message);
+  return absl::InternalError(message);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadBoundedFile(const std::string& path, size_t max_bytes) {
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+  if (fd < 0) return CannotRead(path, errno);
   std::string text;
   struct stat st {};
   absl::Status status;
   if (fstat(fd, &st) != 0) {
-    status = fail(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
-  } else if (S_ISDIR(st.st_mode)) {
-    status = fail(absl::StrCat(path, " is a directory"));
+    status = CannotRead(path, errno);
   } else if (!S_ISREG(st.st_mode)) {
-    status = fail(absl::StrCat(path, " is not a regular file"));
-  } else if (st.st_size > kMaxBytes) {
-    status = fail(absl::StrCat(path, " is larger than 1 MiB"));
+    status = absl::FailedPreconditionError(absl::StrCat(path, " is ", KindOf(st.st_mode)));
+  } else if (static_cast<size_t>(st.st_size) > max_bytes) {
+    status = absl::ResourceExhaustedError(
+        absl::StrCat(path, " is ", st.st_size, " bytes, more than the ", max_bytes, " read"));
   } else {
-    char buf[16384];
-    ssize_t n;
-    while ((n = read(fd, buf, sizeof(buf))) != 0) {
+    char buf[64 * 1024];
+    while (true) {
+      const ssize_t n = read(fd, buf, sizeof(buf));
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        status = fail(absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
-        break;
-      }
+      if (n < 0) status = CannotRead(path, errno);
+      if (n <= 0) break;
       text.append(buf, static_cast<size_t>(n));
-      if (static_cast<off_t>(text.size()) > kMaxBytes) {
-        status = fail(absl::StrCat(path, " is larger than 1 MiB"));
+      if (text.size() > max_bytes) {  // it grew while we read
+        status = absl::ResourceExhaustedError(
+            absl::StrCat(path, " is more than the ", max_bytes, " bytes read"));
         break;
       }
     }
   }
   close(fd);
   if (!status.ok()) return status;
+  return text;
+}
+
+absl::StatusOr<std::string> ReadRequiredFile(const std::string& what, const std::string& path) {
+  absl::StatusOr<std::string> text = ReadBoundedFile(path, 1 << 20);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": ", text.status().message()));
+  }
   return text;
 }
 

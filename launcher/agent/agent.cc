@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file_text.h"
 #include "common/log.h"
 #include "common/signal_names.h"
 #include "common/strings.h"
@@ -28,7 +29,6 @@
 #include "launcher/workers/error_file_relay.h"
 #include "launcher/workers/worker_command.h"
 #include "launcher/workers/worker_env.h"
-#include "launcher/workers/worker_file.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -549,7 +549,7 @@ void Agent::WriteEventLog(int exit_code, const std::string& reason) {
         w.state = "SUCCEEDED";
       } else if (failed(lr)) {
         w.state = "FAILED";
-        w.raw_error = ReadWorkerFile(ErrorFilePath(attempt_, lr)).value_or("");
+        w.raw_error = ReadBoundedFile(ErrorFilePath(attempt_, lr), kMaxErrorFileBytes).value_or("");
         if (w.raw_error.empty() && e.has_value()) {
           w.raw_error = nlohmann::json({{"message", DescribeExit(*e)}}).dump();
         }

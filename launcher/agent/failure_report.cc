@@ -4,8 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/file_text.h"
 #include "common/log.h"
-#include "launcher/workers/worker_file.h"
+#include "launcher/workers/error_file_relay.h"
 
 namespace ddprun::launcher {
 
@@ -18,7 +19,7 @@ std::string DescribeExit(const WorkerExit& exit) {
 
 std::optional<ErrorFileContents> ReadErrorFile(const std::string& path) {
   if (path.empty()) return std::nullopt;
-  absl::StatusOr<std::string> text = ReadWorkerFile(path);
+  absl::StatusOr<std::string> text = ReadBoundedFile(path, kMaxErrorFileBytes);
   if (!text.ok()) {
     // The worker controls this file: a FIFO, a directory or a huge file is its doing, not ours.
     if (!absl::IsNotFound(text.status())) {

@@ -6,13 +6,13 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "launcher/workers/worker_file.h"
+#include "common/file_text.h"
 
 namespace ddprun::launcher {
 
 absl::Status RelayErrorFile(const std::string& worker_file, const std::string& parent_file,
                             int error_code) {
-  absl::StatusOr<std::string> text = ReadWorkerFile(worker_file);
+  absl::StatusOr<std::string> text = ReadBoundedFile(worker_file, kMaxErrorFileBytes);
   if (!text.ok()) {
     if (absl::IsNotFound(text.status())) {
       return absl::NotFoundError(absl::StrCat(worker_file, ": no error file"));

@@ -5,11 +5,18 @@
 #ifndef DDPRUN_LAUNCHER_WORKERS_ERROR_FILE_RELAY_H_
 #define DDPRUN_LAUNCHER_WORKERS_ERROR_FILE_RELAY_H_
 
+#include <cstddef>
 #include <string>
 
 #include "absl/status/status.h"
 
 namespace ddprun::launcher {
+
+// The most of a worker's error file the agent reads (torch writes a few KiB; a traceback of a
+// deep recursion can reach a few MiB). The worker controls the file: it is read with
+// ReadBoundedFile (common/file_text.h), so a FIFO, a directory or a huge file cannot stall or
+// break the agent.
+inline constexpr size_t kMaxErrorFileBytes = 16 << 20;
 
 // Copies `worker_file` to `parent_file` (written whole: a temporary file, then rename), setting
 // message.errorCode to `error_code` when the message is an object. NotFound when the worker

@@ -1,12 +1,11 @@
 // Error files are the worker's: the agent reads them without blocking on a FIFO, without
 // throwing on a directory and without reading more than a bound (issue 28, points 5 and 8).
-#include "launcher/workers/worker_file.h"
-
 #include <sys/stat.h>
 #include <sys/types.h>
 
 #include <chrono>
 
+#include "common/file_text.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "launcher/workers/error_file_relay.h"
@@ -17,18 +16,18 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TEST(WorkerFileTest, RegularFileIsReadWhole) {
+TEST(ErrorFileTest, RegularFileIsReadWhole) {
   testing::TempDir dir;
   testing::WriteFile(dir.File("e.json"), "{\"message\": \"boom\"}");
-  EXPECT_EQ(*ReadWorkerFile(dir.File("e.json")), "{\"message\": \"boom\"}");
-  EXPECT_TRUE(absl::IsNotFound(ReadWorkerFile(dir.File("missing")).status()));
+  EXPECT_EQ(*ReadBoundedFile(dir.File("e.json"), kMaxErrorFileBytes), "{\"message\": \"boom\"}");
+  EXPECT_TRUE(absl::IsNotFound(ReadBoundedFile(dir.File("missing"), kMaxErrorFileBytes).status()));
 }
 
-TEST(WorkerFileTest, AFifoIsRefusedAtOnceInsteadOfBlocking) {
+TEST(ErrorFileTest, AFifoIsRefusedAtOnceInsteadOfBlocking) {
   testing::TempDir dir;
   ASSERT_EQ(mkfifo(dir.File("fifo").c_str(), 0600), 0);
   const auto start = std::chrono::steady_clock::now();
-  absl::StatusOr<std::string> r = ReadWorkerFile(dir.File("fifo"));
+  absl::StatusOr<std::string> r = ReadBoundedFile(dir.File("fifo"), kMaxErrorFileBytes);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kFailedPrecondition);
@@ -39,14 +38,14 @@ TEST(WorkerFileTest, AFifoIsRefusedAtOnceInsteadOfBlocking) {
   EXPECT_THAT(std::string(relay.message()), HasSubstr("is a FIFO"));
 }
 
-TEST(WorkerFileTest, ADirectoryAndAnOversizedFileAreRefusedNamingThem) {
+TEST(ErrorFileTest, ADirectoryAndAnOversizedFileAreRefusedNamingThem) {
   testing::TempDir dir;
   ASSERT_EQ(mkdir(dir.File("d").c_str(), 0700), 0);
-  absl::StatusOr<std::string> r = ReadWorkerFile(dir.File("d"));
+  absl::StatusOr<std::string> r = ReadBoundedFile(dir.File("d"), kMaxErrorFileBytes);
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("d is a directory"));
   testing::WriteFile(dir.File("big"), std::string(2000, 'x'));
-  r = ReadWorkerFile(dir.File("big"), 1000);
+  r = ReadBoundedFile(dir.File("big"), 1000);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("2000 bytes"));
