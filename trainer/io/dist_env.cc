@@ -101,6 +101,7 @@ absl::StatusOr<DistEnv> ReadDistEnv(const EnvGetter& getenv) {
   DDPRUN_ASSIGN_OR_RETURN(env.omp_num_threads, OptionalInt(getenv, "OMP_NUM_THREADS", 1, 4096));
   env.gloo_socket_ifname = getenv("GLOO_SOCKET_IFNAME").value_or("");
   env.progress_file = getenv("DDPRUN_PROGRESS_FILE").value_or("");
+  env.control_socket = getenv("DDPRUN_CONTROL_SOCKET").value_or("");
   return env;
 }
 

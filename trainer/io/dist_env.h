@@ -18,6 +18,11 @@
 //   GLOO_SOCKET_IFNAME                              network interface for gloo (torch's rule)
 //   DDPRUN_PROGRESS_FILE                            FIFO for per-step reports to ddprun
 //                                                   (step_report.h); empty or unset: none
+//   DDPRUN_CONTROL_SOCKET                           ddprun's in-process recovery channel
+//                                                   (docs/design.md §6b): the worker takes its
+//                                                   rank, world and store from the agent's round
+//                                                   messages and re-forms its group after a
+//                                                   failure; empty or unset: cold mode
 // No variable set at all means a single process (world size 1, no communication).
 #ifndef DDPRUN_TRAINER_IO_DIST_ENV_H_
 #define DDPRUN_TRAINER_IO_DIST_ENV_H_
@@ -43,7 +48,8 @@ struct DistEnv {
   std::string error_file;    // empty: none
   std::optional<int> omp_num_threads;
   std::string gloo_socket_ifname;
-  std::string progress_file;  // empty: no step reports
+  std::string progress_file;   // empty: no step reports
+  std::string control_socket;  // empty: cold mode (no in-process recovery)
   bool from_slurm = false;
 };
 

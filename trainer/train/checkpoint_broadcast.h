@@ -1,7 +1,8 @@
 // Resuming, shared by every trainer. The distributed half: rank 0 reads the newest valid
 // checkpoint from its CheckpointStore and broadcasts the bytes, so all ranks load the same state
 // even when the checkpoint directory is not shared between nodes. What the bytes mean (which
-// model, which optimizer) stays with each trainer.
+// model, which optimizer) stays with each trainer. The byte broadcast itself, from any rank,
+// serves in-process recovery's state agreement too (state_sync.h).
 #ifndef DDPRUN_TRAINER_TRAIN_CHECKPOINT_BROADCAST_H_
 #define DDPRUN_TRAINER_TRAIN_CHECKPOINT_BROADCAST_H_
 
@@ -12,11 +13,19 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "trainer/io/checkpoint_store.h"
 #include "trainer/train/comm.h"
 #include "trainer/train/train_options.h"  // ResumeMode
 
 namespace ddprun::trainer {
+
+// Collective: `root`'s bytes to every rank. On `root`, `payload` holds the bytes or the error
+// that kept it from having them; then `root` returns that error and every other rank kDataLoss
+// "rank <root> could not <what>", so nobody waits for bytes that never come.
+absl::StatusOr<std::string> BroadcastBytes(const absl::StatusOr<std::string>& payload, int root,
+                                           Communicator* comm, const torch::Device& device,
+                                           absl::string_view what);
 
 // Collective: every rank calls it. `store` and `read` matter on rank 0 only (nullptr or false:
 // nothing to read). Returns the payload on every rank, nullopt when there is no checkpoint, or

@@ -27,16 +27,6 @@ using BackendBase = c10d::Backend;
 using BackendBase = c10d::ProcessGroup;
 #endif
 
-absl::Status FromException(const std::string& what, const std::exception& e) {
-  std::string msg = e.what();
-  // c10::Error appends a C++ backtrace; keep the first line for a one-line message.
-  if (size_t nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
-  if (msg.find("imed out") != std::string::npos || msg.find("imeout") != std::string::npos) {
-    return absl::DeadlineExceededError(absl::StrCat(what, ": ", msg));
-  }
-  return absl::UnavailableError(absl::StrCat(what, ": ", msg));
-}
-
 // World size 1: nothing to talk to.
 class SoloCommunicator final : public Communicator {
  public:
@@ -61,12 +51,13 @@ class SoloCommunicator final : public Communicator {
 class GroupCommunicator final : public Communicator {
  public:
   GroupCommunicator(c10::intrusive_ptr<c10d::Store> store, c10::intrusive_ptr<BackendBase> group,
-                    int rank, int world_size, CommBackend backend)
-      : store_(std::move(store)),
+                    int rank, int world_size, const CommOptions& options)
+      : Communicator(options.waiter),
+        store_(std::move(store)),
         group_(std::move(group)),
         rank_(rank),
         world_size_(world_size),
-        backend_(backend) {}
+        backend_(options.backend) {}
 
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
@@ -79,9 +70,9 @@ class GroupCommunicator final : public Communicator {
 
   absl::Status Barrier() override {
     try {
-      return WaitWork(group_->barrier(c10d::BarrierOptions()));
+      return Wait(group_->barrier(c10d::BarrierOptions()));
     } catch (const std::exception& e) {
-      return FromException("barrier", e);
+      return CommError("barrier", e);
     }
   }
 
@@ -132,7 +123,7 @@ absl::StatusOr<c10::intrusive_ptr<BackendBase>> MakeGroup(c10::intrusive_ptr<c10
     return c10::intrusive_ptr<BackendBase>(
         c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world_size, opts));
   } catch (const std::exception& e) {
-    return FromException(absl::StrCat(CommBackendName(options.backend), " process group"), e);
+    return CommError(absl::StrCat(CommBackendName(options.backend), " process group"), e);
   }
 }
 
@@ -155,29 +146,44 @@ const char* CommBackendName(CommBackend backend) {
   return backend == CommBackend::kNccl ? "nccl" : "gloo";
 }
 
+absl::Status CommError(const std::string& what, const std::exception& e) {
+  std::string msg = e.what();
+  // c10::Error appends a C++ backtrace; keep the first line for a one-line message.
+  if (size_t nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
+  if (msg.find("imed out") != std::string::npos || msg.find("imeout") != std::string::npos) {
+    return absl::DeadlineExceededError(absl::StrCat(what, ": ", msg));
+  }
+  return absl::UnavailableError(absl::StrCat(what, ": ", msg));
+}
+
 absl::Status WaitWork(const c10::intrusive_ptr<c10d::Work>& work) {
   if (!work) return absl::OkStatus();
   try {
     work->wait();
   } catch (const std::exception& e) {
-    return FromException("collective", e);
+    return CommError("collective", e);
   }
   return absl::OkStatus();
 }
 
+absl::Status Communicator::Wait(const c10::intrusive_ptr<c10d::Work>& work) {
+  if (!work) return absl::OkStatus();
+  return waiter_ != nullptr ? waiter_->Wait(work) : WaitWork(work);
+}
+
 absl::Status Communicator::AllReduceSum(torch::Tensor& tensor) {
   try {
-    return WaitWork(AllReduceSumAsync(tensor));
+    return Wait(AllReduceSumAsync(tensor));
   } catch (const std::exception& e) {
-    return FromException("all-reduce", e);
+    return CommError("all-reduce", e);
   }
 }
 
 absl::Status Communicator::Broadcast(torch::Tensor& tensor, int root) {
   try {
-    return WaitWork(BroadcastAsync(tensor, root));
+    return Wait(BroadcastAsync(tensor, root));
   } catch (const std::exception& e) {
-    return FromException("broadcast", e);
+    return CommError("broadcast", e);
   }
 }
 
@@ -187,7 +193,19 @@ absl::StatusOr<std::unique_ptr<Communicator>> CommunicatorFromStore(
       c10::intrusive_ptr<BackendBase> group,
       MakeGroup(store, rank, world_size, options, /*ifname=*/"", /*master_addr=*/"127.0.0.1"));
   return std::unique_ptr<Communicator>(
-      new GroupCommunicator(std::move(store), std::move(group), rank, world_size, options.backend));
+      new GroupCommunicator(std::move(store), std::move(group), rank, world_size, options));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> CommunicatorOverStore(
+    c10::intrusive_ptr<c10d::Store> store, const DistEnv& env, const CommOptions& options) {
+  if (env.world_size == 1) {
+    return std::unique_ptr<Communicator>(new SoloCommunicator(options.backend));
+  }
+  DDPRUN_ASSIGN_OR_RETURN(
+      c10::intrusive_ptr<BackendBase> group,
+      MakeGroup(store, env.rank, env.world_size, options, env.gloo_socket_ifname, env.master_addr));
+  return std::unique_ptr<Communicator>(
+      new GroupCommunicator(std::move(store), std::move(group), env.rank, env.world_size, options));
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> ConnectCommunicator(const DistEnv& env,
@@ -207,13 +225,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> ConnectCommunicator(const DistEnv&
     auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
     store = c10::make_intrusive<c10d::PrefixStore>(env.store_prefix, tcp);
   } catch (const std::exception& e) {
-    return FromException(absl::StrCat("c10d store at ", env.master_addr, ":", env.master_port), e);
+    return CommError(absl::StrCat("c10d store at ", env.master_addr, ":", env.master_port), e);
   }
-  DDPRUN_ASSIGN_OR_RETURN(
-      c10::intrusive_ptr<BackendBase> group,
-      MakeGroup(store, env.rank, env.world_size, options, env.gloo_socket_ifname, env.master_addr));
-  return std::unique_ptr<Communicator>(new GroupCommunicator(
-      std::move(store), std::move(group), env.rank, env.world_size, options.backend));
+  return CommunicatorOverStore(std::move(store), env, options);
 }
 
 }  // namespace ddprun::trainer

@@ -27,12 +27,24 @@ namespace ddprun::trainer {
 
 enum class CommBackend { kGloo, kNccl };
 
+// How a communicator waits for its collectives. Without one it is LibTorch's own Work::wait()
+// (until the collective completes, fails or times out). In-process recovery
+// (round_group.h) supplies one that also returns as soon as the round is over. Thread-safe.
+class CollectiveWaiter {
+ public:
+  virtual ~CollectiveWaiter() = default;
+  // The collective's own status when it completed; kAborted when the wait was given up.
+  virtual absl::Status Wait(const c10::intrusive_ptr<c10d::Work>& work) = 0;
+};
+
 // "gloo", "nccl" or "auto" (NCCL when this build has CUDA and a GPU is present, else gloo).
 absl::StatusOr<CommBackend> ParseCommBackend(const std::string& name);
 const char* CommBackendName(CommBackend backend);
 
 class Communicator {
  public:
+  explicit Communicator(std::shared_ptr<CollectiveWaiter> waiter = nullptr)
+      : waiter_(std::move(waiter)) {}
   virtual ~Communicator() = default;
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
@@ -42,18 +54,27 @@ class Communicator {
   // c10::Error (callers inside the train step catch it at the step boundary).
   virtual c10::intrusive_ptr<c10d::Work> AllReduceSumAsync(torch::Tensor& tensor) = 0;
 
-  // Blocking collectives; errors (peer gone, timeout) as kUnavailable / kDeadlineExceeded.
+  // Waits for a work this communicator started (null: done); through the waiter when there is
+  // one. Errors (peer gone, timeout) as kUnavailable / kDeadlineExceeded; kAborted when the
+  // waiter gave up.
+  absl::Status Wait(const c10::intrusive_ptr<c10d::Work>& work);
+
+  // Blocking collectives; errors as Wait's.
   absl::Status AllReduceSum(torch::Tensor& tensor);
   absl::Status Broadcast(torch::Tensor& tensor, int root);
   virtual absl::Status Barrier() = 0;
 
  protected:
   virtual c10::intrusive_ptr<c10d::Work> BroadcastAsync(torch::Tensor& tensor, int root) = 0;
+
+ private:
+  std::shared_ptr<CollectiveWaiter> waiter_;
 };
 
 struct CommOptions {
   CommBackend backend = CommBackend::kGloo;
   std::chrono::milliseconds timeout = std::chrono::minutes(5);
+  std::shared_ptr<CollectiveWaiter> waiter;  // null: Work::wait()
 };
 
 // Joins the group described by `env` (world size 1: a communicator whose collectives are
@@ -61,12 +82,22 @@ struct CommOptions {
 absl::StatusOr<std::unique_ptr<Communicator>> ConnectCommunicator(const DistEnv& env,
                                                                   const CommOptions& options);
 
+// The group of `env`'s rank and world size over `store` (kept alive by the communicator): what
+// ConnectCommunicator does once it has its store. Blocks until every rank has joined or
+// `options.timeout`; world size 1 needs no store.
+absl::StatusOr<std::unique_ptr<Communicator>> CommunicatorOverStore(
+    c10::intrusive_ptr<c10d::Store> store, const DistEnv& env, const CommOptions& options);
+
 // For tests: a group over an existing store (e.g. a c10d::HashStore shared by threads).
 absl::StatusOr<std::unique_ptr<Communicator>> CommunicatorFromStore(
     c10::intrusive_ptr<c10d::Store> store, int rank, int world_size, const CommOptions& options);
 
-// Waits for `work`; a Status instead of an exception.
+// Waits for `work` with Work::wait(); a Status instead of an exception.
 absl::Status WaitWork(const c10::intrusive_ptr<c10d::Work>& work);
+
+// A LibTorch exception as a one-line Status: kDeadlineExceeded for time-outs, else
+// kUnavailable; `what` names the operation.
+absl::Status CommError(const std::string& what, const std::exception& e);
 
 }  // namespace ddprun::trainer
 

@@ -112,13 +112,14 @@ absl::Status GradientSynchronizer::Finish(std::vector<float>* control_out) {
     }
     LaunchReady();
   } catch (const std::exception& e) {
-    // Drain what was launched so no collective is left running against a freed buffer.
-    for (Bucket& b : buckets_) WaitWork(b.work).IgnoreError();
+    // Drain what was launched so no collective is left running against a freed buffer (an
+    // abortable waiter may give up: the works keep their buffers alive themselves).
+    for (Bucket& b : buckets_) comm_->Wait(b.work).IgnoreError();
     return absl::UnavailableError(absl::StrCat("gradient all-reduce: ", e.what()));
   }
   absl::Status status;
   for (Bucket& b : buckets_) {
-    absl::Status s = WaitWork(b.work);
+    absl::Status s = comm_->Wait(b.work);
     if (status.ok() && !s.ok()) status = s;
   }
   DDPRUN_RETURN_IF_ERROR(status);

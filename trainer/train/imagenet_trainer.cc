@@ -174,7 +174,7 @@ std::string ImageNetTrainer::Banner() const {
       "train %d images %d classes val %d images batch %d image_size %d epochs %d restart %d",
       imagenet_.arch, world(), CommBackendName(backend_), device_.str(), torch::get_num_threads(),
       imagenet_.workers, train_.samples.size(), train_.classes.size(), val_.samples.size(),
-      options_.batch_size, imagenet_.image_size, options_.epochs, env_.restart_count);
+      options_.batch_size, imagenet_.image_size, options_.epochs, restart_count());
 }
 
 double ImageNetTrainer::LearningRate(double done) const {

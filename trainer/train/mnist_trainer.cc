@@ -104,10 +104,6 @@ absl::Status MnistTrainer::SetupData() {
   }
   // The tensors own copies now; drop the byte vectors.
   data_ = MnistData();
-  if (leader()) {
-    progress_ = std::make_unique<ProgressReporter>(
-        log_, mnist_.progress_bar && isatty(STDOUT_FILENO), options_.log_interval);
-  }
   return absl::OkStatus();
 }
 
@@ -131,7 +127,7 @@ std::string MnistTrainer::Banner() const {
       "ddp-train mnist: world_size %d rank %d backend %s device %s threads %d train %d test %d "
       "batch %d epochs %d restart %d",
       world(), comm_->rank(), CommBackendName(backend_), device_.str(), torch::get_num_threads(),
-      train_.count, test_.count, options_.batch_size, options_.epochs, env_.restart_count);
+      train_.count, test_.count, options_.batch_size, options_.epochs, restart_count());
 }
 
 absl::Status MnistTrainer::BeginEpoch() {
@@ -172,6 +168,12 @@ absl::StatusOr<std::optional<StepResult>> MnistTrainer::TrainStep(bool stop_vote
 }
 
 void MnistTrainer::ShowProgress(const StepResult& step, double samples_per_s) {
+  // Made by the first rank 0 that shows progress (with in-process recovery, the process that is
+  // rank 0 may change from one round to the next).
+  if (progress_ == nullptr) {
+    progress_ = std::make_unique<ProgressReporter>(
+        log_, mnist_.progress_bar && isatty(STDOUT_FILENO), options_.log_interval);
+  }
   progress_->Step(state_.epoch, state_.epoch_loss_steps, steps_in_epoch_,
                   std::min(state_.epoch_offset, train_.count), train_.count, step.loss,
                   samples_per_s, state_.global_step);

@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "trainer/io/fault_injection.h"
 #include "trainer/train/checkpoint_broadcast.h"
+#include "trainer/train/state_sync.h"
 
 namespace ddprun::trainer {
 namespace {
@@ -29,7 +30,8 @@ Trainer::Trainer(const TrainOptions& options, const DistEnv& env, const StopSign
       control_slots_(control_slots),
       keeps_best_(keeps_best),
       start_(Clock::now()),
-      step_reports_(env.progress_file) {}
+      step_reports_(env.progress_file),
+      restart_count_(env.restart_count) {}
 
 absl::Status Trainer::ConnectOnDevice() {
   const bool cuda = torch::cuda::is_available();
@@ -57,18 +59,28 @@ absl::Status Trainer::ConnectOnDevice() {
   comm_options.backend = backend_;
   comm_options.timeout =
       std::chrono::milliseconds(static_cast<int64_t>(options_.comm_timeout_s * 1000));
+  if (!env_.control_socket.empty()) {
+    if (backend_ == CommBackend::kGloo) return ConnectControl(comm_options);
+    // An NCCL communicator cannot be abandoned without ncclCommAbort; a worker that never says
+    // hello makes ddprun restart this node cold, which is correct, only slower.
+    log_ << "ddp-train: rank " << env_.rank
+         << ": in-process recovery needs --backend=gloo; DDPRUN_CONTROL_SOCKET ignored"
+         << std::endl;
+  }
   DDPRUN_ASSIGN_OR_RETURN(comm_, ConnectCommunicator(env_, comm_options));
   return absl::OkStatus();
 }
 
-absl::Status Trainer::SetupLocal() {
+absl::Status Trainer::SetupLocal(bool fresh_start) {
   DDPRUN_RETURN_IF_ERROR(SetupData());
   const std::string& dir = options_.checkpoint_dir;
   if (!dir.empty()) {
     store_ = std::make_unique<CheckpointStore>(dir, options_.keep_checkpoints);
     if (keeps_best_) best_store_ = std::make_unique<CheckpointStore>(dir + "/best", 1);
     if (leader()) {
-      DDPRUN_RETURN_IF_ERROR(CheckCheckpointDirectory(store_.get(), dir, options_.resume));
+      DDPRUN_RETURN_IF_ERROR(fresh_start
+                                 ? CheckCheckpointDirectory(store_.get(), dir, options_.resume)
+                                 : store_->CheckWritable());
       if (best_store_ != nullptr) DDPRUN_RETURN_IF_ERROR(best_store_->CheckWritable());
     }
   }
@@ -114,15 +126,21 @@ absl::Status Trainer::ResumeOrBroadcast() {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::Start() {
-  DDPRUN_RETURN_IF_ERROR(ConnectOnDevice());
-  DDPRUN_RETURN_IF_ERROR(AgreeOnSetup(SetupLocal()));
-  torch::manual_seed(options_.seed);
-  DDPRUN_RETURN_IF_ERROR(BuildModel());
+void Trainer::NewSynchronizer() {
+  sync_.reset();  // its hooks go before the new ones come
   GradSyncOptions sync_options;
   sync_options.bucket_cap_bytes = options_.bucket_cap_bytes;
   sync_options.control_slots = control_slots_;
   sync_ = std::make_unique<GradientSynchronizer>(Model().parameters(), comm_.get(), sync_options);
+}
+
+absl::Status Trainer::Start() {
+  DDPRUN_RETURN_IF_ERROR(ConnectOnDevice());
+  if (control_ != nullptr) return JoinRounds(control_->current_round());
+  DDPRUN_RETURN_IF_ERROR(AgreeOnSetup(SetupLocal(/*fresh_start=*/true)));
+  torch::manual_seed(options_.seed);
+  DDPRUN_RETURN_IF_ERROR(BuildModel());
+  NewSynchronizer();
   DDPRUN_RETURN_IF_ERROR(ResumeOrBroadcast());
   Log(Banner());
   return absl::OkStatus();
@@ -155,7 +173,7 @@ absl::Status Trainer::SaveCheckpoint(const char* why, bool best) {
 
 void Trainer::MaybeInjectFault() {
   if (options_.fault.has_value() &&
-      FaultDue(*options_.fault, comm_->rank(), state_.global_step, env_.restart_count)) {
+      FaultDue(*options_.fault, comm_->rank(), state_.global_step, restart_count_)) {
     Hang(comm_->rank(), state_.global_step, std::cerr);
   }
 }
@@ -165,11 +183,30 @@ absl::StatusOr<bool> Trainer::TrainEpoch(int64_t* samples, double* train_s) {
   const auto t0 = Clock::now();
   bool stop = false;
   while (!stop) {
+    // Before the step, not only after it: a state resumed (or taken from another rank) right
+    // after the epoch's last allowed step must not take one more.
+    if (options_.max_steps > 0 && state_.epoch_loss_steps >= options_.max_steps) break;
     const bool stop_vote = stop_ != nullptr && stop_->received() != 0;
     // "Starting step N": a rank stuck outside a collective then shows one step fewer than the
     // ranks waiting for it inside the next one, which is how ddprun names the straggler.
     step_reports_.Report(state_.global_step + 1);
-    DDPRUN_ASSIGN_OR_RETURN(std::optional<StepResult> step, TrainStep(stop_vote));
+    std::optional<StepUndo> undo;
+    if (control_ != nullptr) {
+      // A round can end without any collective of this rank failing (world size 1, or between
+      // collectives).
+      if (RoundOver()) {
+        return absl::AbortedError(absl::StrCat("round ", round_.round, " is over"));
+      }
+      undo.emplace(Model().buffers());
+    }
+    absl::StatusOr<std::optional<StepResult>> result = TrainStep(stop_vote);
+    if (!result.ok()) {
+      // The optimizer update comes after the gradient all-reduce, so a failed step never made
+      // one; what the step did change before it is put back.
+      if (undo.has_value()) undo->Apply(Model().parameters());
+      return result.status();
+    }
+    std::optional<StepResult>& step = *result;
     if (!step.has_value()) break;
     state_.epoch_offset += step->consumed;
     state_.global_step += 1;
@@ -187,7 +224,6 @@ absl::StatusOr<bool> Trainer::TrainEpoch(int64_t* samples, double* train_s) {
         !stop) {
       SaveCheckpoint("periodic", false).IgnoreError();  // logged; the previous one stays valid
     }
-    if (options_.max_steps > 0 && state_.epoch_loss_steps >= options_.max_steps) break;
   }
   *train_s = SecondsSince(t0);
   EndEpoch();
@@ -207,7 +243,11 @@ absl::Status Trainer::FinishEpoch(int64_t samples, double train_s, bool resumed,
   ReportAlive();
   DDPRUN_RETURN_IF_ERROR(Evaluate(&m, best));
   m.wall_s = SecondsSince(start_);
-  if (metrics_.is_open()) DDPRUN_RETURN_IF_ERROR(metrics_.Write(m));
+  if (leader() && !options_.metrics_file.empty() && !metrics_.is_open()) {
+    // This process became rank 0 in a later round of in-process recovery.
+    DDPRUN_RETURN_IF_ERROR(metrics_.Open(options_.metrics_file));
+  }
+  if (leader() && metrics_.is_open()) DDPRUN_RETURN_IF_ERROR(metrics_.Write(m));
   return absl::OkStatus();
 }
 
@@ -223,6 +263,15 @@ absl::StatusOr<int> Trainer::StopWithCheckpoint() {
 }
 
 absl::StatusOr<int> Trainer::TrainEpochs() {
+  while (true) {
+    absl::StatusOr<int> done = TrainEpochsInRound();
+    if (done.ok() || control_ == nullptr) return done;
+    DDPRUN_ASSIGN_OR_RETURN(control::RoundMessage next, NextRound(done.status()));
+    DDPRUN_RETURN_IF_ERROR(JoinRounds(std::move(next)));
+  }
+}
+
+absl::StatusOr<int> Trainer::TrainEpochsInRound() {
   bool resumed = state_.global_step > 0;
   if (state_.epoch > options_.epochs) {
     Log(absl::StrFormat("nothing to train: the checkpoint is past epoch %d (--epochs %d)",

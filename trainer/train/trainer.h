@@ -4,6 +4,12 @@
 // periodic and end-of-epoch checkpoints, metrics, --fault, and the edge where LibTorch
 // exceptions become a Status. A trainer (mnist_trainer.cc, imagenet_trainer.cc) brings its data,
 // model, step and evaluation through the hooks below.
+//
+// With DDPRUN_CONTROL_SOCKET set (ddprun --restart-mode=in-process), the same skeleton speaks
+// the worker side of in-process recovery (docs/design.md §6b; trainer_rounds.cc): the group
+// comes from the agent's round messages, and a failed collective or an aborted round abandons
+// the step in progress, drops the group and joins the next round, where the ranks agree on the
+// newest state and train on.
 #ifndef DDPRUN_TRAINER_TRAIN_TRAINER_H_
 #define DDPRUN_TRAINER_TRAIN_TRAINER_H_
 
@@ -20,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "control/control_client.h"
 #include "trainer/io/checkpoint_store.h"
 #include "trainer/io/dist_env.h"
 #include "trainer/io/metrics.h"
@@ -27,6 +34,7 @@
 #include "trainer/io/stop_signal.h"
 #include "trainer/train/comm.h"
 #include "trainer/train/grad_sync.h"
+#include "trainer/train/round_group.h"
 #include "trainer/train/train_options.h"
 #include "trainer/train/train_progress.h"
 
@@ -57,10 +65,12 @@ class Trainer {
           std::ostream& log, int control_slots, bool keeps_best);
 
   // Device, communicator, a local setup every rank agrees on, the model (seeded with --seed),
-  // then resume or rank 0's broadcast; logs Banner().
+  // then resume or rank 0's broadcast; logs Banner(). In-process recovery: joins the agent's
+  // round instead (and the next ones while joining fails).
   absl::Status Start();
   // Trains epochs until --epochs are done (returns 0) or a stop was requested: then every rank
   // has finished the same step, rank 0 has saved a checkpoint, and it returns the signal.
+  // In-process recovery: re-forms after failures of a round and trains on.
   absl::StatusOr<int> TrainEpochs();
 
   // ---- what a trainer provides ----
@@ -90,6 +100,8 @@ class Trainer {
   // ---- for the trainers ----
   bool leader() const { return comm_->rank() == 0; }
   int world() const { return comm_->world_size(); }
+  // The restart round: TORCHELASTIC_RESTART_COUNT, or the current round's (in-process).
+  int restart_count() const { return restart_count_; }
   void Log(const std::string& line) {
     if (leader()) log_ << line << std::endl;
   }
@@ -107,9 +119,13 @@ class Trainer {
   using Clock = std::chrono::steady_clock;
 
   absl::Status ConnectOnDevice();
-  absl::Status SetupLocal();
+  // `fresh_start`: also check the checkpoint directory against --resume / --no-resume (not when
+  // this process joins a run whose state the others hold).
+  absl::Status SetupLocal(bool fresh_start);
   absl::Status AgreeOnSetup(const absl::Status& local);
   absl::Status ResumeOrBroadcast();
+  void NewSynchronizer();  // for comm_ and Model()
+  absl::StatusOr<int> TrainEpochsInRound();
   // True when a stop was requested. Adds the epoch's samples and seconds to the arguments.
   absl::StatusOr<bool> TrainEpoch(int64_t* samples, double* train_s);
   void MaybeInjectFault();  // --fault, after a step's report (or the start report)
@@ -117,6 +133,19 @@ class Trainer {
   absl::Status FinishEpoch(int64_t samples, double train_s, bool resumed, bool* best);
   absl::StatusOr<int> StopWithCheckpoint();
   absl::Status SaveCheckpoint(const char* why, bool best);
+
+  // ---- in-process recovery (trainer_rounds.cc) ----
+  absl::Status ConnectControl(const CommOptions& comm_options);
+  // Joins `round`, and the next rounds while joining fails recoverably.
+  absl::Status JoinRounds(control::RoundMessage round);
+  // Forms the round's group, agrees on the state and the setup, sends ready.
+  absl::Status JoinRound(const control::RoundMessage& round);
+  // After `error` in the current round: `error` itself unless it is a failed collective or the
+  // round is over; else logs why, drops the group and waits for the next round (the original
+  // error, annotated, when none comes within the round's deadline).
+  absl::StatusOr<control::RoundMessage> NextRound(const absl::Status& error);
+  void DropGroup();
+  bool RoundOver() const { return control_ != nullptr && control_->RoundOver(round_.round); }
 
   const StopSignal* stop_;
   const int control_slots_;
@@ -126,6 +155,16 @@ class Trainer {
   std::unique_ptr<CheckpointStore> store_, best_store_;
   MetricsWriter metrics_;
   int peer_stop_ = 0;  // SIGTERM when another rank's signal stopped this one
+  int restart_count_;
+
+  // In-process recovery; control_ is null in cold mode.
+  std::unique_ptr<control::ControlClient> control_;
+  std::unique_ptr<RoundGroup> rounds_;  // declared after control_: destroyed before it
+  control::RoundMessage round_;         // the round comm_ belongs to (or is forming for)
+  bool set_up_ = false;                 // SetupLocal done
+  bool built_ = false;                  // BuildModel done
+  bool has_state_ = false;              // state_ and the model hold a step's state
+  bool joined_once_ = false;
 };
 
 // A LibTorch message's first line (they carry C++ stack traces after it).

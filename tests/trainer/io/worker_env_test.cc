@@ -30,6 +30,7 @@ TEST(DistEnvTest, NothingSetIsSingleProcess) {
   EXPECT_EQ(env->rank, 0);
   EXPECT_EQ(env->store_prefix, "/ddp-train/restart_0");
   EXPECT_EQ(env->progress_file, "");
+  EXPECT_EQ(env->control_socket, "");
 }
 
 TEST(DistEnvTest, TorchrunVariables) {
@@ -41,7 +42,8 @@ TEST(DistEnvTest, TorchrunVariables) {
                                                      {"MASTER_PORT", "1234"},
                                                      {"TORCHELASTIC_RESTART_COUNT", "2"},
                                                      {"TORCHELASTIC_ERROR_FILE", "/e.json"},
-                                                     {"DDPRUN_PROGRESS_FILE", "/run/p.fifo"}}));
+                                                     {"DDPRUN_PROGRESS_FILE", "/run/p.fifo"},
+                                                     {"DDPRUN_CONTROL_SOCKET", "/run/c.sock"}}));
   ASSERT_TRUE(env.ok()) << env.status();
   EXPECT_EQ(env->rank, 3);
   EXPECT_EQ(env->world_size, 4);
@@ -53,6 +55,7 @@ TEST(DistEnvTest, TorchrunVariables) {
   EXPECT_EQ(env->store_prefix, "/ddp-train/restart_2");
   EXPECT_EQ(env->error_file, "/e.json");
   EXPECT_EQ(env->progress_file, "/run/p.fifo");
+  EXPECT_EQ(env->control_socket, "/run/c.sock");
   EXPECT_FALSE(env->use_agent_store);
 }
 

@@ -1,0 +1,60 @@
+// In-process recovery's state agreement (docs/design.md §6b.3), and the undo of a step that a
+// failure cut short (§6b.5): after a new round's group forms, every rank says which global step
+// its state belongs to; the lowest rank with the highest step is the source, and every other
+// rank takes the source's state (the checkpoint payload) by broadcast, exactly as it would from
+// a checkpoint. What the payload means stays with each trainer (Serialize/Restore).
+#ifndef DDPRUN_TRAINER_TRAIN_STATE_SYNC_H_
+#define DDPRUN_TRAINER_TRAIN_STATE_SYNC_H_
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "trainer/train/comm.h"
+
+namespace ddprun::trainer {
+
+struct StateSource {
+  int rank = -1;      // -1: no rank holds state (the first round)
+  int64_t step = -1;  // the source's last completed global step
+};
+
+// Collective: each rank contributes `step` (its last completed global step; -1: no state) in its
+// own slot of a world-size tensor, summed, so every rank sees every step and picks the same
+// source.
+absl::StatusOr<StateSource> AgreeOnStateSource(int64_t step, Communicator* comm,
+                                               const torch::Device& device);
+
+// Collective: `serialize` runs on the source, its bytes go to every rank, and every other rank
+// hands them to `restore`. Returns the payload's size in bytes.
+absl::StatusOr<int64_t> SyncStateFrom(
+    const StateSource& source, Communicator* comm, const torch::Device& device,
+    const std::function<absl::StatusOr<std::string>()>& serialize,
+    const std::function<absl::Status(absl::string_view)>& restore);
+
+// What a train step changes before its optimizer update, saved at the step's start so that a
+// step abandoned by a failure leaves the state of the last completed step: the default CPU
+// generator (dropout draws) and the model's buffers (BatchNorm statistics updated by the
+// forward). The parameters and the optimizer change only in the update itself, after the
+// gradient all-reduce succeeded.
+class StepUndo {
+ public:
+  // Copies the generator state and `buffers` (cheap next to a step: no parameters).
+  explicit StepUndo(const std::vector<torch::Tensor>& buffers);
+  // Puts both back, and zeroes `params`' gradients: they hold this rank's unsynchronised ones.
+  void Apply(const std::vector<torch::Tensor>& params);
+
+ private:
+  torch::Tensor rng_;
+  std::vector<torch::Tensor> buffers_, saved_;
+};
+
+}  // namespace ddprun::trainer
+
+#endif  // DDPRUN_TRAINER_TRAIN_STATE_SYNC_H_
