@@ -83,6 +83,7 @@ TEST_F(PackagingTest, InstallsEveryPieceWhereTheLayoutSays) {
       "share/ddprun/examples/allreduce_demo.py",
       "share/ddprun/configs/sbatch-2node-4gpu.sh",
       "share/ddprun/configs/elastic-c10d.yaml",
+      "share/ddprun/python/ddprun_inprocess.py",
       "share/doc/ddprun/README.md",
       "share/doc/ddprun/design.md",
       "share/bash-completion/completions/ddprun",

@@ -1,0 +1,800 @@
+"""In-process recovery for torch.distributed scripts under ``ddprun --restart-mode=in-process``.
+
+With ``--restart-mode=in-process`` a failure stops only what failed: the surviving workers keep
+their processes and memory, form the next round's process group with the replacements, and
+carry on from the newest state any rank holds. This module is the worker's side of that
+(docs/design.md, "6b. In-process recovery"; docs/inprocess-python.md). ddprun writes it into a
+private folder and puts that on the workers' PYTHONPATH; it is also installed as
+share/ddprun/python/ddprun_inprocess.py. It needs only the standard library and torch
+(1.13 and 2.x).
+
+Usage::
+
+    import ddprun_inprocess as dip
+
+    model, opt = build()                       # same seed everywhere, as usual
+    state = {"model": model, "optimizer": opt}
+
+    def train(rnd):                            # called once per round
+        ddp = DDP(model)                       # wrap anew in every round
+        for step in range(rnd.step + 1, total_steps):
+            opt.zero_grad()
+            loss_fn(ddp(batch(step, rnd.rank))).backward()
+            opt.step()
+            rnd.step_done(step)                # right after opt.step()
+
+    dip.run(train, backend="gloo", state=state)
+
+or, the same as a loop::
+
+    ctl = dip.connect()                        # None without DDPRUN_CONTROL_SOCKET
+    for rnd in dip.rounds(ctl, backend="gloo", state=state):
+        with rnd:                              # a failed round is swallowed here ...
+            train(rnd)
+        # ... and the loop goes on to the next round; after a round that ended
+        # normally the loop ends.
+
+The contract:
+
+* Without ``DDPRUN_CONTROL_SOCKET`` (torchrun, ``ddprun --restart-mode=cold``) nothing changes:
+  ``connect()`` returns None, ``rounds()`` yields one round after
+  ``init_process_group(backend)`` with ``env://`` (skipped when the script already initialized
+  it), ``step_done`` only records, and every exception propagates as it would without the
+  module. No state is exchanged.
+* With it: ``connect()`` says hello (``LOCAL_RANK``, pid) and waits for this worker's round. For
+  every round, ``rounds()`` forms the group (the store rule below), agrees on the state, sends
+  ready ``{round, step}`` to the agent and yields a :class:`Round`. A reader thread follows the
+  agent's messages; when the round is over (abort, a newer round, the agent gone) it shuts the
+  round's TCP connections down, so that a gloo collective blocked on a peer that vanished
+  without a FIN fails at once instead of at its timeout, and ``step_done`` raises
+  :class:`RoundOver`.
+* ``with rnd:`` swallows :class:`RoundOver` and ``RuntimeError`` (what a failed collective
+  raises; also a bug that raises one) when in-process: the round is abandoned (its connections
+  shut, the default process group destroyed) and the loop waits for the next round message. If
+  none comes within the round's ``deadline_ms`` the loop raises :class:`RecoveryError` chained to
+  the original error, and the script exits non-zero: the agent replaces it like any failed
+  worker. Any other exception propagates.
+* The step: ``rnd.step`` is the global step of the last completed optimizer step this process
+  holds (-1: none; ``start_step`` when resuming from a checkpoint). Call ``rnd.step_done(step)``
+  right after ``optimizer.step()``: a step whose update was not applied was never done, and one
+  that was applied must be counted, or a rank would hold a state it does not name.
+* The environment: every round sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+  GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+  TORCHELASTIC_RESTART_COUNT and DDPRUN_ROUND in ``os.environ`` to the round's values, as a cold
+  start of that round would have them.
+* The store: the worker of rank 0 serves a c10d TCPStore at ``master_addr:master_port`` unless
+  the port is taken (a surviving worker's store from an earlier round, which it keeps serving
+  for as long as it lives); every rank connects a fresh client per round, and the round's keys
+  go under ``PrefixStore(store_prefix)``.
+* The state agreement: every rank contributes its step (an all_gather); when they differ, the
+  lowest rank with the highest step sends its state to all others (one broadcast of a pickled
+  skeleton and one of the tensors' raw bytes, so values arrive bit for bit). ``state`` maps
+  names to objects with ``state_dict()``/``load_state_dict()`` (loaded in place) or to plain
+  picklable values (replaced in the dict). Equal steps everywhere (the first round, or a round
+  where no one has less) send nothing: the ranks already agree.
+* Collective timeout: unless ``timeout`` is given, in-process rounds use the round's
+  ``deadline_ms`` (the agent's ``--reform-timeout``, at least 10 s), so a collective that would
+  outwait the agent's patience fails instead (a step that legitimately blocks longer in a
+  collective, e.g. while rank 0 writes a checkpoint, needs a larger ``timeout``).
+
+Limits:
+
+* The interruption shuts down the TCP sockets this process opened while forming the round (its
+  store client and gloo's pairs). A socket another thread of the script opened during those
+  milliseconds would be shut down too. Linux only (/proc/self/fd); elsewhere a blocked gloo
+  collective waits for its timeout.
+* NCCL is not interrupted by this module (it talks over NVLink/InfiniBand, not those sockets),
+  see docs/inprocess-python.md: set ``TORCH_NCCL_ASYNC_ERROR_HANDLING`` so that the watchdog
+  aborts communicators without killing the process, give a modest ``timeout``, and know that a
+  CUDA error can leave the context unusable: then exit, and the agent replaces the worker cold.
+  Untested here (no GPU).
+* Per-rank state that only the failed rank held (its RNG, its data position) is gone: the
+  replacement gets the source rank's values. Derive per-rank randomness and data from
+  (seed, rank, step) instead of from a stream.
+* DistributedDataParallel binds its process group when built: build it in every round.
+"""
+
+import datetime
+import io
+import json
+import os
+import pickle
+import socket
+import stat
+import sys
+import threading
+import time
+import traceback
+
+import torch
+import torch.distributed as dist
+
+__all__ = [
+    "ControlError",
+    "Control",
+    "RecoveryError",
+    "Round",
+    "RoundInfo",
+    "RoundOver",
+    "connect",
+    "rounds",
+    "run",
+]
+
+PROTOCOL_VERSION = 1
+MAX_LINE_BYTES = 4096  # control/control_message.h kMaxControlLineBytes
+CONTROL_SOCKET_ENV = "DDPRUN_CONTROL_SOCKET"
+_MAX_INT = 2**31 - 1
+_MAX_ROUND = 2**53
+_DEFAULT_DEADLINE_S = 60.0
+_MIN_TIMEOUT_S = 10.0
+
+
+class RoundOver(Exception):
+    """This worker's round is over (aborted, superseded, or the agent is gone): abandon it."""
+
+
+class ControlError(Exception):
+    """The control channel failed: the agent is unreachable, silent, or sent garbage."""
+
+
+class RecoveryError(Exception):
+    """A round failed and no next round came within the deadline (the cause is chained)."""
+
+
+def _first_line(error):
+    lines = str(error).splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}"
+
+
+def _log(message):
+    print(f"ddprun_inprocess[pid {os.getpid()}]: {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The wire format (control/control_message.h): one JSON object per line, unknown fields ignored.
+
+
+class RoundInfo:
+    """One round message: the coordinates of this worker in round ``round``."""
+
+    _INT_FIELDS = (
+        "round", "rank", "world_size", "local_rank", "local_world_size", "group_rank",
+        "group_world_size", "master_port", "restart_count", "deadline_ms",
+    )
+    __slots__ = _INT_FIELDS + ("master_addr", "store_prefix")
+
+    def __init__(self, **fields):
+        for name in self.__slots__:
+            setattr(self, name, fields[name])
+
+    def __repr__(self):
+        inner = ", ".join(f"{n}={getattr(self, n)!r}" for n in self.__slots__)
+        return f"RoundInfo({inner})"
+
+
+def _int_field(obj, name, lo, hi):
+    if name not in obj:
+        raise ValueError(f'no "{name}"')
+    v = obj[name]
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise ValueError(f'"{name}" is not an integer')
+    if v < lo or v > hi:
+        raise ValueError(f'"{name}"={v} is outside [{lo}, {hi}]')
+    return v
+
+
+def _str_field(obj, name, max_len):
+    if name not in obj:
+        raise ValueError(f'no "{name}"')
+    v = obj[name]
+    if not isinstance(v, str):
+        raise ValueError(f'"{name}" is not a string')
+    if len(v.encode("utf-8", "surrogatepass")) > max_len:
+        raise ValueError(f'"{name}" is longer than {max_len}')
+    return v
+
+
+def parse_message(line):
+    """Parses one line (bytes, no newline) from the agent: ("round", RoundInfo),
+    ("abort", (round, reason)), or ValueError naming what is wrong, as the C++ parser would."""
+    if len(line) > MAX_LINE_BYTES:
+        raise ValueError(f"a line of {len(line)} bytes (at most {MAX_LINE_BYTES})")
+    try:
+        obj = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        raise ValueError("not JSON") from None
+    if not isinstance(obj, dict):
+        raise ValueError("not a JSON object")
+    kind = obj.get("type")
+    if not isinstance(kind, str):
+        raise ValueError('no "type" string')
+    if kind == "round":
+        f = {"round": _int_field(obj, "round", 0, _MAX_ROUND)}
+        f["world_size"] = _int_field(obj, "world_size", 1, _MAX_INT)
+        f["rank"] = _int_field(obj, "rank", 0, f["world_size"] - 1)
+        f["local_world_size"] = _int_field(obj, "local_world_size", 1, _MAX_INT)
+        f["local_rank"] = _int_field(obj, "local_rank", 0, f["local_world_size"] - 1)
+        f["group_world_size"] = _int_field(obj, "group_world_size", 1, _MAX_INT)
+        f["group_rank"] = _int_field(obj, "group_rank", 0, f["group_world_size"] - 1)
+        f["master_port"] = _int_field(obj, "master_port", 0, 65535)
+        f["restart_count"] = _int_field(obj, "restart_count", 0, _MAX_INT)
+        f["master_addr"] = _str_field(obj, "master_addr", 256)
+        f["store_prefix"] = _str_field(obj, "store_prefix", 256)
+        f["deadline_ms"] = _int_field(obj, "deadline_ms", 0, _MAX_ROUND)
+        return "round", RoundInfo(**f)
+    if kind == "abort":
+        return "abort", (_int_field(obj, "round", 0, _MAX_ROUND),
+                         _str_field(obj, "reason", MAX_LINE_BYTES))
+    if kind in ("hello", "ready"):
+        raise ValueError(f'a "{kind}" message, which only a worker sends')
+    raise ValueError(f'unknown message type "{kind}"')
+
+
+def _encode(obj):
+    return (json.dumps(obj, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+# ---------------------------------------------------------------------------------------------
+# The round's TCP connections, so that a round that is over can be cut off under a blocked
+# collective: sockets whose (fd, inode) appeared while the round was being formed.
+
+
+def _socket_inodes():
+    """{fd: inode} of this process's sockets; {} where /proc/self/fd is not there."""
+    out = {}
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return out
+    for name in names:
+        try:
+            fd = int(name)
+            st = os.fstat(fd)
+        except (ValueError, OSError):
+            continue
+        if stat.S_ISSOCK(st.st_mode):
+            out[fd] = st.st_ino
+    return out
+
+
+def _shutdown_socket(fd, inode, keep_ports):
+    """Shuts down fd if it is still the TCP connection `inode` and its local port is not one of
+    `keep_ports` (connections accepted by a store this process serves)."""
+    try:
+        dup = os.dup(fd)
+    except OSError:
+        return
+    try:
+        if os.fstat(dup).st_ino != inode:
+            return
+        s = socket.socket(fileno=dup)
+        dup = -1  # the socket object owns it now
+        try:
+            if s.family not in (socket.AF_INET, socket.AF_INET6) or s.type != socket.SOCK_STREAM:
+                return
+            if s.getsockname()[1] in keep_ports:
+                return
+            s.getpeername()  # listening sockets have none: left alone
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        finally:
+            s.close()  # closes the duplicate only
+    finally:
+        if dup >= 0:
+            os.close(dup)
+
+
+class _RoundSockets:
+    def __init__(self, keep_ports):
+        self._keep_ports = frozenset(keep_ports)
+        self._before = _socket_inodes()
+        self._owned = None  # fixed once the round is formed
+
+    def formed(self):
+        self._owned = self._new()
+
+    def _new(self):
+        return {fd: ino for fd, ino in _socket_inodes().items() if self._before.get(fd) != ino}
+
+    def shutdown(self):
+        owned = self._owned if self._owned is not None else self._new()
+        for fd, inode in owned.items():
+            _shutdown_socket(fd, inode, self._keep_ports)
+
+
+# ---------------------------------------------------------------------------------------------
+# The control channel.
+
+
+class Control:
+    """The connection to this worker's ddprun agent (thread-safe). Made by :func:`connect`.
+
+    A daemon thread reads the agent's messages; the newest round message and the highest
+    aborted round are kept. A bad line, a line over 4096 bytes or EOF closes the channel: every
+    wait then fails with :class:`ControlError` naming why.
+    """
+
+    def __init__(self, sock, local_rank):
+        self._sock = sock
+        self.local_rank = local_rank
+        self._cond = threading.Condition()
+        self._round = None  # newest RoundInfo
+        self._aborted = -1  # highest round an abort named
+        self._abort_reason = ""
+        self._closed = None  # why the channel is closed, or None
+        self._active = None  # (round number, _RoundSockets) being formed or run
+        self._write_lock = threading.Lock()
+        self._reader = threading.Thread(target=self._read_loop, name="ddprun-control",
+                                        daemon=True)
+        self._reader.start()
+
+    # -- reader thread --
+
+    def _read_loop(self):
+        buffer = b""
+        why = "the agent closed the control channel"
+        try:
+            while True:
+                chunk = self._sock.recv(65536)
+                if not chunk:
+                    break
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    kind, value = parse_message(line)
+                    with self._cond:
+                        if kind == "round":
+                            if self._round is None or value.round > self._round.round:
+                                self._round = value  # an older round is stale: ignored
+                        elif value[0] > self._aborted:
+                            self._aborted, self._abort_reason = value
+                        self._cond.notify_all()
+                        self._interrupt_if_over()
+                if len(buffer) > MAX_LINE_BYTES:
+                    raise ValueError(f"a line over {MAX_LINE_BYTES} bytes")
+        except ValueError as e:
+            why = f"a bad message from the agent: {e}"
+        except OSError as e:
+            why = f"reading from the agent: {e}"
+        except Exception as e:  # never leave a waiter without an answer
+            why = f"the control channel's reader failed: {e!r}"
+        with self._cond:
+            self._closed = why
+            self._cond.notify_all()
+            self._interrupt_if_over()
+
+    def _over_locked(self, number):
+        return (self._closed is not None or self._aborted >= number
+                or (self._round is not None and self._round.round > number))
+
+    def _interrupt_if_over(self):
+        # REQUIRES: self._cond held.
+        if self._active is not None and self._over_locked(self._active[0]):
+            _, sockets = self._active
+            self._active = None
+            sockets.shutdown()
+
+    # -- any thread --
+
+    def current_round(self):
+        """The newest round message (None before the first)."""
+        with self._cond:
+            return self._round
+
+    def round_over(self, number):
+        """True once round `number` is over: aborted, superseded, or the channel closed."""
+        with self._cond:
+            return self._over_locked(number)
+
+    def abort_reason(self):
+        with self._cond:
+            return self._abort_reason
+
+    def wait_round(self, after, timeout_s):
+        """The first round message newer than `after`, waiting up to `timeout_s`.
+        ControlError when the channel closes or nothing comes in time."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                if self._round is not None and self._round.round > after:
+                    return self._round
+                if self._closed is not None:
+                    raise ControlError(f"control channel: {self._closed}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ControlError(f"no new round from the agent within {timeout_s:g} s")
+                self._cond.wait(left)
+
+    def send_ready(self, number, step):
+        self._send({"type": "ready", "round": number, "step": step})
+
+    def _send(self, obj):
+        with self._write_lock:
+            try:
+                self._sock.sendall(_encode(obj))
+            except OSError as e:
+                raise ControlError(f"control channel: sending {obj['type']}: {e}") from None
+
+    def _activate(self, number, sockets):
+        """Marks round `number` as this process's, cut off (sockets shut down) once it is over."""
+        with self._cond:
+            self._active = (number, sockets)
+            self._interrupt_if_over()
+
+    def _abandon(self):
+        """The main thread gives up the active round: its connections are shut down, so peers
+        blocked on this process fail at once too."""
+        with self._cond:
+            if self._active is not None:
+                _, sockets = self._active
+                self._active = None
+                sockets.shutdown()
+
+    def close(self):
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self._reader.join(timeout=5)
+        self._sock.close()
+
+
+def connect(timeout=60.0):
+    """Connects to the agent named by DDPRUN_CONTROL_SOCKET, says hello and waits up to
+    `timeout` seconds for this worker's first round.
+
+    Returns None when DDPRUN_CONTROL_SOCKET is unset or empty (not in-process mode: the script
+    runs as it would without this module). Raises ControlError when the agent cannot be reached,
+    does not answer in time, or answers with something that is not a round message."""
+    path = os.environ.get(CONTROL_SOCKET_ENV, "")
+    if not path:
+        return None
+    try:
+        local_rank = int(os.environ.get("LOCAL_RANK", ""))
+    except ValueError:
+        raise ControlError(f"{CONTROL_SOCKET_ENV} is set but LOCAL_RANK is not an integer: "
+                           f"{os.environ.get('LOCAL_RANK')!r}") from None
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(path)
+    except OSError as e:
+        sock.close()
+        raise ControlError(f"{CONTROL_SOCKET_ENV}={path}: connect: {e}") from None
+    ctl = Control(sock, local_rank)
+    try:
+        ctl._send({"type": "hello", "version": PROTOCOL_VERSION, "local_rank": local_rank,
+                   "pid": os.getpid()})
+        ctl.wait_round(-1, timeout)
+    except ControlError as e:
+        ctl.close()
+        raise ControlError(f"control channel {path}: no round from the agent: {e}") from None
+    return ctl
+
+
+# ---------------------------------------------------------------------------------------------
+# Rounds.
+
+
+class Round:
+    """One round of the job, as yielded by :func:`rounds` with the default process group formed.
+
+    Attributes: ``round`` (number; 0 without ddprun), ``rank``, ``world_size``, ``local_rank``,
+    ``restart_count``, ``info`` (the RoundInfo; None without ddprun), ``step`` (the last
+    completed step this process holds), ``source`` (the rank whose state was taken; None when
+    none was sent), ``failed`` (the exception that ended the round, set by ``with rnd:``).
+    Used from the training thread only.
+    """
+
+    def __init__(self, ctl, info, step, source=None):
+        self._ctl = ctl
+        self.info = info
+        self.round = info.round if info else 0
+        self.rank = dist.get_rank()
+        self.world_size = dist.get_world_size()
+        self.local_rank = info.local_rank if info else int(os.environ.get("LOCAL_RANK", 0))
+        self.restart_count = (info.restart_count if info
+                              else int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0)))
+        self.step = step
+        self.source = source
+        self.failed = None
+
+    @property
+    def in_process(self):
+        """True under ddprun --restart-mode=in-process (a control channel)."""
+        return self._ctl is not None
+
+    def over(self):
+        """True once this round is over (always False without ddprun)."""
+        return self._ctl is not None and self._ctl.round_over(self.round)
+
+    def step_done(self, step):
+        """Records that optimizer step `step` is complete (call it right after
+        ``optimizer.step()``). Raises RoundOver when the round is over, ControlError when the
+        agent is gone (the worker should exit)."""
+        if isinstance(step, bool) or not isinstance(step, int):
+            raise TypeError(f"step_done: step must be an int, not {type(step).__name__}")
+        self.step = step
+        if self.over():
+            self._raise_over()
+
+    def _raise_over(self):
+        ctl = self._ctl
+        with ctl._cond:
+            closed = ctl._closed
+        if closed is not None:
+            raise ControlError(f"control channel: {closed}")
+        reason = ctl.abort_reason()
+        raise RoundOver(f"round {self.round} is over" + (f": {reason}" if reason else ""))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc is None or self._ctl is None:
+            return False
+        if isinstance(exc, (RoundOver, RuntimeError)):
+            self.failed = exc
+            return True
+        return False
+
+
+def _collective_timeout(info, timeout):
+    if timeout is not None:
+        return timeout
+    seconds = info.deadline_ms / 1000.0 if info.deadline_ms > 0 else _DEFAULT_DEADLINE_S
+    return datetime.timedelta(seconds=max(seconds, _MIN_TIMEOUT_S))
+
+
+# Stores this process serves, by (addr, port), kept for the life of the process: ranks of later
+# rounds may still be connected to them.
+_served_stores = {}
+
+
+def _serve_store_if_free(info, timeout):
+    key = (info.master_addr, info.master_port)
+    if key in _served_stores:
+        return
+    try:
+        _served_stores[key] = dist.TCPStore(
+            info.master_addr, info.master_port, world_size=None, is_master=True,
+            timeout=timeout, wait_for_workers=False)
+    except RuntimeError as e:  # the port is taken: a surviving worker's store, most likely
+        _log(f"round {info.round}: not serving the store at "
+             f"{info.master_addr}:{info.master_port} ({str(e).splitlines()[0]}); "
+             "connecting to the one there")
+
+
+def _comm_device(backend):
+    if str(backend).lower() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+class _Pickler(pickle.Pickler):
+    """Pickles a state with its strided tensors left out (sent as raw bytes instead)."""
+
+    def __init__(self, file, tensors):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._tensors = tensors
+
+    def persistent_id(self, obj):
+        if (isinstance(obj, torch.Tensor) and obj.layout == torch.strided
+                and not obj.is_quantized):
+            self._tensors.append(obj)
+            return (len(self._tensors) - 1, str(obj.dtype).replace("torch.", ""),
+                    tuple(obj.shape), obj.device.type)
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file, payload, offsets):
+        super().__init__(file)
+        self._payload = payload
+        self._offsets = offsets
+
+    def persistent_load(self, pid):
+        index, dtype_name, shape, device_type = pid
+        start, end = self._offsets[index], self._offsets[index + 1]
+        t = self._payload[start:end].clone().view(getattr(torch, dtype_name)).view(shape)
+        if device_type == "cuda":
+            return t.to(torch.device("cuda", torch.cuda.current_device()))
+        return t.to(device_type)
+
+
+def _snapshot(state):
+    return {name: (obj.state_dict() if hasattr(obj, "state_dict") else obj)
+            for name, obj in state.items()}
+
+
+def _broadcast_state(state, src, device):
+    """Every rank takes rank `src`'s state: a pickled skeleton and the tensors' bytes."""
+    if dist.get_rank() == src:
+        tensors = []
+        skeleton = io.BytesIO()
+        _Pickler(skeleton, tensors).dump(_snapshot(state))
+        parts = [torch.frombuffer(bytearray(skeleton.getvalue()), dtype=torch.uint8).to(device)]
+        sizes = []
+        for t in tensors:
+            raw = t.detach().to(device).contiguous().view(-1).view(torch.uint8)
+            parts.append(raw)
+            sizes.append(raw.numel())
+        header = torch.tensor([skeleton.tell(), len(sizes)] + sizes, dtype=torch.int64)
+        count = torch.tensor([header.numel()], dtype=torch.int64, device=device)
+        dist.broadcast(count, src)
+        dist.broadcast(header.to(device), src)
+        payload = torch.cat(parts)
+        dist.broadcast(payload, src)
+        return
+    count = torch.zeros(1, dtype=torch.int64, device=device)
+    dist.broadcast(count, src)
+    header = torch.zeros(int(count.item()), dtype=torch.int64, device=device)
+    dist.broadcast(header, src)
+    header = header.cpu().tolist()
+    skeleton_len, n = header[0], header[1]
+    offsets = [skeleton_len]
+    for size in header[2:2 + n]:
+        offsets.append(offsets[-1] + size)
+    payload = torch.empty(offsets[-1], dtype=torch.uint8, device=device)
+    dist.broadcast(payload, src)
+    payload = payload.cpu()
+    received = _Unpickler(io.BytesIO(payload[:skeleton_len].numpy().tobytes()), payload,
+                          offsets).load()
+    for name, value in received.items():
+        target = state.get(name)
+        if target is not None and hasattr(target, "load_state_dict"):
+            target.load_state_dict(value)
+        else:
+            state[name] = value
+
+
+def _agree(state, step, backend):
+    """The state agreement of §6b: returns (agreed step, source rank or None); `state` holds
+    the agreed step's state on return."""
+    device = _comm_device(backend)
+    world = dist.get_world_size()
+    steps = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world)]
+    dist.all_gather(steps, torch.tensor([step], dtype=torch.int64, device=device))
+    steps = [int(t.item()) for t in steps]
+    top = max(steps)
+    if all(s == top for s in steps):
+        return top, None
+    src = steps.index(top)
+    if state is not None:
+        _broadcast_state(state, src, device)
+    return top, src
+
+
+def _export_env(info):
+    """The round's coordinates in the environment, as a cold start of this round would have
+    them, for code that reads RANK & co. from os.environ (children inherit them too)."""
+    os.environ.update({
+        "RANK": str(info.rank),
+        "WORLD_SIZE": str(info.world_size),
+        "LOCAL_RANK": str(info.local_rank),
+        "LOCAL_WORLD_SIZE": str(info.local_world_size),
+        "GROUP_RANK": str(info.group_rank),
+        "GROUP_WORLD_SIZE": str(info.group_world_size),
+        "ROLE_RANK": str(info.rank),
+        "ROLE_WORLD_SIZE": str(info.world_size),
+        "MASTER_ADDR": info.master_addr,
+        "MASTER_PORT": str(info.master_port),
+        "TORCHELASTIC_RESTART_COUNT": str(info.restart_count),
+        "DDPRUN_ROUND": str(info.round),
+    })
+
+
+def _form(ctl, info, backend, state, held, timeout):
+    """Forms round `info`'s default process group and agrees on the state; returns a Round.
+    Raises RuntimeError (a failed store, group or collective) or RoundOver. held["step"] is the
+    step whose state this process holds, updated as soon as it took another rank's state (even
+    if the round then fails: the next round must not count it as older)."""
+    pg_timeout = _collective_timeout(info, timeout)
+    _export_env(info)
+    if info.rank == 0:
+        _serve_store_if_free(info, pg_timeout)
+    keep_ports = {port for (_, port) in _served_stores}
+    sockets = _RoundSockets(keep_ports)
+    ctl._activate(info.round, sockets)
+    if ctl.round_over(info.round):
+        raise RoundOver(f"round {info.round} was over before it formed")
+    client = dist.TCPStore(info.master_addr, info.master_port, world_size=None, is_master=False,
+                           timeout=pg_timeout, wait_for_workers=False)
+    store = dist.PrefixStore(info.store_prefix, client)
+    dist.init_process_group(backend, store=store, rank=info.rank, world_size=info.world_size,
+                            timeout=pg_timeout)
+    sockets.formed()
+    agreed, source = _agree(state, held["step"], backend)
+    held["step"] = agreed
+    if ctl.round_over(info.round):
+        raise RoundOver(f"round {info.round} ended while it formed")
+    ctl.send_ready(info.round, agreed)
+    rnd = Round(ctl, info, agreed, source)
+    rnd._store = client  # the round's store client lives as long as the round
+    return rnd
+
+
+def _drop_group(ctl):
+    ctl._abandon()
+    if dist.is_initialized():
+        # After the round's sockets are shut down nothing the group waits on can block (gloo).
+        dist.destroy_process_group()
+
+
+def rounds(ctl, backend, state=None, timeout=None, start_step=-1):
+    """Yields the rounds of the job, each with torch.distributed's default group formed.
+
+    ctl: from :func:`connect` (None: not in-process, one round with env:// init, no recovery).
+    backend: "gloo", "nccl", ... as for init_process_group.
+    state: {name: object with state_dict()/load_state_dict(), or a plain picklable value};
+      when the ranks' steps differ, the lowest rank with the highest step sends its state.
+    timeout: a datetime.timedelta for the process group (default: the round's deadline_ms, at
+      least 10 s; without ddprun torch's own default).
+    start_step: the step this process holds before the first round (-1: none; the checkpoint's
+      step after loading one).
+
+    After a round whose body ended normally the generator ends. After one that failed (``with
+    rnd:`` recorded it) it abandons the round and waits for the next round message, at most the
+    round's deadline_ms; without one it raises RecoveryError from the failure.
+    """
+    if ctl is None:
+        if not dist.is_initialized():
+            if timeout is None:
+                dist.init_process_group(backend)
+            else:
+                dist.init_process_group(backend, timeout=timeout)
+        yield Round(None, None, start_step)
+        return
+
+    if dist.is_initialized():
+        raise RuntimeError("ddprun_inprocess.rounds: the default process group is already "
+                           "initialized; under ddprun's in-process mode rounds() forms it for "
+                           "every round: do not call init_process_group yourself")
+    held = {"step": start_step}
+    info = ctl.current_round()
+    while True:
+        try:
+            rnd = _form(ctl, info, backend, state, held, timeout)
+        except (RuntimeError, RoundOver) as e:
+            failure = e
+            _log(f"round {info.round}: rank {info.rank} could not form the group: "
+                 f"{_first_line(e)}")
+        else:
+            _log(f"round {info.round}: rank {rnd.rank} of {rnd.world_size} ready at step "
+                 f"{rnd.step}" + (f" (state from rank {rnd.source})"
+                                  if rnd.source is not None else ""))
+            yield rnd
+            if rnd.failed is None:
+                return
+            failure = rnd.failed
+            held["step"] = rnd.step
+            rnd.failed = None
+            # The traceback holds the failed round's frames, and with them its DDP wrapper (its
+            # gradient buckets, its process group): clear their locals so they go now.
+            traceback.clear_frames(failure.__traceback__)
+            _log(f"round {info.round}: abandoned at step {rnd.step}: {_first_line(failure)}")
+            rnd._store = None
+        _drop_group(ctl)
+        wait_s = info.deadline_ms / 1000.0 if info.deadline_ms > 0 else _DEFAULT_DEADLINE_S
+        try:
+            info = ctl.wait_round(info.round, wait_s)
+        except ControlError as e:
+            raise RecoveryError(f"round {info.round} failed and no next round came: {e}") \
+                from failure
+
+
+def run(train, backend, state=None, timeout=None, start_step=-1, ctl=None, connect_timeout=60.0):
+    """Runs ``train(rnd)`` once per round until one call returns; returns what it returned.
+
+    The control channel is :func:`connect`'s unless `ctl` is given. Without ddprun's in-process
+    mode this is ``init_process_group`` (env://) and one call of `train`, every exception
+    propagating. See :func:`rounds` for the other arguments.
+    """
+    if ctl is None:
+        ctl = connect(connect_timeout)
+    result = None
+    for rnd in rounds(ctl, backend, state=state, timeout=timeout, start_step=start_step):
+        with rnd:
+            result = train(rnd)
+    return result
