@@ -62,7 +62,7 @@ Agent::Agent(LaunchOptions options, Environment env, HostInfo host)
     : options_(std::move(options)),
       env_(std::move(env)),
       host_(std::move(host)),
-      state_(options_.nproc_per_node),
+      state_(options_.nproc_per_node, options_.restart_mode),
       hangs_(
           &loop_, options_, [this](const HangVerdict& v) { OnHang(v); },
           [this](const std::vector<LocalProgress>& p) { ReportProgress(p, false); }) {
@@ -134,12 +134,16 @@ absl::Status Agent::Prepare() {
     if (events_fd_ < 0) LogWarning(absl::StrCat(events, ": ", strerror(errno)));
   }
 
-  if (hangs_.enabled()) {
+  if (hangs_.enabled() || options_.restart_mode == RestartMode::kInProcess) {
     absl::StatusOr<std::string> dir = MakeTempDir("ddprun-ipc");
     if (!dir.ok()) return dir.status();
     ipc_dir_ = *std::move(dir);
+  }
+  if (hangs_.enabled()) {
     if (absl::Status s = hangs_.Start(ipc_dir_); !s.ok()) return s;
   }
+  if (absl::Status s = StartInProcessRounds(); !s.ok()) return s;
+  worker_attempt_.assign(options_.nproc_per_node, 0);
 
   if (absl::Status s = StartSpares(); !s.ok()) return s;
 
@@ -223,10 +227,40 @@ WorkerEnvSpec Agent::EnvSpec(int lr) const {
   return spec;
 }
 
+absl::Status Agent::StartInProcessRounds() {
+  if (options_.restart_mode != RestartMode::kInProcess) return absl::OkStatus();
+  InProcessRounds::Hooks hooks;
+  hooks.local_rank_of_pid = [this](pid_t pid) { return group_ ? group_->LocalRankOfPid(pid) : -1; };
+  hooks.on_speaks = [this](int lr) { state_.OnWorkerSpeaks(lr); };
+  hooks.round_running = [this] { return state_.phase() == AgentStateMachine::Phase::kRunning; };
+  hooks.kill_worker = [this](int lr) {
+    if (group_) group_->KillWorker(lr);
+  };
+  hooks.on_all_ready = [this](int64_t round, int64_t step) {
+    StepEvent restored{Step::kStateRestored};
+    restored.round = round;
+    restored.detail = absl::StrCat("step ", step);
+    restored.state_step = step;
+    RecordStep(restored);
+  };
+  auto rounds = InProcessRounds::Start(&loop_, options_.nproc_per_node, options_.reform_timeout,
+                                       absl::StrCat(ipc_dir_, "/control"), std::move(hooks));
+  if (!rounds.ok()) return rounds.status();
+  reform_ = *std::move(rounds);
+  return absl::OkStatus();
+}
+
+std::string Agent::WorkerErrorFile(int lr) const {
+  const int attempt =
+      lr >= 0 && lr < static_cast<int>(worker_attempt_.size()) ? worker_attempt_[lr] : attempt_;
+  return ErrorFilePath(attempt, lr);
+}
+
 SpawnRequest Agent::WorkerSpawn(int lr, Environment env) const {
   SpawnRequest spawn;
   spawn.env = std::move(env);
   hangs_.AddWorkerEnv(options_.entrypoint_kind != EntrypointKind::kBinary, &spawn.env);
+  if (reform_) spawn.env[control::kControlSocketEnv] = reform_->socket_path();
   WorkerCommand command = BuildWorkerCommand(options_, env_, lr);
   spawn.program = std::move(command.program);
   spawn.argv = std::move(command.argv);
@@ -273,6 +307,61 @@ void Agent::OpenFilteredLogs() {
   }
 }
 
+WorkerLaunch Agent::MakeLaunch(int lr, const rendezvous::Assignment& a) {
+  worker_attempt_[lr] = attempt_;
+  exits_[lr].reset();
+  const std::string dir = absl::StrCat(log_root_, "/attempt_", attempt_, "/", lr);
+  if (absl::Status s = MakeDirs(dir); !s.ok()) LogWarning(s.message());
+  WorkerEnvSpec spec = EnvSpec(lr);
+  spec.error_file = ErrorFilePath(attempt_, lr);
+  unlink(spec.error_file.c_str());  // a stale file must not be mistaken for this attempt's
+
+  WorkerLaunch launch;
+  launch.local_rank = lr;
+  launch.rank = a.rank_offset + lr;
+  launch.spawn = WorkerSpawn(lr, BuildWorkerEnv(env_, spec, a));
+  launch.python = options_.entrypoint_kind != EntrypointKind::kBinary;
+  launch.stacks_path = absl::StrCat(dir, "/stacks.txt");
+
+  // Console and log files, as torchrun's --redirects / --tee / --local-ranks-filter say.
+  const bool visible =
+      options_.local_ranks_filter.empty() || options_.local_ranks_filter.count(lr) > 0;
+  const int redirect = options_.redirects.For(lr);
+  const int tee = options_.tee.For(lr);
+  const bool always_log = !options_.log_dir.empty();
+  const bool templated = !options_.log_line_prefix_template.empty();
+  const std::string prefix =
+      templated
+          ? SubstituteTemplate(options_.log_line_prefix_template,
+                               LogLinePrefixValues(options_.role, launch.rank, lr, host_.hostname))
+          : absl::StrCat("[", options_.role, lr, "]:");
+  auto configure = [&](int bit, int console_fd, OutputStream::Config* config, std::string* log_path,
+                       int* tty_of, const char* name) {
+    const bool redirected = (redirect & bit) != 0 && (tee & bit) == 0;
+    config->console_fd = visible && !redirected ? console_fd : -1;
+    config->console =
+        isatty(console_fd) ? OutputStream::Console::kTerminal : OutputStream::Console::kStream;
+    config->console_writer = console_fd == 1 ? &stdout_writer_ : &stderr_writer_;
+    // A stream shown as is on ddprun's terminal gets a terminal of its own (as under torchrun
+    // without --tee, where the worker writes to that terminal itself); --tee gives pipes there.
+    if (options_.worker_tty && config->console_fd >= 0 && (tee & bit) == 0 && isatty(console_fd)) {
+      *tty_of = console_fd;
+    }
+    // An explicit template prefixes every console line; the default one only with --tee.
+    if (templated || (tee & bit) != 0) config->prefix = prefix;
+    if (always_log || ((redirect | tee) & bit) != 0) *log_path = absl::StrCat(dir, "/", name);
+    config->filtered_fd = filtered_fds_[bit == kStdOut ? 0 : 1];
+    config->filters =
+        bit == kStdOut ? options_.duplicate_stdout_filters : options_.duplicate_stderr_filters;
+    config->filtered_prefix = absl::StrCat("[", options_.role, lr, "]:");
+  };
+  configure(kStdOut, 1, &launch.stdout_config, &launch.stdout_log, &launch.stdout_tty_of,
+            "stdout.log");
+  configure(kStdErr, 2, &launch.stderr_config, &launch.stderr_log, &launch.stderr_tty_of,
+            "stderr.log");
+  return launch;
+}
+
 void Agent::StartWorkers(const rendezvous::Assignment& a) {
   if (const std::string glob = StacksGlob(); !glob.empty()) {
     std::string where;
@@ -288,60 +377,12 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
   OpenFilteredLogs();
   std::vector<WorkerLaunch> launches;
   const int nproc = options_.nproc_per_node;
-  for (int lr = 0; lr < nproc; ++lr) {
-    const std::string dir = absl::StrCat(log_root_, "/attempt_", attempt_, "/", lr);
-    if (absl::Status s = MakeDirs(dir); !s.ok()) LogWarning(s.message());
-    WorkerEnvSpec spec = EnvSpec(lr);
-    spec.error_file = ErrorFilePath(attempt_, lr);
-    unlink(spec.error_file.c_str());  // a stale file must not be mistaken for this attempt's
-
-    WorkerLaunch launch;
-    launch.local_rank = lr;
-    launch.rank = a.rank_offset + lr;
-    launch.spawn = WorkerSpawn(lr, BuildWorkerEnv(env_, spec, a));
-    launch.python = options_.entrypoint_kind != EntrypointKind::kBinary;
-    launch.stacks_path = absl::StrCat(dir, "/stacks.txt");
-
-    // Console and log files, as torchrun's --redirects / --tee / --local-ranks-filter say.
-    const bool visible =
-        options_.local_ranks_filter.empty() || options_.local_ranks_filter.count(lr) > 0;
-    const int redirect = options_.redirects.For(lr);
-    const int tee = options_.tee.For(lr);
-    const bool always_log = !options_.log_dir.empty();
-    const bool templated = !options_.log_line_prefix_template.empty();
-    const std::string prefix =
-        templated ? SubstituteTemplate(
-                        options_.log_line_prefix_template,
-                        LogLinePrefixValues(options_.role, launch.rank, lr, host_.hostname))
-                  : absl::StrCat("[", options_.role, lr, "]:");
-    auto configure = [&](int bit, int console_fd, OutputStream::Config* config,
-                         std::string* log_path, int* tty_of, const char* name) {
-      const bool redirected = (redirect & bit) != 0 && (tee & bit) == 0;
-      config->console_fd = visible && !redirected ? console_fd : -1;
-      config->console =
-          isatty(console_fd) ? OutputStream::Console::kTerminal : OutputStream::Console::kStream;
-      config->console_writer = console_fd == 1 ? &stdout_writer_ : &stderr_writer_;
-      // A stream shown as is on ddprun's terminal gets a terminal of its own (as under torchrun
-      // without --tee, where the worker writes to that terminal itself); --tee gives pipes there.
-      if (options_.worker_tty && config->console_fd >= 0 && (tee & bit) == 0 &&
-          isatty(console_fd)) {
-        *tty_of = console_fd;
-      }
-      // An explicit template prefixes every console line; the default one only with --tee.
-      if (templated || (tee & bit) != 0) config->prefix = prefix;
-      if (always_log || ((redirect | tee) & bit) != 0) *log_path = absl::StrCat(dir, "/", name);
-      config->filtered_fd = filtered_fds_[bit == kStdOut ? 0 : 1];
-      config->filters =
-          bit == kStdOut ? options_.duplicate_stdout_filters : options_.duplicate_stderr_filters;
-      config->filtered_prefix = absl::StrCat("[", options_.role, lr, "]:");
-    };
-    configure(kStdOut, 1, &launch.stdout_config, &launch.stdout_log, &launch.stdout_tty_of,
-              "stdout.log");
-    configure(kStdErr, 2, &launch.stderr_config, &launch.stderr_log, &launch.stderr_tty_of,
-              "stderr.log");
-    launches.push_back(std::move(launch));
-  }
+  for (int lr = 0; lr < nproc; ++lr) launches.push_back(MakeLaunch(lr, a));
   if (group_) KillWhatWorkersLeft();  // the previous group's detached processes
+  if (reform_) {
+    reform_->OnGroupReplaced();
+    reform_->BeginRound(a, {});  // every worker gets its round message in reply to its hello
+  }
   group_ = std::make_unique<WorkerGroup>(&loop_, this, options_.stop_timeout, &guard_,
                                          hangs_.enabled() ? FindStackTool(env_) : std::nullopt,
                                          spares_.get());
@@ -365,15 +406,62 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
   rendezvous_->ReportGroupState(a.round, rendezvous::GroupState::kRunning, std::nullopt);
 }
 
+void Agent::ReformWorkers(const rendezvous::Assignment& a, const std::vector<int>& start) {
+  current_ = a;
+  ++attempt_;
+  std::vector<WorkerLaunch> launches;
+  std::vector<int> kept;
+  for (int lr = 0; lr < options_.nproc_per_node; ++lr) {
+    if (std::find(start.begin(), start.end(), lr) != start.end()) {
+      launches.push_back(MakeLaunch(lr, a));
+    } else {
+      kept.push_back(lr);
+    }
+  }
+  LogInfo(absl::StrCat("round ", a.round, ": in-process recovery, ", kept.size(),
+                       " worker(s) kept, ", launches.size(), " started; ranks ", a.rank_offset, "-",
+                       a.rank_offset + options_.nproc_per_node - 1, " of ", a.world_size, " (node ",
+                       a.group_rank, " of ", a.group_world_size, "), master ", a.master_addr, ":",
+                       a.master_port,
+                       a.restart_count > 0 ? absl::StrCat(", restart ", a.restart_count) : ""));
+  reform_->BeginRound(a, kept);
+  if (!launches.empty()) {
+    KillWhatWorkersLeft();  // what the failed workers detached
+    group_->Start(std::move(launches));
+  }
+  hangs_.OnGroupStarted(group_.get());
+  StepEvent started{Step::kWorkersStarted};
+  started.round = a.round;
+  started.workers = static_cast<int>(start.size());
+  started.kept = static_cast<int>(kept.size());
+  started.restart_count = a.restart_count;
+  RecordStep(started);
+  rendezvous_->ReportGroupState(a.round, rendezvous::GroupState::kRunning, std::nullopt);
+}
+
 void Agent::Execute(const std::vector<AgentAction>& actions) {
   for (const AgentAction& action : actions) {
     switch (action.type) {
       case AgentAction::Type::kStartWorkers:
         StartWorkers(action.assignment);
         break;
+      case AgentAction::Type::kAbortRound:
+        hangs_.OnGroupStopping();
+        LogInfo(absl::StrCat("round ", action.round, " is over (", action.message,
+                             "); in-process recovery: the surviving workers wait for the next"));
+        reform_->Abort(action.round, action.message);
+        {
+          StepEvent aborted{Step::kRoundAborted};
+          aborted.round = action.round;
+          RecordStep(aborted);
+        }
+        break;
+      case AgentAction::Type::kReformWorkers:
+        ReformWorkers(action.assignment, action.local_ranks);
+        break;
       case AgentAction::Type::kStopWorkers:
         hangs_.OnGroupStopping();
-        if (group_ && group_->live() > 0 && !stopping_) {
+        if (group_ && action.local_rank < 0 && group_->live() > 0 && !stopping_) {
           stopping_ = true;
           RecordStep(StepEvent{Step::kStopBegun});
         }
@@ -386,6 +474,7 @@ void Agent::Execute(const std::vector<AgentAction>& actions) {
             plan.signal_rank = action.failure.local_rank;
             plan.signal = action.hang_signal;
           }
+          plan.only_local_rank = action.local_rank;
           stacks_taken_ = true;
           LogWarning(absl::StrCat(
               "taking the stacks of this node's workers (",
@@ -411,9 +500,12 @@ void Agent::Execute(const std::vector<AgentAction>& actions) {
         failure.hang = !e.hang.empty();
         std::vector<std::string> tail =
             group_ ? group_->StderrTail(e.local_rank) : std::vector<std::string>{};
+        const std::string killed_why = reform_ ? reform_->KillReason(e.local_rank) : "";
         if (failure.hang) {
           failure.message = e.hang;
-        } else if (auto err = ReadErrorFile(ErrorFilePath(attempt_, e.local_rank))) {
+        } else if (!killed_why.empty()) {
+          failure.message = killed_why;
+        } else if (auto err = ReadErrorFile(WorkerErrorFile(e.local_rank))) {
           failure.message = Abbreviate(err->message);
         } else if (group_ && !group_->StartError(e.local_rank).empty()) {
           failure.message = group_->StartError(e.local_rank);
@@ -477,7 +569,7 @@ void Agent::Finish(int exit_code, const std::string& reason) {
     report.other_failures = state_.other_failures();
     if (report.root_cause.has_value()) {
       const int lr = report.root_cause->local_rank;
-      report.error_file = ErrorFilePath(attempt_, lr);
+      report.error_file = WorkerErrorFile(lr);
       report.error = ReadErrorFile(report.error_file);
       RelayErrorFileToParent(report.error_file, *report.root_cause);
       if (group_) {
@@ -549,7 +641,7 @@ void Agent::WriteEventLog(int exit_code, const std::string& reason) {
         w.state = "SUCCEEDED";
       } else if (failed(lr)) {
         w.state = "FAILED";
-        w.raw_error = ReadBoundedFile(ErrorFilePath(attempt_, lr), kMaxErrorFileBytes).value_or("");
+        w.raw_error = ReadBoundedFile(WorkerErrorFile(lr), kMaxErrorFileBytes).value_or("");
         if (w.raw_error.empty() && e.has_value()) {
           w.raw_error = nlohmann::json({{"message", DescribeExit(*e)}}).dump();
         }
@@ -633,6 +725,7 @@ void Agent::OnWorkerExited(const WorkerExit& exit) {
     exits_[exit.local_rank] = exit;
   }
   hangs_.OnExited(exit.local_rank, exit.pid);
+  if (reform_) reform_->OnWorkerExited(exit.local_rank);
   // Posted, not handled inline: the group that reports the exit may be replaced by the actions
   // that follow (a restart starts a new group).
   loop_.Post([this, exit] {
@@ -717,6 +810,9 @@ void Agent::KillWhatWorkersLeft() {
   std::set<pid_t> ours = {guard_.pid()};
   if (spares_) {
     for (pid_t pid : spares_->OwnPids()) ours.insert(pid);
+  }
+  if (group_) {
+    for (pid_t pid : group_->LivePids()) ours.insert(pid);  // in-process recovery's survivors
   }
   const std::vector<pid_t> killed = KillStrayChildren(ours);
   if (!killed.empty()) {

@@ -11,6 +11,7 @@
 
 #include "common/event_loop.h"
 #include "launcher/agent/agent_state.h"
+#include "launcher/agent/in_process_rounds.h"
 #include "launcher/agent/run_timeline.h"
 #include "launcher/config/host_info.h"
 #include "launcher/config/options.h"
@@ -58,6 +59,15 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   absl::Status PlanNumaBinding();
   void Execute(const std::vector<AgentAction>& actions);
   void StartWorkers(const rendezvous::Assignment& assignment);
+  // In-process recovery: the survivors get `assignment`'s round, `start` get new workers.
+  void ReformWorkers(const rendezvous::Assignment& assignment, const std::vector<int>& start);
+  // Local rank `lr`'s worker for round `a`: its environment, command, streams and logs (in
+  // this attempt's folder).
+  WorkerLaunch MakeLaunch(int lr, const rendezvous::Assignment& a);
+  // --restart-mode=in-process: the control channel (in the private IPC directory).
+  absl::Status StartInProcessRounds();
+  // The error file of local rank `lr`'s current (or last) worker.
+  std::string WorkerErrorFile(int lr) const;
   // Opens this attempt's filtered_std{out,err}.log (closing the last attempt's).
   void OpenFilteredLogs();
   // Under another launcher (TORCHELASTIC_ERROR_FILE in ddprun's own environment): the root
@@ -106,6 +116,10 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   RendezvousSetup setup_;              // the rendezvous (and the server, when hosted here)
   rendezvous::Rendezvous* rendezvous_ = nullptr;  // setup_.rendezvous
   std::unique_ptr<WorkerGroup> group_;
+  std::unique_ptr<InProcessRounds> reform_;  // --restart-mode=in-process; null: cold
+  // By local rank: the attempt whose folder holds its current worker's logs and error file
+  // (in-process recovery keeps survivors of earlier attempts).
+  std::vector<int> worker_attempt_;
   // --duplicate-std{out,err}-filters: the current attempt's filtered_std{out,err}.log, or -1.
   int filtered_fds_[2] = {-1, -1};
   rendezvous::Assignment current_{};

@@ -17,7 +17,62 @@ StopMode StopModeFor(const std::optional<rendezvous::HangNotice>& hang) {
 
 }  // namespace
 
-AgentStateMachine::AgentStateMachine(int nproc_per_node) : nproc_(nproc_per_node) {}
+AgentStateMachine::AgentStateMachine(int nproc_per_node, RestartMode mode)
+    : nproc_(nproc_per_node),
+      mode_(mode),
+      alive_(nproc_per_node, false),
+      speaks_(nproc_per_node, false),
+      dying_(nproc_per_node, false) {}
+
+void AgentStateMachine::OnWorkerSpeaks(int local_rank) {
+  if (local_rank >= 0 && local_rank < nproc_) speaks_[local_rank] = true;
+}
+
+bool AgentStateMachine::Speaks(int local_rank) const {
+  return local_rank >= 0 && local_rank < nproc_ && speaks_[local_rank];
+}
+
+bool AgentStateMachine::CanRecoverInProcess() const {
+  if (mode_ != RestartMode::kInProcess) return false;
+  for (int lr = 0; lr < nproc_; ++lr) {
+    if (alive_[lr] && !speaks_[lr]) return false;
+  }
+  return true;
+}
+
+void AgentStateMachine::BeginRound(const rendezvous::Assignment& a) {
+  phase_ = Phase::kRunning;
+  round_ = a.round;
+  live_ = nproc_;
+  succeeded_ = 0;
+  // The summary describes the attempt that ends the job: a failure here in an earlier round
+  // is not the cause when the budget is spent by another node's failure in this one.
+  previous_root_cause_ = std::move(root_cause_);
+  root_cause_.reset();
+  other_failures_.clear();
+}
+
+std::vector<AgentAction> AgentStateMachine::AwaitRound(const std::string& why) {
+  phase_ = Phase::kAwaitingRound;
+  AgentAction abort{Type::kAbortRound};
+  abort.round = round_;
+  abort.message = why;
+  return {abort};
+}
+
+std::vector<AgentAction> AgentStateMachine::Reform(const rendezvous::Assignment& a) {
+  AgentAction reform{Type::kReformWorkers};
+  reform.assignment = a;
+  for (int lr = 0; lr < nproc_; ++lr) {
+    if (!alive_[lr]) {
+      reform.local_ranks.push_back(lr);
+      speaks_[lr] = false;  // a new process: it has to say hello itself
+    }
+    alive_[lr] = true;
+  }
+  BeginRound(a);
+  return {reform};
+}
 
 int AgentStateMachine::ExitCodeForClose(const absl::Status& status) {
   if (status.ok()) return kExitSuccess;
@@ -37,20 +92,28 @@ std::vector<AgentAction> AgentStateMachine::Exit(int code, const std::string& wh
 std::vector<AgentAction> AgentStateMachine::OnAssignment(const rendezvous::Assignment& a) {
   switch (phase_) {
     case Phase::kRendezvous: {
-      phase_ = Phase::kRunning;
-      round_ = a.round;
-      live_ = nproc_;
-      succeeded_ = 0;
-      // The summary describes the attempt that ends the job: a failure here in an earlier round
-      // is not the cause when the budget is spent by another node's failure in this one.
-      previous_root_cause_ = std::move(root_cause_);
-      root_cause_.reset();
-      other_failures_.clear();
+      BeginRound(a);
+      alive_.assign(nproc_, true);
+      speaks_.assign(nproc_, false);
+      dying_.assign(nproc_, false);
       AgentAction start{Type::kStartWorkers};
       start.assignment = a;
       return {start};
     }
+    case Phase::kAwaitingRound:
+      for (bool dying : dying_) {
+        if (dying) {
+          pending_assignment_ = a;
+          return {};
+        }
+      }
+      return Reform(a);
     case Phase::kRunning: {
+      if (CanRecoverInProcess()) {
+        std::vector<AgentAction> actions = AwaitRound("a new rendezvous round formed");
+        for (auto& r : Reform(a)) actions.push_back(r);
+        return actions;
+      }
       // A new round while ours still runs: the server restarted us without a separate restart
       // message. Stop, then start with it.
       pending_assignment_ = a;
@@ -66,8 +129,33 @@ std::vector<AgentAction> AgentStateMachine::OnAssignment(const rendezvous::Assig
 }
 
 std::vector<AgentAction> AgentStateMachine::OnWorkerExited(const WorkerExit& exit) {
-  if (phase_ != Phase::kRunning && phase_ != Phase::kStopping) return {};
+  if (phase_ != Phase::kRunning && phase_ != Phase::kStopping && phase_ != Phase::kAwaitingRound) {
+    return {};
+  }
+  if (exit.local_rank >= 0 && exit.local_rank < nproc_) {
+    if (!alive_[exit.local_rank]) return {};  // already counted
+    alive_[exit.local_rank] = false;
+  }
   if (live_ > 0) --live_;
+  if (phase_ == Phase::kAwaitingRound) {
+    // A survivor died between rounds, or the hung worker is gone: the next round replaces it.
+    // The round it belonged to is already over, so there is nothing to report.
+    const bool was_dying =
+        exit.local_rank >= 0 && exit.local_rank < nproc_ && dying_[exit.local_rank];
+    if (was_dying) dying_[exit.local_rank] = false;
+    if (!was_dying && !exit.ok() && root_cause_ && other_failures_.size() < 64) {
+      other_failures_.push_back(exit);
+    }
+    for (bool dying : dying_) {
+      if (dying) return {};
+    }
+    if (pending_assignment_.has_value()) {
+      rendezvous::Assignment next = *pending_assignment_;
+      pending_assignment_.reset();
+      return Reform(next);
+    }
+    return {};
+  }
   if (phase_ == Phase::kStopping) {
     // Failures other than ddprun's own SIGTERM/SIGKILL, for the summary's "other failures".
     const bool ours = exit.signal == SIGTERM || exit.signal == SIGKILL ||
@@ -93,6 +181,7 @@ std::vector<AgentAction> AgentStateMachine::OnWorkerExited(const WorkerExit& exi
 }
 
 std::vector<AgentAction> AgentStateMachine::OnHang(const WorkerExit& hung, int signal) {
+  // kAwaitingRound: survivors wait for the next round, which is no sign of life; not a hang.
   if (phase_ != Phase::kRunning) return {};
   return Fail(hung, signal);
 }
@@ -105,6 +194,21 @@ std::vector<AgentAction> AgentStateMachine::Fail(const WorkerExit& cause, int ha
   report.round = round_;
   report.failure = cause;
   std::vector<AgentAction> actions = {report};
+  if (CanRecoverInProcess()) {
+    if (hung) {
+      // Only the hung worker goes (stacks first); the others re-form without it.
+      dying_[cause.local_rank] = true;
+      AgentAction stop{Type::kStopWorkers};
+      stop.stop_mode = StopMode::kTakeStacksFirst;
+      stop.local_rank = cause.local_rank;
+      stop.failure = cause;
+      stop.hang_signal = hang_signal;
+      stop.message = "a worker hung";
+      actions.push_back(stop);
+    }
+    for (auto& a : AwaitRound(hung ? "a worker hung" : "a worker failed")) actions.push_back(a);
+    return actions;
+  }
   const StopMode how = hung ? StopMode::kTakeStacksFirst : StopMode::kGracefully;
   for (auto& a : BeginStop(std::nullopt, hung ? "a worker hung" : "a worker failed", how)) {
     if (a.type == Type::kStopWorkers) {
@@ -119,6 +223,7 @@ std::vector<AgentAction> AgentStateMachine::Fail(const WorkerExit& cause, int ha
 std::vector<AgentAction> AgentStateMachine::OnRestart(
     const std::string& reason, const std::optional<rendezvous::HangNotice>& hang) {
   if (phase_ != Phase::kRunning) return {};
+  if (CanRecoverInProcess()) return AwaitRound(reason);
   return BeginStop(std::nullopt, reason, StopModeFor(hang));
 }
 
@@ -131,6 +236,7 @@ std::vector<AgentAction> AgentStateMachine::OnClosed(
     case Phase::kRendezvous:
       return Exit(code, why);
     case Phase::kRunning:
+    case Phase::kAwaitingRound:
       return BeginStop(code, why, StopModeFor(hang));
     case Phase::kStopping:
       if (!pending_exit_is_signal_) {
@@ -155,7 +261,8 @@ std::vector<AgentAction> AgentStateMachine::OnStopSignal(int signal) {
       for (auto& a : Exit(code, why)) actions.push_back(a);
       return actions;
     }
-    case Phase::kRunning: {
+    case Phase::kRunning:
+    case Phase::kAwaitingRound: {
       std::vector<AgentAction> actions = {leave};
       pending_exit_is_signal_ = true;
       for (auto& a : BeginStop(code, why, StopMode::kGracefully)) actions.push_back(a);

@@ -9,6 +9,16 @@
 //        +---(no exit pending)-- kStopping --(exit pending)--> kDone(code)
 //                                  |  pending assignment
 //                                  +--> kRunning
+//
+// --restart-mode=in-process (docs/design.md §6b): when every live worker speaks the control
+// protocol, a failure or a restart does not stop them:
+//
+//   kRunning --worker fails / restart--> kAwaitingRound --assignment--> kRunning
+//            (abort to the survivors)                    (round to the survivors, the
+//                                                         missing local ranks started)
+//
+// Anything else (a live worker that does not speak it, a close, a stop signal) stops the group
+// as in cold mode.
 #ifndef DDPRUN_LAUNCHER_AGENT_AGENT_STATE_H_
 #define DDPRUN_LAUNCHER_AGENT_AGENT_STATE_H_
 
@@ -18,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "common/clock.h"
+#include "launcher/config/options.h"
 #include "launcher/workers/worker_exit.h"
 #include "rendezvous/api/rendezvous.h"
 
@@ -39,7 +50,9 @@ enum class StopMode {
 struct AgentAction {
   enum class Type {
     kStartWorkers,     // `assignment`
-    kStopWorkers,      // as `stop_mode` says
+    kStopWorkers,      // as `stop_mode` says; only `local_rank`'s worker when >= 0
+    kAbortRound,       // in-process: tell every speaking worker that `round` is over (`message`)
+    kReformWorkers,    // in-process: `assignment` to the survivors; start `local_ranks`' workers
     kKillWorkers,      // SIGKILL now (a second stop signal)
     kReportFailed,     // tell the rendezvous: `round` failed, root cause `failure`
     kReportSucceeded,  // tell the rendezvous: `round` succeeded on this node
@@ -54,14 +67,16 @@ struct AgentAction {
   int exit_code = 0;
   std::string message;
   StopMode stop_mode = StopMode::kGracefully;  // kStopWorkers
-  int hang_signal = 0;  // kStopWorkers: for `failure.local_rank` after its stacks
+  int hang_signal = 0;           // kStopWorkers: for `failure.local_rank` after its stacks
+  int local_rank = -1;           // kStopWorkers: just this worker (-1: all)
+  std::vector<int> local_ranks;  // kReformWorkers: the local ranks that need a new worker
 };
 
 class AgentStateMachine {
  public:
-  enum class Phase { kRendezvous, kRunning, kStopping, kDone };
+  enum class Phase { kRendezvous, kRunning, kAwaitingRound, kStopping, kDone };
 
-  explicit AgentStateMachine(int nproc_per_node);
+  explicit AgentStateMachine(int nproc_per_node, RestartMode mode = RestartMode::kCold);
 
   std::vector<AgentAction> OnAssignment(const rendezvous::Assignment& assignment);
   std::vector<AgentAction> OnWorkerExited(const WorkerExit& exit);
@@ -75,6 +90,11 @@ class AgentStateMachine {
                                     const std::optional<rendezvous::HangNotice>& hang);
   // A stop signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT).
   std::vector<AgentAction> OnStopSignal(int signal);
+  // In-process mode: local rank `local_rank`'s current worker said hello on the control
+  // channel. No actions.
+  void OnWorkerSpeaks(int local_rank);
+  // Whether local rank `local_rank`'s current worker speaks the control protocol.
+  bool Speaks(int local_rank) const;
 
   Phase phase() const { return phase_; }
   int64_t round() const { return round_; }
@@ -101,8 +121,22 @@ class AgentStateMachine {
   // hung; then `hang_signal` to it).
   std::vector<AgentAction> Fail(const WorkerExit& cause, int hang_signal);
   std::vector<AgentAction> Exit(int code, const std::string& why);
+  // In-process mode, and every live worker speaks the protocol.
+  bool CanRecoverInProcess() const;
+  // Ends the round for the survivors (abort) and waits for the next assignment.
+  std::vector<AgentAction> AwaitRound(const std::string& why);
+  // The next round with the survivors; the missing local ranks get new workers.
+  std::vector<AgentAction> Reform(const rendezvous::Assignment& a);
+  // The bookkeeping of a new round (both kinds of start).
+  void BeginRound(const rendezvous::Assignment& a);
 
   const int nproc_;
+  const RestartMode mode_;
+  std::vector<bool> alive_;   // by local rank: its worker of this round runs
+  std::vector<bool> speaks_;  // by local rank: its current worker said hello
+  // By local rank: a hung worker being stopped (stacks first); the next round waits for its
+  // exit, so that its replacement never runs beside it.
+  std::vector<bool> dying_;
   Phase phase_ = Phase::kRendezvous;
   int64_t round_ = -1;
   int live_ = 0;

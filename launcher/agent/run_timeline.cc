@@ -45,6 +45,10 @@ const char* StepName(Step step) {
       return "resumed";
     case Step::kClosed:
       return "closed";
+    case Step::kRoundAborted:
+      return "round_aborted";
+    case Step::kStateRestored:
+      return "state_restored";
   }
   return "unknown";
 }
@@ -75,6 +79,8 @@ std::string RunTimeline::Add(const StepEvent& e) {
   if (e.world_size >= 0) j["world_size"] = e.world_size;
   if (e.group_rank >= 0) j["group_rank"] = e.group_rank;
   if (e.workers >= 0) j["workers"] = e.workers;
+  if (e.kept >= 0) j["kept"] = e.kept;
+  if (e.state_step >= 0) j["state_step"] = e.state_step;
   if (e.restart_count >= 0) j["restart_count"] = e.restart_count;
   if (!e.cause.empty()) j["cause"] = e.cause;
   if (e.rank >= 0) j["rank"] = e.rank;
@@ -112,12 +118,19 @@ std::optional<std::string> RunTimeline::CycleLine() const {
       case Step::kStopFinished:
         parts.push_back(absl::StrCat("all stopped", after));
         break;
+      case Step::kRoundAborted:
+        parts.push_back(absl::StrCat("survivors told", after));
+        break;
       case Step::kRoundComplete:
         parts.push_back(absl::StrCat("round ", e.round, " complete", after));
         break;
       case Step::kWorkersStarted:
-        parts.push_back(
-            absl::StrCat(e.workers, " worker", e.workers == 1 ? "" : "s", " running", after));
+        if (e.kept >= 0) {
+          parts.push_back(absl::StrCat(e.kept, " kept, ", e.workers, " started", after));
+        } else {
+          parts.push_back(
+              absl::StrCat(e.workers, " worker", e.workers == 1 ? "" : "s", " running", after));
+        }
         break;
       default:
         break;

@@ -30,6 +30,9 @@ enum class Step {
   kStopFinished,  // every worker of the group has exited
   kResumed,       // a restarted rendezvous server took the round back; no worker restarted
   kClosed,        // the run is over for this agent: detail says how
+  // In-process recovery (docs/design.md §6b):
+  kRoundAborted,   // the surviving workers were told that their round is over
+  kStateRestored,  // every local worker of the round is ready: state_step's state, re-formed
 };
 
 // What made a cycle end. The first four are seen by this agent; the others it hears from the
@@ -51,7 +54,9 @@ struct StepEvent {
   int64_t round = -1;
   int world_size = -1;
   int group_rank = -1;
-  int workers = -1;  // kWorkersStarted
+  int workers = -1;         // kWorkersStarted: workers started
+  int kept = -1;            // kWorkersStarted, in-process recovery: surviving workers kept
+  int64_t state_step = -1;  // kStateRestored: the global step whose state the workers hold
   int restart_count = -1;
   std::string cause;  // kFailureDetected
   int rank = -1;      // the failed or first-progressing worker's global rank

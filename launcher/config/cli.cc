@@ -384,6 +384,23 @@ absl::Status ApplyHangTimeout(const Sourced& s, const HostInfo&, LaunchOptions* 
   return absl::OkStatus();
 }
 
+absl::Status ApplyRestartMode(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  if (s.value == "cold") {
+    o->restart_mode = RestartMode::kCold;
+  } else if (s.value == "in-process") {
+    o->restart_mode = RestartMode::kInProcess;
+  } else {
+    return Invalid(s, "expected cold or in-process");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ApplyReformTimeout(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  DDPRUN_ASSIGN_OR_RETURN(o->reform_timeout, ParseSeconds(s.where, s.value));
+  if (o->reform_timeout.count() <= 0) return Invalid(s, "must be a positive number of seconds");
+  return absl::OkStatus();
+}
+
 struct FlagDef {
   const char* name;        // canonical spelling with dashes
   const char* short_name;  // "-m", or "" for none
@@ -506,6 +523,16 @@ constexpr FlagDef kFlags[] = {
      "report) after which a worker is hung: stacks of every worker, then a restart. Off by "
      "default.",
      ApplyHangTimeout},
+    {"restart-mode", "", false,
+     "What a failure does to the workers that did not fail. cold (default, torchrun's): every "
+     "worker of the job is stopped and started again. in-process: survivors keep their "
+     "processes and re-form with replacements over DDPRUN_CONTROL_SOCKET; workers that do not "
+     "speak the protocol restart cold. See README, In-process recovery.",
+     ApplyRestartMode, ValueKind::kChoice, "cold in-process"},
+    {"reform-timeout", "", false,
+     "In-process mode: seconds a worker has from its round message to its ready; a worker "
+     "that misses it is killed and counts as a failure. Default 60.",
+     ApplyReformTimeout},
     {"no-worker-tty", "", true,
      "Give workers pipes even when ddprun's output is a terminal (by default a worker whose "
      "stream goes to ddprun's terminal gets a pseudo-terminal sized like it, so isatty(), "

@@ -40,6 +40,12 @@ inline bool IsStopSignal(int sig) {
   return false;
 }
 
+// What a failure does to the workers that did not fail (docs/design.md §6b).
+enum class RestartMode {
+  kCold,       // every worker of the job is stopped and started again (torchrun's model)
+  kInProcess,  // survivors keep running and re-form with replacements (control channel)
+};
+
 enum class EntrypointKind {
   kPythonScript,  // python3 -u script args...
   kPythonModule,  // python3 -u -m module args...
@@ -89,6 +95,9 @@ struct LaunchOptions {
   double monitor_interval_s = 0.1;     // accepted for compatibility; ddprun is event-driven
   std::string start_method = "spawn";  // accepted for compatibility
   std::chrono::milliseconds stop_timeout{10000};  // SIGTERM -> SIGKILL grace per worker group
+  RestartMode restart_mode = RestartMode::kCold;  // --restart-mode
+  // --reform-timeout: in-process mode, from a round message to the worker's ready.
+  std::chrono::milliseconds reform_timeout{60000};
   std::vector<int> extra_signals;  // --signals-to-handle beyond the four stop signals
   // --signals-to-handle as given; exported to workers as TORCHELASTIC_SIGNALS_TO_HANDLE (torch
   // 2.x's launcher does, and its workers' handlers read it).

@@ -9,6 +9,7 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -94,6 +95,15 @@ absl::Status OpenStream(int tty_of, int ends[2]) {
 
 void WorkerGroup::Start(std::vector<WorkerLaunch> launches) {
   for (auto& launch : launches) {
+    if (const Worker* old = Find(launch.local_rank); old != nullptr) {
+      if (old->running) {
+        LogError(absl::StrCat("local rank ", launch.local_rank, " still has a worker (pid ",
+                              old->pid, "); not starting another"));
+        continue;
+      }
+      workers_.erase(std::find_if(workers_.begin(), workers_.end(),
+                                  [old](const auto& w) { return w.get() == old; }));
+    }
     auto w = std::make_unique<Worker>();
     w->local_rank = launch.local_rank;
     w->rank = launch.rank;
@@ -269,6 +279,11 @@ void WorkerGroup::Stop() {
   }
 }
 
+void WorkerGroup::KillWorker(int local_rank) {
+  const Worker* w = Find(local_rank);
+  if (w != nullptr && w->running) kill(-w->pid, SIGKILL);
+}
+
 void WorkerGroup::Kill() {
   collecting_ = false;
   SignalAll(SIGKILL);
@@ -328,6 +343,14 @@ std::vector<std::pair<int, char>> WorkerGroup::ProcessStates() const {
     if (w->running) out.emplace_back(w->local_rank, ProcessState(w->pid));
   }
   return out;
+}
+
+std::vector<pid_t> WorkerGroup::LivePids() const {
+  std::vector<pid_t> pids;
+  for (const auto& w : workers_) {
+    if (w->running) pids.push_back(w->pid);
+  }
+  return pids;
 }
 
 pid_t WorkerGroup::Pid(int local_rank) const {

@@ -46,6 +46,8 @@ struct StackPlan {
   std::string reason;    // first line of every stacks file
   int signal_rank = -1;  // local rank that gets `signal` once stacks are taken (FileTimer's)
   int signal = 0;
+  // >= 0: only this local rank's worker (in-process recovery: the others re-form without it).
+  int only_local_rank = -1;
 };
 
 class WorkerGroup {
@@ -70,15 +72,18 @@ class WorkerGroup {
   WorkerGroup& operator=(const WorkerGroup&) = delete;
 
   // Starts every worker. A worker that cannot be started is reported to the listener (posted,
-  // after this returns) as exited with code 127; StartError() then says why.
+  // after this returns) as exited with code 127; StartError() then says why. A local rank whose
+  // earlier worker has exited gets the new one in its place (in-process recovery); one whose
+  // worker still runs is not started twice (logged).
   void Start(std::vector<WorkerLaunch> launches);
 
   // A child of the agent exited; returns false when it is not one of this group's workers.
   bool HandleChildExit(pid_t pid, int wait_status);
 
-  void Stop();               // SIGTERM now, SIGKILL after the grace period
-  void Kill();               // SIGKILL now
-  void Forward(int signal);  // to every live worker's process group
+  void Stop();                      // SIGTERM now, SIGKILL after the grace period
+  void Kill();                      // SIGKILL now
+  void KillWorker(int local_rank);  // SIGKILL one worker's process group now
+  void Forward(int signal);         // to every live worker's process group
   // Takes every live worker's stacks, then stops the group as Stop() does:
   //  1. native stacks of all threads (eu-stack or gdb) of every worker at once;
   //  2. Python workers: SIGABRT, so that faulthandler (PYTHONFAULTHANDLER=1) prints every
@@ -94,6 +99,7 @@ class WorkerGroup {
   std::vector<std::string> StderrTail(int local_rank) const;
   std::string StartError(int local_rank) const;
   pid_t Pid(int local_rank) const;
+  std::vector<pid_t> LivePids() const;
   int LocalRankOfPid(pid_t pid) const;  // a worker or a process in its group; -1: none
   // The innermost frames of a worker's stacks file (empty when none was written).
   std::vector<std::string> InnermostFrames(int local_rank, size_t n) const;

@@ -35,6 +35,7 @@ void WorkerGroup::StopWithStacks(const StackPlan& plan) {
   std::vector<int> fds;
   for (auto& w : workers_) {
     if (!w->running || w->stacks_path.empty()) continue;
+    if (plan.only_local_rank >= 0 && w->local_rank != plan.only_local_rank) continue;
     const int fd =
         open(w->stacks_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) {
@@ -69,6 +70,7 @@ void WorkerGroup::DumpPythonStacks(const StackPlan& plan) {
   bool any = false;
   for (auto& w : workers_) {
     if (!w->running || !w->python || !w->stacks_written) continue;
+    if (plan.only_local_rank >= 0 && w->local_rank != plan.only_local_rank) continue;
     // The dump is what we want, not a core file of every worker.
     const rlimit no_core{0, 0};
     prlimit(w->pid, RLIMIT_CORE, &no_core, nullptr);
@@ -88,6 +90,7 @@ void WorkerGroup::FinishStacks(const StackPlan& plan) {
   collecting_ = false;
   for (auto& w : workers_) {
     if (!w->python || !w->stacks_written) continue;
+    if (plan.only_local_rank >= 0 && w->local_rank != plan.only_local_rank) continue;
     const int fd = open(w->stacks_path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
     if (fd < 0) continue;
     std::string dump = w->err->TakeCapture();
@@ -104,7 +107,11 @@ void WorkerGroup::FinishStacks(const StackPlan& plan) {
   listener_->OnStacksTaken();
   // No SIGTERM grace: the ranks of a hung group are stuck in or before a collective, and a
   // graceful stop (a checkpoint) would need the very peers they are waiting for.
-  Kill();
+  if (plan.only_local_rank >= 0) {
+    KillWorker(plan.only_local_rank);
+  } else {
+    Kill();
+  }
 }
 
 void WorkerGroup::Forward(int signal) { SignalAll(signal); }

@@ -1,0 +1,89 @@
+// The agent's side of the in-process recovery control channel (control/control_message.h,
+// docs/design.md §6b): a Unix stream socket in the agent's private directory that the workers
+// connect to. A connection becomes a local rank's once its hello is accepted (the listener
+// checks that the connecting process is that rank's worker); from then on the agent can send
+// it round and abort messages, and its ready messages reach the listener.
+//
+// A hostile or broken worker cannot stall the agent: reads are bounded per wake-up, a line over
+// kMaxControlLineBytes or one that is not a valid message closes the connection (one log line
+// naming the local rank), a connection that says nothing for kHelloTimeout is closed, at most
+// kMaxPendingConnections wait for their hello, and sends never block (a worker that does not
+// read its channel until the socket buffer is full loses the connection).
+//
+// Single-threaded: every method runs on the agent's EventLoop thread.
+#ifndef DDPRUN_LAUNCHER_CONTROL_CONTROL_SERVER_H_
+#define DDPRUN_LAUNCHER_CONTROL_CONTROL_SERVER_H_
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/event_loop.h"
+#include "control/control_message.h"
+
+namespace ddprun::launcher {
+
+class ControlServer {
+ public:
+  static constexpr std::chrono::seconds kHelloTimeout{10};
+  static constexpr int kMaxPendingConnections = 64;
+
+  class Listener {
+   public:
+    virtual ~Listener() = default;
+    // A hello from the process `peer_pid` (SO_PEERCRED). Returns "" to accept it as
+    // `hello.local_rank`'s channel, else why not (logged; the connection is closed).
+    virtual std::string CheckHello(const control::HelloMessage& hello, pid_t peer_pid) = 0;
+    // An accepted hello: the local rank's worker speaks the protocol.
+    virtual void OnHello(int local_rank) = 0;
+    virtual void OnReady(int local_rank, const control::ReadyMessage& ready) = 0;
+  };
+
+  // Listens at `path` (a Unix socket, created with mode 0600; anything there is replaced).
+  static absl::StatusOr<std::unique_ptr<ControlServer>> Listen(EventLoop* loop,
+                                                               const std::string& path,
+                                                               Listener* listener);
+  ~ControlServer();
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  // Sends `message` to local rank `local_rank`'s channel. False when it has none (never said
+  // hello, closed, or the send failed: then the connection is closed too).
+  bool Send(int local_rank, const control::ControlMessage& message);
+  // Closes the local rank's channel (its worker is gone or replaced).
+  void Disconnect(int local_rank);
+  bool Connected(int local_rank) const { return by_rank_.count(local_rank) > 0; }
+
+ private:
+  struct Connection {
+    int fd = -1;
+    int local_rank = -1;  // -1 until its hello is accepted
+    std::string buffer;
+    EventLoop::TimerId hello_timer = 0;
+  };
+
+  ControlServer(EventLoop* loop, std::string path, int listen_fd, Listener* listener);
+  void Accept();
+  void Read(Connection* c);
+  // One complete line of `c`; false when the connection was closed because of it.
+  bool HandleLine(Connection* c, const std::string& line);
+  void Close(Connection* c, const std::string& why);
+  std::string Who(const Connection* c) const;
+
+  EventLoop* loop_;
+  const std::string path_;
+  const int listen_fd_;
+  Listener* listener_;
+  std::map<int, std::unique_ptr<Connection>> connections_;  // by fd
+  std::map<int, Connection*> by_rank_;
+};
+
+}  // namespace ddprun::launcher
+
+#endif  // DDPRUN_LAUNCHER_CONTROL_CONTROL_SERVER_H_

@@ -1,0 +1,213 @@
+// --restart-mode=in-process end to end with real ddprun agents and real worker processes that
+// speak the control protocol (control_worker.cc): survivors keep their processes, only what
+// failed is replaced, workers that do not speak the protocol restart cold, a worker that
+// misses its re-formation deadline is killed, hostile clients of the control socket are
+// refused. ddp-train's and the Python module's recoveries have tests of their own.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <regex>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "tests/testing/reserved_port.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/test_env.h"
+
+namespace ddprun {
+namespace {
+
+using testing::BinPath;
+using testing::CountMatches;
+using ::testing::HasSubstr;
+using testing::Subprocess;
+using testing::TempDir;
+using testing::WaitUntil;
+using namespace std::chrono_literals;
+
+// "rank=R pid=P round=N ... joined" lines: pid by (rank, round).
+std::map<std::pair<int, int>, int> JoinedPids(const std::string& out) {
+  std::map<std::pair<int, int>, int> pids;
+  static const std::regex kJoined(R"(rank=(\d+) pid=(\d+) round=(\d+) world=\d+ step=\d+ joined)");
+  for (auto it = std::sregex_iterator(out.begin(), out.end(), kJoined);
+       it != std::sregex_iterator(); ++it) {
+    pids[{std::stoi((*it)[1]), std::stoi((*it)[3])}] = std::stoi((*it)[2]);
+  }
+  return pids;
+}
+
+std::set<int> RoundsSeen(const std::map<std::pair<int, int>, int>& pids) {
+  std::set<int> rounds;
+  for (const auto& [key, pid] : pids) rounds.insert(key.second);
+  return rounds;
+}
+
+std::vector<std::string> Agent(int nproc, std::vector<std::string> flags,
+                               std::vector<std::string> worker_args) {
+  std::vector<std::string> argv = {BinPath("ddprun"), "--standalone",
+                                   absl::StrCat("--nproc-per-node=", nproc),
+                                   "--restart-mode=in-process", "--no-python"};
+  for (auto& f : flags) argv.push_back(std::move(f));
+  argv.push_back(BinPath("control_worker"));
+  for (auto& a : worker_args) argv.push_back(std::move(a));
+  return argv;
+}
+
+// The first and the second round, by rank: which processes were kept.
+struct Recovery {
+  int kept = 0;
+  int replaced = 0;
+};
+Recovery Compare(const std::map<std::pair<int, int>, int>& pids, int nproc, int first, int second) {
+  Recovery r;
+  for (int rank = 0; rank < nproc; ++rank) {
+    auto a = pids.find({rank, first});
+    auto b = pids.find({rank, second});
+    if (a == pids.end() || b == pids.end()) continue;
+    (a->second == b->second ? r.kept : r.replaced) += 1;
+  }
+  return r;
+}
+
+class InProcessFailureTest : public ::testing::TestWithParam<std::string> {};
+
+// A worker that exits 1 or is SIGKILLed: only it is replaced, the two others keep their
+// processes and join the next round; the budget counts the failure; the job succeeds.
+TEST_P(InProcessFailureTest, OnlyTheFailedWorkerIsReplaced) {
+  Subprocess agent(
+      Agent(3, {"--max-restarts=1"},
+            {"--steps", "30", "--fail-rank", "1", "--fail-step", "5", "--fail-mode", GetParam()}));
+  auto status = agent.Wait(60s);
+  ASSERT_TRUE(status.has_value()) << agent.err();
+  const std::string out = agent.out() + agent.err();
+  EXPECT_EQ(status->exit_code, 0) << out;
+  const auto pids = JoinedPids(out);
+  const std::set<int> rounds = RoundsSeen(pids);
+  ASSERT_EQ(rounds.size(), 2u) << out;
+  const Recovery r = Compare(pids, 3, *rounds.begin(), *rounds.rbegin());
+  EXPECT_EQ(r.kept, 2) << out;
+  EXPECT_EQ(r.replaced, 1) << out;
+  EXPECT_THAT(out, HasSubstr("in-process recovery, 2 worker(s) kept, 1 started")) << out;
+  EXPECT_EQ(CountMatches(out, "done step=30"), 3) << out;
+}
+
+INSTANTIATE_TEST_SUITE_P(ExitAndKill, InProcessFailureTest, ::testing::Values("exit", "kill"));
+
+TEST(InProcessTest, BudgetCountsFailuresAsInColdMode) {
+  Subprocess agent(
+      Agent(2, {"--max-restarts=0"}, {"--steps", "30", "--fail-rank", "1", "--fail-step", "3"}));
+  auto status = agent.Wait(60s);
+  ASSERT_TRUE(status.has_value()) << agent.err();
+  EXPECT_EQ(status->exit_code, 1) << agent.err();
+  EXPECT_THAT(agent.err(), HasSubstr("restart budget spent")) << agent.err();
+  // The survivor is not left behind.
+  EXPECT_EQ(CountMatches(agent.out(), "done step="), 0) << agent.out();
+}
+
+// A hung worker (no sign of life past --hang-timeout): its stacks, then it is killed and
+// replaced; the others keep running.
+TEST(InProcessTest, HungWorkerIsKilledAndReplaced) {
+  TempDir logs;
+  Subprocess agent(
+      Agent(3, {"--max-restarts=1", "--hang-timeout=1.5", "--log-dir=" + logs.path()},
+            {"--steps", "60", "--fail-rank", "2", "--fail-step", "4", "--fail-mode", "hang"}));
+  auto status = agent.Wait(90s);
+  ASSERT_TRUE(status.has_value()) << agent.err();
+  const std::string out = agent.out() + agent.err();
+  EXPECT_EQ(status->exit_code, 0) << out;
+  const auto pids = JoinedPids(out);
+  const std::set<int> rounds = RoundsSeen(pids);
+  ASSERT_EQ(rounds.size(), 2u) << out;
+  const Recovery r = Compare(pids, 3, *rounds.begin(), *rounds.rbegin());
+  EXPECT_EQ(r.kept, 2) << out;
+  EXPECT_EQ(r.replaced, 1) << out;
+  EXPECT_THAT(out, HasSubstr("is hung")) << out;
+  EXPECT_THAT(out, HasSubstr("taking the stacks")) << out;
+}
+
+// A worker that never opens the channel: the node restarts cold, exactly as in cold mode.
+TEST(InProcessTest, WorkerThatDoesNotSpeakTheProtocolRestartsCold) {
+  Subprocess agent(
+      Agent(3, {"--max-restarts=1"},
+            {"--steps", "30", "--fail-rank", "1", "--fail-step", "5", "--silent-rank", "2"}));
+  auto status = agent.Wait(60s);
+  ASSERT_TRUE(status.has_value()) << agent.err();
+  const std::string out = agent.out() + agent.err();
+  EXPECT_EQ(status->exit_code, 0) << out;
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("in-process recovery,"))) << out;
+  EXPECT_EQ(CountMatches(out, "starting 3 worker\\(s\\)"), 2) << out;
+  EXPECT_EQ(CountMatches(out, "done step=30"), 3) << out;
+}
+
+// A replacement that never says ready: killed at --reform-timeout, a failure like any other;
+// with the budget spent, the summary says why.
+TEST(InProcessTest, WorkerMissingTheDeadlineIsKilledAndCounted) {
+  Subprocess agent(
+      Agent(2, {"--max-restarts=1", "--reform-timeout=1"},
+            {"--steps", "400", "--fail-rank", "1", "--fail-step", "3", "--late-rank", "0"}));
+  auto status = agent.Wait(60s);
+  ASSERT_TRUE(status.has_value()) << agent.err();
+  const std::string out = agent.out() + agent.err();
+  EXPECT_EQ(status->exit_code, 1) << out;
+  EXPECT_THAT(out, HasSubstr("did not re-form round")) << out;
+}
+
+// Hostile clients of the control socket: a process that is no worker, garbage, a flood. The
+// agent logs and closes each; the job is unaffected.
+TEST(InProcessTest, ForeignAndGarbledClientsAreRefused) {
+  TempDir dir;
+  Subprocess agent(Agent(1, {"--max-restarts=0"}, {"--steps", "60", "--step-ms", "50"}));
+  // The socket path from the worker's environment (a child of the agent), through /proc.
+  std::string socket;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+          const std::string stat = testing::ReadFile(entry.path().string() + "/stat");
+          const size_t paren = stat.rfind(')');
+          if (paren == std::string::npos) continue;
+          int ppid = 0;
+          if (sscanf(stat.c_str() + paren + 2, "%*c %d", &ppid) != 1 || ppid != agent.pid()) {
+            continue;
+          }
+          const std::string env = testing::ReadFile(entry.path().string() + "/environ");
+          const std::string key = "DDPRUN_CONTROL_SOCKET=";
+          const size_t at = env.find(key);
+          if (at == std::string::npos) continue;
+          socket = env.substr(at + key.size(), env.find('\0', at) - at - key.size());
+          return true;
+        }
+        return false;
+      },
+      20s));
+  auto send = [&](const std::string& bytes) {
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    strncpy(addr.sun_path, socket.c_str(), sizeof(addr.sun_path) - 1);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << socket;
+    (void)!write(fd, bytes.data(), bytes.size());
+    char c;
+    (void)!read(fd, &c, 1);  // the agent closes it
+    close(fd);
+  };
+  send(absl::StrCat(R"({"type":"hello","version":1,"local_rank":0,"pid":)", getpid(), "}\n"));
+  send("not json at all\n");
+  send(std::string(70000, 'x'));
+  auto status = agent.Wait(60s);
+  ASSERT_TRUE(status.has_value()) << agent.err();
+  const std::string out = agent.out() + agent.err();
+  EXPECT_EQ(status->exit_code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("it is no worker of this node")) << out;
+  EXPECT_THAT(out, HasSubstr("a bad message (not JSON)")) << out;
+  EXPECT_THAT(out, HasSubstr("a line over 4096 bytes")) << out;
+  EXPECT_EQ(CountMatches(out, "done step=60"), 1) << out;
+}
+
+}  // namespace
+}  // namespace ddprun
