@@ -53,14 +53,15 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(
   if (absl::Status s = WriteLine(fd, EncodeControlMessage(hello)); !s.ok()) return s;
   absl::StatusOr<RoundMessage> first = client->WaitForRound(-1, timeout);
   if (!first.ok()) {
-    return absl::UnavailableError(absl::StrCat("control channel ", socket_path,
-                                               ": no round from the agent: ",
-                                               first.status().message()));
+    return absl::UnavailableError(absl::StrCat(
+        "control channel ", socket_path, ": no round from the agent: ", first.status().message()));
   }
   return client;
 }
 
-ControlClient::ControlClient(int fd) : fd_(fd) { reader_ = std::thread([this] { ReadLoop(); }); }
+ControlClient::ControlClient(int fd) : fd_(fd) {
+  reader_ = std::thread([this] { ReadLoop(); });
+}
 
 ControlClient::~ControlClient() {
   shutdown(fd_, SHUT_RDWR);  // wakes the reader
@@ -89,8 +90,8 @@ void ControlClient::ReadLoop() {
       {
         absl::MutexLock lock(&mu_);
         if (!m.ok()) {
-          why = absl::StrCat("control channel: a bad message from the agent: ",
-                             m.status().message());
+          why =
+              absl::StrCat("control channel: a bad message from the agent: ", m.status().message());
           bad = true;
           break;
         }

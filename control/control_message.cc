@@ -102,7 +102,9 @@ std::string EncodeControlMessage(const ControlMessage& message) {
       [](const auto& m) -> Json {
         using T = std::decay_t<decltype(m)>;
         if constexpr (std::is_same_v<T, HelloMessage>) {
-          return {{"type", "hello"}, {"version", m.version}, {"local_rank", m.local_rank},
+          return {{"type", "hello"},
+                  {"version", m.version},
+                  {"local_rank", m.local_rank},
                   {"pid", m.pid}};
         } else if constexpr (std::is_same_v<T, ReadyMessage>) {
           return {{"type", "ready"}, {"round", m.round}, {"step", m.step}};
