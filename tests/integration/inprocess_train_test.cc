@@ -2,8 +2,8 @@
 // test itself listens on the control socket, starts real `ddp-train mnist` processes on
 // Fashion-MNIST with DDPRUN_CONTROL_SOCKET and the torchrun variables, answers their hellos with
 // round messages, kills or stops one mid-training, aborts the survivors' round, starts a
-// replacement and sends the next round to everyone. The runs end with the same model, byte for
-// byte, as a fault-free run of the same configuration.
+// replacement and sends the next round to everyone; one case runs under the real ddprun. The runs
+// end with the same model, byte for byte, as a fault-free run of the same configuration.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -554,6 +555,64 @@ TEST_F(InProcessTrainTest, ImageNetKilledRankReplacedWithoutRecomputingAStep) {
   EXPECT_THAT(out, HasSubstr("Epoch: [2][6/6]"));
   EXPECT_THAT(out, HasSubstr(absl::StrCat("the state of step ", a->step, " (epoch 1")));
   EXPECT_FALSE(ReadFile(dir_.File("ckpt/ckpt-000000000012.ddpt")).empty());
+}
+
+// The pid of ddp-train's rank `rank` among the descendants of `ancestor` (from /proc).
+std::optional<pid_t> FindWorker(pid_t ancestor, int rank) {
+  auto parent_of = [](pid_t pid) -> pid_t {
+    const std::string stat = ReadFile(absl::StrCat("/proc/", pid, "/stat"));
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) return 0;
+    std::istringstream rest(stat.substr(close + 2));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    return ppid;
+  };
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string dir = "/proc/" + name;
+    if (!absl::StrContains(ReadFile(dir + "/cmdline"), "ddp-train")) continue;
+    // Variables are NUL-separated; the first one has none before it, and is not RANK here.
+    const std::string nul(1, '\0');
+    if (!absl::StrContains(ReadFile(dir + "/environ"), absl::StrCat(nul, "RANK=", rank, nul))) {
+      continue;
+    }
+    for (pid_t p = std::stoi(name); p > 1; p = parent_of(p)) {
+      if (p == ancestor) return std::stoi(name);
+    }
+  }
+  return std::nullopt;
+}
+
+// The real agent: ddprun --restart-mode=in-process on one node of 3 workers; rank 1 is
+// SIGKILLed mid-epoch, ddprun keeps ranks 0 and 2 and starts a new rank 1, no step is lost or
+// repeated, and the model equals the fault-free run's byte for byte.
+TEST_F(InProcessTrainTest, UnderDdprunAKilledWorkerIsReplacedInProcess) {
+  if (access(BinPath("ddprun").c_str(), X_OK) != 0) GTEST_SKIP() << "ddprun not built";
+  const std::string reference = ReferenceModel();
+  ASSERT_FALSE(reference.empty());
+  std::vector<std::string> argv = {BinPath("ddprun"),    "--standalone",
+                                   "--nproc-per-node=3", "--restart-mode=in-process",
+                                   "--max-restarts=1",   "--no-python"};
+  const std::vector<std::string> train = Train(dir_.File("model.pt"));
+  argv.insert(argv.end(), train.begin(), train.end());
+  Subprocess ddprun(
+      argv, {{"TORCHELASTIC_ERROR_FILE", "\x01unset"}, {"DDPRUN_CONTROL_SOCKET", "\x01unset"}});
+  ASSERT_TRUE(ddprun.WaitForOutputContains("\tstep 5\n", seconds(60))) << Describe(ddprun);
+  std::optional<pid_t> victim = FindWorker(ddprun.pid(), 1);
+  ASSERT_TRUE(victim.has_value()) << Describe(ddprun);
+  ASSERT_EQ(kill(*victim, SIGKILL), 0);
+  std::optional<::ddprun::testing::ExitStatus> st = ddprun.Wait(seconds(120));
+  ASSERT_TRUE(st.has_value()) << Describe(ddprun);
+  EXPECT_EQ(st->exit_code, 0) << Describe(ddprun);
+  const std::string out = ddprun.out() + ddprun.err();
+  EXPECT_THAT(out, HasSubstr("rank 0: round 0 over"));
+  EXPECT_THAT(out, HasSubstr("re-formed as rank 2 of 3"));
+  for (int64_t step = 1; step <= 40; ++step) EXPECT_EQ(StepLines(out, step), 1) << step << out;
+  EXPECT_TRUE(ReadFile(dir_.File("model.pt")) == reference)
+      << "the run recovered by ddprun differs from the fault-free run";
 }
 
 // Garbage from the agent: the worker fails with a message naming it, and does not hang.
