@@ -385,24 +385,25 @@ TEST_F(InProcessTrainTest, KilledRankReplacedWithoutRecomputingAStep) {
       << "the recovered run's model differs from the fault-free run's";
 }
 
-// 3 -> 2 ranks: rank 1 dies and nobody replaces it; old rank 2 becomes rank 1, the survivors
-// re-shard the rest of the epoch and train to the end.
-TEST_F(InProcessTrainTest, SurvivorsReshardWhenTheWorldShrinks) {
+// 3 -> 2 ranks: rank 1 dies and nobody replaces it; the survivors swap roles on the same store
+// port: old rank 2 becomes rank 0 and finds the port served by old rank 0's store (it connects
+// as a client), old rank 0 becomes rank 1. They re-shard the rest of the epoch and train to the
+// end; the new rank 0 takes over the progress lines, the metrics file and the saved model.
+TEST_F(InProcessTrainTest, SurvivorsReshardAndSwapRanksWhenTheWorldShrinks) {
   FakeAgent agent(socket_);
   const int port = EphemeralPort();
-  ASSERT_NO_FATAL_FAILURE(StartRoundZero(agent, port, 5));
+  const std::string metrics = dir_.File("metrics.jsonl");
+  ASSERT_NO_FATAL_FAILURE(StartRoundZero(agent, port, 5, {"--metrics-file", metrics}));
   workers_[1]->Signal(SIGKILL);
   for (int r : {0, 2}) agent.Send(r, Abort(0, "rank 1 on test failed"));
-  const int port1 = EphemeralPort();
-  control::RoundMessage first = Round(1, 0, 2, port1);
-  first.local_world_size = kWorld;
-  agent.Send(0, first);
-  // Same process, new rank. (The fake agent is one node of three local ranks, one of them now
-  // empty; what the worker uses are rank, world size and store.)
-  control::RoundMessage second = Round(1, 1, 2, port1);
-  second.local_rank = 2;
-  second.local_world_size = kWorld;
-  agent.Send(2, second);
+  // The fake agent is one node whose local rank 1 stays empty; what a worker uses of a round
+  // are its rank, world size and store.
+  for (auto [local_rank, rank] : {std::pair{2, 0}, std::pair{0, 1}}) {
+    control::RoundMessage m = Round(1, rank, 2, port);
+    m.local_rank = local_rank;
+    m.local_world_size = kWorld;
+    agent.Send(local_rank, m);
+  }
   std::optional<control::ReadyMessage> a = agent.AwaitReady(0, 1, seconds(60));
   std::optional<control::ReadyMessage> b = agent.AwaitReady(2, 1, seconds(60));
   ASSERT_TRUE(a.has_value() && b.has_value()) << Describe(*workers_[0]) << Describe(*workers_[2]);
@@ -412,13 +413,19 @@ TEST_F(InProcessTrainTest, SurvivorsReshardWhenTheWorldShrinks) {
   ASSERT_TRUE(st0.has_value() && st2.has_value());
   EXPECT_EQ(st0->exit_code, 0) << Describe(*workers_[0]);
   EXPECT_EQ(st2->exit_code, 0) << Describe(*workers_[2]);
-  const std::string out = workers_[0]->out();
-  EXPECT_THAT(workers_[2]->out(), HasSubstr("re-formed as rank 1 of 2"));
+  EXPECT_THAT(workers_[0]->out(), HasSubstr("re-formed as rank 1 of 2"));
+  EXPECT_THAT(workers_[2]->out(), HasSubstr("re-formed as rank 0 of 2"));
+  const std::string out = workers_[2]->out();  // rank 0's lines from round 1 on
   // Both epochs ran to their last sample, the first one on two world sizes.
   EXPECT_THAT(out, HasSubstr("Train Epoch: 1 [3840/3840 (100%)]"));
   EXPECT_THAT(out, HasSubstr("Train Epoch: 2 [3840/3840 (100%)]"));
   EXPECT_THAT(out, HasSubstr("world_size 2"));
-  for (int64_t step = 1; step <= a->step; ++step) EXPECT_LE(StepLines(out, step), 1) << step;
+  EXPECT_THAT(out, HasSubstr("model saved to"));
+  const std::string all = workers_[0]->out() + out;
+  for (int64_t step = 1; step <= 40; ++step) EXPECT_LE(StepLines(all, step), 1) << step;
+  // One line per epoch, by whichever process was rank 0 when the epoch ended.
+  EXPECT_EQ(::ddprun::testing::CountOccurrences(ReadFile(metrics), "\"epoch\""), 2)
+      << ReadFile(metrics);
 }
 
 // A peer that stops without closing its sockets (SIGSTOP: a lost node) leaves the others
