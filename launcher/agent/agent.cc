@@ -29,6 +29,7 @@
 #include "launcher/workers/error_file_relay.h"
 #include "launcher/workers/worker_command.h"
 #include "launcher/workers/worker_env.h"
+#include "python/inprocess_module_py.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -65,7 +66,8 @@ Agent::Agent(LaunchOptions options, Environment env, HostInfo host)
       state_(options_.nproc_per_node, options_.restart_mode),
       hangs_(
           &loop_, options_, [this](const HangVerdict& v) { OnHang(v); },
-          [this](const std::vector<LocalProgress>& p) { ReportProgress(p, false); }) {
+          [this](const std::vector<LocalProgress>& p) { ReportProgress(p, false); },
+          [this](int lr, int64_t step) { OnStepReport(lr, step); }) {
   SetLogSink(&stderr_writer_);  // our lines stay in order with the workers' stderr
 }
 
@@ -134,14 +136,12 @@ absl::Status Agent::Prepare() {
     if (events_fd_ < 0) LogWarning(absl::StrCat(events, ": ", strerror(errno)));
   }
 
-  if (hangs_.enabled() || options_.restart_mode == RestartMode::kInProcess) {
-    absl::StatusOr<std::string> dir = MakeTempDir("ddprun-ipc");
-    if (!dir.ok()) return dir.status();
-    ipc_dir_ = *std::move(dir);
-  }
-  if (hangs_.enabled()) {
-    if (absl::Status s = hangs_.Start(ipc_dir_); !s.ok()) return s;
-  }
+  // The step reports' pipe (the goodput ledger, hang detection), the FileTimer's and the
+  // control socket live in a private directory.
+  absl::StatusOr<std::string> dir = MakeTempDir("ddprun-ipc");
+  if (!dir.ok()) return dir.status();
+  ipc_dir_ = *std::move(dir);
+  if (absl::Status s = hangs_.Start(ipc_dir_); !s.ok()) return s;
   if (absl::Status s = StartInProcessRounds(); !s.ok()) return s;
   worker_attempt_.assign(options_.nproc_per_node, 0);
 
@@ -156,6 +156,7 @@ absl::Status Agent::Prepare() {
 
 int Agent::Run() {
   started_ = std::chrono::steady_clock::now();
+  ledger_ = std::make_unique<GoodputLedger>(started_);
   if (absl::Status s = Prepare(); !s.ok()) {
     LogError(s.message());
     return s.code() == absl::StatusCode::kInvalidArgument ||
@@ -243,6 +244,15 @@ absl::Status Agent::StartInProcessRounds() {
     restored.state_step = step;
     RecordStep(restored);
   };
+  // The Python module (python/ddprun_inprocess.py, compiled in) goes on the workers'
+  // PYTHONPATH from the private directory: the version that speaks this agent's protocol.
+  module_dir_ = absl::StrCat(ipc_dir_, "/python");
+  if (absl::Status s = MakeDirs(module_dir_); !s.ok()) return s;
+  const std::string module = absl::StrCat(module_dir_, "/", python::kInProcessModuleFileName);
+  const int fd = open(module.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  const bool written = fd >= 0 && WriteAll(fd, python::kInProcessModuleSource);
+  if (fd >= 0) close(fd);
+  if (!written) return absl::InternalError(absl::StrCat(module, ": ", strerror(errno)));
   auto rounds = InProcessRounds::Start(&loop_, options_.nproc_per_node, options_.reform_timeout,
                                        absl::StrCat(ipc_dir_, "/control"), std::move(hooks));
   if (!rounds.ok()) return rounds.status();
@@ -260,7 +270,11 @@ SpawnRequest Agent::WorkerSpawn(int lr, Environment env) const {
   SpawnRequest spawn;
   spawn.env = std::move(env);
   hangs_.AddWorkerEnv(options_.entrypoint_kind != EntrypointKind::kBinary, &spawn.env);
-  if (reform_) spawn.env[control::kControlSocketEnv] = reform_->socket_path();
+  if (reform_) {
+    spawn.env[control::kControlSocketEnv] = reform_->socket_path();
+    std::string& path = spawn.env["PYTHONPATH"];
+    path = path.empty() ? module_dir_ : absl::StrCat(module_dir_, ":", path);
+  }
   WorkerCommand command = BuildWorkerCommand(options_, env_, lr);
   spawn.program = std::move(command.program);
   spawn.argv = std::move(command.argv);
@@ -592,6 +606,8 @@ void Agent::Finish(int exit_code, const std::string& reason) {
   spares_.reset();  // no start follows; a node that keeps serving others needs no spares
   StepEvent closed{Step::kClosed};
   closed.detail = absl::StrCat("exit ", exit_code, ": ", reason);
+  if (ledger_ != nullptr)
+    closed.effective_ratio = ledger_->EffectiveRatio(std::chrono::steady_clock::now());
   RecordStep(closed);
   if (options_.event_log_handler == "console") WriteEventLog(exit_code, reason);
   if (setup_.grpc != nullptr && setup_.grpc->hosting() && exit_code == kExitSuccess) {
@@ -758,6 +774,7 @@ void Agent::RecordStep(StepEvent event) {
   const std::string line = timeline_->Add(event);
   if (events_fd_ >= 0) WriteAll(events_fd_, absl::StrCat(line, "\n"));
   if (rendezvous_ != nullptr) rendezvous_->ReportStep(line);
+  NoteInLedger(event);
   switch (event.step) {
     case Step::kFailureDetected:
       failure_in_cycle_ = true;
@@ -785,6 +802,44 @@ void Agent::OnHang(const HangVerdict& verdict) {
   // The rendezvous must know every rank's progress before it names the straggler.
   ReportProgress(hangs_.Progress(), /*urgent=*/true);
   Execute(state_.OnHang(hung, verdict.signal));
+}
+
+void Agent::NoteInLedger(const StepEvent& e) {
+  if (ledger_ == nullptr) return;
+  switch (e.step) {
+    case Step::kFailureDetected:
+      ledger_->OnFailure(e.when, e.cause, std::nullopt);
+      break;
+    case Step::kStopFinished:
+    case Step::kRoundAborted:
+      ledger_->OnStopped(e.when);
+      break;
+    case Step::kRoundComplete:
+      ledger_->OnRoundComplete(e.when, e.round);
+      break;
+    case Step::kWorkersStarted:
+      ledger_->OnWorkersStarted(e.when, e.kept >= 0);
+      break;
+    case Step::kStateRestored:
+      ledger_->OnStateRestored(e.when, e.state_step);
+      break;
+    default:
+      break;
+  }
+}
+
+void Agent::OnStepReport(int local_rank, int64_t step) {
+  if (ledger_ == nullptr) return;
+  const TimePoint now = std::chrono::steady_clock::now();
+  std::optional<RecoveryRecord> done = ledger_->OnStepReport(now, step);
+  if (!done.has_value()) return;
+  StepEvent recovered{Step::kRecovered};
+  recovered.round = done->round;
+  recovered.cause = done->cause;
+  recovered.recovery = *done;
+  recovered.effective_ratio = ledger_->EffectiveRatio(now);
+  RecordStep(recovered);
+  LogInfo(FormatRecovery(*done, *recovered.effective_ratio));
 }
 
 void Agent::ReportProgress(const std::vector<LocalProgress>& progress, bool urgent) {

@@ -11,6 +11,7 @@
 
 #include "common/event_loop.h"
 #include "launcher/agent/agent_state.h"
+#include "launcher/agent/goodput_ledger.h"
 #include "launcher/agent/in_process_rounds.h"
 #include "launcher/agent/run_timeline.h"
 #include "launcher/config/host_info.h"
@@ -97,6 +98,10 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   void StopLoopWhenServerIdle();
   // Hang detection (hang_monitor.h).
   void OnHang(const HangVerdict& verdict);
+  // A worker's step report: the goodput ledger's clock of useful work.
+  void OnStepReport(int local_rank, int64_t step);
+  // Feeds the ledger with a timeline step just recorded.
+  void NoteInLedger(const StepEvent& event);
   void ReportProgress(const std::vector<LocalProgress>& progress, bool urgent);
   void NoteHangNotice(const std::optional<rendezvous::HangNotice>& hang);
   // "LOG_ROOT/attempt_N/*/stacks.txt" when this attempt's stacks were taken, else "".
@@ -133,6 +138,7 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   int exit_code_ = kExitSuccess;
   HangMonitor hangs_;
   std::string ipc_dir_;        // private directory of the FIFOs; removed at exit
+  std::string module_dir_;     // in-process mode: ipc_dir_/python, on the workers' PYTHONPATH
   std::string straggler_;      // named by the rendezvous for the last hang
   bool stacks_taken_ = false;  // some attempt's stacks were written: keep a temporary log root
   TimePoint started_{};        // Run() began (the events' total_run_time)
@@ -140,6 +146,7 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   std::vector<std::optional<WorkerExit>> exits_;
   std::vector<std::set<int>> worker_cpus_;  // --numa-binding, by local rank; empty: off
   std::unique_ptr<RunTimeline> timeline_;   // made once the run id is known
+  std::unique_ptr<GoodputLedger> ledger_;   // made when Run() begins
   int events_fd_ = -1;                      // LOG_ROOT/events.jsonl with --log-dir
   bool failure_in_cycle_ = false;           // a failure step since the last workers started
   bool stopping_ = false;                   // a stop step not yet finished

@@ -1,9 +1,11 @@
 #include "launcher/agent/run_timeline.h"
 
+#include <cmath>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 
 namespace ddprun::launcher {
@@ -49,6 +51,8 @@ const char* StepName(Step step) {
       return "round_aborted";
     case Step::kStateRestored:
       return "state_restored";
+    case Step::kRecovered:
+      return "recovered";
   }
   return "unknown";
 }
@@ -86,7 +90,43 @@ std::string RunTimeline::Add(const StepEvent& e) {
   if (e.rank >= 0) j["rank"] = e.rank;
   if (!e.host.empty()) j["host"] = e.host;
   if (!e.detail.empty()) j["detail"] = e.detail;
+  if (e.recovery.has_value()) {
+    const RecoveryRecord& r = *e.recovery;
+    j["mode"] = r.mode;
+    auto put = [&j](const char* key, const std::optional<int64_t>& v) {
+      if (v.has_value()) j[key] = *v;
+    };
+    put("detect_ms", r.detect_ms);
+    put("stop_ms", r.stop_ms);
+    put("rendezvous_ms", r.rendezvous_ms);
+    put("start_ms", r.start_ms);
+    put("restore_ms", r.restore_ms);
+    j["first_step_ms"] = r.first_step_ms;
+    put("steps_lost", r.steps_lost);
+    put("restored_step", r.restored_step);
+  }
+  if (e.effective_ratio.has_value()) {
+    j["effective_ratio"] = std::round(*e.effective_ratio * 10000) / 10000;
+  }
   return j.dump();
+}
+
+std::string FormatRecovery(const RecoveryRecord& r, double effective_ratio) {
+  std::vector<std::string> parts;
+  auto part = [&parts](const char* what, const std::optional<int64_t>& ms) {
+    if (ms.has_value()) parts.push_back(absl::StrCat(what, " +", *ms, " ms"));
+  };
+  part("stopped", r.stop_ms);
+  part("round formed", r.rendezvous_ms);
+  part("started", r.start_ms);
+  part("state restored", r.restore_ms);
+  part("first step", r.first_step_ms);
+  return absl::StrCat(
+      "recovered (", r.mode.empty() ? "cold" : r.mode, ") from ", r.cause, ": ",
+      absl::StrJoin(parts, ", "),
+      r.restored_step.has_value() ? absl::StrCat(" (from step ", *r.restored_step, ")") : "",
+      r.steps_lost.has_value() ? absl::StrCat("; ", *r.steps_lost, " step(s) lost") : "",
+      absl::StrFormat("; effective training time %.1f%%", effective_ratio * 100));
 }
 
 std::optional<std::string> RunTimeline::CycleLine() const {

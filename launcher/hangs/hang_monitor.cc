@@ -24,18 +24,18 @@ double WallSeconds() {
 }  // namespace
 
 HangMonitor::HangMonitor(EventLoop* loop, const LaunchOptions& options, HangHandler on_hang,
-                         ProgressHandler on_progress)
+                         ProgressHandler on_progress, StepHandler on_step)
     : loop_(loop),
       options_(options),
       on_hang_(std::move(on_hang)),
       on_progress_(std::move(on_progress)),
+      on_step_(std::move(on_step)),
       detector_({options.hang_timeout, options.uninterruptible_timeout}, options.nproc_per_node) {}
 
 HangMonitor::~HangMonitor() { OnGroupStopping(); }
 
 absl::Status HangMonitor::Start(const std::string& private_dir) {
-  if (!enabled()) return absl::OkStatus();
-  if (options_.file_timer) {
+  if (enabled() && options_.file_timer) {
     const std::string path =
         options_.timer_file.empty() ? absl::StrCat(private_dir, "/timer") : options_.timer_file;
     auto pipe = FifoChannel::Open(loop_, path,
@@ -62,8 +62,8 @@ void HangMonitor::AddWorkerEnv(bool python, Environment* env) const {
 }
 
 void HangMonitor::OnGroupStarted(const WorkerGroup* group) {
+  group_ = group;  // step reports are attributed to its workers, with or without detection
   if (!enabled()) return;
-  group_ = group;
   detector_.Reset(std::chrono::steady_clock::now());
   for (int pid : timers_.Pids()) timers_.DropPid(pid);
   ticks_ = 0;
@@ -159,7 +159,9 @@ void HangMonitor::OnProgressLine(absl::string_view line, bool oversized) {
     return;
   }
   const int lr = RankOf(report->pid, "DDPRUN_PROGRESS_FILE");
-  if (lr >= 0) detector_.OnStep(lr, report->step, std::chrono::steady_clock::now());
+  if (lr < 0) return;
+  if (enabled()) detector_.OnStep(lr, report->step, std::chrono::steady_clock::now());
+  if (on_step_) on_step_(lr, report->step);
 }
 
 void HangMonitor::Tick() {

@@ -35,13 +35,17 @@ class HangMonitor {
   using HangHandler = std::function<void(const HangVerdict& verdict)>;
   // Called about once a second while a group runs, with its ranks' last signs of life.
   using ProgressHandler = std::function<void(const std::vector<LocalProgress>& progress)>;
+  // Every step report of a worker of the current group (also without hang detection: the
+  // goodput ledger counts steps).
+  using StepHandler = std::function<void(int local_rank, int64_t step)>;
 
   HangMonitor(EventLoop* loop, const LaunchOptions& options, HangHandler on_hang,
-              ProgressHandler on_progress);
+              ProgressHandler on_progress, StepHandler on_step = nullptr);
   ~HangMonitor();
 
-  // Creates the pipes (private ones inside `private_dir`). InvalidArgument names the variable
-  // and path when TORCHELASTIC_TIMER_FILE cannot be used.
+  // Creates the pipes (private ones inside `private_dir`): the progress pipe always, the
+  // FileTimer pipe with hang detection. InvalidArgument names the variable and path when
+  // TORCHELASTIC_TIMER_FILE cannot be used.
   absl::Status Start(const std::string& private_dir);
 
   // What every worker gets: TORCHELASTIC_TIMER_FILE, DDPRUN_PROGRESS_FILE, and, for Python
@@ -71,6 +75,7 @@ class HangMonitor {
   const LaunchOptions& options_;
   HangHandler on_hang_;
   ProgressHandler on_progress_;
+  StepHandler on_step_;
   std::unique_ptr<FifoChannel> timer_pipe_;
   std::unique_ptr<FifoChannel> progress_pipe_;
   TimerTable timers_;

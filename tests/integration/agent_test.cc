@@ -164,7 +164,8 @@ void CompareWithTorchrun(const std::vector<std::string>& torchrun_flags,
   const std::set<std::string> renamed = {"NCCL_ASYNC_ERROR_HANDLING"};
   // TORCHELASTIC_SIGNALS_TO_HANDLE: torch 2.x's launcher exports it; Debian's 1.13 does not.
   const std::set<std::string> ddprun_extra = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "DDPRUN_ROUND",
-                                              "TORCHELASTIC_SIGNALS_TO_HANDLE"};
+                                              "TORCHELASTIC_SIGNALS_TO_HANDLE",
+                                              "DDPRUN_PROGRESS_FILE"};
   for (int rank = 0; rank < 2; ++rank) {
     SCOPED_TRACE("rank " + std::to_string(rank));
     const std::string name = "/rank" + std::to_string(rank) + ".json";

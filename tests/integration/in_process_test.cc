@@ -16,6 +16,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "tests/testing/rdzv_daemon.h"
 #include "tests/testing/reserved_port.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
@@ -208,6 +209,102 @@ TEST(InProcessTest, ForeignAndGarbledClientsAreRefused) {
   EXPECT_THAT(out, HasSubstr("a line over 4096 bytes")) << out;
   EXPECT_EQ(CountMatches(out, "done step=60"), 1) << out;
 }
+
+// Several agents against a ddprun-rdzv of the test's own.
+class InProcessMultiNodeTest : public ::testing::Test {
+ protected:
+  static constexpr char kToken[] = "in-process-test-token";
+  void SetUp() override { ASSERT_FALSE(daemon_.endpoint().empty()) << daemon_.error(); }
+
+  std::unique_ptr<Subprocess> Agent(const std::string& nnodes, const std::string& run_id,
+                                    std::vector<std::string> worker_args) {
+    std::vector<std::string> argv = {
+        BinPath("ddprun"),     "--rdzv-backend=c10d",       "--rdzv-endpoint=" + daemon_.endpoint(),
+        "--rdzv-id=" + run_id, "--nnodes=" + nnodes,        "--nproc-per-node=2",
+        "--max-restarts=2",    "--restart-mode=in-process", "--rdzv-conf=last_call_timeout=0.5",
+        "--no-python",         BinPath("control_worker")};
+    for (auto& a : worker_args) argv.push_back(std::move(a));
+    return std::make_unique<Subprocess>(
+        argv, std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", kToken}});
+  }
+  // Which agent is node `group_rank` of `nodes`.
+  static int AgentOfNode(const std::vector<std::unique_ptr<Subprocess>>& agents, int group_rank,
+                         int nodes) {
+    const std::string needle = absl::StrCat("(node ", group_rank, " of ", nodes, ")");
+    for (size_t i = 0; i < agents.size(); ++i) {
+      if (agents[i]->err().find(needle) != std::string::npos) return static_cast<int>(i);
+    }
+    return -1;
+  }
+
+  testing::RdzvDaemon daemon_{kToken};
+};
+
+// A worker fails on one node: the other node's workers are told, keep their processes and
+// join the next round beside the failed node's survivor and its replacement.
+TEST_F(InProcessMultiNodeTest, RemoteFailureKeepsTheOtherNodesWorkers) {
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int i = 0; i < 2; ++i) {
+    agents.push_back(
+        Agent("2", "remote", {"--steps", "60", "--fail-rank", "3", "--fail-step", "10"}));
+  }
+  for (auto& a : agents) {
+    auto st = a->Wait(60s);
+    ASSERT_TRUE(st.has_value()) << a->err();
+    EXPECT_EQ(st->exit_code, 0) << a->err();
+  }
+  std::string out;
+  for (auto& a : agents) out += a->out() + a->err();
+  const auto pids = JoinedPids(out);
+  const std::set<int> rounds = RoundsSeen(pids);
+  ASSERT_EQ(rounds.size(), 2u) << out;
+  const Recovery r = Compare(pids, 4, *rounds.begin(), *rounds.rbegin());
+  EXPECT_EQ(r.kept, 3) << out;
+  EXPECT_EQ(r.replaced, 1) << out;
+  EXPECT_EQ(CountMatches(out, "done step=60"), 4) << out;
+}
+
+// An agent is SIGKILLed (its workers die with it): with 2 nodes (--nnodes=1:2) the survivor's
+// workers re-form alone; with 3 (--nnodes=2:3) the last node's workers keep their processes and
+// take new ranks in the smaller world.
+class InProcessLostNodeTest : public InProcessMultiNodeTest,
+                              public ::testing::WithParamInterface<int> {};
+
+TEST_P(InProcessLostNodeTest, SurvivorsReformWithoutTheLostNode) {
+  const int nodes = GetParam();
+  const std::string nnodes = absl::StrCat(nodes - 1, ":", nodes);
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int i = 0; i < nodes; ++i) {
+    agents.push_back(Agent(nnodes, absl::StrCat("lost", nodes), {"--steps", "120"}));
+  }
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        std::string out;
+        for (auto& a : agents) out += a->out();
+        return CountMatches(out, absl::StrCat("world=", 2 * nodes, " step=0 joined")) == 2 * nodes;
+      },
+      30s));
+  const int victim = AgentOfNode(agents, 1, nodes);
+  ASSERT_GE(victim, 0);
+  agents[victim]->Signal(SIGKILL);
+  std::string out;
+  for (size_t i = 0; i < agents.size(); ++i) {
+    if (static_cast<int>(i) == victim) continue;
+    auto st = agents[i]->Wait(60s);
+    ASSERT_TRUE(st.has_value()) << agents[i]->err();
+    EXPECT_EQ(st->exit_code, 0) << agents[i]->err();
+    out += agents[i]->out() + agents[i]->err();
+  }
+  // Every surviving worker joined the smaller world with its own process.
+  const int survivors = 2 * (nodes - 1);
+  EXPECT_EQ(CountMatches(out, absl::StrCat("world=", survivors, " step=\\d+ joined")), survivors)
+      << out;
+  EXPECT_EQ(CountMatches(out, "in-process recovery, 2 worker\\(s\\) kept, 0 started"), nodes - 1)
+      << out;
+  EXPECT_EQ(CountMatches(out, "done step=120"), survivors) << out;
+}
+
+INSTANTIATE_TEST_SUITE_P(TwoAndThreeNodes, InProcessLostNodeTest, ::testing::Values(2, 3));
 
 }  // namespace
 }  // namespace ddprun
