@@ -17,34 +17,68 @@ void Family(const char* name, const char* type, const char* help, std::string* o
   absl::StrAppend(out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
 }
 
-std::string Number(double v) {
-  // Integers without a fraction; others as the shortest round-trip text.
-  if (v == static_cast<double>(static_cast<int64_t>(v)))
-    return absl::StrCat(static_cast<int64_t>(v));
-  return absl::StrCat(v);
+// The agents' recoveries (recovery_ledger.h), for the runs in `runs`. Only the (mode, cause)
+// and (mode, phase) pairs a run has seen get a series: the label sets are fixed, but 3 modes
+// x 9 causes of zeros for every run would bury the few that happen.
+void FormatRecoveryMetrics(const std::map<std::string, RecoveryLedger>& ledgers,
+                           const std::vector<RunStatus>& runs, std::string* out) {
+  std::vector<std::pair<std::string, const RecoveryLedger*>> of_runs;  // (escaped id, ledger)
+  for (const RunStatus& r : runs) {
+    auto it = ledgers.find(r.run_id);
+    if (it != ledgers.end()) of_runs.emplace_back(EscapeLabelValue(r.run_id), &it->second);
+  }
+  Family("ddprun_rdzv_recoveries_total", "counter",
+         "Recoveries from a failure the run's agents reported, one per agent that recovered, "
+         "by mode (in-process, cold) and cause (worker_exit, worker_signal, hang, "
+         "remote_failure, node_lost_stream, node_lost_lease, node_joined, node_left); "
+         "anything else is other.",
+         out);
+  for (const auto& [id, ledger] : of_runs) {
+    for (const auto& [key, n] : ledger->counts()) {
+      absl::StrAppend(out, "ddprun_rdzv_recoveries_total{run_id=\"", id, "\",mode=\"", key.first,
+                      "\",cause=\"", key.second, "\"} ", n, "\n");
+    }
+  }
+  // A histogram rather than a summary: Prometheus can add histograms up across agents and runs
+  // and take quantiles of the sum (histogram_quantile over sum by (le)); a summary's quantiles
+  // cannot be combined, and would make the server keep a sliding window of every phase. The
+  // buckets are fixed (10 ms to 30 min), so a series costs 19 lines whatever the traffic.
+  Family("ddprun_rdzv_recovery_seconds", "histogram",
+         "Each phase of the agents' recoveries, from the failure's detection on that agent "
+         "(detect: how long the cause took to be noticed; stop, rendezvous, start, restore: "
+         "until the workers stopped, the next round formed, the workers started, their state "
+         "was restored; first_step: until the first step after it, the whole recovery).",
+         out);
+  for (const auto& [id, ledger] : of_runs) {
+    for (const auto& [key, histogram] : ledger->phase_seconds()) {
+      histogram.Render("ddprun_rdzv_recovery_seconds", out,
+                       absl::StrCat("run_id=\"", id, "\",mode=\"", key.first, "\",phase=\"",
+                                    RecoveryPhaseName(key.second), "\""));
+    }
+  }
+  Family("ddprun_rdzv_recovery_steps_lost_total", "counter",
+         "Training steps done again after recoveries (for each restart, the most any agent "
+         "recovering from it reported), by mode.",
+         out);
+  for (const auto& [id, ledger] : of_runs) {
+    for (const auto& [mode, n] : ledger->steps_lost()) {
+      absl::StrAppend(out, "ddprun_rdzv_recovery_steps_lost_total{run_id=\"", id, "\",mode=\"",
+                      mode, "\"} ", n, "\n");
+    }
+  }
+  Family("ddprun_rdzv_effective_training_ratio", "gauge",
+         "The latest effective training ratio each agent reported: time on steps that count "
+         "over the wall time since it started.",
+         out);
+  for (const auto& [id, ledger] : of_runs) {
+    for (const auto& [node, ratio] : ledger->effective_ratios()) {
+      absl::StrAppend(out, "ddprun_rdzv_effective_training_ratio{run_id=\"", id, "\",node=\"",
+                      EscapeLabelValue(node), "\"} ", SampleValue(ratio.ratio), "\n");
+    }
+  }
 }
 
 }  // namespace
-
-Histogram::Histogram(std::vector<double> upper_bounds)
-    : bounds_(std::move(upper_bounds)), in_bucket_(bounds_.size() + 1, 0) {}
-
-void Histogram::Observe(double value) {
-  const size_t i = std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin();
-  ++in_bucket_[i];
-  sum_ += value;
-  ++count_;
-}
-
-void Histogram::Render(const std::string& name, std::string* out) const {
-  uint64_t cumulative = 0;
-  for (size_t i = 0; i < bounds_.size(); ++i) {
-    cumulative += in_bucket_[i];
-    absl::StrAppend(out, name, "_bucket{le=\"", Number(bounds_[i]), "\"} ", cumulative, "\n");
-  }
-  absl::StrAppend(out, name, "_bucket{le=\"+Inf\"} ", count_, "\n", name, "_sum ", Number(sum_),
-                  "\n", name, "_count ", count_, "\n");
-}
 
 ServerMetrics::ServerMetrics()
     : round_completion(kLatencyBounds), failure_to_restart(kLatencyBounds) {}
@@ -88,7 +122,7 @@ std::string FormatMetrics(const ServerMetrics& m, const std::vector<RunStatus>& 
     Family(g.name, "gauge", g.help, &out);
     for (const RunStatus& r : runs) {
       absl::StrAppend(&out, g.name, "{run_id=\"", EscapeLabelValue(r.run_id), "\"} ",
-                      Number(g.value(r)), "\n");
+                      SampleValue(g.value(r)), "\n");
     }
   }
   Family("ddprun_rdzv_run_phase", "gauge",
@@ -128,6 +162,7 @@ std::string FormatMetrics(const ServerMetrics& m, const std::vector<RunStatus>& 
   Family("ddprun_rdzv_failure_to_restart_seconds", "histogram",
          "From a failure (a worker's, or a node lost) until the restarted round formed.", &out);
   m.failure_to_restart.Render("ddprun_rdzv_failure_to_restart_seconds", &out);
+  FormatRecoveryMetrics(m.recoveries, runs, &out);
   return out;
 }
 

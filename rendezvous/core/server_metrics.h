@@ -1,7 +1,7 @@
 // What a rendezvous server counts for /metrics (Prometheus's text exposition format 0.0.4):
 // heartbeats, joins, refused calls by reason, restarts by cause, and how long rounds take to
-// form, beside the gauges of every run it hosts. Pure: the server's loop updates the counters;
-// FormatMetrics renders them with the runs' status.
+// form, beside the gauges of every run it hosts and the recoveries its agents reported. Pure: the
+// server's loop updates the counters; FormatMetrics renders them with the runs' status.
 #ifndef DDPRUN_RENDEZVOUS_CORE_SERVER_METRICS_H_
 #define DDPRUN_RENDEZVOUS_CORE_SERVER_METRICS_H_
 
@@ -10,25 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous/core/histogram.h"
+#include "rendezvous/core/recovery_ledger.h"
 #include "rendezvous/core/run_state.h"
 
 namespace ddprun::rendezvous {
-
-// A Prometheus histogram: cumulative buckets by upper bound, plus sum and count.
-class Histogram {
- public:
-  explicit Histogram(std::vector<double> upper_bounds);
-  void Observe(double value);
-  // Appends NAME_bucket{le=...}, NAME_sum and NAME_count lines.
-  void Render(const std::string& name, std::string* out) const;
-  uint64_t count() const { return count_; }
-
- private:
-  std::vector<double> bounds_;
-  std::vector<uint64_t> in_bucket_;  // observations <= bound i and > bound i-1; last: +Inf
-  double sum_ = 0;
-  uint64_t count_ = 0;
-};
 
 struct ServerMetrics {
   ServerMetrics();
@@ -38,6 +24,9 @@ struct ServerMetrics {
   std::map<std::string, uint64_t> restarts;  // cause (kRestart*) -> restarts, every run
   Histogram round_completion;                // seconds from a round's start to formed
   Histogram failure_to_restart;              // seconds from a failure to the next round formed
+  // The agents' recoveries, by run id: ServerState feeds every timeline step of a run to its
+  // ledger and drops the ledger when it forgets the run.
+  std::map<std::string, RecoveryLedger> recoveries;
   // Records what a run reported since its last report (RunState::TakeRoundTimings, ...).
   void Add(const std::vector<RoundTiming>& timings, const std::vector<std::string>& causes);
 };

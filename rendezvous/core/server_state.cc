@@ -70,6 +70,11 @@ ServerState::Run* ServerState::RunOf(ConnId conn, std::string* run_id) {
   return &run->second;
 }
 
+void ServerState::Forget(std::map<std::string, Run>::iterator it) {
+  metrics_.recoveries.erase(it->first);
+  runs_.erase(it);
+}
+
 void ServerState::SecurityLog(std::string line) {
   if (security_log_.size() >= kMaxUntaken) security_log_.erase(security_log_.begin());
   security_log_.push_back(std::move(line));
@@ -149,7 +154,7 @@ void ServerState::TrimClosedRuns() {
         oldest = it;
       }
     }
-    runs_.erase(oldest);
+    Forget(oldest);
     --closed;
   }
 }
@@ -246,7 +251,9 @@ Outbox ServerState::Step(ConnId conn, const std::string& json, TimePoint now) {
   std::string run_id;
   Run* run = RunOf(conn, &run_id);
   if (run == nullptr) return CloseOnly(conn, absl::FailedPreconditionError("not joined"));
-  run->state->Step(conn, json.substr(0, limits_.max_message_length), now);
+  const std::string cut = json.substr(0, limits_.max_message_length);
+  run->state->Step(conn, cut, now);
+  metrics_.recoveries[run_id].Add(cut, now);
   return {};
 }
 
@@ -269,7 +276,7 @@ Outbox ServerState::Tick(TimePoint now) {
     auto it = runs_.find(id);
     if (it == runs_.end()) continue;
     if (it->second.closed_at) {
-      if (now - *it->second.closed_at >= limits_.closed_run_retention) runs_.erase(it);
+      if (now - *it->second.closed_at >= limits_.closed_run_retention) Forget(it);
       continue;
     }
     Outbox run_out;
@@ -298,7 +305,7 @@ void ServerState::AfterEvent(const std::string& run_id, const Outbox& out, TimeP
   } else {
     // Every agent is gone before the run finished: nothing is left to coordinate. A new set
     // of agents with this run id starts afresh.
-    runs_.erase(it);
+    Forget(it);
   }
 }
 

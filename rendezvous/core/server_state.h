@@ -86,6 +86,8 @@ class ServerState {
   absl::Status CheckMemberKey(JoinRequest* request);
   // A new run for `request`, or the refusal of the server's limits.
   absl::Status CheckRunLimits(const JoinRequest& request) const;
+  // Forgets the run and what metrics_ keeps of it alone (its recoveries).
+  void Forget(std::map<std::string, Run>::iterator it);
   // Forgets the oldest closed runs beyond limits_.max_closed_runs.
   void TrimClosedRuns();
   void SecurityLog(std::string line);

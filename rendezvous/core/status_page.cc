@@ -38,6 +38,58 @@ const char kStyle[] =
     "font-size:.9em;background:#e6e8ef}.running{background:#d7f5dd}.closed{background:#eee}"
     ".joining,.recovering{background:#fdf0c8}";
 
+// The run's recoveries (what its agents' goodput ledgers reported), newest first, and each
+// node's latest effective training ratio. Everything in them came from an agent: escaped.
+void RenderRecoveries(const RecoveryLedger& ledger, TimePoint now, std::string* out) {
+  if (ledger.latest().empty() && ledger.effective_ratios().empty()) return;
+  absl::StrAppend(out,
+                  "<details open class=\"recoveries\"><summary>Recoveries (phases from the "
+                  "failure's detection on that agent; first step: the whole recovery)</summary>");
+  if (!ledger.latest().empty()) {
+    absl::StrAppend(out,
+                    "<table class=\"recoveries\"><tr><th>reported</th><th>node</th><th>round</th>"
+                    "<th>mode</th><th>cause</th>");
+    for (RecoveryPhase phase : kRecoveryPhases) {
+      absl::StrAppend(out, "<th>", RecoveryPhaseName(phase), "</th>");
+    }
+    absl::StrAppend(out, "<th>steps lost</th><th>restored step</th></tr>");
+    for (auto it = ledger.latest().rbegin(); it != ledger.latest().rend(); ++it) {
+      absl::StrAppend(out, "<tr class=\"recovery\"><td>", Seconds(Since(it->received, now)),
+                      " ago</td><td>", HtmlEscape(it->node), "</td><td>",
+                      it->round >= 0 ? absl::StrCat(it->round) : std::string("-"), "</td><td>",
+                      HtmlEscape(it->mode), "</td><td>", HtmlEscape(it->cause_as_sent), "</td>");
+      for (const std::optional<double>& ms : it->phase_ms) {
+        absl::StrAppend(out, "<td>", ms ? absl::StrCat("+", Seconds(*ms / 1000)) : "-", "</td>");
+      }
+      absl::StrAppend(
+          out, "<td>", it->steps_lost ? absl::StrCat(*it->steps_lost) : std::string("-"),
+          "</td><td>", it->restored_step ? absl::StrCat(*it->restored_step) : std::string("-"),
+          "</td></tr>");
+    }
+    absl::StrAppend(out, "</table>");
+  }
+  if (!ledger.effective_ratios().empty()) {
+    absl::StrAppend(out,
+                    "<table class=\"effective\"><tr><th>node</th><th>effective training ratio"
+                    "</th><th>reported</th></tr>");
+    size_t shown = 0;
+    for (const auto& [node, ratio] : ledger.effective_ratios()) {
+      if (++shown > kMaxMembersShown) {
+        absl::StrAppend(out, "<tr><td colspan=\"3\">&hellip; and ",
+                        ledger.effective_ratios().size() - kMaxMembersShown,
+                        " more (all of them: /metrics)</td></tr>");
+        break;
+      }
+      char percent[32];
+      snprintf(percent, sizeof(percent), "%.1f%%", ratio.ratio * 100);
+      absl::StrAppend(out, "<tr class=\"ratio\"><td>", HtmlEscape(node), "</td><td>", percent,
+                      "</td><td>", Seconds(Since(ratio.updated, now)), " ago</td></tr>");
+    }
+    absl::StrAppend(out, "</table>");
+  }
+  absl::StrAppend(out, "</details>");
+}
+
 }  // namespace
 
 std::string HtmlEscape(const std::string& text) {
@@ -132,6 +184,8 @@ std::string RenderStatusPage(const std::vector<RunStatus>& runs, const ServerMet
       }
       absl::StrAppend(&out, "</table>");
     }
+    auto ledger = metrics.recoveries.find(run.run_id);
+    if (ledger != metrics.recoveries.end()) RenderRecoveries(ledger->second, now, &out);
   }
   absl::StrAppend(&out, "</body></html>");
   return out;
