@@ -26,6 +26,18 @@ double Since(TimePoint then, TimePoint now) {
   return std::chrono::duration<double>(now - then).count();
 }
 
+// A field of an agent's step, or `fallback` when it is absent or of another type (json::value
+// would throw for a field of the wrong type, and an agent may send anything).
+std::string StringField(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+int64_t IntField(const nlohmann::json& j, const char* key, int64_t fallback) {
+  auto it = j.find(key);
+  // Integers only: a float beyond int64's range would convert with undefined behaviour.
+  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
+}
+
 // A page for a person: a 10,000-node run lists its first members, not all.
 constexpr size_t kMaxMembersShown = 256;
 
@@ -152,20 +164,20 @@ std::string RenderStatusPage(const std::vector<RunStatus>& runs, const ServerMet
       for (auto it = run.steps.rbegin(); it != run.steps.rend(); ++it) {
         const nlohmann::json step = nlohmann::json::parse(*it, nullptr, false);
         if (!step.is_object()) continue;
-        const int64_t ms = step.value("ts_ms", int64_t{0});
+        const int64_t ms = IntField(step, "ts_ms", 0);
         const std::time_t secs = static_cast<std::time_t>(ms / 1000);
         std::tm tm{};
         gmtime_r(&secs, &tm);
         char when[32];
         snprintf(when, sizeof(when), "%02d:%02d:%02d.%03d", tm.tm_hour, tm.tm_min, tm.tm_sec,
                  static_cast<int>(ms % 1000));
-        std::string detail = step.value("cause", "");
-        const std::string more = step.value("detail", "");
+        std::string detail = StringField(step, "cause");
+        const std::string more = StringField(step, "detail");
         if (!more.empty()) absl::StrAppend(&detail, detail.empty() ? "" : ": ", more);
-        const int64_t round = step.value("round", int64_t{-1});
+        const int64_t round = IntField(step, "round", -1);
         absl::StrAppend(&out, "<tr class=\"step\"><td>", when, "</td><td>",
-                        HtmlEscape(step.value("node", "")), "</td><td>",
-                        HtmlEscape(step.value("step", "")), "</td><td>",
+                        HtmlEscape(StringField(step, "node")), "</td><td>",
+                        HtmlEscape(StringField(step, "step")), "</td><td>",
                         round >= 0 ? absl::StrCat(round) : std::string(), "</td><td>",
                         HtmlEscape(detail), "</td></tr>");
       }

@@ -3,6 +3,7 @@
 // many connections leave the server (and its gRPC side) serving.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -235,6 +236,75 @@ TEST_F(MetricsTest, AWrongOrMissingTokenGets401AndShowsNothing) {
       << Get(http_port_, "/", "Cookie: " + cookie[1].str() + "\r\n").body;
   WriteFile(dir_.File("go"), "");
   ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s));
+}
+
+// The server's side of the goodput ledger: the "recovered" timeline steps an agent sends after
+// a recovery (here rdzv-test-agent's, through the real ReportStep call) show in /metrics,
+// which promtool accepts, and on the page; garbage sent beside them changes nothing.
+TEST_F(MetricsTest, RecoveriesTheAgentsReportShowInTheMetricsAndOnThePage) {
+  const std::string recovered =
+      R"({"ts_ms":1700000000123,"run_id":"ledger","node":"n<1>","step":"recovered","round":2,)"
+      R"("mode":"in-process","cause":"worker_exit","detect_ms":0,"stop_ms":12,)"
+      R"("rendezvous_ms":40,"start_ms":55,"restore_ms":900,"first_step_ms":1250,)"
+      R"("steps_lost":4,"restored_step":57,"effective_ratio":0.934})";
+  // A recovery whose every number is bad: it counts, without them.
+  const std::string bad_fields =
+      R"({"step":"recovered","node":"n2","round":2,"mode":"warm","cause":"cosmic_ray",)"
+      R"("stop_ms":-5,"first_step_ms":1e300,"steps_lost":"many","effective_ratio":2})";
+  Subprocess agent(
+      {BinPath("rdzv-test-agent"), "--endpoint", daemon_->endpoint(), "--run", "ledger", "--nnodes",
+       "1", "--step", recovered, "--step", "{not json", "--step", bad_fields, "--step",
+       R"({"step":"recovered","node":"n3","effective_ratio":NaN})", "--step",
+       R"({"step":["recovered"]})"},
+      {{"DDPRUN_RDZV_TOKEN", kToken}});
+  ASSERT_TRUE(agent.WaitForOutputContains("STEPS SENT 5", 10s)) << agent.out() << agent.err();
+  const std::string run = "run_id=\"ledger\"";
+  Response metrics;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        metrics = Get(http_port_, "/metrics", Bearer());
+        return metrics.body.find("cause=\"other\"} 1\n") != std::string::npos;
+      },
+      10s))
+      << metrics.body;
+  EXPECT_THAT(metrics.body, HasSubstr("ddprun_rdzv_recoveries_total{" + run +
+                                      ",mode=\"in-process\",cause=\"worker_exit\"} 1\n"));
+  EXPECT_THAT(metrics.body, HasSubstr("ddprun_rdzv_recoveries_total{" + run +
+                                      ",mode=\"other\",cause=\"other\"} 1\n"));
+  EXPECT_EQ(CountMatches(metrics.body, "ddprun_rdzv_recoveries_total\\{"), 2) << metrics.body;
+  EXPECT_THAT(metrics.body, HasSubstr("ddprun_rdzv_recovery_seconds_bucket{" + run +
+                                      ",mode=\"in-process\",phase=\"first_step\",le=\"2.5\"} 1\n"));
+  EXPECT_THAT(metrics.body, HasSubstr("ddprun_rdzv_recovery_seconds_sum{" + run +
+                                      ",mode=\"in-process\",phase=\"restore\"} 0.9\n"));
+  EXPECT_THAT(metrics.body, Not(HasSubstr("mode=\"other\",phase=")));
+  EXPECT_THAT(metrics.body, HasSubstr("ddprun_rdzv_recovery_steps_lost_total{" + run +
+                                      ",mode=\"in-process\"} 4\n"));
+  EXPECT_THAT(metrics.body,
+              HasSubstr("ddprun_rdzv_effective_training_ratio{" + run + ",node=\"n<1>\"} 0.934\n"));
+  EXPECT_EQ(CountMatches(metrics.body, "ddprun_rdzv_effective_training_ratio\\{"), 1)
+      << metrics.body;
+
+  const Response page = Get(http_port_, "/", Bearer());
+  EXPECT_EQ(page.status, 200) << page.head << daemon_->output() << daemon_->error();
+  EXPECT_THAT(page.body, HasSubstr("Recoveries"));
+  EXPECT_THAT(page.body, HasSubstr("<td>n&lt;1&gt;</td><td>2</td><td>in-process</td>"
+                                   "<td>worker_exit</td>"));
+  EXPECT_THAT(page.body, HasSubstr("<td>+1.2 s</td><td>4</td><td>57</td>"));
+  EXPECT_THAT(page.body, HasSubstr("<td>n&lt;1&gt;</td><td>93.4%</td>"));
+  EXPECT_THAT(page.body, HasSubstr("<td>cosmic_ray</td>"));
+
+  if (access("/usr/bin/promtool", X_OK) == 0) {
+    WriteFile(dir_.File("recoveries.txt"), metrics.body);
+    Subprocess promtool(
+        {"/bin/sh", "-c", "/usr/bin/promtool check metrics < " + dir_.File("recoveries.txt")});
+    auto st = promtool.Wait(30s);
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->exit_code, 0) << promtool.out() << promtool.err();
+  }
+  agent.Signal(SIGTERM);  // leaves the run
+  auto st = agent.Wait(10s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 0) << agent.out() << agent.err();
 }
 
 TEST_F(MetricsTest, JunkSlowOversizedAndManyConnectionsLeaveTheServerServing) {

@@ -82,5 +82,22 @@ TEST(StatusPageTest, EscapesWhatAgentsSentAndCapsHugeRuns) {
   EXPECT_THAT(page, Not(HasSubstr("src="))) << "nothing loaded from elsewhere";
 }
 
+TEST(StatusPageTest, StepsWithFieldsOfTheWrongTypeAreShownWithoutThem) {
+  // An agent may send anything as a step: json::value() would throw on these (and end the
+  // server, which renders on its loop).
+  RunStatus run;
+  run.run_id = "job";
+  run.steps = {R"({"step":["recovered"],"node":7,"round":"2","ts_ms":1e300,"cause":{}})",
+               R"({"step":"closed","ts_ms":"soon","detail":[1],"round":3.5})",
+               R"({"step":"workers_started","node":"n1","round":4,"ts_ms":1000})", "[1,2]",
+               "not json"};
+  std::string page;
+  ASSERT_NO_THROW(
+      page = RenderStatusPage({run}, ServerMetrics(), "h:1", std::chrono::steady_clock::now()));
+  EXPECT_THAT(page, HasSubstr("<td>closed</td>"));
+  EXPECT_THAT(page,
+              HasSubstr("<td>00:00:01.000</td><td>n1</td><td>workers_started</td><td>4</td>"));
+}
+
 }  // namespace
 }  // namespace ddprun::rendezvous

@@ -3,6 +3,8 @@
 //   ASSIGNMENT round=R group_rank=G group_world_size=N world_size=W master=ADDR:PORT restarts=K
 //   RESTART <reason>
 //   CLOSED code=<absl code name> <message>
+//   STEPS SENT n                    (after the first assignment, with --step JSON, repeatable:
+//                                    timeline steps sent as the agent's ReportStep would)
 // Exits like the agent would: 0 closed OK, 1 restart budget spent, 3 any other close.
 // The token comes from $DDPRUN_RDZV_TOKEN. SIGTERM/SIGINT: leave the run and exit 0.
 #include <signal.h>
@@ -10,6 +12,7 @@
 
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -26,6 +29,10 @@ using ddprun::rendezvous::Assignment;
 class PrintingEvents final : public ddprun::rendezvous::RendezvousEvents {
  public:
   void OnAssignment(const Assignment& a) override {
+    {
+      absl::MutexLock lock(&mu_);
+      assigned_ = true;
+    }
     Print(absl::StrCat("ASSIGNMENT round=", a.round, " group_rank=", a.group_rank,
                        " group_world_size=", a.group_world_size, " world_size=", a.world_size,
                        " master=", ddprun::FormatHostPort(a.master_addr, a.master_port),
@@ -47,14 +54,20 @@ class PrintingEvents final : public ddprun::rendezvous::RendezvousEvents {
     absl::MutexLock lock(&mu_);
     return closed_;
   }
+  bool assigned() {
+    absl::MutexLock lock(&mu_);
+    return assigned_;
+  }
   absl::Mutex mu_;
 
- private:
   static void Print(const std::string& line) {
     std::fputs((line + "\n").c_str(), stdout);
     std::fflush(stdout);
   }
+
+ private:
   std::optional<absl::Status> closed_ ABSL_GUARDED_BY(mu_);
+  bool assigned_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace
@@ -77,6 +90,8 @@ int main(int argc, char** argv) {
   app.add_option("--keep-alive", keep_alive);
   app.add_option("--keep-alive-attempts", keep_alive_attempts);
   app.add_option("--read-timeout", read_timeout);
+  std::vector<std::string> steps;
+  app.add_option("--step", steps);
   CLI11_PARSE(app, argc, argv);
 
   ddprun::rendezvous::NodeInfo node;
@@ -112,8 +127,14 @@ int main(int argc, char** argv) {
   {
     ddprun::rendezvous::RendezvousClient client(options, &loop);
     client.Join(node, &events);
+    bool steps_sent = steps.empty();
     // Waits for a close or a signal. (A 20 ms sigtimedwait tick: a test tool, not the agent.)
     for (;;) {
+      if (!steps_sent && events.assigned()) {
+        for (const std::string& step : steps) client.ReportStep(step);
+        steps_sent = true;
+        PrintingEvents::Print(absl::StrCat("STEPS SENT ", steps.size()));
+      }
       timespec tick{0, 20 * 1000 * 1000};
       const int sig = sigtimedwait(&signals, nullptr, &tick);
       if (sig > 0) {
