@@ -7,6 +7,9 @@ every step and writes the final parameters' bytes (hex) to OUT.rankR.
 --hold-at K: after step K, print "holding at step K" and block forever (the test SIGSTOPs or
 SIGKILLs this worker; its peers block in step K+1's allreduce).
 
+--kill-at K --kill-rank R: rank R SIGKILLs itself right after step K, in the job's first round
+only (under ddprun --restart-mode=in-process: the agent replaces it, its peers re-form).
+
 --rewrap-at S: build a new DistributedDataParallel before step S, as a recovered round does.
 DDP's first iteration uses its initial bucket layout and later ones the rebuilt layout; gloo's
 ring sums an element in an order that depends on where it lies in the bucket, so re-wrapping
@@ -28,6 +31,8 @@ parser.add_argument("--steps", type=int, default=12)
 parser.add_argument("--out", required=True)
 parser.add_argument("--hold-at", type=int, default=-1)
 parser.add_argument("--rewrap-at", type=int, default=-1)
+parser.add_argument("--kill-at", type=int, default=-1)
+parser.add_argument("--kill-rank", type=int, default=-1)
 parser.add_argument("--api", choices=["run", "loop"], default="loop")
 parser.add_argument("--connect-timeout", type=float, default=30.0)
 args = parser.parse_args()
@@ -60,6 +65,8 @@ def train(rnd):
         state["note"] = f"after step {step}"
         rnd.step_done(step)
         print(f"rank {rnd.rank} step {step} done", flush=True)
+        if (step == args.kill_at and rnd.rank == args.kill_rank and rnd.restart_count == 0):
+            os.kill(os.getpid(), 9)
         if step == args.hold_at:
             print(f"rank {rnd.rank} holding at step {step}", flush=True)
             threading.Event().wait()

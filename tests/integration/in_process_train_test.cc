@@ -1,0 +1,164 @@
+// --restart-mode=in-process end to end with real training: ddprun with ddp-train (LibTorch) and
+// with a torch.distributed Python script using the shipped module (Debian's torch 1.13, gloo).
+// A worker is SIGKILLed mid-training; the survivors keep their processes, the replacement takes
+// the newest state from them, no step is lost, and the final model equals a fault-free run's
+// byte for byte.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/test_env.h"
+
+namespace ddprun {
+namespace {
+
+using testing::BinPath;
+using testing::CountMatches;
+using ::testing::HasSubstr;
+using testing::ReadFile;
+using testing::SourcePath;
+using testing::Subprocess;
+using testing::TempDir;
+using testing::WaitUntil;
+using namespace std::chrono_literals;
+
+constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
+
+// The agent's worker children (pids), through /proc.
+std::vector<pid_t> ChildrenOf(pid_t parent) {
+  std::vector<pid_t> out;
+  std::istringstream children(
+      ReadFile(absl::StrCat("/proc/", parent, "/task/", parent, "/children")));
+  for (pid_t pid; children >> pid;) out.push_back(pid);
+  return out;
+}
+
+std::vector<std::string> DdpTrain(const std::string& model, const std::string& mode,
+                                  const std::string& log_dir) {
+  return {BinPath("ddprun"),
+          "--standalone",
+          "--nproc-per-node=3",
+          "--max-restarts=1",
+          "--restart-mode=" + mode,
+          "--log-dir=" + log_dir,
+          "--no-python",
+          BinPath("ddp-train"),
+          "mnist",
+          "--data",
+          kData,
+          "--train-subset",
+          "3000",
+          "--test-subset",
+          "300",
+          "--epochs",
+          "1",
+          "--batch-size",
+          "32",
+          "--log-interval",
+          "5",
+          "--no-progress-bar",
+          "--save-model",
+          "--save-model-path",
+          model};
+}
+
+TEST(InProcessUnderDdprunTest, DdpTrainSigkilledWorkerRecoversByteIdentically) {
+  if (!std::filesystem::exists(kData)) GTEST_SKIP() << kData << " missing";
+  TempDir dir;
+  // The same file name for both: torch names the archive inside the file after it.
+  std::filesystem::create_directories(dir.File("reference"));
+  std::filesystem::create_directories(dir.File("recovered"));
+  Subprocess reference(DdpTrain(dir.File("reference/model.pt"), "cold", dir.File("ref-logs")));
+  auto ref = reference.Wait(180s);
+  ASSERT_TRUE(ref.has_value() && ref->exit_code == 0) << reference.err();
+
+  Subprocess agent(DdpTrain(dir.File("recovered/model.pt"), "in-process", dir.File("logs")));
+  ASSERT_TRUE(agent.WaitForOutputContains("step 10\n", 120s)) << agent.out() << agent.err();
+  const std::vector<pid_t> workers = ChildrenOf(agent.pid());
+  ASSERT_GE(workers.size(), 3u) << agent.err();
+  kill(workers[1], SIGKILL);
+  ASSERT_TRUE(agent.WaitForOutputContains("recovered (in-process)", 120s)) << agent.err();
+  // The survivors are the processes that started the job.
+  const std::vector<pid_t> after = ChildrenOf(agent.pid());
+  for (pid_t pid : {workers[0], workers[2]}) {
+    EXPECT_NE(std::find(after.begin(), after.end(), pid), after.end()) << "survivor " << pid;
+  }
+  auto status = agent.Wait(180s);
+  ASSERT_TRUE(status.has_value()) << agent.err();
+  const std::string out = agent.out() + agent.err();
+  ASSERT_EQ(status->exit_code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("in-process recovery, 2 worker(s) kept, 1 started")) << out;
+  EXPECT_THAT(out, HasSubstr("recovered (in-process) from worker_signal")) << out;
+  EXPECT_THAT(out, HasSubstr("; 0 step(s) lost;")) << out;
+  const std::string a = ReadFile(dir.File("reference/model.pt"));
+  const std::string b = ReadFile(dir.File("recovered/model.pt"));
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "the recovered model differs from the fault-free one";
+  // The ledger's line in events.jsonl.
+  std::string events;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir.File("logs"))) {
+    if (e.path().filename() == "events.jsonl") events += ReadFile(e.path());
+  }
+  EXPECT_EQ(CountMatches(events, "\"step\":\"recovered\".*\"mode\":\"in-process\""), 1) << events;
+  EXPECT_EQ(CountMatches(events, "\"steps_lost\":0"), 1) << events;
+}
+
+std::vector<std::string> PythonJob(const std::string& out, std::vector<std::string> extra) {
+  std::vector<std::string> argv = {BinPath("ddprun"),
+                                   "--standalone",
+                                   "--nproc-per-node=3",
+                                   "--max-restarts=1",
+                                   "--restart-mode=in-process",
+                                   SourcePath("tests/python/scripts/inprocess_worker.py"),
+                                   "--steps",
+                                   "12",
+                                   "--out",
+                                   out};
+  for (auto& e : extra) argv.push_back(std::move(e));
+  return argv;
+}
+
+std::map<std::string, std::string> PythonEnv() {
+  return {{"PYTHON_EXEC", testing::SystemPython()}};
+}
+
+// The module comes from ddprun itself (PYTHONPATH): the script imports it with no install.
+TEST(InProcessUnderDdprunTest, PythonScriptWithTheModuleRecoversUnderDdprun) {
+  TempDir dir;
+  constexpr int kKillAt = 4;
+  Subprocess reference(PythonJob(dir.File("ref"), {"--rewrap-at", absl::StrCat(kKillAt + 1)}),
+                       PythonEnv());
+  auto ref = reference.Wait(120s);
+  ASSERT_TRUE(ref.has_value() && ref->exit_code == 0) << reference.err();
+
+  Subprocess agent(
+      PythonJob(dir.File("rec"), {"--kill-at", absl::StrCat(kKillAt), "--kill-rank", "1"}),
+      PythonEnv());
+  auto status = agent.Wait(120s);
+  ASSERT_TRUE(status.has_value()) << agent.err();
+  const std::string out = agent.out() + agent.err();
+  ASSERT_EQ(status->exit_code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("in-process recovery, 2 worker(s) kept, 1 started")) << out;
+  // Every step done exactly once per rank of the world.
+  for (int step = 0; step < 12; ++step) {
+    EXPECT_EQ(CountMatches(out, absl::StrCat("rank \\d step ", step, " done")), 3)
+        << "step " << step << "\n"
+        << out;
+  }
+  for (int rank = 0; rank < 3; ++rank) {
+    const std::string theirs = ReadFile(dir.File(absl::StrCat("ref.rank", rank)));
+    ASSERT_FALSE(theirs.empty());
+    EXPECT_EQ(ReadFile(dir.File(absl::StrCat("rec.rank", rank))), theirs) << "rank " << rank;
+  }
+}
+
+}  // namespace
+}  // namespace ddprun
