@@ -3,8 +3,9 @@
 // SIGSEGV a worker, SIGKILL an agent (started again, as a supervisor would), SIGSTOP/SIGCONT an
 // agent, cut and heal a host's link, kill -9 and restart ddprun-rdzv, hang a rank (SIGSTOP a
 // worker: --hang-timeout must find it). After each fault it waits until training runs again with
-// every host in (that wait is the fault's recovery time) and a few seconds more, then injects
-// the next one.
+// every host in (that wait is the fault's recovery time) and --fault-interval seconds more of
+// steady training, then injects the next one. The fault sequence (kinds, targets, gaps) depends
+// on the seed only, so runs in cold and in-process mode (--restart-mode) meet the same faults.
 //
 // The soak runs in segments (one job each, its own --rdzv-id) until --faults faults or
 // --seconds of injection; a job whose training ends leaves no room for more faults, so the next
@@ -14,9 +15,13 @@
 //   - no agent is stuck (they all exit within a deadline once training is over);
 //   - steps recomputed per restart (the highest step printed before it minus the step training
 //     resumed at) are at most --checkpoint-every;
+//   - a fault that every agent recovered from in-process (their goodput ledgers say so)
+//     recomputes no step, by the steps printed and by the ledgers;
 //   - --fixed (--nnodes=3): the final model is bit-identical to a fault-free run of the same job.
-// Prints a Markdown report (faults by kind, recovery p50/p99 by kind, steps recomputed) and
-// exits 0 only if every invariant held; 77 (ctest's "skipped") without root or Fashion-MNIST.
+// Prints a Markdown report (soak_report.h: faults by kind, recovery p50/p99 by kind measured
+// from outside and by the agents' ledgers, the ledgers' phase split, steps recomputed, the
+// effective training time ratio, peak memory), writes it as JSON with --json, and exits 0 only
+// if every invariant held; 77 (ctest's "skipped") without root or Fashion-MNIST.
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -38,10 +43,12 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "bench/chaos/soak_report.h"
 #include "tests/testing/net_hosts.h"
 #include "tests/testing/rdzv_daemon.h"
 #include "tests/testing/subprocess.h"
@@ -62,48 +69,61 @@ constexpr double kLeaseS = 3.0;           // keep_alive_interval 0.5 s x 6
 struct Options {
   int seconds = 60;  // of injection, at most
   int faults = 0;    // stop after this many (0: no limit)
+  int segments = 0;  // stop after this many jobs (0: no limit)
   uint64_t seed = 1;
   bool fixed = false;  // --nnodes=3 and the bit-identical check
   int steps = 160;     // training steps per job (epochs x steps_per_epoch)
   int steps_per_epoch = 20;
   int checkpoint_every = 5;
   int hang_timeout_s = 25;
+  std::string restart_mode = "cold";    // ddprun --restart-mode
+  double gap_min_s = 2, gap_max_s = 5;  // steady training between faults
   std::string work_dir;
-  std::string report;  // Markdown appended here too
+  std::string report;           // Markdown appended here too
+  std::string json;             // the report as JSON, written here
+  std::string reference_model;  // --fixed: compare with this model instead of a fault-free run
+  std::string keep_reference;   // --fixed: copy the fault-free run's model here
 };
 
-enum class Kind {
-  kKillWorker,
-  kSegvWorker,
-  kKillAgent,
-  kStopAgent,
-  kCutLink,
-  kRestartServer,
-  kHangRank
+// The next faults, from the seed alone: every fault draws the same number of values whatever
+// happened before, so two runs of the same seed meet the same sequence.
+struct PlannedFault {
+  double gap_s = 0;  // steady training before it
+  Kind kind = Kind::kKillWorker;
+  double hold_s = 0;  // a SIGSTOP's or a cut's length
+  double agent = 0;   // which agent, as a fraction of their number
+  double worker = 0;  // which of its workers, likewise
 };
-constexpr Kind kKinds[] = {Kind::kKillWorker, Kind::kSegvWorker, Kind::kKillAgent,
-                           Kind::kStopAgent,  Kind::kCutLink,    Kind::kRestartServer,
-                           Kind::kHangRank};
 
-const char* KindName(Kind k) {
-  switch (k) {
-    case Kind::kKillWorker:
-      return "SIGKILL a worker";
-    case Kind::kSegvWorker:
-      return "SIGSEGV a worker";
-    case Kind::kKillAgent:
-      return "SIGKILL an agent, start it again";
-    case Kind::kStopAgent:
-      return "SIGSTOP/SIGCONT an agent";
-    case Kind::kCutLink:
-      return "cut and heal a link";
-    case Kind::kRestartServer:
-      return "kill -9 and restart ddprun-rdzv";
-    case Kind::kHangRank:
-      return "hang a rank (SIGSTOP a worker)";
+class FaultSchedule {
+ public:
+  FaultSchedule(uint64_t seed, double gap_min_s, double gap_max_s)
+      : rng_(seed), gap_min_s_(gap_min_s), gap_max_s_(gap_max_s) {}
+
+  PlannedFault Next() {
+    PlannedFault f;
+    f.gap_s = gap_min_s_ + (gap_max_s_ - gap_min_s_) * U();
+    f.kind = kKinds[Pick(U(), std::size(kKinds))];
+    // Stops and cuts are either inside the lease (nothing must restart) or well past it.
+    const bool long_one = U() < 0.5;
+    const double len = U();
+    f.hold_s = long_one ? kLeaseS + 1.0 + 2.0 * len : 0.5 + 1.5 * len;
+    f.agent = U();
+    f.worker = U();
+    return f;
   }
-  return "?";
-}
+
+  // An index in [0, n) from a fraction in [0, 1).
+  static size_t Pick(double fraction, size_t n) {
+    return std::min(n - 1, static_cast<size_t>(fraction * n));
+  }
+
+ private:
+  double U() { return std::uniform_real_distribution<double>(0, 1)(rng_); }
+
+  std::mt19937_64 rng_;
+  const double gap_min_s_, gap_max_s_;
+};
 
 // SIGINT/SIGTERM: stop injecting and tear every segment down (its processes and namespaces go
 // with the destructors) instead of leaving a job running on hosts nobody will clean.
@@ -156,24 +176,19 @@ struct Agent {
   bool exited = false;
 };
 
-struct FaultRecord {
-  Kind kind;
-  std::string detail;
-  double recovery_s = -1;  // fault -> training running again with every host in
-  bool injected = true;    // false: nothing to hit (no worker alive for 5 s); not counted
-};
-
 class Segment {
  public:
   Segment(const Options& o, testing::NetHosts* hosts, const std::string& dir, int index,
-          std::mt19937_64* rng)
-      : o_(o), hosts_(hosts), dir_(dir), index_(index), rng_(rng) {}
+          FaultSchedule* schedule)
+      : o_(o), hosts_(hosts), dir_(dir), index_(index), schedule_(schedule) {}
 
   // Runs one job under faults until it ends or `stop_at` / `faults_left` is reached.
   bool Run(Clock::time_point stop_at, int faults_left, bool inject);
   const std::vector<FaultRecord>& faults() const { return faults_; }
   const std::vector<int64_t>& recomputed() const { return recomputed_; }
   const std::vector<std::string>& violations() const { return violations_; }
+  const TrainingFigures& training() const { return training_; }
+  const MemoryPeaks& memory() const { return memory_; }
   std::string ModelPath() const { return dir_ + "/model.pt"; }
 
  private:
@@ -197,9 +212,15 @@ class Segment {
   bool Steady(const Mark& at_fault) const;
   std::optional<double> WaitSteady(Clock::time_point fault_at, const Mark& at_fault,
                                    std::chrono::seconds limit);
-  FaultRecord Inject(Kind kind);
-  Agent* RandomAgent();
-  std::optional<pid_t> RandomWorker(Agent** owner);
+  // Watches training for `seconds` with no fault; counts the steps done as steady ones.
+  void TrainSteadily(double seconds);
+  FaultRecord Inject(const PlannedFault& plan);
+  Agent* PlannedAgent(const PlannedFault& plan);
+  std::optional<pid_t> PlannedWorker(const PlannedFault& plan, Agent** owner);
+  // Every second: the peak memory of every agent and its workers.
+  void SampleMemory();
+  // After the job: the agents' ledgers, attributed to the faults, and their final ratios.
+  void ReadAgentLedgers();
   void Violation(const std::string& what) {
     std::cerr << "chaos-soak: VIOLATION: " << what << std::endl;
     violations_.push_back(what);
@@ -209,14 +230,20 @@ class Segment {
   testing::NetHosts* hosts_;
   const std::string dir_;
   const int index_;
-  std::mt19937_64* rng_;
+  FaultSchedule* schedule_;
   std::unique_ptr<testing::RdzvDaemon> server_;
   int server_port_ = 0;
   std::vector<Agent> agents_;
   int64_t max_step_ = 0;  // the highest step printed since training last went back
   Clock::time_point last_step_at_{};
-  int64_t last_round_ = 0;  // the highest round any agent started
-  bool finished_ = false;   // an agent exited 0: training is over
+  int64_t highest_step_ = 0;  // the highest step ever printed: the distinct steps done
+  int64_t last_round_ = 0;    // the highest round any agent started
+  bool finished_ = false;     // an agent exited 0: training is over
+  Clock::time_point started_at_{}, finished_at_{};
+  int64_t started_unix_ms_ = 0;
+  Clock::time_point sampled_at_{};
+  TrainingFigures training_;
+  MemoryPeaks memory_;
   std::vector<FaultRecord> faults_;
   std::vector<int64_t> recomputed_;
   std::vector<std::string> violations_;
@@ -225,40 +252,21 @@ class Segment {
 std::vector<std::string> Segment::AgentArgv(int host) const {
   const std::string nnodes = o_.fixed ? "--nnodes=3" : "--nnodes=2:3";
   return hosts_->On(
-      host, {testing::BinPath("ddprun"),
-             "--rdzv-backend=c10d",
-             "--rdzv-endpoint=" + hosts_->Address(1) + ":" + std::to_string(server_port_),
-             nnodes,
-             "--nproc-per-node=2",
-             "--max-restarts=100000",
-             "--rdzv-id=chaos" + std::to_string(index_),
-             "--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=6,last_call_timeout=1,"
-             "read_timeout=30,join_timeout=300",
-             "--hang-timeout=" + std::to_string(o_.hang_timeout_s),
-             "--log-dir=" + dir_ + "/logs",
-             "--no-python",
-             testing::BinPath("ddp-train"),
-             "mnist",
-             "--data",
-             kData,
-             "--no-progress-bar",
-             "--log-interval",
-             "1",
-             "--epochs",
-             std::to_string(o_.steps / o_.steps_per_epoch),
-             "--max-steps",
-             std::to_string(o_.steps_per_epoch),
-             "--test-subset",
-             "500",
-             "--checkpoint-dir",
-             dir_ + "/ckpt",
-             "--checkpoint-every",
-             std::to_string(o_.checkpoint_every),
-             "--comm-timeout",
-             "60",
-             "--save-model",
-             "--save-model-path",
-             dir_ + "/model.pt"});
+      host,
+      {testing::BinPath("ddprun"), "--rdzv-backend=c10d",
+       "--rdzv-endpoint=" + hosts_->Address(1) + ":" + std::to_string(server_port_), nnodes,
+       "--nproc-per-node=2", "--max-restarts=100000", "--rdzv-id=chaos" + std::to_string(index_),
+       "--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=6,last_call_timeout=1,"
+       "read_timeout=30,join_timeout=300",
+       "--hang-timeout=" + std::to_string(o_.hang_timeout_s), "--restart-mode=" + o_.restart_mode,
+       // The hosts share this machine's filesystem: every agent process writes its
+       // events.jsonl (the goodput ledger) in a folder of its own under logs/.
+       "--log-dir=" + dir_ + "/logs", "--no-python", testing::BinPath("ddp-train"), "mnist",
+       "--data", kData, "--no-progress-bar", "--log-interval", "1", "--epochs",
+       std::to_string(o_.steps / o_.steps_per_epoch), "--max-steps",
+       std::to_string(o_.steps_per_epoch), "--test-subset", "500", "--checkpoint-dir",
+       dir_ + "/ckpt", "--checkpoint-every", std::to_string(o_.checkpoint_every), "--comm-timeout",
+       "60", "--save-model", "--save-model-path", dir_ + "/model.pt"});
 }
 
 void Segment::StartAgent(Agent* a) {
@@ -280,7 +288,8 @@ void Segment::StartServer(int port) {
 
 void Segment::Observe() {
   static const std::regex step_re("\tstep (\\d+)");
-  static const std::regex round_re("round (\\d+): starting");
+  // A cold start, or an in-process re-forming of the survivors with their replacements.
+  static const std::regex round_re("round (\\d+): (starting|in-process recovery)");
   std::smatch m;
   for (Agent& a : agents_) {
     if (a.proc == nullptr) continue;
@@ -313,13 +322,54 @@ void Segment::Observe() {
         max_step_ = step;
       }
       max_step_ = std::max(max_step_, step);
+      highest_step_ = std::max(highest_step_, step);
       last_step_at_ = Clock::now();
     }
     if (!a.exited && !a.proc->running()) {
       a.exited = true;
       std::optional<testing::ExitStatus> st = a.proc->Wait(1s);
-      if (st && st->exit_code == 0) finished_ = true;
+      if (st && st->exit_code == 0 && !finished_) {
+        finished_ = true;
+        finished_at_ = Clock::now();
+      }
     }
+  }
+  SampleMemory();
+}
+
+void Segment::SampleMemory() {
+  if (Clock::now() - sampled_at_ < 1s) return;
+  sampled_at_ = Clock::now();
+  for (const Agent& a : agents_) {
+    if (a.proc != nullptr && !a.exited) memory_.Sample(a.proc->pid(), Workers(a.proc->pid()));
+  }
+}
+
+void Segment::TrainSteadily(double seconds) {
+  const int64_t from = highest_step_;
+  const auto began = Clock::now();
+  const auto until = began + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
+  while (Clock::now() < until && !finished_ && !g_interrupted) {
+    Observe();
+    std::this_thread::sleep_for(50ms);
+  }
+  if (finished_ || g_interrupted) return;  // a partial gap: its last steps are not steady
+  training_.steady_steps += highest_step_ - from;
+  training_.steady_s += Since(began);
+}
+
+void Segment::ReadAgentLedgers() {
+  const std::vector<AgentLedger> ledgers = ReadLedgers(dir_ + "/logs");
+  AttributeLedger(ledgers, &faults_);
+  for (const AgentLedger& l : ledgers) {
+    // The agents started with the job (not one started again after a fault): their ratio
+    // covers the whole job.
+    if (l.closed_ratio && l.first_ts_ms < started_unix_ms_ + 30000) {
+      training_.agent_ratios.push_back(*l.closed_ratio);
+    }
+  }
+  if (o_.restart_mode == "in-process") {
+    for (const std::string& v : CheckInProcess(faults_)) Violation(v);
   }
 }
 
@@ -350,20 +400,21 @@ std::optional<double> Segment::WaitSteady(Clock::time_point fault_at, const Mark
   return std::nullopt;
 }
 
-Agent* Segment::RandomAgent() {
-  return &agents_[std::uniform_int_distribution<int>(0, agents_.size() - 1)(*rng_)];
+Agent* Segment::PlannedAgent(const PlannedFault& plan) {
+  return &agents_[FaultSchedule::Pick(plan.agent, agents_.size())];
 }
 
-std::optional<pid_t> Segment::RandomWorker(Agent** owner) {
+std::optional<pid_t> Segment::PlannedWorker(const PlannedFault& plan, Agent** owner) {
   // A restart may be under way (a host that came back joins as a scale-up after training ran
   // again): wait for the chosen agent's next workers rather than hit nothing.
-  Agent* a = RandomAgent();
+  Agent* a = PlannedAgent(plan);
   const auto deadline = Clock::now() + 5s;
   while (Clock::now() < deadline && !finished_) {
     std::vector<pid_t> workers = Workers(a->proc->pid());
     if (!workers.empty()) {
+      std::sort(workers.begin(), workers.end());
       *owner = a;
-      return workers[std::uniform_int_distribution<size_t>(0, workers.size() - 1)(*rng_)];
+      return workers[FaultSchedule::Pick(plan.worker, workers.size())];
     }
     Observe();
     std::this_thread::sleep_for(50ms);
@@ -371,20 +422,26 @@ std::optional<pid_t> Segment::RandomWorker(Agent** owner) {
   return std::nullopt;
 }
 
-FaultRecord Segment::Inject(Kind kind) {
-  FaultRecord f{kind, "", -1};
-  std::uniform_real_distribution<double> u(0, 1);
-  // Stops and cuts are either inside the lease (nothing must restart) or well past it.
-  const bool long_one = u(*rng_) < 0.5;
-  const double hold_s = long_one ? kLeaseS + 1.0 + 2.0 * u(*rng_) : 0.5 + 1.5 * u(*rng_);
+FaultRecord Segment::Inject(const PlannedFault& plan) {
+  const Kind kind = plan.kind;
+  FaultRecord f;
+  f.kind = kind;
+  f.unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                  std::chrono::system_clock::now().time_since_epoch())
+                  .count();
+  const double hold_s = plan.hold_s;
   const auto hold = std::chrono::milliseconds(static_cast<int>(hold_s * 1000));
   Agent* a = nullptr;
   switch (kind) {
     case Kind::kKillWorker:
     case Kind::kSegvWorker:
     case Kind::kHangRank: {
-      std::optional<pid_t> w = RandomWorker(&a);
-      if (!w) return {kind, "no worker to hit", -1, false};
+      std::optional<pid_t> w = PlannedWorker(plan, &a);
+      if (!w) {
+        f.detail = "no worker to hit";
+        f.injected = false;
+        return f;
+      }
       const int sig = kind == Kind::kKillWorker   ? SIGKILL
                       : kind == Kind::kSegvWorker ? SIGSEGV
                                                   : SIGSTOP;
@@ -393,21 +450,21 @@ FaultRecord Segment::Inject(Kind kind) {
       break;
     }
     case Kind::kKillAgent:
-      a = RandomAgent();
+      a = PlannedAgent(plan);
       a->proc->SignalGroup(SIGKILL);  // its workers go with it (as with a dead node)
       a->proc->Wait(10s);
       StartAgent(a);
       f.detail = hosts_->Name(a->host);
       break;
     case Kind::kStopAgent:
-      a = RandomAgent();
+      a = PlannedAgent(plan);
       a->proc->Signal(SIGSTOP);
       std::this_thread::sleep_for(hold);
       a->proc->Signal(SIGCONT);
       f.detail = absl::StrFormat("%s for %.1f s", hosts_->Name(a->host), hold_s);
       break;
     case Kind::kCutLink:
-      a = RandomAgent();
+      a = PlannedAgent(plan);
       hosts_->Cut(a->host);
       std::this_thread::sleep_for(hold);
       hosts_->Heal(a->host);
@@ -434,25 +491,23 @@ bool Segment::Run(Clock::time_point stop_at, int faults_left, bool inject) {
     agents_.push_back(Agent{host});
     StartAgent(&agents_.back());
   }
-  const auto start = Clock::now();
-  if (!WaitSteady(start, Mark{}, 300s)) {
+  started_at_ = Clock::now();
+  started_unix_ms_ = std::chrono::duration_cast<std::chrono::milliseconds>(
+                         std::chrono::system_clock::now().time_since_epoch())
+                         .count();
+  if (!WaitSteady(started_at_, Mark{}, 300s)) {
     if (!finished_ && !g_interrupted) Violation("training never ran on all three hosts");
   }
-  std::uniform_real_distribution<double> gap(2.0, 5.0);
   while (inject && !finished_ && !g_interrupted && Clock::now() < stop_at &&
          (faults_left <= 0 || static_cast<int>(faults_.size()) < faults_left)) {
-    // A few seconds of steady training between faults.
-    const auto until =
-        Clock::now() + std::chrono::milliseconds(static_cast<int>(gap(*rng_) * 1000));
-    while (Clock::now() < until && !finished_ && !g_interrupted) {
-      Observe();
-      std::this_thread::sleep_for(50ms);
-    }
+    const PlannedFault plan = schedule_->Next();
+    TrainSteadily(plan.gap_s);
     if (finished_ || g_interrupted) break;
-    const Kind kind = kKinds[std::uniform_int_distribution<int>(0, std::size(kKinds) - 1)(*rng_)];
+    const Kind kind = plan.kind;
     const Mark at_fault = Now();
     const auto fault_at = Clock::now();
-    FaultRecord f = Inject(kind);
+    const size_t restarts_before = recomputed_.size();
+    FaultRecord f = Inject(plan);
     if (!f.injected) {
       std::cout << absl::StrFormat("segment %d: %s skipped (%s)\n", index_, KindName(kind),
                                    f.detail)
@@ -461,6 +516,7 @@ bool Segment::Run(Clock::time_point stop_at, int faults_left, bool inject) {
     }
     std::optional<double> recovery =
         WaitSteady(fault_at, at_fault, std::chrono::seconds(o_.hang_timeout_s + 120));
+    for (size_t i = restarts_before; i < recomputed_.size(); ++i) f.recomputed += recomputed_[i];
     if (recovery) {
       f.recovery_s = *recovery;
     } else if (!finished_ && !g_interrupted) {
@@ -492,6 +548,11 @@ bool Segment::Run(Clock::time_point stop_at, int faults_left, bool inject) {
     std::this_thread::sleep_for(100ms);
   }
   if (!all_exited) Violation("an agent was still running 600 s after the end of injection");
+  training_.steps = highest_step_;
+  training_.wall_s =
+      std::chrono::duration<double>((finished_ ? finished_at_ : Clock::now()) - started_at_)
+          .count();
+  ReadAgentLedgers();
   for (Agent& a : agents_) {
     std::optional<testing::ExitStatus> st = a.proc->Wait(5s);
     if (!st || st->exit_code != 0) {
@@ -519,61 +580,97 @@ bool Segment::Run(Clock::time_point stop_at, int faults_left, bool inject) {
   return violations_.empty();
 }
 
-std::string Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return "-";
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5));
-  return absl::StrFormat("%.2f", v[i]);
+// "MIN:MAX" seconds.
+bool ParseInterval(const std::string& text, double* min_s, double* max_s) {
+  std::vector<std::string> parts = absl::StrSplit(text, ':');
+  return parts.size() == 2 && absl::SimpleAtod(parts[0], min_s) &&
+         absl::SimpleAtod(parts[1], max_s) && *min_s >= 0 && *max_s >= *min_s;
 }
 
-std::string Report(const Options& o, const std::vector<FaultRecord>& faults,
-                   const std::vector<int64_t>& recomputed, int segments, double wall_s,
-                   const std::vector<std::string>& violations, const std::string& identical) {
-  std::string out =
-      absl::StrFormat("Chaos soak: %s, seed %d, %d segment(s), %d faults, %.0f s wall. ",
-                      o.fixed ? "fixed world (--nnodes=3)" : "elastic (--nnodes=2:3)", o.seed,
-                      segments, faults.size(), wall_s);
-  absl::StrAppend(&out,
-                  violations.empty() ? "Every invariant held"
-                                     : absl::StrCat(violations.size(), " violation(s)"),
-                  identical.empty() ? "" : absl::StrCat("; ", identical), ".\n\n");
-  absl::StrAppend(&out, "| fault | count | recovery p50 s | recovery p99 s |\n|---|---|---|---|\n");
-  for (Kind k : kKinds) {
-    std::vector<double> rec;
-    int n = 0;
-    for (const FaultRecord& f : faults) {
-      if (f.kind != k) continue;
-      ++n;
-      if (f.recovery_s >= 0) rec.push_back(f.recovery_s);
+// The fault-free run of --fixed: its final model, or the one given.
+std::optional<std::string> ReferenceModel(const Options& o, testing::NetHosts* hosts,
+                                          FaultSchedule* schedule, SoakResult* result) {
+  if (!o.reference_model.empty()) {
+    std::string model = testing::ReadFile(o.reference_model);
+    if (model.empty()) result->violations.push_back(o.reference_model + ": no model there");
+    return model;
+  }
+  Segment ref(o, hosts, o.work_dir + "/reference", 0, schedule);
+  if (!ref.Run(Clock::now(), 0, /*inject=*/false)) {
+    for (const auto& v : ref.violations()) result->violations.push_back("fault-free run: " + v);
+  }
+  std::cout << absl::StrFormat("fault-free run: %d steps in %.1f s\n", ref.training().steps,
+                               ref.training().wall_s)
+            << std::flush;
+  if (!o.keep_reference.empty()) {
+    std::filesystem::copy_file(ref.ModelPath(), o.keep_reference,
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  return testing::ReadFile(ref.ModelPath());
+}
+
+// Segments until the faults or the time run out (or an invariant breaks).
+void RunSegments(const Options& o, testing::NetHosts* hosts, FaultSchedule* schedule,
+                 const std::optional<std::string>& reference_model, SoakResult* result) {
+  const auto stop = Clock::now() + std::chrono::seconds(o.seconds);
+  const auto faults_left = [&] {
+    return o.faults > 0 ? o.faults - static_cast<int>(result->faults.size()) : 0;
+  };
+  while (result->violations.empty() && Clock::now() < stop &&
+         (o.faults <= 0 || faults_left() > 0) &&
+         (o.segments <= 0 || result->segments < o.segments)) {
+    const int index = ++result->segments;
+    Segment s(o, hosts, o.work_dir + "/segment" + std::to_string(index), index, schedule);
+    const bool ok = s.Run(stop, faults_left(), /*inject=*/true);
+    result->faults.insert(result->faults.end(), s.faults().begin(), s.faults().end());
+    result->recomputed.insert(result->recomputed.end(), s.recomputed().begin(),
+                              s.recomputed().end());
+    result->training.Add(s.training());
+    result->memory.Merge(s.memory());
+    for (const auto& v : s.violations()) result->violations.push_back(v);
+    if (ok && reference_model) {
+      const std::string model = testing::ReadFile(s.ModelPath());
+      if (model.empty() || model != *reference_model) {
+        result->violations.push_back(
+            absl::StrCat("segment ", index, ": the final model differs from the fault-free run's"));
+      } else {
+        result->identical = "final models bit-identical to the fault-free run";
+      }
     }
-    absl::StrAppend(&out, "| ", KindName(k), " | ", n, " | ", Percentile(rec, 0.5), " | ",
-                    Percentile(rec, 0.99), " |\n");
   }
-  int64_t total = 0, worst = 0;
-  for (int64_t r : recomputed) {
-    total += r;
-    worst = std::max(worst, r);
-  }
-  absl::StrAppend(&out, "\nSteps recomputed: ", total, " in all; ", recomputed.size(),
-                  " restart(s) went back to a checkpoint, at most ", worst,
-                  " steps for one (checkpoint every ", o.checkpoint_every, " steps).\n");
-  for (const std::string& v : violations) absl::StrAppend(&out, "- VIOLATION: ", v, "\n");
-  return out;
 }
 
 int Main(int argc, char** argv) {
   Options o;
+  std::string interval = "2:5";
   CLI::App app("chaos-soak: faults injected into a ddprun job on namespaced hosts");
   app.add_option("--seconds", o.seconds, "seconds of fault injection, at most");
   app.add_option("--faults", o.faults, "stop after this many faults (0: no limit)");
   app.add_option("--seed", o.seed, "seed of the fault sequence");
   app.add_flag("--fixed", o.fixed, "--nnodes=3 and a bit-identical check against a fault-free run");
+  app.add_option("--segments", o.segments, "stop after this many jobs (0: no limit)");
   app.add_option("--steps", o.steps, "training steps per job");
+  app.add_option("--steps-per-epoch", o.steps_per_epoch,
+                 "training steps per epoch (each epoch ends with a test)");
   app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints");
   app.add_option("--hang-timeout", o.hang_timeout_s, "ddprun --hang-timeout, seconds");
+  app.add_option("--restart-mode", o.restart_mode, "ddprun --restart-mode")
+      ->check(CLI::IsMember({"cold", "in-process"}));
+  app.add_option("--fault-interval", interval,
+                 "MIN:MAX seconds of steady training between faults (default 2:5)");
   app.add_option("--work-dir", o.work_dir, "where jobs write (default: a new temporary one)");
   app.add_option("--report", o.report, "append the Markdown report to this file");
+  app.add_option("--json", o.json, "write the report as JSON to this file");
+  app.add_option("--reference-model", o.reference_model,
+                 "--fixed: compare with this model instead of running a fault-free job");
+  app.add_option("--keep-reference", o.keep_reference,
+                 "--fixed: copy the fault-free job's model here (for --reference-model)");
   CLI11_PARSE(app, argc, argv);
+  if (!ParseInterval(interval, &o.gap_min_s, &o.gap_max_s)) {
+    std::cerr << "chaos-soak: --fault-interval wants MIN:MAX seconds, not " << interval
+              << std::endl;
+    return 2;
+  }
   if (const std::string why = testing::NetHosts::Unavailable(); !why.empty()) {
     std::cout << "chaos-soak: SKIPPED: " << why << std::endl;
     return 77;
@@ -594,50 +691,25 @@ int Main(int argc, char** argv) {
     std::cerr << "chaos-soak: hosts: " << hosts.error() << std::endl;
     return 1;
   }
-  std::mt19937_64 rng(o.seed);
-  const auto start = Clock::now();
-  const auto stop_at = start + std::chrono::seconds(o.seconds);
-  std::vector<FaultRecord> faults;
-  std::vector<int64_t> recomputed;
-  std::vector<std::string> violations;
-  std::string identical;
+  FaultSchedule schedule(o.seed, o.gap_min_s, o.gap_max_s);
+  SoakResult result;
+  result.restart_mode = o.restart_mode;
+  result.fixed = o.fixed;
+  result.seed = o.seed;
+  result.gap_min_s = o.gap_min_s;
+  result.gap_max_s = o.gap_max_s;
+  result.checkpoint_every = o.checkpoint_every;
   std::optional<std::string> reference_model;
-  if (o.fixed) {
-    Segment ref(o, &hosts, o.work_dir + "/reference", 0, &rng);
-    if (!ref.Run(start, 0, /*inject=*/false)) {
-      for (const auto& v : ref.violations()) violations.push_back("fault-free run: " + v);
-    }
-    reference_model = testing::ReadFile(ref.ModelPath());
-  }
-  int segments = 0;
+  if (o.fixed) reference_model = ReferenceModel(o, &hosts, &schedule, &result);
+  // The fault-free run's time is not the soak's: the injection time starts after it.
   const auto injecting = Clock::now();
-  const auto stop = o.fixed ? injecting + std::chrono::seconds(o.seconds) : stop_at;
-  while (violations.empty() && Clock::now() < stop &&
-         (o.faults <= 0 || static_cast<int>(faults.size()) < o.faults)) {
-    ++segments;
-    Segment s(o, &hosts, o.work_dir + "/segment" + std::to_string(segments), segments, &rng);
-    const bool ok = s.Run(stop, o.faults > 0 ? o.faults - static_cast<int>(faults.size()) : 0,
-                          /*inject=*/true);
-    faults.insert(faults.end(), s.faults().begin(), s.faults().end());
-    recomputed.insert(recomputed.end(), s.recomputed().begin(), s.recomputed().end());
-    for (const auto& v : s.violations()) violations.push_back(v);
-    if (ok && reference_model) {
-      const std::string model = testing::ReadFile(s.ModelPath());
-      if (model.empty() || model != *reference_model) {
-        violations.push_back(absl::StrCat("segment ", segments,
-                                          ": the final model differs from the fault-free run's"));
-      } else {
-        identical = "final models bit-identical to the fault-free run";
-      }
-    }
-  }
-  const std::string report =
-      Report(o, faults, recomputed, segments, Since(start), violations, identical);
+  RunSegments(o, &hosts, &schedule, reference_model, &result);
+  result.wall_s = Since(injecting);
+  const std::string report = MarkdownReport(result);
   std::cout << "\n" << report;
-  if (!o.report.empty()) {
-    std::ofstream(o.report, std::ios::app) << report << "\n";
-  }
-  return violations.empty() && !faults.empty() ? 0 : 1;
+  if (!o.report.empty()) std::ofstream(o.report, std::ios::app) << report << "\n";
+  if (!o.json.empty()) std::ofstream(o.json) << JsonReport(result) << "\n";
+  return result.violations.empty() && !result.faults.empty() ? 0 : 1;
 }
 
 }  // namespace
