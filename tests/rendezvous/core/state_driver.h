@@ -1,6 +1,7 @@
 // StateDriver: drives a ServerState with arbitrary event sequences (joins, some with disagreeing
 // options, explicit or duplicate ranks and node ids; heartbeats; group status for current,
-// stale and future rounds; leaves; broken streams; time passing) and checks the state machine's
+// stale and future rounds; leaves; broken streams; timeline steps, recoveries among them, with
+// garbage fields; time passing) and checks the state machine's
 // invariants after every step. The choices come from a caller-supplied source, so the same
 // driver serves the seeded randomized test and the libFuzzer target. No gtest dependency.
 #ifndef DDPRUN_TESTS_RENDEZVOUS_CORE_STATE_DRIVER_H_
@@ -8,6 +9,7 @@
 
 #include <chrono>
 #include <functional>
+#include <iterator>
 #include <map>
 #include <set>
 #include <sstream>
@@ -17,6 +19,7 @@
 
 #include "common/clock.h"
 #include "rendezvous/core/server_state.h"
+#include "rendezvous/core/status_page.h"
 #include "tests/rendezvous/core/state_test_util.h"
 
 namespace ddprun::rendezvous::testing {
@@ -71,7 +74,8 @@ class StateDriver {
       return state_.Join(conn, r, now);
     }
     const ConnId conn = PickLive();
-    if (kind < 45) return state_.Heartbeat(conn, {}, now);
+    if (kind < 40) return state_.Heartbeat(conn, {}, now);
+    if (kind < 45) return state_.Step(conn, RandomStepLine(), now);  // renews the lease too
     if (kind < 60) {
       const int64_t round = last_round_ + Uniform(-1, 1);
       const int s = Uniform(0, 9);
@@ -98,6 +102,42 @@ class StateDriver {
     }
     ticked_ = true;
     return state_.Tick(clock_.Now());
+  }
+
+  // A timeline step as an agent might send it: often a "recovered" one (recovery_ledger.h),
+  // with fields of the right type, the wrong one, out of bounds, or cut short.
+  std::string RandomStepLine() {
+    static const char* const kValues[] = {"0",
+                                          "12",
+                                          "-5",
+                                          "1e300",
+                                          "\"7\"",
+                                          "null",
+                                          "[1]",
+                                          "2.5",
+                                          "0.9",
+                                          "1.5",
+                                          "{}",
+                                          "true",
+                                          "18446744073709551615"};
+    static const char* const kKeys[] = {
+        "round",    "mode",       "cause",         "detect_ms",  "stop_ms",       "rendezvous_ms",
+        "start_ms", "restore_ms", "first_step_ms", "steps_lost", "restored_step", "effective_ratio",
+        "node",     "ts_ms"};
+    static const char* const kStrings[] = {"\"in-process\"", "\"cold\"", "\"hang\"",
+                                           "\"worker_exit\"", "\"<b>\\\"\\n\""};
+    std::string line = Uniform(0, 3) == 0 ? R"({"step":"closed")" : R"({"step":"recovered")";
+    const int fields = Uniform(0, 8);
+    for (int i = 0; i < fields; ++i) {
+      const char* key = kKeys[Uniform(0, static_cast<int>(std::size(kKeys)) - 1)];
+      const char* value = Uniform(0, 2) == 0
+                              ? kStrings[Uniform(0, static_cast<int>(std::size(kStrings)) - 1)]
+                              : kValues[Uniform(0, static_cast<int>(std::size(kValues)) - 1)];
+      line += std::string(",\"") + key + "\":" + value;
+    }
+    line += "}";
+    if (Uniform(0, 9) == 0) line.resize(Uniform(0, static_cast<int>(line.size())));
+    return line;
   }
 
 #define DDPRUN_DRIVER_CHECK(cond, what)                        \
@@ -171,6 +211,18 @@ class StateDriver {
       if (status->phase == RunPhase::kRunning) {
         DDPRUN_DRIVER_CHECK(running >= 1, "running round without members");
       }
+    }
+    DDPRUN_DRIVER_CHECK(state_.metrics().recoveries.size() <= state_.num_runs(),
+                        "recoveries of a forgotten run kept");
+    for (const auto& [id, ledger] : state_.metrics().recoveries) {
+      DDPRUN_DRIVER_CHECK(ledger.latest().size() <= kMaxRecoveryRecords, "recoveries unbounded");
+    }
+    if (step_ % 16 == 0) {  // what an agent sent must never break a scrape or the page
+      const std::string metrics = FormatMetrics(state_.metrics(), state_.AllStatus(false));
+      const std::string page =
+          RenderStatusPage(state_.AllStatus(true), state_.metrics(), "h:1", clock_.Now());
+      DDPRUN_DRIVER_CHECK(page.find("<b>") == std::string::npos, "unescaped step on the page");
+      DDPRUN_DRIVER_CHECK(metrics.find("\n\"") == std::string::npos, "unescaped label value");
     }
     if (ticked_) {
       ticked_ = false;
