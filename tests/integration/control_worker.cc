@@ -8,7 +8,8 @@
 // Faults, only in the job's first round (TORCHELASTIC_RESTART_COUNT=0 and restart_count 0):
 //   --fail-rank R --fail-step S --fail-mode exit|kill|hang   rank R fails at step S
 // Protocol misbehaviour: --silent-rank R (never connects), --late-rank R (never sends ready
-// after a re-formation).
+// after a re-formation), --die-joining-rank R (exits 1 on joining a round of restart 1, before
+// its ready: a failure during a re-formation).
 #include <signal.h>
 #include <unistd.h>
 
@@ -38,7 +39,8 @@ void Say(const std::string& line) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = 40, step_ms = 50, fail_rank = -1, fail_step = -1, silent_rank = -1, late_rank = -1;
+  int steps = 40, step_ms = 50, fail_rank = -1, fail_step = -1, silent_rank = -1, late_rank = -1,
+      die_joining_rank = -1;
   std::string fail_mode = "exit";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -50,6 +52,7 @@ int main(int argc, char** argv) {
     if (flag == "--fail-mode") fail_mode = value;
     if (flag == "--silent-rank") silent_rank = atoi(value.c_str());
     if (flag == "--late-rank") late_rank = atoi(value.c_str());
+    if (flag == "--die-joining-rank") die_joining_rank = atoi(value.c_str());
   }
   int rank = IntEnv("RANK", 0);
   const bool first_start = IntEnv("TORCHELASTIC_RESTART_COUNT", 0) == 0;
@@ -72,6 +75,10 @@ int main(int argc, char** argv) {
   int step = 0;
   bool reformed = false;
   auto joined = [&] {
+    if (rank == die_joining_rank && restart_count == 1) {
+      Say(absl::StrCat("rank=", rank, " ", who, " dying while joining round=", round));
+      exit(1);
+    }
     Say(absl::StrCat("rank=", rank, " ", who, " round=", round, " world=", world, " step=", step,
                      " joined"));
     if (client && !(reformed && rank == late_rank)) client->SendReady(round, step).IgnoreError();

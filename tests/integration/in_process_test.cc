@@ -100,6 +100,27 @@ TEST_P(InProcessFailureTest, OnlyTheFailedWorkerIsReplaced) {
 
 INSTANTIATE_TEST_SUITE_P(ExitAndKill, InProcessFailureTest, ::testing::Values("exit", "kill"));
 
+// The replacement dies while the round re-forms: another round, the same survivors.
+TEST(InProcessTest, ReplacementDyingDuringReformationStartsAnotherRound) {
+  Subprocess agent(
+      Agent(3, {"--max-restarts=2"},
+            {"--steps", "30", "--fail-rank", "1", "--fail-step", "5", "--die-joining-rank", "1"}));
+  auto status = agent.Wait(60s);
+  ASSERT_TRUE(status.has_value()) << agent.err();
+  const std::string out = agent.out() + agent.err();
+  EXPECT_EQ(status->exit_code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("dying while joining")) << out;
+  const auto pids = JoinedPids(out);
+  const std::set<int> rounds = RoundsSeen(pids);
+  // Rounds 0, 1 (the replacement died joining it) and 2; ranks 0 and 2 the same processes in all.
+  ASSERT_EQ(rounds.size(), 3u) << out;
+  const Recovery r = Compare(pids, 3, *rounds.begin(), *rounds.rbegin());
+  EXPECT_EQ(r.kept, 2) << out;
+  EXPECT_EQ(Compare(pids, 3, *rounds.begin(), *std::next(rounds.begin())).kept, 2) << out;
+  EXPECT_EQ(CountMatches(out, "in-process recovery, 2 worker\\(s\\) kept, 1 started"), 2) << out;
+  EXPECT_EQ(CountMatches(out, "done step=30"), 3) << out;
+}
+
 TEST(InProcessTest, BudgetCountsFailuresAsInColdMode) {
   Subprocess agent(
       Agent(2, {"--max-restarts=0"}, {"--steps", "30", "--fail-rank", "1", "--fail-step", "3"}));
