@@ -98,11 +98,15 @@ class MetricsTest : public ::testing::Test {
         << daemon_->output() << daemon_->error();
   }
 
-  // Two agents of run "watched", --max-restarts=1; rank 1 fails once.
+  // Two agents of run "watched", --max-restarts=1; rank 1 fails once. The workers report steps
+  // (the one they resume from, then the ones they start) as ddp-train does, so that each agent's
+  // goodput ledger sees its recovery complete.
   std::vector<std::unique_ptr<Subprocess>> StartJob() {
     const std::string worker = dir_.File("w.sh");
     WriteFile(worker,
               "#!/bin/sh\n[ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && [ \"$RANK\" = 1 ] && exit 3\n"
+              "for s in 0 1 2; do echo \"{\\\"pid\\\":$$,\\\"step\\\":$s}\" > "
+              "\"$DDPRUN_PROGRESS_FILE\"; done\n"
               "while [ ! -e " +
                   dir_.File("go") + " ]; do sleep 0.05; done\n",
               0755);
@@ -146,6 +150,26 @@ TEST_F(MetricsTest, PromtoolAcceptsTheMetricsAndARealPrometheusScrapesThem) {
   EXPECT_THAT(metrics.body, HasSubstr("ddprun_rdzv_failure_to_restart_seconds_count 1"));
   EXPECT_THAT(metrics.body, HasSubstr("ddprun_rdzv_round_completion_seconds_count 2"));
   EXPECT_EQ(CountMatches(metrics.body, "ddprun_rdzv_heartbeats_total [1-9]"), 1) << metrics.body;
+  // Each agent's goodput ledger sent its recovery from the failure: the failing node's and the
+  // other's, both cold.
+  Response recovered;
+  EXPECT_TRUE(WaitUntil(
+      [&] {
+        recovered = Get(http_port_, "/metrics", Bearer());
+        return recovered.body.find(
+                   "ddprun_rdzv_recoveries_total{run_id=\"watched\",mode=\"cold\","
+                   "cause=\"worker_exit\"} 1\n") != std::string::npos &&
+               recovered.body.find(
+                   "ddprun_rdzv_recoveries_total{run_id=\"watched\",mode=\"cold\","
+                   "cause=\"remote_failure\"} 1\n") != std::string::npos;
+      },
+      15s))
+      << recovered.body;
+  EXPECT_THAT(recovered.body, HasSubstr("ddprun_rdzv_recovery_seconds_count{run_id=\"watched\","
+                                        "mode=\"cold\",phase=\"first_step\"} 2\n"));
+  EXPECT_EQ(
+      CountMatches(recovered.body, "ddprun_rdzv_effective_training_ratio\\{run_id=\"watched\""), 1)
+      << "two agents on one host: one node";
 
   if (access("/usr/bin/promtool", X_OK) != 0) GTEST_SKIP() << "promtool missing (prometheus)";
   WriteFile(dir_.File("metrics.txt"), metrics.body);
