@@ -130,6 +130,32 @@ _DEFAULT_DEADLINE_S = 60.0
 _MIN_TIMEOUT_S = 10.0
 
 
+_progress_fd = None
+
+
+def _report_step(step):
+    """Tells ddprun's goodput ledger and hang detection that the worker starts step `step`
+    (DDPRUN_PROGRESS_FILE, one line {"pid":P,"step":S}, as ddp-train writes it). Never waits and
+    never fails the training: the FIFO is opened non-blocking, a full pipe drops the line, any
+    other error turns the reports off."""
+    global _progress_fd
+    if _progress_fd is None:
+        path = os.environ.get("DDPRUN_PROGRESS_FILE", "")
+        try:
+            _progress_fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK) if path else -1
+        except OSError:
+            _progress_fd = -1
+    if _progress_fd < 0:
+        return
+    try:
+        os.write(_progress_fd, f'{{"pid":{os.getpid()},"step":{step}}}\n'.encode())
+    except BlockingIOError:
+        pass
+    except OSError:
+        os.close(_progress_fd)
+        _progress_fd = -1
+
+
 class RoundOver(Exception):
     """This worker's round is over (aborted, superseded, or the agent is gone): abandon it."""
 
@@ -516,6 +542,7 @@ class Round:
         if isinstance(step, bool) or not isinstance(step, int):
             raise TypeError(f"step_done: step must be an int, not {type(step).__name__}")
         self.step = step
+        _report_step(step + 1)
         if self.over():
             self._raise_over()
 

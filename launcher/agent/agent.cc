@@ -441,7 +441,13 @@ void Agent::ReformWorkers(const rendezvous::Assignment& a, const std::vector<int
   reform_->BeginRound(a, kept);
   if (!launches.empty()) {
     KillWhatWorkersLeft();  // what the failed workers detached
+    const int handed_before = spares_ ? spares_->handed_over() : 0;
+    const size_t started = launches.size();
     group_->Start(std::move(launches));
+    if (spares_) {
+      LogInfo(absl::StrCat("preload: ", spares_->handed_over() - handed_before, " of ", started,
+                           " replacement(s) started from spares"));
+    }
   }
   hangs_.OnGroupStarted(group_.get());
   StepEvent started{Step::kWorkersStarted};
