@@ -19,6 +19,12 @@ absl::StatusOr<int64_t> IntField(const Json& object, const char* name, int64_t l
   if (!it->is_number_integer()) {
     return absl::InvalidArgumentError(absl::StrCat("\"", name, "\" is not an integer"));
   }
+  // An unsigned JSON integer over INT64_MAX would wrap (2^64-1 read as -1, a valid step).
+  if (it->is_number_unsigned() &&
+      it->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", name, "\"=", it->get<uint64_t>(), " is outside [", lo, ", ", hi, "]"));
+  }
   const int64_t v = it->get<int64_t>();
   if (v < lo || v > hi) {
     return absl::InvalidArgumentError(

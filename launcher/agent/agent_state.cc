@@ -157,9 +157,14 @@ std::vector<AgentAction> AgentStateMachine::OnWorkerExited(const WorkerExit& exi
     return {};
   }
   if (phase_ == Phase::kStopping) {
-    // Failures other than ddprun's own SIGTERM/SIGKILL, for the summary's "other failures".
+    // Failures other than ddprun's own SIGTERM/SIGKILL, for the summary's "other failures". A
+    // hung worker that in-process mode was stopping alone (stacks first) ends by our hand too,
+    // even when a close or a signal turned that into a graceful stop of the group.
+    const bool was_dying =
+        exit.local_rank >= 0 && exit.local_rank < nproc_ && dying_[exit.local_rank];
+    if (was_dying) dying_[exit.local_rank] = false;
     const bool ours = exit.signal == SIGTERM || exit.signal == SIGKILL ||
-                      (stopping_for_hang_ && exit.signal == SIGABRT);
+                      (stopping_for_hang_ && exit.signal == SIGABRT) || was_dying;
     if (!exit.ok() && !ours && root_cause_ && other_failures_.size() < 64) {
       other_failures_.push_back(exit);
     }

@@ -21,9 +21,9 @@ constexpr size_t kReadLimit = 64 << 10;
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Listen(EventLoop* loop,
-                                                                     const std::string& path,
-                                                                     Listener* listener) {
+absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Listen(
+    EventLoop* loop, const std::string& path, Listener* listener,
+    std::chrono::milliseconds hello_timeout) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   if (path.size() >= sizeof(addr.sun_path)) {
@@ -44,11 +44,16 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Listen(EventLoop* 
     close(fd);
     return absl::InternalError(absl::StrCat("control socket ", path, ": ", strerror(err)));
   }
-  return std::unique_ptr<ControlServer>(new ControlServer(loop, path, fd, listener));
+  return std::unique_ptr<ControlServer>(new ControlServer(loop, path, fd, listener, hello_timeout));
 }
 
-ControlServer::ControlServer(EventLoop* loop, std::string path, int listen_fd, Listener* listener)
-    : loop_(loop), path_(std::move(path)), listen_fd_(listen_fd), listener_(listener) {
+ControlServer::ControlServer(EventLoop* loop, std::string path, int listen_fd, Listener* listener,
+                             std::chrono::milliseconds hello_timeout)
+    : loop_(loop),
+      path_(std::move(path)),
+      listen_fd_(listen_fd),
+      listener_(listener),
+      hello_timeout_(hello_timeout) {
   loop_->AddFd(listen_fd_, EPOLLIN, [this](uint32_t) { Accept(); });
 }
 
@@ -84,13 +89,14 @@ void ControlServer::Accept() {
     c->fd = fd;
     Connection* raw = c.get();
     connections_[fd] = std::move(c);
-    raw->hello_timer = loop_->AddTimerAfter(kHelloTimeout, [this, fd] {
+    raw->hello_timer = loop_->AddTimerAfter(hello_timeout_, [this, fd] {
       auto it = connections_.find(fd);
       if (it == connections_.end()) return;
       it->second->hello_timer = 0;
       if (it->second->local_rank < 0) {
-        Close(it->second.get(),
-              absl::StrCat("no hello within ", kHelloTimeout.count(), " s of connecting"));
+        Close(it->second.get(), absl::StrCat("no hello within ",
+                                             std::chrono::duration<double>(hello_timeout_).count(),
+                                             " s of connecting"));
       }
     });
     loop_->AddFd(fd, EPOLLIN, [this, raw](uint32_t) { Read(raw); });
@@ -158,16 +164,20 @@ bool ControlServer::HandleLine(Connection* c, const std::string& line) {
     by_rank_[c->local_rank] = c;
     if (c->hello_timer != 0) loop_->CancelTimer(c->hello_timer);
     c->hello_timer = 0;
+    // The listener may close the connection (a failed Send, Disconnect), which deletes `c`:
+    // only the saved fd may be looked at afterwards.
+    const int fd = c->fd;
     listener_->OnHello(c->local_rank);
-    return connections_.count(c->fd) > 0;  // the listener may have disconnected it
+    return connections_.count(fd) > 0;
   }
   if (c->local_rank < 0) {
     Close(c, "a message before its hello");
     return false;
   }
   if (auto* ready = std::get_if<control::ReadyMessage>(&*message)) {
+    const int fd = c->fd;
     listener_->OnReady(c->local_rank, *ready);
-    return connections_.count(c->fd) > 0;
+    return connections_.count(fd) > 0;
   }
   Close(c, "a message only the agent sends");
   return false;

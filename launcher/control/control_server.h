@@ -43,10 +43,11 @@ class ControlServer {
     virtual void OnReady(int local_rank, const control::ReadyMessage& ready) = 0;
   };
 
-  // Listens at `path` (a Unix socket, created with mode 0600; anything there is replaced).
-  static absl::StatusOr<std::unique_ptr<ControlServer>> Listen(EventLoop* loop,
-                                                               const std::string& path,
-                                                               Listener* listener);
+  // Listens at `path` (a Unix socket, created with mode 0600; anything there is replaced). A
+  // connection without a hello is closed after `hello_timeout` (shorter in tests).
+  static absl::StatusOr<std::unique_ptr<ControlServer>> Listen(
+      EventLoop* loop, const std::string& path, Listener* listener,
+      std::chrono::milliseconds hello_timeout = kHelloTimeout);
   ~ControlServer();
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
@@ -68,7 +69,8 @@ class ControlServer {
     EventLoop::TimerId hello_timer = 0;
   };
 
-  ControlServer(EventLoop* loop, std::string path, int listen_fd, Listener* listener);
+  ControlServer(EventLoop* loop, std::string path, int listen_fd, Listener* listener,
+                std::chrono::milliseconds hello_timeout);
   void Accept();
   void Read(Connection* c);
   // One complete line of `c`; false when the connection was closed because of it.
@@ -80,6 +82,7 @@ class ControlServer {
   const std::string path_;
   const int listen_fd_;
   Listener* listener_;
+  const std::chrono::milliseconds hello_timeout_;
   std::map<int, std::unique_ptr<Connection>> connections_;  // by fd
   std::map<int, Connection*> by_rank_;
 };

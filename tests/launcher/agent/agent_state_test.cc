@@ -125,6 +125,8 @@ class FakeAgent : public rendezvous::RendezvousEvents {
           exit_code = a.exit_code;
           break;
         case Type::kKillWorkers:
+        case Type::kAbortRound:  // in-process mode only (tests of their own below)
+        case Type::kReformWorkers:
           break;
       }
     }
@@ -317,6 +319,309 @@ TEST(AgentStateTest, AHangOnAnotherNodeTakesStacksHereToo) {
   AgentStateMachine plain(1);
   plain.OnAssignment(a);
   EXPECT_EQ(plain.OnRestart("node 2 joined", std::nullopt).at(0).stop_mode, StopMode::kGracefully);
+}
+
+// --restart-mode=in-process (docs/design.md §6b): when every live worker speaks the control
+// protocol, a failure or a restart ends the round for the survivors (abort) instead of stopping
+// them, and the next assignment re-forms them, starting only the missing local ranks.
+
+rendezvous::Assignment RoundAssignment(int64_t round) {
+  rendezvous::Assignment a;
+  a.round = round;
+  a.world_size = 3;
+  a.restart_count = static_cast<int>(round);
+  a.max_restarts = 10;
+  return a;
+}
+
+WorkerExit ExitOf(int local_rank, int code, int signal = 0) {
+  WorkerExit e;
+  e.local_rank = local_rank;
+  e.rank = local_rank;
+  e.pid = 1000 + local_rank;
+  e.exit_code = code;
+  e.signal = signal;
+  return e;
+}
+
+std::vector<Type> TypesOf(const std::vector<AgentAction>& actions) {
+  std::vector<Type> types;
+  for (const AgentAction& a : actions) types.push_back(a.type);
+  return types;
+}
+
+// A machine in in-process mode, running round 0 with every local worker speaking.
+AgentStateMachine SpeakingGroup(int nproc) {
+  AgentStateMachine sm(nproc, RestartMode::kInProcess);
+  EXPECT_EQ(TypesOf(sm.OnAssignment(RoundAssignment(0))), std::vector<Type>{Type::kStartWorkers});
+  for (int lr = 0; lr < nproc; ++lr) sm.OnWorkerSpeaks(lr);
+  return sm;
+}
+
+using Phase = AgentStateMachine::Phase;
+
+TEST(AgentStateInProcessTest, AFailureWithEverySurvivorSpeakingAbortsTheRound) {
+  AgentStateMachine sm = SpeakingGroup(3);
+  EXPECT_TRUE(sm.Speaks(0));
+  auto actions = sm.OnWorkerExited(ExitOf(1, 7));
+  ASSERT_EQ(TypesOf(actions), (std::vector<Type>{Type::kReportFailed, Type::kAbortRound}));
+  EXPECT_EQ(actions[0].round, 0);
+  EXPECT_EQ(actions[0].failure.local_rank, 1);
+  EXPECT_EQ(actions[0].failure.exit_code, 7);
+  EXPECT_EQ(actions[1].round, 0);
+  EXPECT_EQ(actions[1].message, "a worker failed");
+  EXPECT_EQ(sm.phase(), Phase::kAwaitingRound);
+  EXPECT_EQ(sm.live_workers(), 2);
+  ASSERT_TRUE(sm.root_cause().has_value());
+  EXPECT_EQ(sm.root_cause()->local_rank, 1);
+}
+
+TEST(AgentStateInProcessTest, TheNextAssignmentReformsStartingExactlyTheDeadRanks) {
+  AgentStateMachine sm = SpeakingGroup(4);
+  sm.OnWorkerExited(ExitOf(1, 1));
+  // Another dies between rounds: no report (its round is already over), but it is replaced.
+  EXPECT_TRUE(sm.OnWorkerExited(ExitOf(3, 0, SIGSEGV)).empty());
+  EXPECT_TRUE(sm.OnWorkerExited(ExitOf(3, 0, SIGSEGV)).empty());  // counted once
+  EXPECT_EQ(sm.live_workers(), 2);
+  auto actions = sm.OnAssignment(RoundAssignment(1));
+  ASSERT_EQ(TypesOf(actions), std::vector<Type>{Type::kReformWorkers});
+  EXPECT_EQ(actions[0].assignment.round, 1);
+  EXPECT_EQ(actions[0].local_ranks, (std::vector<int>{1, 3}));
+  EXPECT_EQ(sm.phase(), Phase::kRunning);
+  EXPECT_EQ(sm.round(), 1);
+  EXPECT_EQ(sm.live_workers(), 4);
+  // The replacements are new processes: they speak once they say hello themselves.
+  EXPECT_TRUE(sm.Speaks(0));
+  EXPECT_FALSE(sm.Speaks(1));
+  EXPECT_TRUE(sm.Speaks(2));
+  EXPECT_FALSE(sm.Speaks(3));
+  // The failed attempt is the previous one now.
+  EXPECT_FALSE(sm.root_cause().has_value());
+  ASSERT_TRUE(sm.previous_root_cause().has_value());
+  EXPECT_EQ(sm.previous_root_cause()->local_rank, 1);
+}
+
+TEST(AgentStateInProcessTest, AReformedGroupRecoversInProcessAgainOnceTheNewWorkersSpeak) {
+  AgentStateMachine sm = SpeakingGroup(2);
+  sm.OnWorkerExited(ExitOf(0, 1));
+  sm.OnAssignment(RoundAssignment(1));
+  // The replacement of local rank 0 has not said hello yet: a failure now is cold.
+  auto cold = sm.OnWorkerExited(ExitOf(1, 1));
+  EXPECT_EQ(TypesOf(cold), (std::vector<Type>{Type::kReportFailed, Type::kStopWorkers}));
+  EXPECT_EQ(sm.phase(), Phase::kStopping);
+
+  AgentStateMachine warm = SpeakingGroup(2);
+  warm.OnWorkerExited(ExitOf(0, 1));
+  warm.OnAssignment(RoundAssignment(1));
+  warm.OnWorkerSpeaks(0);
+  auto actions = warm.OnWorkerExited(ExitOf(1, 1));
+  EXPECT_EQ(TypesOf(actions), (std::vector<Type>{Type::kReportFailed, Type::kAbortRound}));
+  EXPECT_EQ(actions[1].round, 1);
+  EXPECT_EQ(warm.OnAssignment(RoundAssignment(2)).at(0).local_ranks, std::vector<int>{1});
+}
+
+TEST(AgentStateInProcessTest, ALiveWorkerThatDoesNotSpeakMeansAColdRestart) {
+  AgentStateMachine sm(3, RestartMode::kInProcess);
+  sm.OnAssignment(RoundAssignment(0));
+  sm.OnWorkerSpeaks(0);
+  sm.OnWorkerSpeaks(1);  // local rank 2 never says hello
+  auto actions = sm.OnWorkerExited(ExitOf(0, 1));
+  ASSERT_EQ(TypesOf(actions), (std::vector<Type>{Type::kReportFailed, Type::kStopWorkers}));
+  EXPECT_EQ(actions[1].local_rank, -1);  // all of them
+  EXPECT_EQ(actions[1].stop_mode, StopMode::kGracefully);
+  EXPECT_EQ(sm.phase(), Phase::kStopping);
+  // Then as in cold mode: the group stops, the next assignment starts every worker.
+  EXPECT_TRUE(sm.OnWorkerExited(ExitOf(1, 0, SIGTERM)).empty());
+  EXPECT_TRUE(sm.OnWorkerExited(ExitOf(2, 0, SIGTERM)).empty());
+  EXPECT_EQ(sm.phase(), Phase::kRendezvous);
+  EXPECT_EQ(TypesOf(sm.OnAssignment(RoundAssignment(1))), std::vector<Type>{Type::kStartWorkers});
+  EXPECT_FALSE(sm.Speaks(0));  // new processes
+  // A restart notice and a new round while running are cold too.
+  EXPECT_EQ(TypesOf(sm.OnRestart("node 2 joined", std::nullopt)),
+            std::vector<Type>{Type::kStopWorkers});
+  AgentStateMachine running(2, RestartMode::kInProcess);
+  running.OnAssignment(RoundAssignment(0));
+  running.OnWorkerSpeaks(1);
+  EXPECT_EQ(TypesOf(running.OnAssignment(RoundAssignment(1))),
+            std::vector<Type>{Type::kStopWorkers});
+}
+
+TEST(AgentStateInProcessTest, ARestartNoticeAbortsTheRoundAndTheAssignmentReformsEveryone) {
+  AgentStateMachine sm = SpeakingGroup(2);
+  auto actions = sm.OnRestart("node n3 joined", std::nullopt);
+  ASSERT_EQ(TypesOf(actions), std::vector<Type>{Type::kAbortRound});
+  EXPECT_EQ(actions[0].round, 0);
+  EXPECT_EQ(actions[0].message, "node n3 joined");
+  EXPECT_EQ(sm.phase(), Phase::kAwaitingRound);
+  EXPECT_TRUE(sm.OnRestart("again", std::nullopt).empty());  // already over
+  // A hang elsewhere: nothing of ours hung, so no stacks and no stop here either.
+  AgentStateMachine other = SpeakingGroup(2);
+  EXPECT_EQ(TypesOf(other.OnRestart("rank 7 on n2 hung", rendezvous::HangNotice{})),
+            std::vector<Type>{Type::kAbortRound});
+  actions = sm.OnAssignment(RoundAssignment(1));
+  ASSERT_EQ(TypesOf(actions), std::vector<Type>{Type::kReformWorkers});
+  EXPECT_TRUE(actions[0].local_ranks.empty());  // every worker survives
+  EXPECT_TRUE(sm.Speaks(0));
+  EXPECT_TRUE(sm.Speaks(1));
+}
+
+TEST(AgentStateInProcessTest, AnAssignmentWhileRunningAbortsThenReforms) {
+  AgentStateMachine sm = SpeakingGroup(2);
+  auto actions = sm.OnAssignment(RoundAssignment(4));
+  ASSERT_EQ(TypesOf(actions), (std::vector<Type>{Type::kAbortRound, Type::kReformWorkers}));
+  EXPECT_EQ(actions[0].round, 0);  // the round that is over
+  EXPECT_EQ(actions[1].assignment.round, 4);
+  EXPECT_TRUE(actions[1].local_ranks.empty());
+  EXPECT_EQ(sm.phase(), Phase::kRunning);
+  EXPECT_EQ(sm.round(), 4);
+}
+
+TEST(AgentStateInProcessTest, AHungWorkerIsStoppedAloneAndTheRoundWaitsForItsExit) {
+  AgentStateMachine sm = SpeakingGroup(3);
+  WorkerExit hung = ExitOf(2, 0);
+  hung.hang = "no progress for 30.0 s";
+  auto actions = sm.OnHang(hung, SIGKILL);
+  ASSERT_EQ(TypesOf(actions),
+            (std::vector<Type>{Type::kReportFailed, Type::kStopWorkers, Type::kAbortRound}));
+  EXPECT_EQ(actions[0].failure.hang, hung.hang);
+  EXPECT_EQ(actions[1].local_rank, 2);  // only the hung worker
+  EXPECT_EQ(actions[1].stop_mode, StopMode::kTakeStacksFirst);
+  EXPECT_EQ(actions[1].hang_signal, SIGKILL);
+  EXPECT_EQ(actions[1].failure.local_rank, 2);
+  EXPECT_EQ(actions[2].message, "a worker hung");
+  EXPECT_EQ(sm.phase(), Phase::kAwaitingRound);
+  EXPECT_TRUE(sm.OnHang(hung, SIGKILL).empty());  // waiting is no hang
+  // The next round comes before the hung worker is gone: its replacement must not run beside
+  // it, so the round waits.
+  EXPECT_TRUE(sm.OnAssignment(RoundAssignment(1)).empty());
+  EXPECT_EQ(sm.phase(), Phase::kAwaitingRound);
+  // A survivor dies meanwhile: still waiting for the hung one. Its death is listed; the hung
+  // worker's kill is not a failure of its own.
+  EXPECT_TRUE(sm.OnWorkerExited(ExitOf(0, 1)).empty());
+  ASSERT_EQ(sm.other_failures().size(), 1u);
+  EXPECT_EQ(sm.other_failures()[0].local_rank, 0);
+  actions = sm.OnWorkerExited(ExitOf(2, 0, SIGKILL));
+  ASSERT_EQ(TypesOf(actions), std::vector<Type>{Type::kReformWorkers});
+  EXPECT_EQ(actions[0].assignment.round, 1);
+  EXPECT_EQ(actions[0].local_ranks, (std::vector<int>{0, 2}));
+  EXPECT_EQ(sm.phase(), Phase::kRunning);
+  ASSERT_TRUE(sm.previous_root_cause().has_value());
+  EXPECT_EQ(sm.previous_root_cause()->hang, hung.hang);
+}
+
+TEST(AgentStateInProcessTest, AHungWorkerGoneBeforeTheAssignmentLetsItReformAtOnce) {
+  AgentStateMachine sm = SpeakingGroup(2);
+  WorkerExit hung = ExitOf(0, 0);
+  hung.hang = "FileTimer scope expired";
+  sm.OnHang(hung, 0);
+  EXPECT_TRUE(sm.OnWorkerExited(ExitOf(0, 0, SIGABRT)).empty());
+  EXPECT_TRUE(sm.other_failures().empty());  // our own stop, not another failure
+  auto actions = sm.OnAssignment(RoundAssignment(1));
+  ASSERT_EQ(TypesOf(actions), std::vector<Type>{Type::kReformWorkers});
+  EXPECT_EQ(actions[0].local_ranks, std::vector<int>{0});
+}
+
+TEST(AgentStateInProcessTest, ExitsBetweenRoundsAreNotReportedButListed) {
+  AgentStateMachine sm = SpeakingGroup(3);
+  sm.OnWorkerExited(ExitOf(0, 1));
+  EXPECT_TRUE(sm.OnWorkerExited(ExitOf(1, 3)).empty());  // no second kReportFailed
+  EXPECT_TRUE(sm.OnWorkerExited(ExitOf(2, 0)).empty());  // even a clean exit is replaced
+  ASSERT_EQ(sm.other_failures().size(), 1u);
+  EXPECT_EQ(sm.other_failures()[0].local_rank, 1);
+  EXPECT_EQ(sm.live_workers(), 0);
+  EXPECT_EQ(sm.phase(), Phase::kAwaitingRound);
+  EXPECT_EQ(sm.OnAssignment(RoundAssignment(1)).at(0).local_ranks, (std::vector<int>{0, 1, 2}));
+}
+
+TEST(AgentStateInProcessTest, ACloseWhileAwaitingStopsEverySurvivorAndExitsWithItsCode) {
+  AgentStateMachine sm = SpeakingGroup(2);
+  sm.OnWorkerExited(ExitOf(0, 1));
+  auto actions = sm.OnClosed(absl::ResourceExhaustedError("restart budget spent"), std::nullopt);
+  ASSERT_EQ(TypesOf(actions), std::vector<Type>{Type::kStopWorkers});
+  EXPECT_EQ(actions[0].local_rank, -1);
+  EXPECT_EQ(sm.phase(), Phase::kStopping);
+  EXPECT_TRUE(sm.OnAssignment(RoundAssignment(1)).empty());  // too late: the exit wins
+  actions = sm.OnWorkerExited(ExitOf(1, 0, SIGTERM));
+  ASSERT_EQ(TypesOf(actions), std::vector<Type>{Type::kExit});
+  EXPECT_EQ(actions[0].exit_code, kExitWorkersFailed);
+  EXPECT_EQ(sm.phase(), Phase::kDone);
+  // With no survivor left there is nothing to stop.
+  AgentStateMachine empty = SpeakingGroup(1);
+  empty.OnWorkerExited(ExitOf(0, 1));
+  actions = empty.OnClosed(absl::UnavailableError("server lost"), std::nullopt);
+  ASSERT_EQ(TypesOf(actions), std::vector<Type>{Type::kExit});
+  EXPECT_EQ(actions[0].exit_code, kExitRendezvous);
+}
+
+TEST(AgentStateInProcessTest, AStopSignalWhileAwaitingLeavesStopsAndExits128PlusN) {
+  AgentStateMachine sm = SpeakingGroup(2);
+  WorkerExit hung = ExitOf(1, 0);
+  hung.hang = "no progress";
+  sm.OnHang(hung, 0);
+  sm.OnAssignment(RoundAssignment(1));  // held until the hung worker exits
+  auto actions = sm.OnStopSignal(SIGTERM);
+  ASSERT_EQ(TypesOf(actions), (std::vector<Type>{Type::kLeave, Type::kStopWorkers}));
+  EXPECT_EQ(actions[1].local_rank, -1);
+  EXPECT_EQ(sm.phase(), Phase::kStopping);
+  EXPECT_TRUE(sm.OnWorkerExited(ExitOf(1, 0, SIGKILL)).empty());  // no re-form now
+  actions = sm.OnWorkerExited(ExitOf(0, 0, SIGTERM));
+  ASSERT_EQ(TypesOf(actions), std::vector<Type>{Type::kExit});
+  EXPECT_EQ(actions[0].exit_code, 128 + SIGTERM);
+}
+
+TEST(AgentStateInProcessTest, AHungWorkerStoppedByACloseIsNotAnotherFailure) {
+  AgentStateMachine sm = SpeakingGroup(2);
+  WorkerExit hung = ExitOf(1, 0);
+  hung.hang = "no progress";
+  sm.OnHang(hung, 0);
+  // The run closes while its stacks are being taken: the group stops gracefully, but the hung
+  // worker's SIGABRT (ours, for the stacks) is still not a failure of its own.
+  sm.OnClosed(absl::ResourceExhaustedError("restart budget spent"), std::nullopt);
+  EXPECT_TRUE(sm.OnWorkerExited(ExitOf(1, 0, SIGABRT)).empty());
+  EXPECT_EQ(TypesOf(sm.OnWorkerExited(ExitOf(0, 0, SIGTERM))), std::vector<Type>{Type::kExit});
+  ASSERT_TRUE(sm.root_cause().has_value());
+  EXPECT_EQ(sm.root_cause()->local_rank, 1);
+  EXPECT_TRUE(sm.other_failures().empty());
+}
+
+TEST(AgentStateInProcessTest, EveryWorkerSucceedingEndsTheRunAsInColdMode) {
+  AgentStateMachine sm = SpeakingGroup(2);
+  EXPECT_TRUE(sm.OnWorkerExited(ExitOf(0, 0)).empty());
+  auto actions = sm.OnWorkerExited(ExitOf(1, 0));
+  EXPECT_EQ(TypesOf(actions), (std::vector<Type>{Type::kReportSucceeded, Type::kExit}));
+  EXPECT_EQ(actions[1].exit_code, kExitSuccess);
+}
+
+TEST(AgentStateInProcessTest, ColdModeIgnoresSpeakers) {
+  AgentStateMachine sm(2);  // --restart-mode=cold, the default
+  sm.OnAssignment(RoundAssignment(0));
+  sm.OnWorkerSpeaks(0);
+  sm.OnWorkerSpeaks(1);
+  auto actions = sm.OnWorkerExited(ExitOf(1, 1));
+  ASSERT_EQ(TypesOf(actions), (std::vector<Type>{Type::kReportFailed, Type::kStopWorkers}));
+  EXPECT_EQ(actions[1].local_rank, -1);
+  EXPECT_EQ(sm.phase(), Phase::kStopping);
+  sm.OnWorkerExited(ExitOf(0, 0, SIGTERM));
+  EXPECT_EQ(TypesOf(sm.OnAssignment(RoundAssignment(1))), std::vector<Type>{Type::kStartWorkers});
+  // A hang stops everyone, stacks first; a new round while running stops the group.
+  sm.OnWorkerSpeaks(0);
+  sm.OnWorkerSpeaks(1);
+  WorkerExit hung = ExitOf(0, 0);
+  hung.hang = "no progress";
+  actions = sm.OnHang(hung, 0);
+  ASSERT_EQ(TypesOf(actions), (std::vector<Type>{Type::kReportFailed, Type::kStopWorkers}));
+  EXPECT_EQ(actions[1].local_rank, -1);
+  EXPECT_EQ(actions[1].stop_mode, StopMode::kTakeStacksFirst);
+  AgentStateMachine restarted(1);
+  restarted.OnAssignment(RoundAssignment(0));
+  restarted.OnWorkerSpeaks(0);
+  EXPECT_EQ(TypesOf(restarted.OnRestart("node 2 joined", std::nullopt)),
+            std::vector<Type>{Type::kStopWorkers});
+  AgentStateMachine reassigned(1);
+  reassigned.OnAssignment(RoundAssignment(0));
+  reassigned.OnWorkerSpeaks(0);
+  EXPECT_EQ(TypesOf(reassigned.OnAssignment(RoundAssignment(1))),
+            std::vector<Type>{Type::kStopWorkers});
 }
 
 TEST(AgentStateTest, CloseCodes) {
