@@ -8,7 +8,8 @@
 //            directory, checkpoint of another model or shape); retrying cannot help
 //   128+N    stopped by signal N (SIGTERM 143, SIGINT 130, SIGUSR1 138) after the current step,
 //            with a checkpoint saved when --checkpoint-dir is set; a rank stopped because a
-//            peer was signalled exits 143
+//            peer was signalled exits 143; with in-process recovery also while waiting for a
+//            round (then the last round's rank 0 saves its own state)
 // On 1 and 2 the error is also written to TORCHELASTIC_ERROR_FILE (torch's @record format).
 #include <CLI/CLI.hpp>
 #include <cstdlib>
@@ -56,6 +57,16 @@ int Fail(const DistEnv& env, const absl::Status& s) {
                      absl::StrCat("ddp-train (C++) rank ", env.rank, ": ", s.ToString()));
   if (!written.ok()) std::cerr << "ddp-train: " << written.message() << std::endl;
   return input ? kExitUsage : kExitRuntime;
+}
+
+// A stop signal that ended a wait for a round before the first one was joined (in-process
+// recovery, trainer_rounds.cc) exits as a stop; nothing to save yet.
+int FailOrStop(const DistEnv& env, const absl::Status& s, const StopSignal& stop) {
+  if (absl::IsCancelled(s) && stop.received() != 0) {
+    std::cerr << "ddp-train: rank " << env.rank << ": " << s.message() << std::endl;
+    return 128 + stop.received();
+  }
+  return Fail(env, s);
 }
 
 // The flags every subcommand has, declared once; `data_help` says what --data holds.
@@ -214,11 +225,11 @@ int Main(int argc, char** argv) {
   if (!env.ok()) return Fail(DistEnv(), env.status());
   if (imagenet->parsed()) {
     absl::StatusOr<ImageNetOutcome> outcome = RunImageNet(imagenet_options, *env, &stop, std::cout);
-    if (!outcome.ok()) return Fail(*env, outcome.status());
+    if (!outcome.ok()) return FailOrStop(*env, outcome.status(), stop);
     return outcome->stop_signal != 0 ? 128 + outcome->stop_signal : 0;
   }
   absl::StatusOr<MnistOutcome> outcome = RunMnist(options, *env, &stop, std::cout);
-  if (!outcome.ok()) return Fail(*env, outcome.status());
+  if (!outcome.ok()) return FailOrStop(*env, outcome.status(), stop);
   if (outcome->stop_signal != 0) return 128 + outcome->stop_signal;
   return 0;
 }

@@ -266,8 +266,10 @@ absl::StatusOr<int> Trainer::TrainEpochs() {
   while (true) {
     absl::StatusOr<int> done = TrainEpochsInRound();
     if (done.ok() || control_ == nullptr) return done;
-    DDPRUN_ASSIGN_OR_RETURN(control::RoundMessage next, NextRound(done.status()));
-    DDPRUN_RETURN_IF_ERROR(JoinRounds(std::move(next)));
+    absl::StatusOr<control::RoundMessage> next = NextRound(done.status());
+    absl::Status joined = next.ok() ? JoinRounds(*std::move(next)) : next.status();
+    if (absl::IsCancelled(joined)) return StopBetweenRounds();
+    DDPRUN_RETURN_IF_ERROR(joined);
   }
 }
 

@@ -142,8 +142,12 @@ class Trainer {
   absl::Status JoinRound(const control::RoundMessage& round);
   // After `error` in the current round: `error` itself unless it is a failed collective or the
   // round is over; else logs why, drops the group and waits for the next round (the original
-  // error, annotated, when none comes within the round's deadline).
+  // error, annotated, when none comes within the round's deadline; kCancelled when a stop
+  // signal came first).
   absl::StatusOr<control::RoundMessage> NextRound(const absl::Status& error);
+  // A stop signal while waiting for a round: the last round's rank 0 saves its state; returns
+  // the signal.
+  absl::StatusOr<int> StopBetweenRounds();
   void DropGroup();
   bool RoundOver() const { return control_ != nullptr && control_->RoundOver(round_.round); }
 

@@ -126,9 +126,46 @@ absl::StatusOr<control::RoundMessage> Trainer::NextRound(const absl::Status& err
          << std::endl;
   }
   DropGroup();
-  if (!next.ok()) next = control_->WaitForRound(round_.round, NextRoundTimeout(round_));
-  if (!next.ok()) return give_up(next.status());
+  // A stop request (ddprun stopping, or the user) ends the wait: there is no group left to agree
+  // on a step with. StopSignal has no wakeup to wait on, so this wait, and only this one, is
+  // sliced.
+  const absl::Duration timeout = NextRoundTimeout(round_);
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!next.ok()) {
+    if (stop_ != nullptr && stop_->received() != 0) {
+      return absl::CancelledError(absl::StrFormat(
+          "stop requested (signal %d) while waiting for the next round", stop_->received()));
+    }
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) {
+      return give_up(absl::DeadlineExceededError(
+          absl::StrCat("no new round from the agent within ", absl::FormatDuration(timeout))));
+    }
+    next = control_->WaitForRound(round_.round, std::min(left, absl::Milliseconds(100)));
+    if (next.status().code() == absl::StatusCode::kUnavailable) return give_up(next.status());
+  }
   return next;
+}
+
+absl::StatusOr<int> Trainer::StopBetweenRounds() {
+  const int signal = stop_->received();
+  // The last round's rank 0 keeps what a stop promises, a checkpoint, from its own state: the
+  // state of a completed step (an abandoned one was undone), possibly one step behind another
+  // survivor's.
+  if (round_.rank == 0 && has_state_ && store_ != nullptr) {
+    state_.world_size = round_.world_size;
+    DDPRUN_ASSIGN_OR_RETURN(std::string payload, Serialize());
+    DDPRUN_RETURN_IF_ERROR(store_->Save(state_.global_step, payload));
+    log_ << absl::StrFormat(
+                "rank 0: stop requested (signal %d) between rounds: checkpoint of step %d saved",
+                signal, state_.global_step)
+         << std::endl;
+  } else {
+    log_ << absl::StrFormat("rank %d: stop requested (signal %d) between rounds", round_.rank,
+                            signal)
+         << std::endl;
+  }
+  return signal;
 }
 
 void Trainer::DropGroup() {
