@@ -23,7 +23,6 @@
 #include <set>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -448,10 +447,21 @@ TEST_F(InProcessTrainTest, AbortEndsACollectiveBlockedOnAStoppedPeer) {
   ASSERT_NO_FATAL_FAILURE(
       StartRoundZero(agent, port, 5, {"--comm-timeout", std::to_string(kCommTimeoutS)}));
   workers_[2]->Signal(SIGSTOP);
-  // Steps take tens of milliseconds: within a second both survivors are waiting for rank 2 in
-  // a gradient all-reduce. The sleep only makes the blocked wait likely; the assertions below
-  // do not depend on it.
-  std::this_thread::sleep_for(seconds(1));
+  // The survivors are blocked once rank 0's output stops moving: a step takes tens of
+  // milliseconds, so a second without a progress line means it is waiting for rank 2. (The step
+  // in flight when rank 2 stopped may still finish if rank 2 had sent its part.)
+  std::string seen = workers_[0]->out();
+  auto changed_at = Clock::now();
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const std::string now = workers_[0]->out();
+        if (now != seen) {
+          seen = now;
+          changed_at = Clock::now();
+        }
+        return Clock::now() - changed_at > seconds(1);
+      },
+      seconds(30)));
   const std::string before = workers_[0]->out();
   const auto aborted_at = Clock::now();
   for (int r : {0, 1}) agent.Send(r, Abort(0, "rank 2 on test lost"));
