@@ -48,6 +48,7 @@ absl::Status Trainer::JoinRounds(control::RoundMessage round) {
 
 absl::Status Trainer::JoinRound(const control::RoundMessage& round) {
   const auto t0 = Clock::now();
+  const int was_rank = round_.rank;  // in the last round this process took part in
   round_ = round;
   restart_count_ = round.restart_count;
   DDPRUN_ASSIGN_OR_RETURN(comm_, rounds_->Form(RoundEnv(env_, round), round.round));
@@ -93,7 +94,7 @@ absl::Status Trainer::JoinRound(const control::RoundMessage& round) {
     Log(Banner());
   } else {
     log_ << absl::StrFormat("rank %d: round %d: re-formed as rank %d of %d at step %d (%.0f ms)",
-                            comm_->rank(), round.round, comm_->rank(), world(), state_.global_step,
+                            was_rank, round.round, comm_->rank(), world(), state_.global_step,
                             MsSince(t0))
          << std::endl;
   }
