@@ -438,7 +438,7 @@ void Agent::ReformWorkers(const rendezvous::Assignment& a, const std::vector<int
                        a.group_rank, " of ", a.group_world_size, "), master ", a.master_addr, ":",
                        a.master_port,
                        a.restart_count > 0 ? absl::StrCat(", restart ", a.restart_count) : ""));
-  reform_->BeginRound(a, kept);
+  reform_->BeginRound(a, kept, start);
   if (!launches.empty()) {
     KillWhatWorkersLeft();  // what the failed workers detached
     const int handed_before = spares_ ? spares_->handed_over() : 0;

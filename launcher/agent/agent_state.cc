@@ -34,8 +34,10 @@ bool AgentStateMachine::Speaks(int local_rank) const {
 
 bool AgentStateMachine::CanRecoverInProcess() const {
   if (mode_ != RestartMode::kInProcess) return false;
+  // Every worker of the round, live or not: a dead one that never spoke is a script that does
+  // not speak the protocol, and its replacement would not either.
   for (int lr = 0; lr < nproc_; ++lr) {
-    if (alive_[lr] && !speaks_[lr]) return false;
+    if (!speaks_[lr]) return false;
   }
   return true;
 }

@@ -26,6 +26,10 @@ InProcessRounds::InProcessRounds(EventLoop* loop, int nproc,
       hooks_(std::move(hooks)),
       ranks_(nproc) {}
 
+InProcessRounds::~InProcessRounds() {
+  for (int lr = 0; lr < nproc_; ++lr) CancelDeadline(lr);
+}
+
 control::RoundMessage InProcessRounds::RoundFor(int lr) const {
   control::RoundMessage m;
   m.round = round_.round;
@@ -49,12 +53,15 @@ void InProcessRounds::CancelDeadline(int lr) {
 }
 
 void InProcessRounds::SendRound(int lr) {
-  PerRank& r = ranks_[lr];
-  r.ready = false;
+  ranks_[lr].ready = false;
   CancelDeadline(lr);
   if (!server_->Send(lr, RoundFor(lr))) return;  // its exit, or the closed channel, follows
-  const int64_t round = round_.round;
-  r.deadline = loop_->AddTimerAfter(reform_timeout_, [this, lr, round] {
+  ArmDeadline(lr, round_.round);
+}
+
+void InProcessRounds::ArmDeadline(int lr, int64_t round) {
+  CancelDeadline(lr);
+  ranks_[lr].deadline = loop_->AddTimerAfter(reform_timeout_, [this, lr, round] {
     PerRank& r = ranks_[lr];
     r.deadline = 0;
     if (r.ready || round != round_.round) return;
@@ -66,6 +73,15 @@ void InProcessRounds::SendRound(int lr) {
   });
 }
 
+void InProcessRounds::OnChannelBroken(int lr, const std::string& why) {
+  if (lr < 0 || lr >= nproc_) return;
+  CancelDeadline(lr);
+  ranks_[lr].kill_reason = absl::StrCat("its control channel broke (", why, ")");
+  LogWarning(absl::StrCat("local rank ", lr, ": ", ranks_[lr].kill_reason,
+                          "; it cannot re-form: killing it"));
+  hooks_.kill_worker(lr);
+}
+
 void InProcessRounds::OnGroupReplaced() {
   for (int lr = 0; lr < nproc_; ++lr) {
     server_->Disconnect(lr);
@@ -75,7 +91,8 @@ void InProcessRounds::OnGroupReplaced() {
   have_round_ = false;
 }
 
-void InProcessRounds::BeginRound(const rendezvous::Assignment& a, const std::vector<int>& kept) {
+void InProcessRounds::BeginRound(const rendezvous::Assignment& a, const std::vector<int>& kept,
+                                 const std::vector<int>& started) {
   round_ = a;
   have_round_ = true;
   for (int lr = 0; lr < nproc_; ++lr) {
@@ -83,12 +100,18 @@ void InProcessRounds::BeginRound(const rendezvous::Assignment& a, const std::vec
     ranks_[lr].step = -1;
   }
   for (int lr : kept) SendRound(lr);
+  for (int lr : started) {
+    ranks_[lr].kill_reason.clear();
+    ArmDeadline(lr, round_.round);
+  }
 }
 
 void InProcessRounds::Abort(int64_t round, const std::string& why) {
   control::AbortMessage abort;
   abort.round = round;
   abort.reason = why;
+  // A ready for the aborted round, already on its way, must not count as restored state.
+  if (round == round_.round) have_round_ = false;
   for (int lr = 0; lr < nproc_; ++lr) {
     CancelDeadline(lr);
     server_->Send(lr, abort);

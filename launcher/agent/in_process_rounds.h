@@ -39,6 +39,7 @@ class InProcessRounds final : public ControlServer::Listener {
   };
 
   // Listens at `socket_path`.
+  ~InProcessRounds() override;
   static absl::StatusOr<std::unique_ptr<InProcessRounds>> Start(
       EventLoop* loop, int nproc_per_node, std::chrono::milliseconds reform_timeout,
       const std::string& socket_path, Hooks hooks);
@@ -49,8 +50,12 @@ class InProcessRounds final : public ControlServer::Listener {
   // A new worker group replaces the old one (a cold start): every channel goes.
   void OnGroupReplaced();
   // Round `a` begins: the workers of `kept` (survivors, already speaking) get their round
-  // message now; a worker started for it gets the message in reply to its hello.
-  void BeginRound(const rendezvous::Assignment& a, const std::vector<int>& kept);
+  // message now; a worker started for it gets the message in reply to its hello. `started`:
+  // replacements started for an in-process re-formation, whose deadline runs from now (a
+  // replacement that never says hello must not hold the survivors forever); empty at a cold
+  // start, where a worker that never speaks is simply a cold worker.
+  void BeginRound(const rendezvous::Assignment& a, const std::vector<int>& kept,
+                  const std::vector<int>& started = {});
   // The current round is over: abort to every speaking worker; no deadline runs meanwhile.
   void Abort(int64_t round, const std::string& why);
   void OnWorkerExited(int local_rank);
@@ -61,6 +66,7 @@ class InProcessRounds final : public ControlServer::Listener {
   std::string CheckHello(const control::HelloMessage& hello, pid_t peer_pid) override;
   void OnHello(int local_rank) override;
   void OnReady(int local_rank, const control::ReadyMessage& ready) override;
+  void OnChannelBroken(int local_rank, const std::string& why) override;
 
  private:
   InProcessRounds(EventLoop* loop, int nproc, std::chrono::milliseconds reform_timeout,
@@ -68,6 +74,8 @@ class InProcessRounds final : public ControlServer::Listener {
   control::RoundMessage RoundFor(int local_rank) const;
   void SendRound(int local_rank);
   void CancelDeadline(int local_rank);
+  // Kills `local_rank`'s worker unless it is ready for `round` when the deadline comes.
+  void ArmDeadline(int local_rank, int64_t round);
 
   EventLoop* loop_;
   const int nproc_;

@@ -213,7 +213,9 @@ void ControlServer::Close(Connection* c, const std::string& why) {
   if (c->hello_timer != 0) loop_->CancelTimer(c->hello_timer);
   loop_->RemoveFd(c->fd);
   close(c->fd);
+  const int broken_rank = why.empty() ? -1 : c->local_rank;
   connections_.erase(c->fd);  // deletes c
+  if (broken_rank >= 0) listener_->OnChannelBroken(broken_rank, why);
 }
 
 }  // namespace ddprun::launcher

@@ -41,6 +41,10 @@ class ControlServer {
     // An accepted hello: the local rank's worker speaks the protocol.
     virtual void OnHello(int local_rank) = 0;
     virtual void OnReady(int local_rank, const control::ReadyMessage& ready) = 0;
+    // A local rank's accepted channel was closed because of what came over it (garbage, an
+    // oversized line, a second hello) or a failed send: the worker can no longer be reached.
+    // Not called when the worker closed it, nor for Disconnect().
+    virtual void OnChannelBroken(int local_rank, const std::string& why) {}
   };
 
   // Listens at `path` (a Unix socket, created with mode 0600; anything there is replaced). A

@@ -112,11 +112,12 @@ TEST(InProcessTest, ReplacementDyingDuringReformationStartsAnotherRound) {
   EXPECT_THAT(out, HasSubstr("dying while joining")) << out;
   const auto pids = JoinedPids(out);
   const std::set<int> rounds = RoundsSeen(pids);
-  // Rounds 0, 1 (the replacement died joining it) and 2; ranks 0 and 2 the same processes in all.
-  ASSERT_EQ(rounds.size(), 3u) << out;
+  // Rounds 0, 1 (the replacement died joining it; a survivor that reads round 2's message
+  // first skips round 1) and 2: ranks 0 and 2 are the same processes in the first and last.
+  ASSERT_GE(rounds.size(), 2u) << out;
+  EXPECT_EQ(*rounds.rbegin(), 2) << out;
   const Recovery r = Compare(pids, 3, *rounds.begin(), *rounds.rbegin());
   EXPECT_EQ(r.kept, 2) << out;
-  EXPECT_EQ(Compare(pids, 3, *rounds.begin(), *std::next(rounds.begin())).kept, 2) << out;
   EXPECT_EQ(CountMatches(out, "in-process recovery, 2 worker\\(s\\) kept, 1 started"), 2) << out;
   EXPECT_EQ(CountMatches(out, "done step=30"), 3) << out;
 }
@@ -298,11 +299,13 @@ TEST_P(InProcessLostNodeTest, SurvivorsReformWithoutTheLostNode) {
   for (int i = 0; i < nodes; ++i) {
     agents.push_back(Agent(nnodes, absl::StrCat("lost", nodes), {"--steps", "120"}));
   }
+  // Every worker in the full world (a node arriving late makes one more round first).
   ASSERT_TRUE(WaitUntil(
       [&] {
         std::string out;
         for (auto& a : agents) out += a->out();
-        return CountMatches(out, absl::StrCat("world=", 2 * nodes, " step=0 joined")) == 2 * nodes;
+        return CountMatches(out, absl::StrCat("world=", 2 * nodes, " step=\\d+ joined")) >=
+               2 * nodes;
       },
       30s));
   const int victim = AgentOfNode(agents, 1, nodes);
@@ -316,11 +319,15 @@ TEST_P(InProcessLostNodeTest, SurvivorsReformWithoutTheLostNode) {
     EXPECT_EQ(st->exit_code, 0) << agents[i]->err();
     out += agents[i]->out() + agents[i]->err();
   }
-  // Every surviving worker joined the smaller world with its own process.
+  // The last round has the survivors only, every one of them a process of the full world's.
+  const auto pids = JoinedPids(out);
+  const int last = *RoundsSeen(pids).rbegin();
+  std::set<int> before, after;
+  for (const auto& [key, pid] : pids) (key.second == last ? after : before).insert(pid);
   const int survivors = 2 * (nodes - 1);
-  EXPECT_EQ(CountMatches(out, absl::StrCat("world=", survivors, " step=\\d+ joined")), survivors)
-      << out;
-  EXPECT_EQ(CountMatches(out, "in-process recovery, 2 worker\\(s\\) kept, 0 started"), nodes - 1)
+  EXPECT_EQ(static_cast<int>(after.size()), survivors) << out;
+  for (int pid : after) EXPECT_EQ(before.count(pid), 1u) << "pid " << pid << " is new\n" << out;
+  EXPECT_GE(CountMatches(out, absl::StrCat("world=", survivors, " step=\\d+ joined")), survivors)
       << out;
   EXPECT_EQ(CountMatches(out, "done step=120"), survivors) << out;
 }

@@ -315,6 +315,19 @@ TEST_F(InProcessRoundsTest, AWorkerThatMissesItsDeadlineIsKilledWithTheReason) {
   EXPECT_EQ(runner_.Call([&] { return rounds_->KillReason(0); }), "");
 }
 
+// A replacement started for an in-process round that never says hello (a script that does not
+// speak the protocol) is killed at the deadline instead of holding the survivors; at a cold
+// start (no `started`) a silent worker is left alone.
+TEST_F(InProcessRoundsTest, AReplacementThatNeverSaysHelloIsKilledAtTheDeadline) {
+  Start(2, std::chrono::milliseconds(200));
+  runner_.Call([&] { rounds_->BeginRound(Assignment(3), {}); });
+  runner_.Call([&] { rounds_->BeginRound(Assignment(4), {}, {1}); });
+  EXPECT_EQ(WaitKilled(1), std::vector<int>{1});
+  EXPECT_EQ(runner_.Call([&] { return rounds_->KillReason(1); }),
+            "did not re-form round 4 within 0.2 s (--reform-timeout)");
+  EXPECT_EQ(runner_.Call([&] { return rounds_->KillReason(0); }), "");
+}
+
 TEST_F(InProcessRoundsTest, AbortTellsEverySpeakingWorkerAndCancelsTheDeadlines) {
   Start(3, std::chrono::milliseconds(200));
   runner_.Call([&] { rounds_->BeginRound(Assignment(3), {}); });

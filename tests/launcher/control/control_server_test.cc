@@ -67,6 +67,15 @@ class FakeListener : public ControlServer::Listener {
     if (then) then(local_rank);
   }
 
+  void OnChannelBroken(int local_rank, const std::string& why) override {
+    absl::MutexLock lock(&mu_);
+    broken_.push_back({local_rank, why});
+  }
+  std::vector<std::pair<int, std::string>> broken() {
+    absl::MutexLock lock(&mu_);
+    return broken_;
+  }
+
   void Refuse(std::string why) {
     absl::MutexLock lock(&mu_);
     refusal_ = std::move(why);
@@ -109,6 +118,7 @@ class FakeListener : public ControlServer::Listener {
 
  private:
   mutable absl::Mutex mu_;
+  std::vector<std::pair<int, std::string>> broken_ ABSL_GUARDED_BY(mu_);
   std::string refusal_ ABSL_GUARDED_BY(mu_);
   std::vector<Checked> checked_ ABSL_GUARDED_BY(mu_);
   std::vector<int> hellos_ ABSL_GUARDED_BY(mu_);
@@ -277,6 +287,12 @@ TEST_F(ControlServerTest, GarbageIsClosedAndShownEscaped) {
   ExpectClosedFor(&worker, "control channel of local rank 1 closed: a bad message (no \"step\")");
   EXPECT_EQ(listener_.readies(), 0u);
   EXPECT_FALSE(Connected(1));
+  // The listener hears of the accepted rank's broken channel (the agent then kills the
+  // worker: it can no longer re-form), not of the unidentified connection's.
+  const auto broken = listener_.broken();
+  ASSERT_EQ(broken.size(), 1u);
+  EXPECT_EQ(broken[0].first, 1);
+  EXPECT_THAT(broken[0].second, HasSubstr("a bad message (no \"step\")"));
 }
 
 TEST_F(ControlServerTest, ALineOverTheLimitIsClosed) {
