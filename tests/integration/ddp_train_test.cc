@@ -27,6 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/free_port.h"
 #include "tests/testing/rdzv_daemon.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
@@ -62,26 +63,6 @@ std::string FindTorchrun() {
 
 bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
-// torchrun's --standalone always uses port 29400, so two tests (or two engineers' test runs)
-// at once would join each other's rendezvous. torchrun cannot report a port it picked itself,
-// so this asks the kernel for a free one and lets torchrun bind it right after; the window for
-// another process to take it is microseconds, unlike a fixed port's.
-int EphemeralPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
 // torchrun113 for one node and `nproc` workers on a rendezvous of its own.
 std::vector<std::string> TorchrunArgv(int nproc, int max_restarts) {
   static int run = 0;
@@ -89,7 +70,7 @@ std::vector<std::string> TorchrunArgv(int nproc, int max_restarts) {
           "--nnodes=1",
           "--nproc_per_node=" + std::to_string(nproc),
           "--rdzv_backend=c10d",
-          "--rdzv_endpoint=127.0.0.1:" + std::to_string(EphemeralPort()),
+          "--rdzv_endpoint=127.0.0.1:" + std::to_string(::ddprun::testing::FreeLoopbackPort()),
           "--rdzv_id=ddp-train-test-" + std::to_string(getpid()) + "-" + std::to_string(++run),
           "--max_restarts=" + std::to_string(max_restarts),
           "--monitor_interval=0.1",
@@ -295,7 +276,7 @@ class StepReportReader {
 // request) and dies to SIGKILL.
 TEST_F(DdpTrainTest, FaultHangsOneRankAndTheStepReportsStop) {
   StepReportReader reports(dir_.File("progress"));
-  const std::string port = std::to_string(EphemeralPort());
+  const std::string port = std::to_string(::ddprun::testing::FreeLoopbackPort());
   std::vector<std::unique_ptr<Subprocess>> ranks;
   for (int r = 0; r < 2; ++r) {
     std::map<std::string, std::string> env = RankOfTwo(r, port);
@@ -437,7 +418,7 @@ TEST_F(DdpTrainTest, TornNewestCheckpointSkippedOnResume) {
 // Two ranks started by hand with different learning rates: the per-epoch replica check must
 // catch the divergence on every rank (exit 1, the same story on both).
 TEST_F(DdpTrainTest, DivergedReplicasDetected) {
-  const std::string port = std::to_string(EphemeralPort());
+  const std::string port = std::to_string(::ddprun::testing::FreeLoopbackPort());
   std::vector<std::unique_ptr<Subprocess>> ranks;
   for (int r = 0; r < 2; ++r) {
     std::map<std::string, std::string> env = RankOfTwo(r, port);

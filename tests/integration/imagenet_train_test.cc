@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/class_images.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
 
@@ -35,25 +36,6 @@ using ::ddprun::testing::WriteFile;
 using std::chrono::seconds;
 using ::testing::HasSubstr;
 
-// A 40x36 JPEG, a class colour plus noise from `seed`, so the classes are learnable.
-std::string MakeJpeg(int cls, int seed) {
-  const int w = 40, h = 36;
-  std::vector<uint8_t> rgb(w * h * 3);
-  uint32_t x = 2654435761u * (seed + 1);
-  for (size_t i = 0; i < rgb.size(); ++i) {
-    x = x * 1664525u + 1013904223u;
-    rgb[i] = static_cast<uint8_t>((i % 3 == static_cast<size_t>(cls) ? 200 : 40) + (x >> 28));
-  }
-  tjhandle tj = tjInitCompress();
-  unsigned char* buf = nullptr;
-  unsigned long size = 0;
-  EXPECT_EQ(tjCompress2(tj, rgb.data(), w, 0, h, TJPF_RGB, &buf, &size, TJSAMP_420, 85, 0), 0);
-  std::string out(reinterpret_cast<char*>(buf), size);
-  tjFree(buf);
-  tjDestroy(tj);
-  return out;
-}
-
 class ImageNetTrainTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -63,16 +45,17 @@ class ImageNetTrainTest : public ::testing::Test {
       std::filesystem::create_directories(dir_.File(absl::StrCat("train/", classes[c])));
       std::filesystem::create_directories(dir_.File(absl::StrCat("val/", classes[c])));
       for (int i = 0; i < 10; ++i) {
-        WriteFile(dir_.File(absl::StrCat("train/", classes[c], "/", i, ".jpg")), MakeJpeg(c, i));
+        WriteFile(dir_.File(absl::StrCat("train/", classes[c], "/", i, ".jpg")),
+                  ::ddprun::testing::MakeClassJpeg(c, i));
       }
       for (int i = 0; i < 3; ++i) {
         WriteFile(dir_.File(absl::StrCat("val/", classes[c], "/v", i, ".JPEG")),
-                  MakeJpeg(c, 100 + i));
+                  ::ddprun::testing::MakeClassJpeg(c, 100 + i));
       }
     }
     WriteFile(dir_.File("train/dog/corrupt.jpg"), "definitely not a JPEG");
     // A valid signature but cut in half: found only when decoded, in validation (every image).
-    const std::string jpeg = MakeJpeg(1, 99);
+    const std::string jpeg = ::ddprun::testing::MakeClassJpeg(1, 99);
     WriteFile(dir_.File("val/dog/truncated.jpg"), jpeg.substr(0, jpeg.size() / 2));
   }
 
@@ -113,7 +96,7 @@ class ImageNetTrainTest : public ::testing::Test {
 TEST_F(ImageNetTrainTest, BadFoldersExitTwoNamingTheProblem) {
   std::filesystem::create_directories(dir_.File("train/empty_class"));
   std::filesystem::create_directories(dir_.File("val/wolf"));
-  WriteFile(dir_.File("val/wolf/w.jpg"), MakeJpeg(0, 7));
+  WriteFile(dir_.File("val/wolf/w.jpg"), ::ddprun::testing::MakeClassJpeg(0, 7));
   {
     Subprocess p(Train({"--epochs", "1"}), {{"TORCHELASTIC_ERROR_FILE", dir_.File("err.json")}});
     std::optional<ExitStatus> st = p.Wait(seconds(60));

@@ -30,6 +30,8 @@
 #include "control/control_message.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/class_images.h"
+#include "tests/testing/free_port.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
 
@@ -48,23 +50,6 @@ using std::chrono::seconds;
 
 constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
 constexpr int kWorld = 3;
-
-// The store's port must be known to every worker before rank 0 binds it; the kernel picks a free
-// one and the worker binds it right after (a window of milliseconds, as in ddp_train_test).
-int EphemeralPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
 
 double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -215,25 +200,6 @@ control::AbortMessage Abort(int64_t round, const std::string& reason) {
   return m;
 }
 
-// A 40x36 JPEG of class `cls`'s colour plus noise from `seed` (as imagenet_train_test).
-std::string MakeJpeg(int cls, int seed) {
-  const int w = 40, h = 36;
-  std::vector<uint8_t> rgb(w * h * 3);
-  uint32_t x = 2654435761u * (seed + 1);
-  for (size_t i = 0; i < rgb.size(); ++i) {
-    x = x * 1664525u + 1013904223u;
-    rgb[i] = static_cast<uint8_t>((i % 3 == static_cast<size_t>(cls) ? 200 : 40) + (x >> 28));
-  }
-  tjhandle tj = tjInitCompress();
-  unsigned char* buf = nullptr;
-  unsigned long size = 0;
-  EXPECT_EQ(tjCompress2(tj, rgb.data(), w, 0, h, TJPF_RGB, &buf, &size, TJSAMP_420, 85, 0), 0);
-  std::string out(reinterpret_cast<char*>(buf), size);
-  tjFree(buf);
-  tjDestroy(tj);
-  return out;
-}
-
 std::string Describe(Subprocess& p) { return "stdout:\n" + p.out() + "\nstderr:\n" + p.err(); }
 
 // "\tstep N\n" of rank 0's progress lines (--log-interval 1: one per step).
@@ -297,7 +263,7 @@ class InProcessTrainTest : public ::testing::Test {
   std::string ReferenceModel() {
     static std::string* model = nullptr;
     if (model != nullptr) return *model;
-    const int port = EphemeralPort();
+    const int port = ::ddprun::testing::FreeLoopbackPort();
     // The same file name as the runs it is compared with: torch names the archive inside after
     // it.
     mkdir(dir_.File("reference").c_str(), 0755);
@@ -350,7 +316,7 @@ TEST_F(InProcessTrainTest, KilledRankReplacedWithoutRecomputingAStep) {
   const std::string reference = ReferenceModel();
   ASSERT_FALSE(reference.empty());
   FakeAgent agent(socket_);
-  const int port = EphemeralPort();
+  const int port = ::ddprun::testing::FreeLoopbackPort();
   ASSERT_NO_FATAL_FAILURE(StartRoundZero(agent, port, 5));
   const auto killed_at = Clock::now();
   workers_[1]->Signal(SIGKILL);
@@ -398,7 +364,7 @@ TEST_F(InProcessTrainTest, KilledRankReplacedWithoutRecomputingAStep) {
 // end; the new rank 0 takes over the progress lines, the metrics file and the saved model.
 TEST_F(InProcessTrainTest, SurvivorsReshardAndSwapRanksWhenTheWorldShrinks) {
   FakeAgent agent(socket_);
-  const int port = EphemeralPort();
+  const int port = ::ddprun::testing::FreeLoopbackPort();
   const std::string metrics = dir_.File("metrics.jsonl");
   ASSERT_NO_FATAL_FAILURE(StartRoundZero(agent, port, 5, {"--metrics-file", metrics}));
   workers_[1]->Signal(SIGKILL);
@@ -442,7 +408,7 @@ TEST_F(InProcessTrainTest, AbortEndsACollectiveBlockedOnAStoppedPeer) {
   const std::string reference = ReferenceModel();
   ASSERT_FALSE(reference.empty());
   FakeAgent agent(socket_);
-  const int port = EphemeralPort();
+  const int port = ::ddprun::testing::FreeLoopbackPort();
   constexpr int kCommTimeoutS = 60;
   ASSERT_NO_FATAL_FAILURE(
       StartRoundZero(agent, port, 5, {"--comm-timeout", std::to_string(kCommTimeoutS)}));
@@ -502,7 +468,7 @@ TEST_F(InProcessTrainTest, AbortEndsACollectiveBlockedOnAStoppedPeer) {
 // No next round within the round's deadline: the survivor exits 1 with its original error.
 TEST_F(InProcessTrainTest, NoNextRoundMeansExitOneWithTheError) {
   FakeAgent agent(socket_);
-  const int port = EphemeralPort();
+  const int port = ::ddprun::testing::FreeLoopbackPort();
   constexpr int64_t kDeadlineMs = 3000;
   ASSERT_NO_FATAL_FAILURE(StartRoundZero(agent, port, 3, {}, kDeadlineMs));
   workers_[1]->Signal(SIGKILL);
@@ -522,7 +488,7 @@ TEST_F(InProcessTrainTest, NoNextRoundMeansExitOneWithTheError) {
 // exit 128+N, and the last round's rank 0 saves the state it holds.
 TEST_F(InProcessTrainTest, StopWhileWaitingForARoundExitsWithACheckpoint) {
   FakeAgent agent(socket_);
-  const int port = EphemeralPort();
+  const int port = ::ddprun::testing::FreeLoopbackPort();
   ASSERT_NO_FATAL_FAILURE(StartRoundZero(agent, port, 3, {"--checkpoint-dir", dir_.File("ckpt")}));
   workers_[1]->Signal(SIGKILL);
   workers_[2]->Signal(SIGKILL);
@@ -548,7 +514,7 @@ TEST_F(InProcessTrainTest, ImageNetKilledRankReplacedWithoutRecomputingAStep) {
     std::filesystem::create_directories(dir_.File(absl::StrCat("images/", classes[c])));
     for (int i = 0; i < 16; ++i) {
       ::ddprun::testing::WriteFile(dir_.File(absl::StrCat("images/", classes[c], "/", i, ".jpg")),
-                                   MakeJpeg(c, i));
+                                   ::ddprun::testing::MakeClassJpeg(c, i));
     }
   }
   // 48 images, 2 ranks x 4 per step: 6 steps per epoch, 12 in all.
@@ -575,7 +541,7 @@ TEST_F(InProcessTrainTest, ImageNetKilledRankReplacedWithoutRecomputingAStep) {
                                     ckpt};
   };
   FakeAgent agent(socket_);
-  const int port = EphemeralPort();
+  const int port = ::ddprun::testing::FreeLoopbackPort();
   ASSERT_NO_FATAL_FAILURE(
       StartRoundZero(agent, port, train(dir_.File("ckpt")), 2, "Epoch: [1][2/6]"));
   workers_[1]->Signal(SIGKILL);
@@ -671,7 +637,8 @@ TEST_F(InProcessTrainTest, UnderDdprunAKilledWorkerIsReplacedInProcess) {
 TEST_F(InProcessTrainTest, GarbageFromTheAgentFailsTheWorkerClearly) {
   FakeAgent agent(socket_);
   ASSERT_TRUE(agent.error().empty()) << agent.error();
-  Subprocess before_round(Train(dir_.File("a.pt")), Env(0, 1, EphemeralPort(), 0, socket_));
+  Subprocess before_round(Train(dir_.File("a.pt")),
+                          Env(0, 1, ::ddprun::testing::FreeLoopbackPort(), 0, socket_));
   ASSERT_TRUE(agent.AwaitHellos({0}, seconds(60))) << Describe(before_round);
   agent.SendLine(0, "{\"type\":\"round\",\"round\":\"zero\"}");
   std::optional<::ddprun::testing::ExitStatus> st = before_round.Wait(seconds(30));
@@ -680,9 +647,10 @@ TEST_F(InProcessTrainTest, GarbageFromTheAgentFailsTheWorkerClearly) {
   EXPECT_THAT(before_round.err(), HasSubstr("a bad message from the agent"));
 
   // Mid-training (world size 1: no collective to fail; the train loop checks the round).
-  Subprocess during(Train(dir_.File("b.pt")), Env(0, 1, EphemeralPort(), 0, socket_));
+  Subprocess during(Train(dir_.File("b.pt")),
+                    Env(0, 1, ::ddprun::testing::FreeLoopbackPort(), 0, socket_));
   ASSERT_TRUE(agent.AwaitHellos({0}, seconds(60))) << Describe(during);
-  agent.Send(0, Round(0, 0, 1, EphemeralPort()));
+  agent.Send(0, Round(0, 0, 1, ::ddprun::testing::FreeLoopbackPort()));
   ASSERT_TRUE(agent.AwaitReady(0, 0, seconds(60)).has_value()) << Describe(during);
   ASSERT_TRUE(during.WaitForOutputContains("\tstep 2\n", seconds(60))) << Describe(during);
   agent.SendLine(0, "this is not json");

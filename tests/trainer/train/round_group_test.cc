@@ -19,28 +19,13 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/testing/free_port.h"
 #include "tests/testing/test_env.h"
 
 namespace ddprun::trainer {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Kernel-picked free port for the store (bound right after by the rank 0 thread).
-int EphemeralPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
-}
 
 control::RoundMessage Round(int64_t round, int rank, int world, int port) {
   control::RoundMessage m;
@@ -152,7 +137,7 @@ class RoundGroupTest : public ::testing::Test {
 };
 
 TEST_F(RoundGroupTest, AbortEndsACollectiveThatAPeerNeverJoins) {
-  const int port = EphemeralPort();
+  const int port = ::ddprun::testing::FreeLoopbackPort();
   TinyAgent agent(socket_, 2, port);
   std::vector<Rank> ranks;
   ranks.push_back(Connect(0));
@@ -182,7 +167,7 @@ TEST_F(RoundGroupTest, AbortEndsACollectiveThatAPeerNeverJoins) {
 }
 
 TEST_F(RoundGroupTest, AbortEndsFormingAGroupThatCannotForm) {
-  const int port = EphemeralPort();
+  const int port = ::ddprun::testing::FreeLoopbackPort();
   TinyAgent agent(socket_, 2, port);
   Rank rank1 = Connect(1);
   ASSERT_TRUE(rank1.control != nullptr);
@@ -203,7 +188,7 @@ TEST_F(RoundGroupTest, AbortEndsFormingAGroupThatCannotForm) {
 }
 
 TEST_F(RoundGroupTest, ANewRoundOnTheSamePortUsesTheStoreThisProcessServes) {
-  const int port = EphemeralPort();
+  const int port = ::ddprun::testing::FreeLoopbackPort();
   TinyAgent agent(socket_, 2, port);
   std::vector<Rank> ranks;
   ranks.push_back(Connect(0));
