@@ -78,7 +78,7 @@ Recovery Compare(const std::map<std::pair<int, int>, int>& pids, int nproc, int 
 
 class InProcessFailureTest : public ::testing::TestWithParam<std::string> {};
 
-// A worker that exits 1 or is SIGKILLed: only it is replaced, the two others keep their
+// A worker that exits 1, is SIGKILLed or segfaults: only it is replaced, the two others keep their
 // processes and join the next round; the budget counts the failure; the job succeeds.
 TEST_P(InProcessFailureTest, OnlyTheFailedWorkerIsReplaced) {
   Subprocess agent(
@@ -98,7 +98,8 @@ TEST_P(InProcessFailureTest, OnlyTheFailedWorkerIsReplaced) {
   EXPECT_EQ(CountMatches(out, "done step=30"), 3) << out;
 }
 
-INSTANTIATE_TEST_SUITE_P(ExitAndKill, InProcessFailureTest, ::testing::Values("exit", "kill"));
+INSTANTIATE_TEST_SUITE_P(ExitKillSegv, InProcessFailureTest,
+                         ::testing::Values("exit", "kill", "segv"));
 
 // The replacement dies while the round re-forms: another round, the same survivors.
 TEST(InProcessTest, ReplacementDyingDuringReformationStartsAnotherRound) {

@@ -6,7 +6,7 @@
 //   rank=R pid=P done step=S                       (it counted --steps steps; exits 0)
 //
 // Faults, only in the job's first round (TORCHELASTIC_RESTART_COUNT=0 and restart_count 0):
-//   --fail-rank R --fail-step S --fail-mode exit|kill|hang   rank R fails at step S
+//   --fail-rank R --fail-step S --fail-mode exit|kill|segv|hang   rank R fails at step S
 // Protocol misbehaviour: --silent-rank R (never connects), --late-rank R (never sends ready
 // after a re-formation), --die-joining-rank R (exits 1 on joining a round of restart 1, before
 // its ready: a failure during a re-formation).
@@ -106,6 +106,7 @@ int main(int argc, char** argv) {
     if (first_start && restart_count == 0 && rank == fail_rank && step == fail_step) {
       Say(absl::StrCat("rank=", rank, " ", who, " failing (", fail_mode, ") at step=", step));
       if (fail_mode == "kill") raise(SIGKILL);
+      if (fail_mode == "segv") raise(SIGSEGV);
       if (fail_mode == "hang") {
         while (true) pause();
       }

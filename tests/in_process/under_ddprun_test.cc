@@ -111,7 +111,8 @@ TEST(InProcessUnderDdprunTest, DdpTrainSigkilledWorkerRecoversByteIdentically) {
   EXPECT_EQ(CountMatches(events, "\"steps_lost\":0"), 1) << events;
 }
 
-std::vector<std::string> PythonJob(const std::string& out, std::vector<std::string> extra) {
+std::vector<std::string> PythonJob(const std::string& out, int steps,
+                                   std::vector<std::string> extra) {
   std::vector<std::string> argv = {BinPath("ddprun"),
                                    "--standalone",
                                    "--nproc-per-node=3",
@@ -119,7 +120,7 @@ std::vector<std::string> PythonJob(const std::string& out, std::vector<std::stri
                                    "--restart-mode=in-process",
                                    SourcePath("tests/python/scripts/inprocess_worker.py"),
                                    "--steps",
-                                   "12",
+                                   absl::StrCat(steps),
                                    "--out",
                                    out};
   for (auto& e : extra) argv.push_back(std::move(e));
@@ -131,24 +132,38 @@ std::map<std::string, std::string> PythonEnv() {
 }
 
 // The module comes from ddprun itself (PYTHONPATH): the script imports it with no install.
-TEST(InProcessUnderDdprunTest, PythonScriptWithTheModuleRecoversUnderDdprun) {
+// With --preload the replacement comes from a spare interpreter that has imported torch.
+class InProcessPythonTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(InProcessPythonTest, ScriptWithTheModuleRecoversUnderDdprun) {
+  const bool preload = GetParam();
   TempDir dir;
-  constexpr int kKillAt = 4;
-  Subprocess reference(PythonJob(dir.File("ref"), {"--rewrap-at", absl::StrCat(kKillAt + 1)}),
-                       PythonEnv());
+  // With spares, the fault comes late enough for them to have imported torch (they start once
+  // the workers show a sign of life, at idle priority).
+  const int steps = preload ? 40 : 12;
+  const int kill_at = preload ? 30 : 4;
+  const std::string pace = preload ? "0.2" : "0";
+  Subprocess reference(
+      PythonJob(dir.File("ref"), steps,
+                {"--rewrap-at", absl::StrCat(kill_at + 1), "--step-seconds", pace}),
+      PythonEnv());
   auto ref = reference.Wait(120s);
   ASSERT_TRUE(ref.has_value() && ref->exit_code == 0) << reference.err();
 
-  Subprocess agent(
-      PythonJob(dir.File("rec"), {"--kill-at", absl::StrCat(kKillAt), "--kill-rank", "1"}),
-      PythonEnv());
+  std::vector<std::string> argv =
+      PythonJob(dir.File("rec"), steps,
+                {"--kill-at", absl::StrCat(kill_at), "--kill-rank", "1", "--step-seconds", pace});
+  if (preload) argv.insert(argv.begin() + 1, "--preload=torch");
+  Subprocess agent(argv, PythonEnv());
   auto status = agent.Wait(120s);
   ASSERT_TRUE(status.has_value()) << agent.err();
   const std::string out = agent.out() + agent.err();
   ASSERT_EQ(status->exit_code, 0) << out;
   EXPECT_THAT(out, HasSubstr("in-process recovery, 2 worker(s) kept, 1 started")) << out;
+  EXPECT_THAT(out, HasSubstr("recovered (in-process) from worker_signal")) << out;
+  if (preload) EXPECT_THAT(out, HasSubstr("preload: 1 of 1 replacement(s) started from spares"));
   // Every step done exactly once per rank of the world.
-  for (int step = 0; step < 12; ++step) {
+  for (int step = 0; step < steps; ++step) {
     EXPECT_EQ(CountMatches(out, absl::StrCat("rank \\d step ", step, " done")), 3)
         << "step " << step << "\n"
         << out;
@@ -159,6 +174,8 @@ TEST(InProcessUnderDdprunTest, PythonScriptWithTheModuleRecoversUnderDdprun) {
     EXPECT_EQ(ReadFile(dir.File(absl::StrCat("rec.rank", rank))), theirs) << "rank " << rank;
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(ColdAndPreloaded, InProcessPythonTest, ::testing::Bool());
 
 }  // namespace
 }  // namespace ddprun

@@ -360,6 +360,38 @@ TEST_F(CliTest, EmptyValueNeverTakesTheNextArgument) {
   EXPECT_EQ(Error({"--master-addr", "", script_}), "--master-addr=: must not be empty");
 }
 
+// Issue 23: --restart-mode and --reform-timeout from every source, and bad values named.
+TEST_F(CliTest, RestartModeAndReformTimeoutFromEverySource) {
+  auto o = Parse({script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->restart_mode, RestartMode::kCold) << "torchrun's model by default";
+  EXPECT_EQ(o->reform_timeout, std::chrono::seconds(60));
+  o = Parse({"--restart-mode=in-process", "--reform-timeout=2.5", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->restart_mode, RestartMode::kInProcess);
+  EXPECT_EQ(o->reform_timeout, std::chrono::milliseconds(2500));
+  env_["PET_RESTART_MODE"] = "in-process";
+  o = Parse({script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->restart_mode, RestartMode::kInProcess);
+  o = Parse({"--restart-mode=cold", script_});  // the command line wins
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->restart_mode, RestartMode::kCold);
+  env_.erase("PET_RESTART_MODE");
+  const std::string yaml = dir_.File("job.yaml");
+  testing::WriteFile(yaml, "restart-mode: in-process\nreform_timeout: 30\n");
+  o = Parse({"--config=" + yaml, script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->restart_mode, RestartMode::kInProcess);
+  EXPECT_EQ(o->reform_timeout, std::chrono::seconds(30));
+
+  EXPECT_THAT(Error({"--restart-mode=warm", script_}), HasSubstr("--restart-mode=warm"));
+  EXPECT_THAT(Error({"--reform-timeout=0", script_}), HasSubstr("--reform-timeout=0"));
+  EXPECT_THAT(Error({"--reform-timeout=inf", script_}), HasSubstr("--reform-timeout=inf"));
+  env_["PET_RESTART_MODE"] = "hot";
+  EXPECT_THAT(Error({script_}), HasSubstr("PET_RESTART_MODE=hot"));
+}
+
 // Issue 28 #10: durations that overflowed (1e19 s: no grace at all) or are not numbers.
 TEST_F(CliTest, DurationsAreFiniteAndBounded) {
   EXPECT_THAT(Error({"--stop-timeout=1e19", script_}), HasSubstr("--stop-timeout=1e19"));

@@ -7,6 +7,9 @@ every step and writes the final parameters' bytes (hex) to OUT.rankR.
 --hold-at K: after step K, print "holding at step K" and block forever (the test SIGSTOPs or
 SIGKILLs this worker; its peers block in step K+1's allreduce).
 
+--step-seconds S: sleep S seconds after each step (time for ddprun's --preload spares to get
+ready before a fault).
+
 --kill-at K --kill-rank R: rank R SIGKILLs itself right after step K, in the job's first round
 only (under ddprun --restart-mode=in-process: the agent replaces it, its peers re-form).
 
@@ -19,6 +22,7 @@ import argparse
 import os
 import sys
 import threading
+import time
 
 import torch
 import torch.distributed as dist
@@ -32,6 +36,7 @@ parser.add_argument("--out", required=True)
 parser.add_argument("--hold-at", type=int, default=-1)
 parser.add_argument("--rewrap-at", type=int, default=-1)
 parser.add_argument("--kill-at", type=int, default=-1)
+parser.add_argument("--step-seconds", type=float, default=0.0)
 parser.add_argument("--kill-rank", type=int, default=-1)
 parser.add_argument("--api", choices=["run", "loop"], default="loop")
 parser.add_argument("--connect-timeout", type=float, default=30.0)
@@ -65,6 +70,8 @@ def train(rnd):
         state["note"] = f"after step {step}"
         rnd.step_done(step)
         print(f"rank {rnd.rank} step {step} done", flush=True)
+        if args.step_seconds > 0:
+            time.sleep(args.step_seconds)
         if (step == args.kill_at and rnd.rank == args.kill_rank and rnd.restart_count == 0):
             os.kill(os.getpid(), 9)
         if step == args.hold_at:
