@@ -65,6 +65,9 @@ constexpr char kToken[] = "chaos-soak-token";
 constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
 constexpr int kAgentHosts[] = {2, 3, 4};  // host 1 runs ddprun-rdzv
 constexpr double kLeaseS = 3.0;           // keep_alive_interval 0.5 s x 6
+// Training steady this long after a fault counts as recovered (a node silent past its lease
+// is given up and the round restarted up to a lease after training seemed to run on).
+constexpr auto kConfirm = std::chrono::milliseconds(static_cast<int>((kLeaseS + 1.0) * 1000));
 
 struct Options {
   int seconds = 60;  // of injection, at most
@@ -171,8 +174,8 @@ struct Agent {
   int host = 0;
   std::unique_ptr<Subprocess> proc;
   size_t out_seen = 0, err_seen = 0;
-  int64_t round = 0;  // the latest "round N: starting" it logged
-  Clock::time_point round_at{};
+  int64_t round = 0;       // the latest "round N: starting" it logged
+  int64_t round_pass = 0;  // the Observe pass that read it
   bool exited = false;
 };
 
@@ -198,9 +201,10 @@ class Segment {
   // Reads new output of every agent: steps, rounds, resumes, exits.
   void Observe();
   // Training runs again with every host in: every agent alive in the same round and, in a new
-  // round, a step after it started on all of them; in the round of the fault, two steps past
-  // the one seen at the fault (one may have been in flight: a stopped rank may already have
-  // given its share of it).
+  // round, a step read in a later pass than its start on all of them (a step read in the same
+  // pass may have been printed before it); in the round of the fault, two steps past the one
+  // seen at the fault (one may have been in flight: a stopped rank may already have given its
+  // share of it).
   struct Mark {
     int64_t round = 0;
     int64_t step = 0;
@@ -210,6 +214,9 @@ class Segment {
     return {last_round_, max_step_};
   }
   bool Steady(const Mark& at_fault) const;
+  // Waits until training is steady and stays so for kConfirm (a node lost past its lease
+  // restarts the round a while after training seemed to run on): the fault's recovery time,
+  // to the last time it became steady.
   std::optional<double> WaitSteady(Clock::time_point fault_at, const Mark& at_fault,
                                    std::chrono::seconds limit);
   // Watches training for `seconds` with no fault; counts the steps done as steady ones.
@@ -234,11 +241,12 @@ class Segment {
   std::unique_ptr<testing::RdzvDaemon> server_;
   int server_port_ = 0;
   std::vector<Agent> agents_;
-  int64_t max_step_ = 0;  // the highest step printed since training last went back
-  Clock::time_point last_step_at_{};
-  int64_t highest_step_ = 0;  // the highest step ever printed: the distinct steps done
-  int64_t last_round_ = 0;    // the highest round any agent started
-  bool finished_ = false;     // an agent exited 0: training is over
+  int64_t max_step_ = 0;        // the highest step printed since training last went back
+  int64_t pass_ = 0;            // Observe passes
+  int64_t last_step_pass_ = 0;  // the pass that read the latest step
+  int64_t highest_step_ = 0;    // the highest step ever printed: the distinct steps done
+  int64_t last_round_ = 0;      // the highest round any agent started
+  bool finished_ = false;       // an agent exited 0: training is over
   Clock::time_point started_at_{}, finished_at_{};
   int64_t started_unix_ms_ = 0;
   Clock::time_point sampled_at_{};
@@ -291,6 +299,7 @@ void Segment::Observe() {
   // A cold start, or an in-process re-forming of the survivors with their replacements.
   static const std::regex round_re("round (\\d+): (starting|in-process recovery)");
   std::smatch m;
+  ++pass_;
   for (Agent& a : agents_) {
     if (a.proc == nullptr) continue;
     // The agent's own log (stderr): rounds.
@@ -300,7 +309,7 @@ void Segment::Observe() {
     for (std::string line; std::getline(log, line);) {
       if (!std::regex_search(line, m, round_re)) continue;
       a.round = std::stoll(m[1]);
-      a.round_at = Clock::now();
+      a.round_pass = pass_;
       last_round_ = std::max(last_round_, a.round);
     }
     // The workers' progress lines (stdout): the global step. Training resumed from a
@@ -323,7 +332,7 @@ void Segment::Observe() {
       }
       max_step_ = std::max(max_step_, step);
       highest_step_ = std::max(highest_step_, step);
-      last_step_at_ = Clock::now();
+      last_step_pass_ = pass_;
     }
     if (!a.exited && !a.proc->running()) {
       a.exited = true;
@@ -374,27 +383,41 @@ void Segment::ReadAgentLedgers() {
 }
 
 bool Segment::Steady(const Mark& at_fault) const {
-  Clock::time_point latest_start{};
+  int64_t latest_start = 0;
   for (const Agent& a : agents_) {
     if (a.exited || a.round == 0 || a.round != last_round_) return false;
-    latest_start = std::max(latest_start, a.round_at);
+    latest_start = std::max(latest_start, a.round_pass);
   }
   if (last_round_ == at_fault.round) return max_step_ >= at_fault.step + 2;
   // A new round: a step printed after it started everywhere (the old workers are gone).
-  return last_step_at_ > latest_start;
+  return last_step_pass_ > latest_start;
 }
 
 std::optional<double> Segment::WaitSteady(Clock::time_point fault_at, const Mark& at_fault,
                                           std::chrono::seconds limit) {
   const auto deadline = Clock::now() + limit;
+  std::optional<Clock::time_point> steady_since;
+  int64_t steady_round = 0;
   while (Clock::now() < deadline) {
     Observe();
-    if (finished_ || g_interrupted) return std::nullopt;
+    if (finished_ || g_interrupted) {
+      // Training ended while it was being confirmed: it was running again.
+      if (steady_since && finished_)
+        return std::chrono::duration<double>(*steady_since - fault_at).count();
+      return std::nullopt;
+    }
     // The supervisor: an agent that exited (fenced in a fixed world, or killed) starts again.
     for (Agent& a : agents_) {
       if (a.exited && !finished_) StartAgent(&a);
     }
-    if (Steady(at_fault)) return Since(fault_at);
+    if (steady_since && (last_round_ != steady_round || !Steady(at_fault))) steady_since.reset();
+    if (!steady_since && Steady(at_fault)) {
+      steady_since = Clock::now();
+      steady_round = last_round_;
+    }
+    if (steady_since && Clock::now() - *steady_since >= kConfirm) {
+      return std::chrono::duration<double>(*steady_since - fault_at).count();
+    }
     std::this_thread::sleep_for(50ms);
   }
   return std::nullopt;

@@ -80,7 +80,8 @@ def world_tables(world, runs):
                                 fmt(r["worker_peak_mib_max"], 1))),
         ("worker processes seen", lambda r: str(r["worker_processes"])),
         ("invariants", lambda r: "held" if not r["violations"] else
-         "%d violation(s): %s" % (len(r["violations"]), "; ".join(r["violations"])[:300])),
+         "%d violation(s): %s" % (len(r["violations"]),
+                                  "; ".join(v.splitlines()[0][:160] for v in r["violations"]))),
     ]
     if world == "fixed":
         rows.append(("final model vs fault-free run",
