@@ -1,6 +1,8 @@
 #include "launcher/hangs/hang_detector.h"
 
+#include <climits>
 #include <nlohmann/json.hpp>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -70,6 +72,7 @@ void HangDetector::OnTimerMessage(int local_rank, TimePoint now) { OnOutput(loca
 void HangDetector::OnProcessState(int local_rank, char state, TimePoint now) {
   Rank* r = At(local_rank);
   if (r == nullptr) return;
+  r->stopped = state == 'T' || state == 't';
   if (state != 'D') {
     r->uninterruptible_since.reset();
   } else if (!r->uninterruptible_since.has_value()) {
@@ -82,9 +85,17 @@ void HangDetector::OnExited(int local_rank) {
 }
 
 std::optional<HangVerdict> HangDetector::Check(TimePoint now) const {
+  // Which of several silent ranks is the hung one matters when only it is replaced (in-process
+  // recovery): the others are usually waiting for it inside a collective. A stopped process
+  // first, then the rank furthest behind (a rank stuck outside the collective has not reported
+  // starting the step its peers wait in), then the longest silence.
   std::optional<HangVerdict> worst;
+  auto rank_of = [&](const HangVerdict& v) {
+    const Rank& r = ranks_[v.local_rank];
+    return std::make_tuple(r.stopped ? 0 : 1, r.step >= 0 ? r.step : INT64_MAX, -v.idle.count());
+  };
   auto consider = [&](HangVerdict v) {
-    if (!worst.has_value() || v.idle > worst->idle) worst = std::move(v);
+    if (!worst.has_value() || rank_of(v) < rank_of(*worst)) worst = std::move(v);
   };
   for (int lr = 0; lr < static_cast<int>(ranks_.size()); ++lr) {
     const Rank& r = ranks_[lr];

@@ -79,6 +79,7 @@ class HangDetector {
     TimePoint last_progress{};
     int64_t step = -1;
     std::optional<TimePoint> uninterruptible_since;
+    bool stopped = false;  // state T or t: SIGSTOPped or held by a tracer
     bool exited = false;
   };
   Rank* At(int local_rank);

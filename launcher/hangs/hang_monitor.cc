@@ -175,10 +175,8 @@ void HangMonitor::Judge() {
   // Judge what the workers said before judging their silence.
   if (timer_pipe_) timer_pipe_->Drain();
   if (progress_pipe_) progress_pipe_->Drain();
-  if (options_.uninterruptible_timeout.count() > 0) {
-    for (const auto& [lr, state] : group_->ProcessStates())
-      detector_.OnProcessState(lr, state, now);
-  }
+  // Always: a stopped worker (state T) is the one to blame among several silent ones.
+  for (const auto& [lr, state] : group_->ProcessStates()) detector_.OnProcessState(lr, state, now);
   for (int pid : timers_.Pids()) {
     if (kill(pid, 0) != 0 && errno == ESRCH) timers_.DropPid(pid);  // gone: never released
   }

@@ -52,6 +52,29 @@ TEST_F(HangDetectorTest, TheLongestIdleRankIsNamedAndExitedRanksNever) {
   EXPECT_EQ(v->idle, milliseconds(4500));
 }
 
+// When every rank is silent (the others wait for the hung one inside a collective), the one to
+// blame is a stopped process, else the rank furthest behind, else the longest silent; which one
+// matters when only it is replaced (in-process recovery).
+TEST_F(HangDetectorTest, AmongSilentRanksTheStoppedThenTheFurthestBehindIsNamed) {
+  HangDetector d = Make(seconds(1), Duration(0), 3);
+  const TimePoint t0 = clock_.Now();
+  d.OnStep(0, 7, t0);                      // started step 7, waits in its collective
+  d.OnStep(1, 6, t0 + milliseconds(100));  // never started step 7: behind
+  d.OnStep(2, 7, t0 + milliseconds(200));
+  clock_.Advance(seconds(5));
+  auto v = d.Check(clock_.Now());
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->local_rank, 1) << "the rank furthest behind, though not the longest silent";
+  d.OnProcessState(2, 'T', clock_.Now());  // SIGSTOPped
+  v = d.Check(clock_.Now());
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->local_rank, 2) << "a stopped process before anything else";
+  d.OnProcessState(2, 'S', clock_.Now());
+  v = d.Check(clock_.Now());
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->local_rank, 1);
+}
+
 TEST_F(HangDetectorTest, OffMeansNeverHung) {
   HangDetector d = Make(Duration(0));
   EXPECT_FALSE(d.enabled());
