@@ -50,12 +50,13 @@ std::map<std::string, std::string> Env(std::map<std::string, std::string> extra 
 }
 
 // A report with what legitimately differs between two runs taken out: ports, the run's own
-// folders.
+// folders (the log root, and the agent's private folder of its step-report FIFO).
 nlohmann::json LoadReport(const std::string& path, const std::string& log_root) {
   nlohmann::json j = nlohmann::json::parse(ReadFile(path));
   auto& env = j["environ"];
   env.erase("MASTER_PORT");
   env.erase("REPORT_DIR");
+  if (env.contains("DDPRUN_PROGRESS_FILE")) env["DDPRUN_PROGRESS_FILE"] = "IPC_DIR/progress";
   std::string error_file = env.value("TORCHELASTIC_ERROR_FILE", "");
   if (error_file.rfind(log_root, 0) == 0)
     error_file = "LOG_ROOT" + error_file.substr(log_root.size());
