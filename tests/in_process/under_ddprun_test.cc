@@ -161,7 +161,9 @@ TEST_P(InProcessPythonTest, ScriptWithTheModuleRecoversUnderDdprun) {
   ASSERT_EQ(status->exit_code, 0) << out;
   EXPECT_THAT(out, HasSubstr("in-process recovery, 2 worker(s) kept, 1 started")) << out;
   EXPECT_THAT(out, HasSubstr("recovered (in-process) from worker_signal")) << out;
-  if (preload) EXPECT_THAT(out, HasSubstr("preload: 1 of 1 replacement(s) started from spares"));
+  if (preload) {
+    EXPECT_THAT(out, HasSubstr("preload: 1 of 1 replacement(s) started from spares")) << out;
+  }
   // Every step done exactly once per rank of the world.
   for (int step = 0; step < steps; ++step) {
     EXPECT_EQ(CountMatches(out, absl::StrCat("rank \\d step ", step, " done")), 3)
