@@ -400,23 +400,36 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
   group_ = std::make_unique<WorkerGroup>(&loop_, this, options_.stop_timeout, &guard_,
                                          hangs_.enabled() ? FindStackTool(env_) : std::nullopt,
                                          spares_.get());
-  LogInfo(absl::StrCat("round ", a.round, ": starting ", nproc, " worker(s), ranks ", a.rank_offset,
-                       "-", a.rank_offset + nproc - 1, " of ", a.world_size, " (node ",
-                       a.group_rank, " of ", a.group_world_size, "), master ", a.master_addr, ":",
-                       a.master_port,
-                       a.restart_count > 0 ? absl::StrCat(", restart ", a.restart_count) : ""));
+  LogInfo(absl::StrCat("round ", a.round, ": starting ", nproc, " worker(s), ", DescribeRound(a)));
+  LaunchInGroup(std::move(launches), "worker(s)");
+  WorkersStarted(a, nproc, /*kept=*/-1);
+}
+
+std::string Agent::DescribeRound(const rendezvous::Assignment& a) const {
+  return absl::StrCat("ranks ", a.rank_offset, "-", a.rank_offset + options_.nproc_per_node - 1,
+                      " of ", a.world_size, " (node ", a.group_rank, " of ", a.group_world_size,
+                      "), master ", a.master_addr, ":", a.master_port,
+                      a.restart_count > 0 ? absl::StrCat(", restart ", a.restart_count) : "");
+}
+
+void Agent::LaunchInGroup(std::vector<WorkerLaunch> launches, const char* what) {
   const int handed_before = spares_ ? spares_->handed_over() : 0;
+  const size_t count = launches.size();
   group_->Start(std::move(launches));
   if (spares_) {
-    LogInfo(absl::StrCat("preload: ", spares_->handed_over() - handed_before, " of ", nproc,
-                         " worker(s) started from spares"));
+    LogInfo(absl::StrCat("preload: ", spares_->handed_over() - handed_before, " of ", count, " ",
+                         what, " started from spares"));
   }
+}
+
+void Agent::WorkersStarted(const rendezvous::Assignment& a, int started, int kept) {
   hangs_.OnGroupStarted(group_.get());
-  StepEvent started{Step::kWorkersStarted};
-  started.round = a.round;
-  started.workers = nproc;
-  started.restart_count = a.restart_count;
-  RecordStep(started);
+  StepEvent step{Step::kWorkersStarted};
+  step.round = a.round;
+  step.workers = started;
+  step.kept = kept;
+  step.restart_count = a.restart_count;
+  RecordStep(step);
   rendezvous_->ReportGroupState(a.round, rendezvous::GroupState::kRunning, std::nullopt);
 }
 
@@ -433,30 +446,13 @@ void Agent::ReformWorkers(const rendezvous::Assignment& a, const std::vector<int
     }
   }
   LogInfo(absl::StrCat("round ", a.round, ": in-process recovery, ", kept.size(),
-                       " worker(s) kept, ", launches.size(), " started; ranks ", a.rank_offset, "-",
-                       a.rank_offset + options_.nproc_per_node - 1, " of ", a.world_size, " (node ",
-                       a.group_rank, " of ", a.group_world_size, "), master ", a.master_addr, ":",
-                       a.master_port,
-                       a.restart_count > 0 ? absl::StrCat(", restart ", a.restart_count) : ""));
+                       " worker(s) kept, ", launches.size(), " started; ", DescribeRound(a)));
   reform_->BeginRound(a, kept, start);
   if (!launches.empty()) {
     KillWhatWorkersLeft();  // what the failed workers detached
-    const int handed_before = spares_ ? spares_->handed_over() : 0;
-    const size_t started = launches.size();
-    group_->Start(std::move(launches));
-    if (spares_) {
-      LogInfo(absl::StrCat("preload: ", spares_->handed_over() - handed_before, " of ", started,
-                           " replacement(s) started from spares"));
-    }
+    LaunchInGroup(std::move(launches), "replacement(s)");
   }
-  hangs_.OnGroupStarted(group_.get());
-  StepEvent started{Step::kWorkersStarted};
-  started.round = a.round;
-  started.workers = static_cast<int>(start.size());
-  started.kept = static_cast<int>(kept.size());
-  started.restart_count = a.restart_count;
-  RecordStep(started);
-  rendezvous_->ReportGroupState(a.round, rendezvous::GroupState::kRunning, std::nullopt);
+  WorkersStarted(a, static_cast<int>(start.size()), static_cast<int>(kept.size()));
 }
 
 void Agent::Execute(const std::vector<AgentAction>& actions) {

@@ -60,6 +60,14 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   absl::Status PlanNumaBinding();
   void Execute(const std::vector<AgentAction>& actions);
   void StartWorkers(const rendezvous::Assignment& assignment);
+  // "ranks 4-7 of 8 (node 1 of 2), master h:p, restart 2": where a round puts this node.
+  std::string DescribeRound(const rendezvous::Assignment& a) const;
+  // Starts `launches` in the current group (from --preload spares where there are), logging
+  // how many of those `what` came from spares.
+  void LaunchInGroup(std::vector<WorkerLaunch> launches, const char* what);
+  // After a (re)start of round `a`: hang monitoring, the timeline step (`kept` -1: a cold start)
+  // and RUNNING to the rendezvous.
+  void WorkersStarted(const rendezvous::Assignment& a, int started, int kept);
   // In-process recovery: the survivors get `assignment`'s round, `start` get new workers.
   void ReformWorkers(const rendezvous::Assignment& assignment, const std::vector<int>& start);
   // Local rank `lr`'s worker for round `a`: its environment, command, streams and logs (in
