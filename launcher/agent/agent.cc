@@ -283,12 +283,15 @@ SpawnRequest Agent::WorkerSpawn(int lr, Environment env) const {
 }
 
 absl::Status Agent::StartSpares() {
-  if (options_.preload.empty()) return absl::OkStatus();
+  if (options_.preload_kind == PreloadKind::kOff) return absl::OkStatus();
   std::vector<SpawnRequest> templates;
   for (int lr = 0; lr < options_.nproc_per_node; ++lr) {
     templates.push_back(WorkerSpawn(lr, BuildSpareEnv(env_, EnvSpec(lr))));
   }
-  spares_ = std::make_unique<SparePool>(&loop_, &guard_, options_.preload);
+  const SpareHook hook = options_.preload_kind == PreloadKind::kNative
+                             ? SpareHook::kNativeProgram
+                             : SpareHook::kPythonSitecustomize;
+  spares_ = std::make_unique<SparePool>(&loop_, &guard_, hook, options_.preload);
   return spares_->Start(std::move(templates));
 }
 

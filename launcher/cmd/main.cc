@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
     for (const std::string& w : parsed->slurm->warnings) ddprun::LogWarning(w);
     ddprun::LogInfo(DescribeSlurmPlan(*parsed->slurm, parsed->options));
     if (parsed->slurm->mode == SlurmMode::kPerTask) {
-      if (!parsed->options.preload.empty()) {
+      if (parsed->options.preload_kind != ddprun::launcher::PreloadKind::kOff) {
         // Each task becomes its worker in place: there is no agent to keep a spare.
         ddprun::LogWarning(absl::StrCat(parsed->options.preload_given,
                                         ": not used when each Slurm task runs its worker in "

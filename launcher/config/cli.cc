@@ -350,6 +350,30 @@ absl::Status ApplySignals(const Sourced& s, const HostInfo&, LaunchOptions* o) {
   return absl::OkStatus();
 }
 
+// Which kind of spare --preload asks for, now that the entrypoint is known: modules for a
+// Python worker; for a --no-python program only "native", the program's promise that it takes
+// the hand-over itself (a program that does not would run as a worker with a spare's
+// environment, so it is never assumed).
+absl::Status ResolvePreloadKind(LaunchOptions* o) {
+  if (o->preload.empty()) {
+    o->preload_kind = PreloadKind::kOff;
+    return absl::OkStatus();
+  }
+  if (o->entrypoint_kind != EntrypointKind::kBinary) {
+    o->preload_kind = PreloadKind::kPython;
+    return absl::OkStatus();
+  }
+  if (o->preload != std::vector<std::string>{"native"}) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        o->preload_given,
+        ": a --no-python program is not preloaded with Python modules; --preload=native if it "
+        "takes ddprun's hand-over itself (ddp-train does; README, Warm restarts)"));
+  }
+  o->preload_kind = PreloadKind::kNative;
+  o->preload.clear();
+  return absl::OkStatus();
+}
+
 // --stop-timeout and torch 2.x's --shutdown-timeout.
 absl::Status ApplyStopTimeout(const Sourced& s, const HostInfo&, LaunchOptions* o) {
   DDPRUN_ASSIGN_OR_RETURN(o->stop_timeout, ParseSeconds(s.where, s.value));
@@ -513,10 +537,11 @@ constexpr FlagDef kFlags[] = {
      "core-complex (one last-level-cache domain per GPU). Off by default.",
      ApplyNumaBinding, ValueKind::kChoice, "node socket exclusive core-complex"},
     {"preload", "", false,
-     "Warm restarts for Python workers: comma-separated modules (e.g. torch) that a spare "
+     "Warm restarts: for Python workers, comma-separated modules (e.g. torch) that a spare "
      "interpreter per local rank imports ahead of every start, at idle priority; a start hands "
-     "it the worker's environment and streams and it runs the script as python3 -u would. "
-     "Off by default; see README, Warm restarts.",
+     "it the worker's environment and streams and it runs the script as python3 -u would. For "
+     "a --no-python program that takes the hand-over itself (ddp-train): native. Off by "
+     "default; see README, Warm restarts.",
      ApplyPreload},
     {"hang-timeout", "", false,
      "Seconds without a sign of life (output, a '\\r' update, a FileTimer message, a step "
@@ -683,13 +708,7 @@ absl::Status Validate(const Environment& env, LaunchOptions* o) {
     case EntrypointKind::kPythonModule:
       break;
   }
-  if (!o->preload.empty() && o->entrypoint_kind == EntrypointKind::kBinary) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(o->preload_given,
-                     ": preloads Python modules for a Python script or -m module, not a "
-                     "--no-python program"));
-  }
-  return absl::OkStatus();
+  return ResolvePreloadKind(o);
 }
 
 // How a flag may be written: its short name, --dashed-name and, for a name with dashes, the

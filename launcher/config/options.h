@@ -46,6 +46,13 @@ enum class RestartMode {
   kInProcess,  // survivors keep running and re-form with replacements (control channel)
 };
 
+// --preload (launcher/preload/spare_pool.h).
+enum class PreloadKind {
+  kOff,
+  kPython,  // spare interpreters stopped before the script by ddprun's sitecustomize hook
+  kNative,  // the --no-python program takes the hand-over itself (--preload=native)
+};
+
 enum class EntrypointKind {
   kPythonScript,  // python3 -u script args...
   kPythonModule,  // python3 -u -m module args...
@@ -114,10 +121,13 @@ struct LaunchOptions {
   // --event-log-handler: "null" or "console" (torchrun's end-of-run events on stderr).
   std::string event_log_handler = "null";
   std::vector<std::string> virtual_gpus;
-  // --preload: modules each local rank's spare interpreter imports ahead of a start
-  // (spare_pool.h); empty: off. preload_given is the setting as given ("--preload=torch",
+  // --preload: a spare per local rank, warmed up ahead of a start (spare_pool.h). kPython: the
+  // spare is the worker's interpreter stopped before the script, importing `preload`;
+  // kNative (--preload=native, --no-python programs): the program itself implements the
+  // hand-over (docs/design.md §6a). preload_given is the setting as given ("--preload=torch",
   // "PET_PRELOAD=torch", "job.yaml:3: preload=torch"), for messages.
-  std::vector<std::string> preload;
+  PreloadKind preload_kind = PreloadKind::kOff;
+  std::vector<std::string> preload;  // kPython's modules
   std::string preload_given;
 
   // Hangs (README, "Hangs"). A hung worker is a failure of the job: stacks, then a restart.

@@ -77,8 +77,13 @@ bool SameCommand(const SpawnRequest& a, const SpawnRequest& b) {
 
 }  // namespace
 
-SparePool::SparePool(EventLoop* loop, OrphanGuard* guard, std::vector<std::string> modules)
-    : loop_(loop), guard_(guard), modules_(std::move(modules)) {}
+SparePool::SparePool(EventLoop* loop, OrphanGuard* guard, SpareHook hook,
+                     std::vector<std::string> modules)
+    : loop_(loop), guard_(guard), hook_(hook), modules_(std::move(modules)) {}
+
+std::string SparePool::WarmUpWhat() const {
+  return hook_ == SpareHook::kNativeProgram ? "native" : absl::StrJoin(modules_, ",");
+}
 
 SparePool::~SparePool() {
   active_ = false;
@@ -98,6 +103,10 @@ absl::Status SparePool::Start(std::vector<SpawnRequest> templates) {
   templates_ = std::move(templates);
   spares_.assign(templates_.size(), Spare{});
   settle_timers_.assign(templates_.size(), 0);
+  if (hook_ == SpareHook::kNativeProgram) {
+    ActivateAndStartSpares();
+    return absl::OkStatus();
+  }
   absl::StatusOr<std::string> dir = MakeTempDir("ddprun-preload");
   if (!dir.ok()) return dir.status();
   hook_dir_ = *std::move(dir);
@@ -135,9 +144,11 @@ void SparePool::StartSpare(int lr) {
     return;
   }
   SpawnRequest request = templates_[lr];
-  AddHookEnv(hook_dir_, &request.env);
+  if (hook_ == SpareHook::kPythonSitecustomize) {
+    AddHookEnv(hook_dir_, &request.env);
+    request.env["DDPRUN_PRELOAD_MODULES"] = absl::StrJoin(modules_, ",");
+  }
   request.env["DDPRUN_PRELOAD_FD"] = absl::StrCat(ends[1]);
-  request.env["DDPRUN_PRELOAD_MODULES"] = absl::StrJoin(modules_, ",");
   // Before the first start the node is only waiting for its peers: import at full speed. Later
   // workers run, and a spare's import must never slow them.
   request.env["DDPRUN_PRELOAD_IDLE"] = workers_started_ ? "1" : "0";
@@ -205,13 +216,18 @@ void SparePool::OnSpareMessage(int lr) {
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
                         std::chrono::steady_clock::now() - s.started)
                         .count();
-    LogInfo(absl::StrCat("preload: local rank ", lr, " spare (pid ", s.pid, ") imported ",
-                         absl::StrJoin(modules_, ","), " in ", ms, " ms"));
+    LogInfo(absl::StrCat("preload: local rank ", lr, " spare (pid ", s.pid, ") ",
+                         hook_ == SpareHook::kNativeProgram
+                             ? "warmed up"
+                             : absl::StrCat("imported ", absl::StrJoin(modules_, ",")),
+                         " in ", ms, " ms"));
     return;
   }
   std::vector<std::string> parts = absl::StrSplit(message, '\0');
   if (parts.size() == 3 && parts[0] == "failed") {
-    TurnOff(absl::StrCat("cannot import ", parts[1], ": ", parts[2]));
+    TurnOff(hook_ == SpareHook::kNativeProgram
+                ? absl::StrCat("the spare's warm-up failed (", parts[1], "): ", parts[2])
+                : absl::StrCat("cannot import ", parts[1], ": ", parts[2]));
   } else if (parts.size() == 3 && parts[0] == "cuda") {
     TurnOff(absl::StrCat("importing ", parts[1], " initialised CUDA before the hand-over (",
                          parts[2], ")"));
@@ -289,11 +305,7 @@ bool SparePool::HandleChildExit(pid_t pid, int wait_status) {
     probe_ = -1;
     const bool passed = WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 0;
     if (passed) {
-      active_ = true;
-      for (int lr = 0; lr < static_cast<int>(spares_.size()); ++lr) {
-        const bool wait = workers_started_ && !workers_settled_;
-        StartSpareLater(lr, wait ? kSettleAfterStart : std::chrono::milliseconds(0));
-      }
+      ActivateAndStartSpares();
     } else if (WIFEXITED(wait_status) && WEXITSTATUS(wait_status) == 3) {
       LogWarning(absl::StrCat("--preload: ", templates_[0].program,
                               " does not run sitecustomize (started with -E, -I or -S?); "
@@ -327,6 +339,14 @@ bool SparePool::HandleChildExit(pid_t pid, int wait_status) {
   return false;
 }
 
+void SparePool::ActivateAndStartSpares() {
+  active_ = true;
+  for (int lr = 0; lr < static_cast<int>(spares_.size()); ++lr) {
+    const bool wait = workers_started_ && !workers_settled_;
+    StartSpareLater(lr, wait ? kSettleAfterStart : std::chrono::milliseconds(0));
+  }
+}
+
 void SparePool::Forget(Spare* s) {
   if (s->socket >= 0) {
     loop_->RemoveFd(s->socket);
@@ -349,7 +369,7 @@ void SparePool::KillAndForget(Spare* s) {
 void SparePool::TurnOff(const std::string& why) {
   if (!active_) return;
   active_ = false;
-  LogWarning(absl::StrCat("--preload=", absl::StrJoin(modules_, ","), ": ", why,
+  LogWarning(absl::StrCat("--preload=", WarmUpWhat(), ": ", why,
                           "; workers start cold from now on"));
   for (Spare& s : spares_) KillAndForget(&s);
 }

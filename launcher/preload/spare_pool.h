@@ -1,4 +1,5 @@
-// --preload=MODULES: warm starts for Python workers. For each local rank one spare interpreter
+// --preload=MODULES: warm starts for Python workers (--preload=native: for a program that
+// implements the hand-over itself, SpareHook::kNativeProgram). For each local rank one spare interpreter
 // runs the worker's own command line (python3 -u script args) but stops in site's
 // sitecustomize (launcher/preload/preload_hook.py) before the script: it imports MODULES on a
 // thread of its own and waits. That thread runs at SCHED_IDLE once workers have started (the spares
@@ -36,10 +37,23 @@
 
 namespace ddprun::launcher {
 
+// How a spare stops before the worker's own code and takes the hand-over.
+enum class SpareHook {
+  // ddprun's sitecustomize (preload_hook.py) in a Python worker's interpreter, which imports
+  // `modules`; a probe first checks that the interpreter runs sitecustomize at all.
+  kPythonSitecustomize,
+  // The program itself (--preload=native): it warms up as it sees fit, sends "ready" and waits
+  // for the hand-over (docs/design.md §6a, trainer/io/preload_handover.h). No probe: a program
+  // that does not speak the protocol cannot be told from one that does without running it, so
+  // the user's --preload=native is the promise.
+  kNativeProgram,
+};
+
 class SparePool {
  public:
-  // `guard` (not owned, may be null) is told of every spare's process group.
-  SparePool(EventLoop* loop, OrphanGuard* guard, std::vector<std::string> modules);
+  // `guard` (not owned, may be null) is told of every spare's process group. `modules`: what
+  // kPythonSitecustomize spares import (unused by kNativeProgram).
+  SparePool(EventLoop* loop, OrphanGuard* guard, SpareHook hook, std::vector<std::string> modules);
   ~SparePool();  // SIGKILLs every spare and removes the hook's folder
   SparePool(const SparePool&) = delete;
   SparePool& operator=(const SparePool&) = delete;
@@ -75,6 +89,8 @@ class SparePool {
     bool ready = false;
     std::chrono::steady_clock::time_point started;
   };
+  // The spares may be made now (the probe passed, or a native program needs none).
+  void ActivateAndStartSpares();
   void StartSpare(int local_rank);
   void StartSpareLater(int local_rank, std::chrono::milliseconds delay);
   void OnSpareMessage(int local_rank);
@@ -88,8 +104,12 @@ class SparePool {
   // Turns preloading off for the rest of the run: one warning, every spare killed.
   void TurnOff(const std::string& why);
 
+  // What the spare warms up, for log lines: the modules, or "the program".
+  std::string WarmUpWhat() const;
+
   EventLoop* loop_;
   OrphanGuard* guard_;
+  const SpareHook hook_;
   const std::vector<std::string> modules_;
   std::vector<SpawnRequest> templates_;
   std::vector<Spare> spares_;

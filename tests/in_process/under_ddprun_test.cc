@@ -70,19 +70,64 @@ std::vector<std::string> DdpTrain(const std::string& model, const std::string& m
           model};
 }
 
-TEST(InProcessUnderDdprunTest, DdpTrainSigkilledWorkerRecoversByteIdentically) {
-  if (!std::filesystem::exists(kData)) GTEST_SKIP() << kData << " missing";
-  TempDir dir;
-  // The same file name for both: torch names the archive inside the file after it.
-  std::filesystem::create_directories(dir.File("reference"));
-  std::filesystem::create_directories(dir.File("recovered"));
-  Subprocess reference(DdpTrain(dir.File("reference/model.pt"), "cold", dir.File("ref-logs")));
-  auto ref = reference.Wait(180s);
-  ASSERT_TRUE(ref.has_value() && ref->exit_code == 0) << reference.err();
+// The replacement is started cold, or handed over to a --preload=native spare ddp-train that
+// has loaded LibTorch and the data set already. Both end byte-identical to one fault-free run.
+class DdpTrainRecoveryTest : public ::testing::TestWithParam<bool> {
+ protected:
+  static void SetUpTestSuite() {
+    if (!std::filesystem::exists(kData)) return;
+    reference_dir_ = new TempDir;
+    // The same file name for every run: torch names the archive inside the file after it.
+    std::filesystem::create_directories(reference_dir_->File("reference"));
+    Subprocess reference(DdpTrain(reference_dir_->File("reference/model.pt"), "cold",
+                                  reference_dir_->File("ref-logs")));
+    auto ref = reference.Wait(180s);
+    ASSERT_TRUE(ref.has_value() && ref->exit_code == 0) << reference.err();
+  }
+  static void TearDownTestSuite() {
+    delete reference_dir_;
+    reference_dir_ = nullptr;
+  }
+  static TempDir* reference_dir_;
+};
+TempDir* DdpTrainRecoveryTest::reference_dir_ = nullptr;
 
-  Subprocess agent(DdpTrain(dir.File("recovered/model.pt"), "in-process", dir.File("logs")));
+TEST_P(DdpTrainRecoveryTest, SigkilledWorkerRecoversByteIdentically) {
+  if (!std::filesystem::exists(kData)) GTEST_SKIP() << kData << " missing";
+  const bool spare = GetParam();
+  TempDir dir;
+  std::filesystem::create_directories(dir.File("recovered"));
+  std::vector<std::string> argv =
+      DdpTrain(dir.File("recovered/model.pt"), "in-process", dir.File("logs"));
+  if (spare) argv.insert(argv.begin() + 1, "--preload=native");
+  Subprocess agent(argv);
   ASSERT_TRUE(agent.WaitForOutputContains("step 10\n", 120s)) << agent.out() << agent.err();
-  const std::vector<pid_t> workers = ChildrenOf(agent.pid());
+  std::vector<pid_t> workers = ChildrenOf(agent.pid());
+  if (spare) {
+    // The spares made at ddprun's start became the workers (DDPRUN_PRELOAD_IDLE=0 in the
+    // environment they were started with); the kill waits for the next three, made once the
+    // workers run (DDPRUN_PRELOAD_IDLE=1). Their warm-up may still be starving at idle
+    // priority: the hand-over raises it.
+    auto started_idle = [](pid_t pid) {
+      return ReadFile(absl::StrCat("/proc/", pid, "/environ")).find("DDPRUN_PRELOAD_IDLE=1") !=
+             std::string::npos;
+    };
+    ASSERT_TRUE(WaitUntil(
+        [&] {
+          workers.clear();
+          int spares = 0;
+          for (pid_t pid : ChildrenOf(agent.pid())) {
+            if (started_idle(pid)) {
+              ++spares;
+            } else {
+              workers.push_back(pid);
+            }
+          }
+          return spares == 3;
+        },
+        60s))
+        << agent.err();
+  }
   ASSERT_GE(workers.size(), 3u) << agent.err();
   kill(workers[1], SIGKILL);
   ASSERT_TRUE(agent.WaitForOutputContains("recovered (in-process)", 120s)) << agent.err();
@@ -98,7 +143,10 @@ TEST(InProcessUnderDdprunTest, DdpTrainSigkilledWorkerRecoversByteIdentically) {
   EXPECT_THAT(out, HasSubstr("in-process recovery, 2 worker(s) kept, 1 started")) << out;
   EXPECT_THAT(out, HasSubstr("recovered (in-process) from worker_signal")) << out;
   EXPECT_THAT(out, HasSubstr("; 0 step(s) lost;")) << out;
-  const std::string a = ReadFile(dir.File("reference/model.pt"));
+  if (spare) {
+    EXPECT_THAT(out, HasSubstr("preload: 1 of 1 replacement(s) started from spares")) << out;
+  }
+  const std::string a = ReadFile(reference_dir_->File("reference/model.pt"));
   const std::string b = ReadFile(dir.File("recovered/model.pt"));
   ASSERT_FALSE(a.empty());
   EXPECT_TRUE(a == b) << "the recovered model differs from the fault-free one";
@@ -110,6 +158,8 @@ TEST(InProcessUnderDdprunTest, DdpTrainSigkilledWorkerRecoversByteIdentically) {
   EXPECT_EQ(CountMatches(events, "\"step\":\"recovered\".*\"mode\":\"in-process\""), 1) << events;
   EXPECT_EQ(CountMatches(events, "\"steps_lost\":0"), 1) << events;
 }
+
+INSTANTIATE_TEST_SUITE_P(ColdAndSpareReplacement, DdpTrainRecoveryTest, ::testing::Bool());
 
 std::vector<std::string> PythonJob(const std::string& out, int steps,
                                    std::vector<std::string> extra) {

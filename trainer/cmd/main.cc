@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <iostream>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -22,6 +23,8 @@
 #include "trainer/io/dist_env.h"
 #include "trainer/io/error_file.h"
 #include "trainer/io/fault_injection.h"
+#include "trainer/io/mnist_data.h"
+#include "trainer/io/preload_handover.h"
 #include "trainer/io/stop_signal.h"
 #include "trainer/train/imagenet_options.h"
 #include "trainer/train/imagenet_trainer.h"
@@ -221,6 +224,17 @@ int Main(int argc, char** argv) {
         .IgnoreError();
     return kExitUsage;
   }
+  // A ddprun --preload=native spare becomes a worker here; until then its environment is the
+  // node's, not a worker's, so nothing above reads a variable that differs between starts.
+  std::optional<MnistData> preloaded;
+  absl::Status spare = BecomeWorkerIfSpare([&]() -> absl::Status {
+    if (!mnist->parsed()) return absl::OkStatus();  // imagenet reads its images as it trains
+    absl::StatusOr<MnistData> data = LoadMnist(options.data_dir);
+    if (!data.ok()) return data.status();
+    preloaded = *std::move(data);
+    return absl::OkStatus();
+  });
+  if (!spare.ok()) return Fail(DistEnv(), spare);
   absl::StatusOr<DistEnv> env = ReadDistEnv(ProcessEnv());
   if (!env.ok()) return Fail(DistEnv(), env.status());
   if (imagenet->parsed()) {
@@ -228,7 +242,8 @@ int Main(int argc, char** argv) {
     if (!outcome.ok()) return FailOrStop(*env, outcome.status(), stop);
     return outcome->stop_signal != 0 ? 128 + outcome->stop_signal : 0;
   }
-  absl::StatusOr<MnistOutcome> outcome = RunMnist(options, *env, &stop, std::cout);
+  absl::StatusOr<MnistOutcome> outcome =
+      RunMnist(options, *env, &stop, std::cout, std::move(preloaded));
   if (!outcome.ok()) return FailOrStop(*env, outcome.status(), stop);
   if (outcome->stop_signal != 0) return 128 + outcome->stop_signal;
   return 0;

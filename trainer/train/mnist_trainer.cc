@@ -53,9 +53,10 @@ torch::Tensor IndexTensor(const std::vector<int64_t>& idx, size_t begin, size_t 
 class MnistTrainer : public Trainer {
  public:
   MnistTrainer(const MnistOptions& options, const DistEnv& env, const StopSignal* stop,
-               std::ostream& log)
+               std::ostream& log, std::optional<MnistData> preloaded)
       : Trainer(options, env, stop, log, /*control_slots=*/2, /*keeps_best=*/false),
-        mnist_(options) {}
+        mnist_(options),
+        preloaded_(std::move(preloaded)) {}
 
   absl::StatusOr<MnistOutcome> Run();
 
@@ -75,6 +76,7 @@ class MnistTrainer : public Trainer {
   absl::Status CheckReplicasInSync();
 
   const MnistOptions& mnist_;
+  std::optional<MnistData> preloaded_;  // taken by SetupData
   MnistData data_;
   SplitTensors train_, test_;
   MnistNet model_{nullptr};
@@ -88,7 +90,12 @@ class MnistTrainer : public Trainer {
 };
 
 absl::Status MnistTrainer::SetupData() {
-  DDPRUN_ASSIGN_OR_RETURN(data_, LoadMnist(options_.data_dir));
+  if (preloaded_.has_value()) {
+    data_ = *std::move(preloaded_);
+    preloaded_.reset();
+  } else {
+    DDPRUN_ASSIGN_OR_RETURN(data_, LoadMnist(options_.data_dir));
+  }
   TruncateSplit(data_.train, mnist_.train_subset);
   TruncateSplit(data_.test, mnist_.test_subset);
   if (data_.train.rows != 28 || data_.train.cols != 28) {
@@ -284,8 +291,9 @@ absl::StatusOr<MnistOutcome> MnistTrainer::Run() {
 }  // namespace
 
 absl::StatusOr<MnistOutcome> RunMnist(const MnistOptions& options, const DistEnv& env,
-                                      const StopSignal* stop, std::ostream& log) {
-  MnistTrainer trainer(options, env, stop, log);
+                                      const StopSignal* stop, std::ostream& log,
+                                      std::optional<MnistData> preloaded) {
+  MnistTrainer trainer(options, env, stop, log, std::move(preloaded));
   return CatchLibTorchErrors([&] { return trainer.Run(); });
 }
 

@@ -4,10 +4,12 @@
 #ifndef DDPRUN_TRAINER_TRAIN_MNIST_TRAINER_H_
 #define DDPRUN_TRAINER_TRAIN_MNIST_TRAINER_H_
 
+#include <optional>
 #include <ostream>
 
 #include "absl/status/statusor.h"
 #include "trainer/io/dist_env.h"
+#include "trainer/io/mnist_data.h"
 #include "trainer/io/stop_signal.h"
 #include "trainer/train/mnist_options.h"
 
@@ -22,8 +24,10 @@ struct MnistOutcome {
 // Runs the whole training. `stop` may be null. Every LibTorch exception is caught inside and
 // returned as a Status: kInvalidArgument / kNotFound / kFailedPrecondition / kDataLoss for bad
 // input (data, checkpoint, options), kUnavailable / kDeadlineExceeded for communication.
+// `preloaded`: options.data_dir's data, read ahead (a --preload=native spare's warm-up).
 absl::StatusOr<MnistOutcome> RunMnist(const MnistOptions& options, const DistEnv& env,
-                                      const StopSignal* stop, std::ostream& log);
+                                      const StopSignal* stop, std::ostream& log,
+                                      std::optional<MnistData> preloaded = std::nullopt);
 
 }  // namespace ddprun::trainer
 

@@ -128,12 +128,37 @@ TEST_F(CliTest, PreloadFromEverySourceAndItsErrors) {
   EXPECT_EQ(Error({"--preload=torch.", script_}),
             "--preload=torch.: 'torch.' is not a Python module name");
   EXPECT_EQ(Error({"--preload=torch", "--no-python", "/bin/true"}),
-            "--preload=torch: preloads Python modules for a Python script or -m module, not a "
-            "--no-python program");
+            "--preload=torch: a --no-python program is not preloaded with Python modules; "
+            "--preload=native if it takes ddprun's hand-over itself (ddp-train does; README, "
+            "Warm restarts)");
   env_["PET_PRELOAD"] = "torch";
   EXPECT_EQ(Error({"--no-python", "/bin/true"}),
-            "PET_PRELOAD=torch: preloads Python modules for a Python script or -m module, not a "
-            "--no-python program");
+            "PET_PRELOAD=torch: a --no-python program is not preloaded with Python modules; "
+            "--preload=native if it takes ddprun's hand-over itself (ddp-train does; README, "
+            "Warm restarts)");
+  env_.erase("PET_PRELOAD");
+}
+
+TEST_F(CliTest, PreloadNativeIsForNoPythonProgramsOnly) {
+  auto o = Parse({"--preload=native", "--no-python", "/bin/true"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->preload_kind, PreloadKind::kNative);
+  EXPECT_TRUE(o->preload.empty());
+  o = Parse({"--preload=torch", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->preload_kind, PreloadKind::kPython);
+  o = Parse({script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->preload_kind, PreloadKind::kOff);
+  // For a Python worker every name is a module's, "native" too.
+  o = Parse({"--preload=native", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->preload_kind, PreloadKind::kPython);
+  EXPECT_EQ(o->preload, std::vector<std::string>{"native"});
+  EXPECT_EQ(Error({"--preload=native,torch", "--no-python", "/bin/true"}),
+            "--preload=native,torch: a --no-python program is not preloaded with Python "
+            "modules; --preload=native if it takes ddprun's hand-over itself (ddp-train does; "
+            "README, Warm restarts)");
 }
 
 TEST_F(CliTest, ShutdownTimeoutIsStopTimeoutAndItsVariableTheWeakestSource) {
