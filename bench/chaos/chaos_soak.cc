@@ -80,6 +80,7 @@ struct Options {
   int checkpoint_every = 5;
   int hang_timeout_s = 25;
   std::string restart_mode = "cold";    // ddprun --restart-mode
+  std::string preload;                  // ddprun --preload (native: ddp-train's spares); "": off
   double gap_min_s = 2, gap_max_s = 5;  // steady training between faults
   std::string work_dir;
   std::string report;           // Markdown appended here too
@@ -137,8 +138,17 @@ double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// A --preload spare not yet handed a start: its stdout is ddprun's memory file. (Its
+// environment in /proc stays the one it was started with, after the hand-over too.)
+bool IsSpare(const std::string& pid) {
+  std::error_code ec;
+  const std::filesystem::path out =
+      std::filesystem::read_symlink("/proc/" + pid + "/fd/1", ec);
+  return !ec && out.string().rfind("/memfd:ddprun-spare", 0) == 0;
+}
+
 // The agent's workers: its children that lead process groups of their own (the agent's own
-// helper processes stay in its group).
+// helper processes stay in its group), spares aside.
 std::vector<pid_t> Workers(pid_t pid) {
   std::vector<pid_t> out;
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
@@ -153,7 +163,7 @@ std::vector<pid_t> Workers(pid_t pid) {
     char state;
     int ppid = 0, pgrp = 0;
     rest >> state >> ppid >> pgrp;
-    if (ppid == pid && pgrp != pid) out.push_back(std::stoi(name));
+    if (ppid == pid && pgrp != pid && !IsSpare(name)) out.push_back(std::stoi(name));
   }
   return out;
 }
@@ -267,6 +277,7 @@ std::vector<std::string> Segment::AgentArgv(int host) const {
        "--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=6,last_call_timeout=1,"
        "read_timeout=30,join_timeout=300",
        "--hang-timeout=" + std::to_string(o_.hang_timeout_s), "--restart-mode=" + o_.restart_mode,
+       "--preload=" + o_.preload,
        // The hosts share this machine's filesystem: every agent process writes its
        // events.jsonl (the goodput ledger) in a folder of its own under logs/.
        "--log-dir=" + dir_ + "/logs", "--no-python", testing::BinPath("ddp-train"), "mnist",
@@ -679,6 +690,8 @@ int Main(int argc, char** argv) {
   app.add_option("--hang-timeout", o.hang_timeout_s, "ddprun --hang-timeout, seconds");
   app.add_option("--restart-mode", o.restart_mode, "ddprun --restart-mode")
       ->check(CLI::IsMember({"cold", "in-process"}));
+  app.add_option("--preload", o.preload, "ddprun --preload: native (spare ddp-trains) or off")
+      ->check(CLI::IsMember({"", "native"}));
   app.add_option("--fault-interval", interval,
                  "MIN:MAX seconds of steady training between faults (default 2:5)");
   app.add_option("--work-dir", o.work_dir, "where jobs write (default: a new temporary one)");
@@ -717,6 +730,7 @@ int Main(int argc, char** argv) {
   FaultSchedule schedule(o.seed, o.gap_min_s, o.gap_max_s);
   SoakResult result;
   result.restart_mode = o.restart_mode;
+  result.preload = o.preload;
   result.fixed = o.fixed;
   result.seed = o.seed;
   result.gap_min_s = o.gap_min_s;

@@ -242,9 +242,10 @@ std::vector<std::string> CheckInProcess(const std::vector<FaultRecord>& faults) 
 
 std::string MarkdownReport(const SoakResult& r) {
   std::string out = absl::StrFormat(
-      "Chaos soak: %s, --restart-mode=%s, seed %d, a fault every %.0f-%.0f s, %d segment(s), "
+      "Chaos soak: %s, --restart-mode=%s%s, seed %d, a fault every %.0f-%.0f s, %d segment(s), "
       "%d faults, %.0f s wall. ",
-      r.fixed ? "fixed world (--nnodes=3)" : "elastic (--nnodes=2:3)", r.restart_mode, r.seed,
+      r.fixed ? "fixed world (--nnodes=3)" : "elastic (--nnodes=2:3)", r.restart_mode,
+      r.preload.empty() ? "" : absl::StrCat(" --preload=", r.preload), r.seed,
       r.gap_min_s, r.gap_max_s, r.segments, r.faults.size(), r.wall_s);
   absl::StrAppend(&out,
                   r.violations.empty() ? "Every invariant held"
@@ -299,6 +300,7 @@ std::string MarkdownReport(const SoakResult& r) {
 std::string JsonReport(const SoakResult& r) {
   Json j;
   j["restart_mode"] = r.restart_mode;
+  j["preload"] = r.preload;
   j["fixed"] = r.fixed;
   j["seed"] = r.seed;
   j["fault_interval_s"] = {r.gap_min_s, r.gap_max_s};

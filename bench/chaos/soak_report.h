@@ -87,6 +87,7 @@ struct TrainingFigures {
 
 struct SoakResult {
   std::string restart_mode;
+  std::string preload;  // ddprun --preload ("": off)
   bool fixed = false;
   uint64_t seed = 0;
   double gap_min_s = 0, gap_max_s = 0;

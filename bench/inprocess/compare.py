@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""Lays the chaos soak's JSON reports (chaos-soak --json) side by side: cold vs in-process.
+"""Lays the chaos soak's JSON reports (chaos-soak --json) side by side: cold vs in-process (vs
+in-process with --preload=native spares).
 
   bench/inprocess/compare.py OUT_DIR
 
-reads OUT_DIR/{fixed,elastic}-{cold,in-process}.json (those present) and OUT_DIR/one-host.json
+reads OUT_DIR/{fixed,elastic}-{cold,in-process,in-process-preload}.json (those present) and OUT_DIR/one-host.json
 (sigkill_one_host.py), and prints Markdown tables: per fault kind the recovery p50/p99 (the
 soak's outside measurement and the ledgers' first step), steps recomputed and the ledgers'
 phase split per mode; then the effective training time ratio, peak memory and the invariants.
@@ -13,24 +14,28 @@ import os
 import statistics
 import sys
 
-MODES = ("cold", "in-process")
+MODES = ("cold", "in-process", "in-process-preload")
+LABELS = {"cold": "cold", "in-process": "in-process",
+          "in-process-preload": "in-process + `--preload=native`"}
 
 
 def fmt(v, digits=2, scale=1.0):
     return "-" if v is None else "%.*f" % (digits, v * scale)
 
 
-def pair(a, b):
-    return "%s / %s" % (a, b)
-
-
 def world_tables(world, runs):
     out = []
+    modes = [m for m in MODES if m in runs]
+    names = " / ".join(LABELS[m] for m in modes)
+
+    def cells(get):
+        return " / ".join(get(m) for m in modes)
+
     first = next(iter(runs.values()))
     out.append("#### %s, seed %d, a fault every %g-%g s\n" % (
         "Fixed world (`--nnodes=3`)" if world == "fixed" else "Elastic (`--nnodes=2:3`)",
         first["seed"], first["fault_interval_s"][0], first["fault_interval_s"][1]))
-    out.append("| fault | count (cold / in-process) | recovery p50 s, soak | recovery p99 s, soak "
+    out.append("| fault | count | recovery p50 s, soak | recovery p99 s, soak "
                "| first step p50 s, ledger | first step p99 s, ledger "
                "| steps recomputed, soak | steps lost, ledger |")
     out.append("|---|---|---|---|---|---|---|---|")
@@ -39,16 +44,15 @@ def world_tables(world, runs):
         if not any(v["count"] for v in k.values()):
             continue
 
-        def both(field, digits=2, scale=1.0):
-            return pair(*(fmt(k[m][field], digits, scale) if m in k else "-" for m in MODES))
+        def each(field, digits=2, scale=1.0):
+            return cells(lambda m: fmt(k[m][field], digits, scale))
 
         out.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            fig["name"], pair(*(str(k[m]["count"]) if m in k else "-" for m in MODES)),
-            both("recovery_p50_s"), both("recovery_p99_s"),
-            both("first_step_p50_ms", 2, 0.001), both("first_step_p99_ms", 2, 0.001),
-            pair(*(str(k[m]["recomputed"]) if m in k else "-" for m in MODES)),
-            pair(*(str(k[m]["steps_lost"]) if m in k else "-" for m in MODES))))
-    out.append("\nEach cell: cold / in-process. Phase split (the ledger of the node that trained "
+            fig["name"], cells(lambda m: str(k[m]["count"])),
+            each("recovery_p50_s"), each("recovery_p99_s"),
+            each("first_step_p50_ms", 2, 0.001), each("first_step_p99_ms", 2, 0.001),
+            cells(lambda m: str(k[m]["recomputed"])), cells(lambda m: str(k[m]["steps_lost"]))))
+    out.append("\nEach cell: " + names + ". Phase split (the ledger of the node that trained "
                "again last, medians in ms from its detection of the failure):\n")
     out.append("| fault | mode | stop | round formed | started | state restored | first step "
                "| ledger recoveries in-process / cold |")
@@ -61,10 +65,11 @@ def world_tables(world, runs):
             if v["first_step_p50_ms"] is None:
                 continue
             out.append("| %s | %s | %s | %s | %s | %s | %s | %d / %d |" % (
-                fig["name"], m, fmt(v["stop_ms"], 0), fmt(v["rendezvous_ms"], 0),
+                fig["name"], LABELS[m], fmt(v["stop_ms"], 0), fmt(v["rendezvous_ms"], 0),
                 fmt(v["start_ms"], 0), fmt(v["restore_ms"], 0), fmt(v["first_step_p50_ms"], 0),
                 v["in_process"], v["cold"]))
-    out.append("\n| %s | cold | in-process |\n|---|---|---|" % world)
+    out.append("\n| %s | %s |\n|---|%s" % (world, " | ".join(LABELS[m] for m in modes),
+                                          "---|" * len(modes)))
     rows = [
         ("faults injected", lambda r: str(r["faults"])),
         ("soak wall s (injection, excluding a fault-free run)", lambda r: fmt(r["wall_s"], 0)),
@@ -87,8 +92,7 @@ def world_tables(world, runs):
         rows.append(("final model vs fault-free run",
                      lambda r: "byte-identical" if r["identical"] else "NOT identical"))
     for label, get in rows:
-        out.append("| %s | %s |" % (label, " | ".join(get(runs[m]) if m in runs else "-"
-                                                      for m in MODES)))
+        out.append("| %s | %s |" % (label, " | ".join(get(runs[m]) for m in modes)))
     return "\n".join(out) + "\n"
 
 

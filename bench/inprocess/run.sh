@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # In-process recovery vs cold (issue 23): the chaos soak (bench/chaos) with the same seed and
-# fault schedule in --restart-mode=cold then in-process, fixed world (with the byte-identical
+# fault schedule in --restart-mode=cold, in-process, and in-process with --preload=native
+# (replacements are spare ddp-trains started ahead), fixed world (with the byte-identical
 # check against one fault-free run, shared by both modes) and elastic; then a worker SIGKILL on
 # one host under torchrun, ddprun cold and ddprun in-process (sigkill_one_host.py). Root only.
 # Writes OUT_DIR/*.json, the soaks' logs and OUT_DIR/table.md (compare.py), and prints the table.
@@ -10,7 +11,7 @@
 # INPROC_SEED (1), INPROC_INTERVAL (20:40 s of steady training between faults), INPROC_STEPS
 # (300 steps per job: about 4 minutes of fault-free training here, so one job per mode spans the
 # whole soak), INPROC_STEPS_PER_EPOCH (100), INPROC_KILLS (5, the one-host comparison),
-# INPROC_WORLDS ("fixed elastic").
+# INPROC_WORLDS ("fixed elastic"), INPROC_MODES ("cold in-process in-process-preload").
 set -euo pipefail
 BUILD_DIR=$(realpath "${1:-build}")
 OUT=$(realpath -m "${2:-/tmp/ddprun-inprocess-$(date +%s)}")
@@ -30,8 +31,12 @@ SOAK=("$PRIVATE/bin/chaos-soak" --seed "${INPROC_SEED:-1}" --fault-interval "${I
       --segments 1 --seconds 3600)
 echo "load before: $(cat /proc/loadavg)" | tee "$OUT/load.txt"
 for world in ${INPROC_WORLDS:-fixed elastic}; do
-  for mode in cold in-process; do
-    args=(--restart-mode "$mode" --work-dir "$OUT/$world-$mode" --json "$OUT/$world-$mode.json")
+  for mode in ${INPROC_MODES:-cold in-process in-process-preload}; do
+    case "$mode" in
+      in-process-preload) restart=(--restart-mode in-process --preload native) ;;
+      *) restart=(--restart-mode "$mode") ;;
+    esac
+    args=("${restart[@]}" --work-dir "$OUT/$world-$mode" --json "$OUT/$world-$mode.json")
     if [ "$world" = fixed ]; then
       args+=(--fixed)
       # One fault-free run for both modes: the first mode's, kept for the second.

@@ -7,7 +7,8 @@ The chaos soak runs on namespaced hosts with its own rendezvous server, which to
 use (its c10d store lives in an agent); this driver measures the one fault all three launchers
 share, on one host: ddp-train mnist (Fashion-MNIST, 2 workers, checkpoint every 5 steps) under
 `torchrun113 --standalone` (Debian's torch 1.13, ../shared/tools), `ddprun --standalone
---restart-mode=cold` and `ddprun --standalone --restart-mode=in-process`. In one job per launcher,
+--restart-mode=cold`, `ddprun --standalone --restart-mode=in-process` and the same with
+`--preload=native` (the replacement is a spare ddp-train, started and warmed up ahead). In one job per launcher,
 --kills times: wait for steady training, SIGKILL the worker with LOCAL_RANK=1, and time from the
 kill to training running again: the first step line printed after it that is not the step in
 flight at the kill (a step S+1 printed within 0.2 s of the kill, S the highest before it).
@@ -80,6 +81,15 @@ def descendants(pid):
     return out
 
 
+def is_spare(pid):
+    """A --preload=native spare not yet handed a start: its stdout is ddprun's memory file.
+    (After the hand-over /proc still shows the environment it was started with.)"""
+    try:
+        return os.readlink("/proc/%d/fd/1" % pid).startswith("/memfd:ddprun-spare")
+    except OSError:
+        return False
+
+
 def local_rank_1(launcher_pid):
     for pid in descendants(launcher_pid):
         try:
@@ -87,7 +97,7 @@ def local_rank_1(launcher_pid):
             exe = os.readlink("/proc/%d/exe" % pid)
         except OSError:
             continue
-        if exe.endswith("ddp-train") and b"LOCAL_RANK=1" in env:
+        if exe.endswith("ddp-train") and b"LOCAL_RANK=1" in env and not is_spare(pid):
             return pid
     return None
 
@@ -163,6 +173,9 @@ def main():
             "ddprun in-process": [ddprun, "--standalone", "--nproc-per-node=2",
                                   "--max-restarts=100", "--restart-mode=in-process",
                                   "--no-python"],
+            "ddprun in-process --preload=native": [
+                ddprun, "--standalone", "--nproc-per-node=2", "--max-restarts=100",
+                "--restart-mode=in-process", "--preload=native", "--no-python"],
         }
         for i, (name, launcher) in enumerate(launchers.items()):
             if name.startswith("torchrun") and not os.path.exists(a.torchrun):
