@@ -142,8 +142,7 @@ double Since(Clock::time_point t) {
 // environment in /proc stays the one it was started with, after the hand-over too.)
 bool IsSpare(const std::string& pid) {
   std::error_code ec;
-  const std::filesystem::path out =
-      std::filesystem::read_symlink("/proc/" + pid + "/fd/1", ec);
+  const std::filesystem::path out = std::filesystem::read_symlink("/proc/" + pid + "/fd/1", ec);
   return !ec && out.string().rfind("/memfd:ddprun-spare", 0) == 0;
 }
 

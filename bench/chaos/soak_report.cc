@@ -245,8 +245,8 @@ std::string MarkdownReport(const SoakResult& r) {
       "Chaos soak: %s, --restart-mode=%s%s, seed %d, a fault every %.0f-%.0f s, %d segment(s), "
       "%d faults, %.0f s wall. ",
       r.fixed ? "fixed world (--nnodes=3)" : "elastic (--nnodes=2:3)", r.restart_mode,
-      r.preload.empty() ? "" : absl::StrCat(" --preload=", r.preload), r.seed,
-      r.gap_min_s, r.gap_max_s, r.segments, r.faults.size(), r.wall_s);
+      r.preload.empty() ? "" : absl::StrCat(" --preload=", r.preload), r.seed, r.gap_min_s,
+      r.gap_max_s, r.segments, r.faults.size(), r.wall_s);
   absl::StrAppend(&out,
                   r.violations.empty() ? "Every invariant held"
                                        : absl::StrCat(r.violations.size(), " violation(s)"),

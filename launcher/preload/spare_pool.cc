@@ -369,8 +369,8 @@ void SparePool::KillAndForget(Spare* s) {
 void SparePool::TurnOff(const std::string& why) {
   if (!active_) return;
   active_ = false;
-  LogWarning(absl::StrCat("--preload=", WarmUpWhat(), ": ", why,
-                          "; workers start cold from now on"));
+  LogWarning(
+      absl::StrCat("--preload=", WarmUpWhat(), ": ", why, "; workers start cold from now on"));
   for (Spare& s : spares_) KillAndForget(&s);
 }
 

@@ -1,6 +1,6 @@
 // --preload=MODULES: warm starts for Python workers (--preload=native: for a program that
-// implements the hand-over itself, SpareHook::kNativeProgram). For each local rank one spare interpreter
-// runs the worker's own command line (python3 -u script args) but stops in site's
+// implements the hand-over itself, SpareHook::kNativeProgram). For each local rank one spare
+// interpreter runs the worker's own command line (python3 -u script args) but stops in site's
 // sitecustomize (launcher/preload/preload_hook.py) before the script: it imports MODULES on a
 // thread of its own and waits. That thread runs at SCHED_IDLE once workers have started (the spares
 // made at ddprun's start import at full speed while the node waits for its peers). A start hands

@@ -83,9 +83,10 @@ std::optional<HandOver> ReceiveHandOver(int fd) {
       }
     }
   }
-  const bool whole = n > 0 && (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) == 0 && fds.size() == 2 &&
-                     absl::string_view(buffer.data(), static_cast<size_t>(n))
-                         .substr(0, kStartPrefix.size()) == kStartPrefix;
+  const bool whole =
+      n > 0 && (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) == 0 && fds.size() == 2 &&
+      absl::string_view(buffer.data(), static_cast<size_t>(n)).substr(0, kStartPrefix.size()) ==
+          kStartPrefix;
   if (!whole) {
     for (int received : fds) close(received);
     return std::nullopt;
