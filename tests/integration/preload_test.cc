@@ -325,8 +325,8 @@ TEST(PreloadTest, UnusablePreloadSettingsAreUsageErrorsNamingThem) {
     std::string message;
   } cases[] = {
       {{"--preload=torch", "--no-python", "/bin/true"},
-       "--preload=torch: preloads Python modules for a Python script or -m module, not a "
-       "--no-python program"},
+       "--preload=torch: a --no-python program is not preloaded with Python modules; "
+       "--preload=native if it takes ddprun's hand-over itself"},
       {{"--preload=torch,2d", script}, "--preload=torch,2d: '2d' is not a Python module name"},
       {{"--preload=torch..nn", script},
        "--preload=torch..nn: 'torch..nn' is not a Python module name"},

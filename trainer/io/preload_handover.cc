@@ -147,7 +147,12 @@ absl::Status BecomeWorkerIfSpare(const std::function<absl::Status()>& warm_up) {
     SendReport(*fd, warm_up());
   });
   std::optional<HandOver> hand_over = ReceiveHandOver(*fd);
-  if (!hand_over.has_value()) _exit(0);  // never a worker with a spare's environment
+  if (!hand_over.has_value()) {
+    // Never a worker with a spare's environment. The warm-up may still run: it ends with the
+    // process (detached, so that a thread checker does not take it for a leak).
+    helper.detach();
+    _exit(0);
+  }
   helper.join();
   close(*fd);
   std::cout.flush();

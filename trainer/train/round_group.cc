@@ -131,14 +131,9 @@ RoundGroup::RoundGroup(control::ControlClient* control, CommOptions options)
   control_->SetWakeup([wakeup = wakeup_] { wakeup->Notify(); });
 }
 
-RoundGroup::~RoundGroup() {
-  // Deliberately leaked: see Park. The process is about to end anyway.
-  for (std::unique_ptr<Communicator>& c : parked_) c.release();
-}
+RoundGroup::~RoundGroup() = default;
 
-void RoundGroup::Park(std::unique_ptr<Communicator> comm) {
-  if (comm != nullptr) parked_.push_back(std::move(comm));
-}
+void RoundGroup::Drop(std::unique_ptr<Communicator> comm) { reaper_.Destroy(std::move(comm)); }
 
 absl::StatusOr<std::unique_ptr<Communicator>> RoundGroup::Form(const DistEnv& env, int64_t round) {
   CommOptions options = options_;

@@ -1,6 +1,5 @@
 // In-process recovery's process groups (docs/design.md §6b.2, §6b.5): one per round of the
-// agent's control channel, formed over the round's store and dropped, never destroyed, when the
-// round is over.
+// agent's control channel, formed over the round's store and dropped when the round is over.
 //
 // - The store: the round's rank 0 serves a c10d TCPStore at master_addr:master_port unless one
 //   is served there already (a surviving worker's store of an earlier round, possibly this
@@ -13,11 +12,10 @@
 // - Waits for collectives go through a RoundWaiter: they return when the collective completes
 //   or the round is over, whichever is first; a collective blocked on a peer that vanished
 //   without a FIN is abandoned as soon as the agent's abort arrives.
-// - A dropped group is parked, never destroyed: ProcessGroupGloo's destructor waits for its
-//   queue to drain and joins its worker threads, which may be stuck in a collective with a
-//   vanished peer until the communication timeout.
+// - A dropped group is destroyed on the GroupReaper's thread, not the train loop's
+//   (group_reaper.h says why it must be destroyed, and why not here).
 //
-// Thread-compatible: one thread (the train loop) calls Form and Park.
+// Thread-compatible: one thread (the train loop) calls Form and Drop.
 #ifndef DDPRUN_TRAINER_TRAIN_ROUND_GROUP_H_
 #define DDPRUN_TRAINER_TRAIN_ROUND_GROUP_H_
 
@@ -31,6 +29,7 @@
 #include "control/control_client.h"
 #include "trainer/io/dist_env.h"
 #include "trainer/train/comm.h"
+#include "trainer/train/group_reaper.h"
 
 namespace ddprun::trainer {
 
@@ -56,7 +55,6 @@ class RoundGroup {
   // `control` must outlive this object and everything it forms; its wakeup is set here.
   // `options`: backend (gloo) and timeout of every group.
   RoundGroup(control::ControlClient* control, CommOptions options);
-  // Leaks the parked groups on purpose (see above).
   ~RoundGroup();
   RoundGroup(const RoundGroup&) = delete;
   RoundGroup& operator=(const RoundGroup&) = delete;
@@ -66,15 +64,17 @@ class RoundGroup {
   // ConnectCommunicator's.
   absl::StatusOr<std::unique_ptr<Communicator>> Form(const DistEnv& env, int64_t round);
 
-  // Takes a communicator whose round is over, so that it is never destroyed.
-  void Park(std::unique_ptr<Communicator> comm);
+  // Takes a communicator whose round is over and destroys it in the background.
+  void Drop(std::unique_ptr<Communicator> comm);
+  // Dropped communicators destroyed so far (for tests).
+  int destroyed() const { return reaper_.destroyed(); }
 
  private:
   control::ControlClient* const control_;
   const CommOptions options_;
   const std::shared_ptr<Wakeup> wakeup_;
   const std::shared_ptr<ServedStores> served_;
-  std::vector<std::unique_ptr<Communicator>> parked_;
+  GroupReaper reaper_;
 };
 
 }  // namespace ddprun::trainer

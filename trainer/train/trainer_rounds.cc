@@ -171,7 +171,7 @@ absl::StatusOr<int> Trainer::StopBetweenRounds() {
 
 void Trainer::DropGroup() {
   sync_.reset();  // its hooks go; the works it started keep their own buffers alive
-  rounds_->Park(std::move(comm_));
+  rounds_->Drop(std::move(comm_));
 }
 
 }  // namespace ddprun::trainer
