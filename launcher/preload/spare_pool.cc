@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/fd_passing.h"
 #include "common/log.h"
 #include "common/temp_dir.h"
 #include "launcher/preload/preload_hook_py.h"  // kPreloadHookSource, generated from preload_hook.py
@@ -263,21 +264,9 @@ absl::StatusOr<pid_t> SparePool::Launch(int lr, const SpawnRequest& request) {
     absl::StrAppend(&message, key, "=", value);
     message.push_back('\0');
   }
-  const int fds[2] = {request.stdout_fd, request.stderr_fd};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(fds))] = {};
-  iovec iov{message.data(), message.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
-  cmsg->cmsg_level = SOL_SOCKET;
-  cmsg->cmsg_type = SCM_RIGHTS;
-  cmsg->cmsg_len = CMSG_LEN(sizeof(fds));
-  memcpy(CMSG_DATA(cmsg), fds, sizeof(fds));
   const pid_t pid = s.pid;
-  if (sendmsg(s.socket, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(message.size())) {
+  if (SendWithFds(s.socket, message, {request.stdout_fd, request.stderr_fd}) !=
+      static_cast<ssize_t>(message.size())) {
     return ColdInsteadOfSpare(lr, request,
                               absl::StrCat("preload: hand-over to the spare of local rank ", lr,
                                            " failed: ", strerror(errno), "; starting it cold"));

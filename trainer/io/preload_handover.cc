@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "common/fd_passing.h"
 
 namespace ddprun::trainer {
 namespace {
@@ -59,40 +60,14 @@ struct HandOver {
 // Blocks for ddprun's one message; nullopt for anything but a whole hand-over (end of file
 // included), with any descriptor that came along closed.
 std::optional<HandOver> ReceiveHandOver(int fd) {
-  std::string buffer(kMaxHandOverBytes, '\0');
-  alignas(cmsghdr) char control[CMSG_SPACE(2 * sizeof(int))] = {};
-  iovec iov{buffer.data(), buffer.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  ssize_t n;
-  do {
-    n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
-  } while (n < 0 && errno == EINTR);
-  std::vector<int> fds;
-  if (n >= 0) {
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
-      const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-      for (size_t i = 0; i < count; ++i) {
-        int received;
-        memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-        fds.push_back(received);
-      }
-    }
-  }
-  const bool whole =
-      n > 0 && (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) == 0 && fds.size() == 2 &&
-      absl::string_view(buffer.data(), static_cast<size_t>(n)).substr(0, kStartPrefix.size()) ==
-          kStartPrefix;
+  ReceivedMessage m = ReceiveWithFds(fd, kMaxHandOverBytes, 2);
+  const bool whole = m.bytes > 0 && !m.truncated && m.fds.size() == 2 &&
+                     absl::string_view(m.message).substr(0, kStartPrefix.size()) == kStartPrefix;
   if (!whole) {
-    for (int received : fds) close(received);
+    for (int received : m.fds) close(received);
     return std::nullopt;
   }
-  buffer.resize(static_cast<size_t>(n));
-  return HandOver{buffer.substr(kStartPrefix.size()), fds[0], fds[1]};
+  return HandOver{m.message.substr(kStartPrefix.size()), m.fds[0], m.fds[1]};
 }
 
 // The start's environment, whole: what the spare had and the start has not goes.

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "common/fd_passing.h"
 
 namespace ddprun::trainer {
 namespace {
@@ -34,20 +35,7 @@ std::string ReadAll(int fd) {
 void SendStart(int fd, const std::string& env, int out_fd, int err_fd) {
   std::string message("start\0", 6);
   message += env;
-  const int fds[2] = {out_fd, err_fd};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(fds))] = {};
-  iovec iov{message.data(), message.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof(control);
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(fds));
-  memcpy(CMSG_DATA(c), fds, sizeof(fds));
-  ASSERT_EQ(sendmsg(fd, &msg, MSG_NOSIGNAL), static_cast<ssize_t>(message.size()));
+  ASSERT_EQ(SendWithFds(fd, message, {out_fd, err_fd}), static_cast<ssize_t>(message.size()));
 }
 
 class PreloadHandoverTest : public ::testing::Test {
