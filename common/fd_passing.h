@@ -17,7 +17,7 @@ namespace ddprun {
 ssize_t SendWithFds(int socket, absl::string_view message, const std::vector<int>& fds);
 
 struct ReceivedMessage {
-  ssize_t bytes = -1;    // recvmsg's result: 0 at end of file, -1 on an error
+  ssize_t bytes = -1;      // recvmsg's result: 0 at end of file, -1 on an error
   bool truncated = false;  // the message or its descriptors did not fit
   std::string message;
   std::vector<int> fds;  // received with O_CLOEXEC; the caller owns them
