@@ -13,6 +13,7 @@
 #include <string>
 
 #include "control/control_message.h"
+#include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
 #include "tests/testing/unix_peer.h"
 
@@ -174,7 +175,9 @@ TEST_F(ControlClientTest, TheAgentClosingEndsEveryRound) {
   EXPECT_TRUE(client->WaitRoundOver(1, absl::Seconds(5)));
   EXPECT_TRUE(client->RoundOver(1));
   EXPECT_TRUE(client->RoundOver(100));
-  EXPECT_GE(wakeups.load(), 1);
+  // The reader calls the wakeup after it has marked the channel closed: wait for it.
+  EXPECT_TRUE(
+      ::ddprun::testing::WaitUntil([&] { return wakeups.load() >= 1; }, std::chrono::seconds(5)));
   absl::StatusOr<RoundMessage> next = client->WaitForRound(1, absl::Seconds(5));
   EXPECT_EQ(next.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(std::string(next.status().message()), HasSubstr("closed"));
