@@ -5,15 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <iostream>
 #include <optional>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
@@ -21,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "common/fd_passing.h"
+#include "common/log.h"  // WriteAll
 
 namespace ddprun::trainer {
 namespace {
@@ -80,16 +78,6 @@ void ReplaceEnvironment(absl::string_view block) {
   }
 }
 
-void WriteAll(int fd, const char* data, size_t size) {
-  while (size > 0) {
-    const ssize_t n = write(fd, data, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // the worker's stream is gone: its own writes will say so
-    data += n;
-    size -= static_cast<size_t>(n);
-  }
-}
-
 // `stream` (1 or 2) becomes `worker_fd`. What the spare wrote to it before (a memory file from
 // ddprun) is copied there first, where a cold start would have written it.
 void TakeOverStream(int stream, int worker_fd) {
@@ -97,7 +85,8 @@ void TakeOverStream(int stream, int worker_fd) {
   off_t offset = 0;
   ssize_t n;
   while ((n = pread(stream, chunk, sizeof(chunk), offset)) > 0) {
-    WriteAll(worker_fd, chunk, static_cast<size_t>(n));
+    // A failed write is the worker's stream gone: its own writes will say so.
+    WriteAll(worker_fd, absl::string_view(chunk, static_cast<size_t>(n)));
     offset += n;
   }
   dup2(worker_fd, stream);
