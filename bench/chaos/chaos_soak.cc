@@ -101,13 +101,13 @@ struct PlannedFault {
 
 class FaultSchedule {
  public:
-  FaultSchedule(uint64_t seed, double gap_min_s, double gap_max_s)
-      : rng_(seed), gap_min_s_(gap_min_s), gap_max_s_(gap_max_s) {}
+  FaultSchedule(uint64_t seed, double gap_min_s, double gap_max_s, std::vector<Kind> kinds)
+      : rng_(seed), gap_min_s_(gap_min_s), gap_max_s_(gap_max_s), kinds_(std::move(kinds)) {}
 
   PlannedFault Next() {
     PlannedFault f;
     f.gap_s = gap_min_s_ + (gap_max_s_ - gap_min_s_) * U();
-    f.kind = kKinds[Pick(U(), std::size(kKinds))];
+    f.kind = kinds_[Pick(U(), kinds_.size())];
     // Stops and cuts are either inside the lease (nothing must restart) or well past it.
     const bool long_one = U() < 0.5;
     const double len = U();
@@ -127,7 +127,24 @@ class FaultSchedule {
 
   std::mt19937_64 rng_;
   const double gap_min_s_, gap_max_s_;
+  const std::vector<Kind> kinds_;  // drawn from; never empty
 };
+
+// --kinds: a comma-separated list of KindKey()s; empty: every kind.
+bool ParseKinds(const std::string& text, std::vector<Kind>* kinds) {
+  kinds->clear();
+  if (text.empty()) {
+    kinds->assign(std::begin(kKinds), std::end(kKinds));
+    return true;
+  }
+  for (absl::string_view key : absl::StrSplit(text, ',')) {
+    const Kind* k = std::find_if(std::begin(kKinds), std::end(kKinds),
+                                 [&](Kind kind) { return key == KindKey(kind); });
+    if (k == std::end(kKinds)) return false;
+    kinds->push_back(*k);
+  }
+  return true;
+}
 
 // SIGINT/SIGTERM: stop injecting and tear every segment down (its processes and namespaces go
 // with the destructors) instead of leaving a job running on hosts nobody will clean.
@@ -691,6 +708,10 @@ int Main(int argc, char** argv) {
       ->check(CLI::IsMember({"cold", "in-process"}));
   app.add_option("--preload", o.preload, "ddprun --preload: native (spare ddp-trains) or off")
       ->check(CLI::IsMember({"", "native"}));
+  std::string kinds;
+  app.add_option("--kinds", kinds,
+                 "only these faults, comma-separated: kill_worker, segv_worker, kill_agent, "
+                 "stop_agent, cut_link, restart_server, hang_rank (default: all)");
   app.add_option("--fault-interval", interval,
                  "MIN:MAX seconds of steady training between faults (default 2:5)");
   app.add_option("--work-dir", o.work_dir, "where jobs write (default: a new temporary one)");
@@ -703,6 +724,12 @@ int Main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (!ParseInterval(interval, &o.gap_min_s, &o.gap_max_s)) {
     std::cerr << "chaos-soak: --fault-interval wants MIN:MAX seconds, not " << interval
+              << std::endl;
+    return 2;
+  }
+  std::vector<Kind> fault_kinds;
+  if (!ParseKinds(kinds, &fault_kinds)) {
+    std::cerr << "chaos-soak: --kinds=" << kinds << ": unknown fault kind (see --help)"
               << std::endl;
     return 2;
   }
@@ -726,7 +753,7 @@ int Main(int argc, char** argv) {
     std::cerr << "chaos-soak: hosts: " << hosts.error() << std::endl;
     return 1;
   }
-  FaultSchedule schedule(o.seed, o.gap_min_s, o.gap_max_s);
+  FaultSchedule schedule(o.seed, o.gap_min_s, o.gap_max_s, std::move(fault_kinds));
   SoakResult result;
   result.restart_mode = o.restart_mode;
   result.preload = o.preload;

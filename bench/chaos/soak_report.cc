@@ -35,10 +35,15 @@ std::string Percent(std::optional<double> ratio) {
 
 Json OrNull(std::optional<double> v) { return v ? Json(*v) : Json(nullptr); }
 
-// The node that trained again last: its record stands for the fault's recovery.
+// The node that trained again last in the fault's first round: its record stands for the
+// fault's recovery. Later rounds before the next fault are other events (a lost node that comes
+// back and scales the run up again); the soak's own recovery time covers those.
 const LedgerRecovery* Slowest(const FaultRecord& f) {
+  int64_t first_round = INT64_MAX;
+  for (const LedgerRecovery& r : f.ledger) first_round = std::min(first_round, r.round);
   const LedgerRecovery* out = nullptr;
   for (const LedgerRecovery& r : f.ledger) {
+    if (r.round != first_round) continue;
     if (out == nullptr || r.first_step_ms > out->first_step_ms) out = &r;
   }
   return out;
@@ -163,6 +168,7 @@ std::vector<AgentLedger> ReadLedgers(const std::string& log_dir) {
       r.node = j.value("node", "");
       r.mode = j.value("mode", "");
       r.cause = j.value("cause", "");
+      r.round = OptInt(j, "round").value_or(0);
       r.stop_ms = OptInt(j, "stop_ms");
       r.rendezvous_ms = OptInt(j, "rendezvous_ms");
       r.start_ms = OptInt(j, "start_ms");
@@ -253,7 +259,8 @@ std::string MarkdownReport(const SoakResult& r) {
                   r.identical.empty() ? "" : absl::StrCat("; ", r.identical), ".\n\n");
   absl::StrAppend(&out,
                   "| fault | count | recovery p50 / p99 s (soak) | first step p50 / p99 s "
-                  "(ledger) | stop / rendezvous / start / restore ms (medians) | steps "
+                  "(ledger, the fault's first round) | stop / rendezvous / start / restore ms "
+                  "(medians) | steps "
                   "recomputed (soak / ledger) | recoveries in-process / cold |\n"
                   "|---|---|---|---|---|---|---|\n");
   for (Kind k : kKinds) {

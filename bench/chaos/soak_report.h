@@ -34,6 +34,7 @@ const char* KindKey(Kind k);   // "kill_worker", for the JSON report
 struct LedgerRecovery {
   int64_t ts_ms = 0;  // wall clock of the first step after it
   std::string node, mode, cause;
+  int64_t round = 0;  // the round it recovered into
   std::optional<int64_t> stop_ms, rendezvous_ms, start_ms, restore_ms;
   int64_t first_step_ms = 0;
   std::optional<int64_t> steps_lost;

@@ -11,7 +11,9 @@
 # INPROC_SEED (1), INPROC_INTERVAL (20:40 s of steady training between faults), INPROC_STEPS
 # (300 steps per job: about 4 minutes of fault-free training here, so one job per mode spans the
 # whole soak), INPROC_STEPS_PER_EPOCH (100), INPROC_KILLS (5, the one-host comparison),
-# INPROC_WORLDS ("fixed elastic"), INPROC_MODES ("cold in-process in-process-preload").
+# INPROC_WORLDS ("fixed elastic"), INPROC_MODES ("cold in-process in-process-preload"),
+# INPROC_KINDS (chaos-soak --kinds: e.g. stop_agent,cut_link for lost nodes only; default all),
+# INPROC_FAULTS (stop after this many faults per soak; default: the whole job).
 set -euo pipefail
 BUILD_DIR=$(realpath "${1:-build}")
 OUT=$(realpath -m "${2:-/tmp/ddprun-inprocess-$(date +%s)}")
@@ -29,6 +31,8 @@ export DDPRUN_BIN_DIR="$PRIVATE/bin"
 SOAK=("$PRIVATE/bin/chaos-soak" --seed "${INPROC_SEED:-1}" --fault-interval "${INPROC_INTERVAL:-20:40}"
       --steps "${INPROC_STEPS:-300}" --steps-per-epoch "${INPROC_STEPS_PER_EPOCH:-100}"
       --segments 1 --seconds 3600)
+[ -n "${INPROC_KINDS:-}" ] && SOAK+=(--kinds "$INPROC_KINDS")
+[ -n "${INPROC_FAULTS:-}" ] && SOAK+=(--faults "$INPROC_FAULTS")
 echo "load before: $(cat /proc/loadavg)" | tee "$OUT/load.txt"
 for world in ${INPROC_WORLDS:-fixed elastic}; do
   for mode in ${INPROC_MODES:-cold in-process in-process-preload}; do

@@ -450,7 +450,8 @@ constexpr FlagDef kFlags[] = {
      "Default none.",
      ApplyRdzvId},
     {"rdzv-conf", "", false,
-     "Rendezvous settings k=v,...: join_timeout, last_call_timeout, close_timeout, "
+     "Rendezvous settings k=v,...: join_timeout, last_call_timeout, "
+     "failure_last_call_timeout (the round after a failure; 0 in-process), close_timeout, "
      "read_timeout, keep_alive_interval, keep_alive_max_attempt, is_host, token_file, "
      "tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name, etcd_prefix, etcd_user, "
      "etcd_password_file, http_port, http_host.",

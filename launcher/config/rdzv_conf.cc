@@ -21,6 +21,8 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
       DDPRUN_ASSIGN_OR_RETURN(c.timeouts.join_timeout, Seconds(key, value));
     } else if (key == "last_call_timeout") {
       DDPRUN_ASSIGN_OR_RETURN(c.timeouts.last_call_timeout, Seconds(key, value));
+    } else if (key == "failure_last_call_timeout") {
+      DDPRUN_ASSIGN_OR_RETURN(c.timeouts.failure_last_call_timeout, Seconds(key, value));
     } else if (key == "keep_alive_interval") {
       DDPRUN_ASSIGN_OR_RETURN(c.timeouts.keep_alive_interval, Seconds(key, value));
       if (c.timeouts.keep_alive_interval.count() == 0) {
@@ -66,7 +68,8 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "--rdzv-conf ", key, "=", value,
-          ": unknown key (known: join_timeout, last_call_timeout, close_timeout, read_timeout, "
+          ": unknown key (known: join_timeout, last_call_timeout, failure_last_call_timeout, "
+          "close_timeout, read_timeout, "
           "keep_alive_interval, keep_alive_max_attempt, is_host, token_file, tls_cert, tls_key, "
           "tls_ca, tls_client_ca, tls_server_name, etcd_prefix, etcd_user, etcd_password_file, "
           "http_port, http_host)"));

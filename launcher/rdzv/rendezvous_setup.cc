@@ -45,6 +45,18 @@ std::set<std::string> LocalAddresses() {
   return out;
 }
 
+// The run's timeouts as --rdzv-conf gave them, with the one default that depends on the restart
+// mode: in-process survivors re-form at once after a failure (no last call, unless
+// failure_last_call_timeout says otherwise), because a node that comes back later costs them
+// only one more cheap re-formation, while waiting for it idles every survivor.
+rendezvous::RunTimeouts TimeoutsFor(const RdzvConf& conf, const LaunchOptions& options) {
+  rendezvous::RunTimeouts t = conf.timeouts;
+  if (!t.failure_last_call_timeout && options.restart_mode == RestartMode::kInProcess) {
+    t.failure_last_call_timeout = Duration::zero();
+  }
+  return t;
+}
+
 }  // namespace
 
 bool IsLocalHost(const std::string& host, const HostInfo& info) {
@@ -90,7 +102,7 @@ absl::StatusOr<C10dSettings> MakeC10dSettings(const LaunchOptions& options, cons
   if (s.tls_cert.empty() != s.tls_key.empty()) {
     return absl::InvalidArgumentError("--rdzv-conf: tls_cert and tls_key go together");
   }
-  s.timeouts = conf.timeouts;
+  s.timeouts = TimeoutsFor(conf, options);
   s.read_timeout = conf.read_timeout;
   s.close_timeout = conf.close_timeout;
   s.http_port = conf.http_port;
@@ -126,7 +138,7 @@ absl::StatusOr<EtcdSettings> MakeEtcdSettings(const LaunchOptions& options) {
   if (s.tls_cert.empty() != s.tls_key.empty()) {
     return absl::InvalidArgumentError("--rdzv-conf: tls_cert and tls_key go together");
   }
-  s.timeouts = conf.timeouts;
+  s.timeouts = TimeoutsFor(conf, options);
   s.read_timeout = conf.read_timeout;
   s.close_timeout = conf.close_timeout;
   return s;

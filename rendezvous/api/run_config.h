@@ -19,6 +19,11 @@ struct RunTimeouts {
   Duration join_timeout = std::chrono::seconds(600);
   // Once a forming round has >= min_nodes (but < max_nodes), how long to wait for more.
   Duration last_call_timeout = std::chrono::seconds(30);
+  // The same wait for the round that follows a failure. Unset: last_call_timeout. In-process
+  // recovery sets 0: the survivors keep their workers and re-form at once, and a node that comes
+  // back later joins the next round (a scale-up, which costs the survivors one more cheap
+  // re-formation) instead of every survivor idling for it.
+  std::optional<Duration> failure_last_call_timeout;
   // Agents heartbeat every keep_alive_interval; a node is lost after
   // keep_alive_interval * keep_alive_max_attempt without any message from it.
   Duration keep_alive_interval = std::chrono::seconds(5);

@@ -399,7 +399,12 @@ void RunState::MaybeFormRound(TimePoint now, Outbox* out) {
     last_call_deadline_.reset();
     return;
   }
-  if (!last_call_deadline_) last_call_deadline_ = now + timeouts_.last_call_timeout;
+  if (!last_call_deadline_) {
+    const Duration wait = failed_at_.has_value() && timeouts_.failure_last_call_timeout
+                              ? *timeouts_.failure_last_call_timeout
+                              : timeouts_.last_call_timeout;
+    last_call_deadline_ = now + wait;
+  }
   if (now >= *last_call_deadline_) FormRound(now, out);
 }
 

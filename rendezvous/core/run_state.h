@@ -5,7 +5,8 @@
 //
 // Semantics (docs/design.md, "Rendezvous protocol"):
 //  - A forming round completes at once at max_nodes, or at >= min_nodes once last_call_timeout
-//    has passed since it first reached min_nodes. join_timeout bounds how long it may stay below
+//    has passed since it first reached min_nodes (failure_last_call_timeout, when set, for the
+//    round that follows a failure). join_timeout bounds how long it may stay below
 //    min_nodes; then the run closes (kDeadlineExceeded).
 //  - While a round runs: a worker failure anywhere or a lost node (stream broken, or no message
 //    for the lease) is a failure: it spends one restart of the job-wide max_restarts budget and

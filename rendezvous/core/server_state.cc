@@ -55,7 +55,8 @@ absl::Status ServerState::Validate(const JoinRequest& request) const {
   }
   const RunTimeouts& t = request.timeouts;
   if (t.keep_alive_interval <= Duration::zero() || t.keep_alive_max_attempt < 1 ||
-      t.join_timeout < Duration::zero() || t.last_call_timeout < Duration::zero()) {
+      t.join_timeout < Duration::zero() || t.last_call_timeout < Duration::zero() ||
+      t.failure_last_call_timeout.value_or(Duration::zero()) < Duration::zero()) {
     return absl::InvalidArgumentError("invalid rendezvous timeouts");
   }
   return absl::OkStatus();

@@ -31,6 +31,9 @@ proto::Join ToProto(const NodeInfo& node, const RunTimeouts& timeouts) {
   j.set_last_call_timeout_ms(Millis(timeouts.last_call_timeout));
   j.set_keep_alive_interval_ms(Millis(timeouts.keep_alive_interval));
   j.set_keep_alive_max_attempt(timeouts.keep_alive_max_attempt);
+  if (timeouts.failure_last_call_timeout) {
+    j.set_failure_last_call_timeout_ms(Millis(*timeouts.failure_last_call_timeout));
+  }
   return j;
 }
 
@@ -197,6 +200,9 @@ JoinRequest FromProto(const proto::Join& j, const RunTimeouts& defaults,
   }
   if (j.keep_alive_max_attempt() != 0) {
     r.timeouts.keep_alive_max_attempt = j.keep_alive_max_attempt();
+  }
+  if (j.has_failure_last_call_timeout_ms()) {
+    r.timeouts.failure_last_call_timeout = milliseconds(j.failure_last_call_timeout_ms());
   }
   return r;
 }

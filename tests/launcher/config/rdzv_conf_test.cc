@@ -19,6 +19,18 @@ TEST(ParseRdzvConfTest, CloseTimeoutIsPassedOnOnlyWhenGiven) {
   EXPECT_EQ(set->close_timeout, std::chrono::milliseconds(500));
 }
 
+TEST(ParseRdzvConfTest, FailureLastCallIsUnsetUnlessGiven) {
+  absl::StatusOr<RdzvConf> unset = ParseRdzvConf({{"last_call_timeout", "3"}});
+  ASSERT_TRUE(unset.ok()) << unset.status();
+  EXPECT_FALSE(unset->timeouts.failure_last_call_timeout.has_value());
+  absl::StatusOr<RdzvConf> zero = ParseRdzvConf({{"failure_last_call_timeout", "0"}});
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  EXPECT_EQ(zero->timeouts.failure_last_call_timeout, std::chrono::milliseconds(0));
+  absl::StatusOr<RdzvConf> bad = ParseRdzvConf({{"failure_last_call_timeout", "later"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("failure_last_call_timeout"));
+}
+
 TEST(ParseRdzvConfTest, BadValuesAndUnknownKeysNameTheKey) {
   absl::StatusOr<RdzvConf> bad = ParseRdzvConf({{"close_timeout", "soon"}});
   ASSERT_FALSE(bad.ok());

@@ -191,6 +191,46 @@ TEST_F(RunStateTest, BrokenStreamRestartsSurvivorsAndSpendsBudget) {
   EXPECT_EQ(Find<Assignment>(out, 3)->world_size, 4);
 }
 
+// In-process recovery's setting (failure_last_call_timeout=0): the survivors of a lost node
+// re-form at once instead of waiting the last call for it; the first round still waits, and the
+// lost node coming back scales the run up again without spending the budget.
+TEST_F(RunStateTest, ZeroFailureLastCallFormsTheSurvivorsRoundAtOnce) {
+  for (ConnId c = 1; c <= 3; ++c) {
+    JoinRequest r = MakeJoin("run", std::to_string(c), 2, 3);
+    r.timeouts.failure_last_call_timeout = seconds(0);
+    Join(c, r);
+  }
+  Outbox out = state_.StreamBroken(2, clock_.Now());
+  ASSERT_NE(Find<RestartNotice>(out, 1), nullptr);
+  ASSERT_EQ(Count<Assignment>(out), 2);
+  EXPECT_EQ(Find<Assignment>(out, 1)->round, 2);
+  EXPECT_EQ(Find<Assignment>(out, 3)->world_size, 4);
+  EXPECT_EQ(state_.Status("run")->restarts_used, 1);
+
+  JoinRequest back = MakeJoin("run", "2b", 2, 3);
+  back.timeouts.failure_last_call_timeout = seconds(0);
+  out = Join(4, back);
+  ASSERT_EQ(Count<Assignment>(out), 3);  // at max: at once, as always
+  EXPECT_EQ(Find<Assignment>(out, 4)->round, 3);
+  EXPECT_EQ(state_.Status("run")->restarts_used, 1);
+
+  // A second loss after the scale-up is a failure again: no last call either.
+  out = state_.StreamBroken(4, clock_.Now());
+  ASSERT_EQ(Count<Assignment>(out), 2);
+  EXPECT_EQ(Find<Assignment>(out, 1)->round, 4);
+}
+
+TEST_F(RunStateTest, FailureLastCallDoesNotShortenTheFirstRound) {
+  for (ConnId c = 1; c <= 2; ++c) {
+    JoinRequest r = MakeJoin("run", std::to_string(c), 2, 3);
+    r.timeouts.failure_last_call_timeout = seconds(0);
+    EXPECT_EQ(Count<Assignment>(Join(c, r)), 0);
+  }
+  clock_.Advance(seconds(2));
+  Beat({1, 2});
+  EXPECT_EQ(Count<Assignment>(Tick()), 2);
+}
+
 TEST_F(RunStateTest, SilentNodeIsLostAfterItsLease) {
   Join(1, 2, 3);
   Join(2, 2, 3);

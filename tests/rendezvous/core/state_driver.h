@@ -63,6 +63,8 @@ class StateDriver {
       JoinRequest r = MakeJoin("run", "n" + std::to_string(conn), p_.min_nodes, p_.max_nodes,
                                p_.nproc, p_.max_restarts);
       r.timeouts.last_call_timeout = milliseconds(Uniform(0, 1) * 500);
+      // In-process agents' setting: the round after a failure forms without a last call.
+      if (Uniform(0, 1) == 1) r.timeouts.failure_last_call_timeout = milliseconds(0);
       // Disagreeing options only for an existing run, so that the run's own options are p_.
       const int variant = state_.Status("run").ok() ? Uniform(0, 19) : 19;
       if (variant == 0) r.node.nproc_per_node = p_.nproc + 1;

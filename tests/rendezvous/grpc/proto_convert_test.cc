@@ -45,6 +45,12 @@ TEST(ProtoConvertTest, JoinRoundTripsAndZeroTimeoutsTakeTheDefaults) {
   EXPECT_EQ(r.timeouts.keep_alive_interval, milliseconds(250));
   EXPECT_EQ(r.timeouts.keep_alive_max_attempt, 7);
 
+  // failure_last_call_timeout: unset stays unset, and 0 is a value (form at once), not "default".
+  EXPECT_FALSE(r.timeouts.failure_last_call_timeout.has_value());
+  t.failure_last_call_timeout = milliseconds(0);
+  EXPECT_EQ(FromProto(ToProto(n, t), defaults, "").timeouts.failure_last_call_timeout,
+            milliseconds(0));
+
   n.requested_node_rank = -1;
   EXPECT_FALSE(ToProto(n, t).has_requested_node_rank());
   EXPECT_EQ(FromProto(ToProto(n, t), defaults, "").node.requested_node_rank, -1);
