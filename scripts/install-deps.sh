@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Installs exactly the Debian 12 packages ddprun needs. Idempotent: when everything is present it
-# only checks and returns (about 0.1 s).
+# Installs exactly the Debian 12 packages ddprun needs, and torch 2.11 from PyPI in a venv (pinned
+# in scripts/torch2-requirements.txt). Idempotent: when everything is present it only checks and
+# returns (about 2 s: the venv's torch is imported once to check its version).
 #
-#   scripts/install-deps.sh          build, test, demo and benchmarks (`make test`)
+#   scripts/install-deps.sh          build, test, demo and benchmarks (`make test`), and the
+#                                    torch 2.11 venv of the torch 2.x tests (install-torch2.sh;
+#                                    DDPRUN_NO_TORCH2=1 leaves it out)
 #   scripts/install-deps.sh --demo   only what `make demo` needs: the build of the three programs,
 #                                    the dataset and the plot (no test peers: Slurm, etcd, torch)
 set -euo pipefail
@@ -58,12 +61,16 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} packages present"
-  exit 0
+else
+  SUDO=""
+  if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -q
+  $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-SUDO=""
-if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -q
-$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+# torch 2.11 from PyPI in a venv of its own (the torch 2.x tests); not for the demo.
+if [ "${1:-}" != --demo ]; then
+  "$(dirname "$(realpath "$0")")/install-torch2.sh"
+fi

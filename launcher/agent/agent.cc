@@ -34,11 +34,25 @@
 namespace ddprun::launcher {
 namespace {
 
+// A hang-up, interrupt or quit signal that was ignored when ddprun started (`nohup ddprun`, or
+// `ddprun ... &` from a script: the shell ignores SIGINT and SIGQUIT for background jobs) stays
+// ignored, and the workers inherit that. Blocking it for the signalfd would queue it instead
+// (a blocked signal is never discarded), and a closing terminal would stop the job that nohup was
+// meant to protect (torchrun does: pytorch issue 76894). SIGTERM is always handled: it is how a
+// scheduler stops a job.
+bool IgnoredAtStart(int sig) {
+  if (sig != SIGHUP && sig != SIGINT && sig != SIGQUIT) return false;
+  struct sigaction current {};
+  return sigaction(sig, nullptr, &current) == 0 && current.sa_handler == SIG_IGN;
+}
+
 sigset_t AgentSignalSet(const LaunchOptions& options) {
   sigset_t set;
   sigemptyset(&set);
   sigaddset(&set, SIGCHLD);
-  for (int sig : kStopSignals) sigaddset(&set, sig);
+  for (int sig : kStopSignals) {
+    if (!IgnoredAtStart(sig)) sigaddset(&set, sig);
+  }
   for (int sig : options.extra_signals) sigaddset(&set, sig);
   return set;
 }

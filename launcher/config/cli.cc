@@ -120,6 +120,10 @@ absl::Status ApplyNprocPerNode(const Sourced& s, const HostInfo& host, LaunchOpt
     o->nproc_per_node = host.gpu_count;
   } else if (v == "auto") {
     o->nproc_per_node = host.gpu_count > 0 ? host.gpu_count : host.cpu_count;
+  } else if (v == "xpu") {
+    // torch 2.x counts Intel GPUs through torch.xpu; ddprun loads no torch and counts only
+    // NVIDIA devices, so it cannot know the number: say so rather than guess.
+    return Invalid(s, "ddprun counts NVIDIA GPUs only (gpu, auto); give the number of XPUs");
   } else {
     auto n = ParseInt(s.where, s.value, 1, 1 << 16);
     if (!n.ok()) return Invalid(s, "must be a positive integer, auto, cpu or gpu");
@@ -374,6 +378,16 @@ absl::Status ResolvePreloadKind(LaunchOptions* o) {
   return absl::OkStatus();
 }
 
+// torch 2.x's --logs-specs names a Python class (a `torchrun.logs_specs` entry point) that
+// decides where workers' logs go. ddprun runs no Python, so it cannot load one; its own layout
+// is torchrun's DefaultLogsSpecs. Refused, with what to use instead.
+absl::Status ApplyLogsSpecs(const Sourced& s, const HostInfo&, LaunchOptions*) {
+  return Invalid(s,
+                 "a torchrun.logs_specs entry point is Python code, which ddprun does not load; "
+                 "its logs are laid out as torchrun's default LogsSpecs (--log-dir, "
+                 "--redirects, --tee, --local-ranks-filter)");
+}
+
 // --stop-timeout and torch 2.x's --shutdown-timeout.
 absl::Status ApplyStopTimeout(const Sourced& s, const HostInfo&, LaunchOptions* o) {
   DDPRUN_ASSIGN_OR_RETURN(o->stop_timeout, ParseSeconds(s.where, s.value));
@@ -439,7 +453,9 @@ struct FlagDef {
 // Every flag, in --help order. The underscore spelling is accepted for each dashed name.
 constexpr FlagDef kFlags[] = {
     {"nnodes", "", false, "Number of nodes, N or MIN:MAX (elastic). Default 1.", ApplyNnodes},
-    {"nproc-per-node", "", false, "Workers per node: an integer, auto, cpu or gpu. Default 1.",
+    {"nproc-per-node", "", false,
+     "Workers per node: an integer, auto, cpu or gpu (xpu: refused, give a number). "
+     "Default 1.",
      ApplyNprocPerNode, ValueKind::kChoice, "auto cpu gpu"},
     {"rdzv-backend", "", false, "Rendezvous backend: static (default), c10d, etcd, etcd-v3.",
      ApplyRdzvBackend, ValueKind::kChoice, "static c10d etcd etcd-v3"},
@@ -528,6 +544,10 @@ constexpr FlagDef kFlags[] = {
     {"shutdown-timeout", "", false,
      "torch 2.x's name for --stop-timeout (also TORCH_ELASTIC_SHUTDOWN_TIMEOUT).",
      ApplyStopTimeout},
+    {"logs-specs", "", false,
+     "torch 2.x: a Python LogsSpecs plugin. Refused (ddprun loads no Python); its log layout is "
+     "torchrun's default.",
+     ApplyLogsSpecs},
     {"virtual-local-rank", "", true,
      "Every worker sees LOCAL_RANK=0 and only its own GPU in CUDA_VISIBLE_DEVICES (the "
      "N-th entry of ddprun's CUDA_VISIBLE_DEVICES, else GPU N).",

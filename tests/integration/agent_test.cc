@@ -22,6 +22,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "tests/integration/torchrun_reference.h"
 #include "tests/testing/fake_sysfs.h"
 #include "tests/testing/reserved_port.h"
 #include "tests/testing/subprocess.h"
@@ -31,8 +32,10 @@ namespace ddprun {
 namespace {
 
 using testing::BinPath;
+using testing::CompareWithTorchrun;
 using testing::CountMatches;
 using ::testing::HasSubstr;
+using testing::LoadJson;
 using ::testing::Not;
 using testing::ReadFile;
 using testing::ReservedPort;
@@ -40,41 +43,15 @@ using testing::SourcePath;
 using testing::Subprocess;
 using testing::SystemPython;
 using testing::TempDir;
+using testing::Torchrun113;
+using testing::TorchrunPortsLock;
 using testing::WaitUntil;
 using testing::WriteFile;
 using namespace std::chrono_literals;
 
 std::string Script(const std::string& name) { return testing::IntegrationScript(name); }
 
-// The reference torchrun: $DDPRUN_TORCHRUN, else ../shared/tools/torchrun113 beside the
-// checkout, else our own wrapper of Debian's torchrun with the same Python 3.11 fix.
-std::string TorchrunPath() {
-  const char* env = getenv("DDPRUN_TORCHRUN");
-  if (env != nullptr) return env;
-  const std::string shared = SourcePath("../shared/tools/torchrun113");
-  if (access(shared.c_str(), X_OK) == 0) return shared;
-  return Script("torchrun_py311.py");
-}
-
-// Debian's torchrun 1.13 takes fixed ports (--standalone: 29400, static: 29500): two of these
-// tests running at once (ctest -j) would collide. Each torchrun run holds this lock, shared by
-// every test process through a file.
-class TorchrunPortsLock {
- public:
-  explicit TorchrunPortsLock(const std::string& program) {
-    if (program.find("torchrun") == std::string::npos) return;
-    fd_ = open("/tmp/ddprun-tests-torchrun-ports.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-    if (fd_ >= 0) flock(fd_, LOCK_EX);
-  }
-  ~TorchrunPortsLock() {
-    if (fd_ >= 0) close(fd_);  // releases the lock
-  }
-  TorchrunPortsLock(const TorchrunPortsLock&) = delete;
-  TorchrunPortsLock& operator=(const TorchrunPortsLock&) = delete;
-
- private:
-  int fd_ = -1;
-};
+std::string TorchrunPath() { return Torchrun113().torchrun; }
 
 std::map<std::string, std::string> Env(std::map<std::string, std::string> extra = {}) {
   extra.emplace("PYTHON_EXEC", testing::SystemPython());
@@ -119,93 +96,15 @@ TEST(AgentTest, RunsNoOpWorkersAndSucceeds) {
   EXPECT_EQ(st->exit_code, 0) << p.err();
 }
 
-// Runs one launcher command that dumps every worker's environment into `out`.
-void DumpEnvWith(const std::vector<std::string>& launcher, const std::string& out) {
-  std::vector<std::string> argv = launcher;
-  argv.push_back(Script("dump_env.py"));
-  argv.push_back(out);
-  TorchrunPortsLock lock(argv[0]);
-  Subprocess p(argv, Env());
-  auto st = p.Wait(60s);
-  ASSERT_TRUE(st.has_value()) << p.err();
-  ASSERT_EQ(st->exit_code, 0) << p.out() << p.err();
-}
-
-nlohmann::json LoadJson(const std::string& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in);
-}
-
-// Every variable torchrun sets for its workers, ddprun sets to the same value; the differences
-// are the documented ones only.
-void CompareWithTorchrun(const std::vector<std::string>& torchrun_flags,
-                         const std::vector<std::string>& ddprun_flags, bool ports_random) {
-  if (access(TorchrunPath().c_str(), X_OK) != 0) {
-    GTEST_SKIP() << "reference torchrun not found at " << TorchrunPath();
-  }
-  TempDir ref_dir, our_dir;
-  std::vector<std::string> ref = {TorchrunPath()};
-  ref.insert(ref.end(), torchrun_flags.begin(), torchrun_flags.end());
-  std::vector<std::string> ours = {BinPath("ddprun")};
-  ours.insert(ours.end(), ddprun_flags.begin(), ddprun_flags.end());
-  DumpEnvWith(ref, ref_dir.path());
-  DumpEnvWith(ours, our_dir.path());
-  // Allowed differences: values that are random per run, the error file's location (a temp
-  // directory either way), and the NCCL variable's modern name.
-  // TORCHELASTIC_USE_AGENT_STORE: torchrun's static agent hosts a TCPStore itself ("True");
-  // ddprun hosts none, so its rank-0 worker does ("False" in every mode).
-  // MASTER_PORT: a one-node job gets a free port that ddprun holds (as torch 2.12 does), where
-  // Debian's torchrun 1.13 takes 29500.
-  std::set<std::string> random_values = {"TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_USE_AGENT_STORE",
-                                         "MASTER_PORT"};
-  if (ports_random) {
-    random_values.insert({"MASTER_PORT", "TORCHELASTIC_RUN_ID", "MASTER_ADDR"});
-  }
-  const std::set<std::string> renamed = {"NCCL_ASYNC_ERROR_HANDLING"};
-  // TORCHELASTIC_SIGNALS_TO_HANDLE: torch 2.x's launcher exports it; Debian's 1.13 does not.
-  const std::set<std::string> ddprun_extra = {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "DDPRUN_ROUND",
-                                              "TORCHELASTIC_SIGNALS_TO_HANDLE",
-                                              "DDPRUN_PROGRESS_FILE"};
-  for (int rank = 0; rank < 2; ++rank) {
-    SCOPED_TRACE("rank " + std::to_string(rank));
-    const std::string name = "/rank" + std::to_string(rank) + ".json";
-    auto theirs = LoadJson(ref_dir.path() + name);
-    auto mine = LoadJson(our_dir.path() + name);
-    int compared = 0;
-    for (auto& [key, value] : theirs.items()) {
-      if (renamed.count(key) > 0) {
-        EXPECT_EQ(mine["TORCH_" + key], value) << key;
-        continue;
-      }
-      ASSERT_TRUE(mine.contains(key)) << "ddprun does not set " << key;
-      if (random_values.count(key) > 0) continue;
-      EXPECT_EQ(mine[key], value) << key;
-      ++compared;
-    }
-    for (auto& [key, value] : mine.items()) {
-      if (ddprun_extra.count(key) == 0) {
-        EXPECT_TRUE(theirs.contains(key)) << "ddprun sets " << key << " that torchrun does not";
-      }
-    }
-    EXPECT_GT(compared, 10);
-    EXPECT_EQ(mine["TORCHELASTIC_USE_AGENT_STORE"], "False");
-    EXPECT_THAT(mine["TORCHELASTIC_ERROR_FILE"].get<std::string>(),
-                ::testing::EndsWith("/attempt_0/" + std::to_string(rank) + "/error.json"));
-    if (ports_random) {
-      EXPECT_EQ(mine["MASTER_ADDR"], "127.0.0.1");
-    }
-    EXPECT_NE(mine["MASTER_PORT"], "");
-    EXPECT_NE(mine["MASTER_PORT"], "29500");
-  }
-}
-
 TEST(AgentTest, EnvironmentEqualsTorchrunStatic) {
-  CompareWithTorchrun({"--nproc_per_node=2", "--monitor_interval=0.1", "--max_restarts=2"},
+  CompareWithTorchrun(Torchrun113(),
+                      {"--nproc_per_node=2", "--monitor_interval=0.1", "--max_restarts=2"},
                       {"--nproc_per_node=2", "--max-restarts=2"}, /*ports_random=*/false);
 }
 
 TEST(AgentTest, EnvironmentEqualsTorchrunStandalone) {
-  CompareWithTorchrun({"--standalone", "--nproc_per_node=2", "--monitor_interval=0.1"},
+  CompareWithTorchrun(Torchrun113(),
+                      {"--standalone", "--nproc_per_node=2", "--monitor_interval=0.1"},
                       {"--standalone", "--nproc-per-node=2"}, /*ports_random=*/true);
 }
 
@@ -444,6 +343,32 @@ TEST(AgentTest, SigtermStopsWorkersAndExits143) {
   ASSERT_TRUE(st.has_value());
   EXPECT_EQ(st->exit_code, 143) << p.err();
   for (int pid : pids) EXPECT_FALSE(testing::ProcessAlive(pid)) << pid;
+}
+
+// `nohup ddprun ...`: SIGHUP was ignored when ddprun started, so a hang-up does not stop the job
+// (torchrun 2.x stops, pytorch issue 76894); SIGTERM still does. Without nohup, SIGHUP stops it.
+TEST(AgentTest, UnderNohupAHangUpDoesNotStopTheJob) {
+  TempDir dir;
+  const std::string worker = ShellWorker(
+      dir, "w.sh", "echo up > " + dir.File("started$LOCAL_RANK") + "\nsleep 2\necho finished\n");
+  Subprocess nohup({"/usr/bin/nohup", BinPath("ddprun"), "--standalone", "--nproc-per-node=2",
+                    "--no-python", worker});
+  ASSERT_TRUE(WaitUntil([&] { return FilesExist(dir, "started", 2); }, 20s)) << nohup.err();
+  nohup.Signal(SIGHUP);  // nohup exec'd ddprun: the same process
+  auto st = nohup.Wait(30s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 0) << nohup.err();
+  EXPECT_EQ(CountMatches(nohup.out(), "finished"), 2) << nohup.out();
+
+  TempDir plain_dir;
+  const std::string sleepy = SleepyWorker(plain_dir);
+  Subprocess plain(
+      {BinPath("ddprun"), "--standalone", "--nproc-per-node=1", "--no-python", sleepy});
+  ASSERT_TRUE(WaitUntil([&] { return FilesExist(plain_dir, "pid", 1); }, 20s)) << plain.err();
+  plain.Signal(SIGHUP);
+  st = plain.Wait(10s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 129) << plain.err();
 }
 
 TEST(AgentTest, StopTimeoutEscalatesToSigkill) {

@@ -12,6 +12,7 @@
 namespace ddprun::launcher {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -174,6 +175,18 @@ TEST_F(CliTest, ShutdownTimeoutIsStopTimeoutAndItsVariableTheWeakestSource) {
   EXPECT_EQ(o->stop_timeout, std::chrono::milliseconds(7000));
   env_["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = "soon";
   EXPECT_THAT(Error({script_}), HasSubstr("TORCH_ELASTIC_SHUTDOWN_TIMEOUT=soon"));
+}
+
+// torch 2.x flags ddprun cannot honour are refused naming the flag and why, not ignored.
+TEST_F(CliTest, Torch2FlagsWithoutAMeaningHereAreRefusedWithTheReason) {
+  EXPECT_THAT(Error({"--logs-specs=my_specs", script_}),
+              AllOf(HasSubstr("--logs-specs=my_specs"), HasSubstr("ddprun does not load")));
+  EXPECT_THAT(Error({"--logs_specs", "my_specs", script_}), HasSubstr("Python code"));
+  env_["PET_LOGS_SPECS"] = "my_specs";
+  EXPECT_THAT(Error({script_}), HasSubstr("PET_LOGS_SPECS=my_specs"));
+  env_.erase("PET_LOGS_SPECS");
+  EXPECT_THAT(Error({"--nproc-per-node=xpu", script_}),
+              AllOf(HasSubstr("--nproc-per-node=xpu"), HasSubstr("NVIDIA GPUs only")));
 }
 
 TEST_F(CliTest, VirtualLocalRankTakesOneVisibleGpuPerWorker) {
