@@ -356,7 +356,8 @@ WorkerLaunch Agent::MakeLaunch(int lr, const rendezvous::Assignment& a) {
 
   // Console and log files, as torchrun's --redirects / --tee / --local-ranks-filter say.
   const bool visible =
-      options_.local_ranks_filter.empty() || options_.local_ranks_filter.count(lr) > 0;
+      (options_.local_ranks_filter.empty() || options_.local_ranks_filter.count(lr) > 0) &&
+      (options_.ranks_filter.empty() || options_.ranks_filter.count(launch.rank) > 0);
   const int redirect = options_.redirects.For(lr);
   const int tee = options_.tee.For(lr);
   const bool always_log = !options_.log_dir.empty();

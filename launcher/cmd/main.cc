@@ -1,4 +1,5 @@
 // ddprun: parse the options, build the agent, run it (or `ddprun status ...`).
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -16,7 +17,9 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "status") {
     return RunStatusCommand(std::vector<std::string>(argv + 2, argv + argc), host);
   }
-  auto parsed = ParseCommandLine(std::vector<std::string>(argv + 1, argv + argc), env, host);
+  const bool as_launch = std::filesystem::path(argv[0]).filename() == kLaunchProgramName;
+  auto parsed = ParseCommandLine(std::vector<std::string>(argv + 1, argv + argc),
+                                 as_launch ? WithLaunchDefaults(env) : env, host);
   if (!parsed.ok()) {
     ddprun::WriteAll(
         2, std::string("ddprun: error: ") + std::string(parsed.status().message()) + "\n");

@@ -262,14 +262,18 @@ absl::Status ApplyStdSpec(const Sourced& s, const HostInfo&, LaunchOptions* o) {
   return absl::OkStatus();
 }
 
-absl::Status ApplyLocalRanksFilter(const Sourced& s, const HostInfo&, LaunchOptions* o) {
-  o->local_ranks_filter.clear();
+// --local-ranks-filter, --ranks-filter.
+template <std::set<int> LaunchOptions::*field>
+absl::Status ApplyRanksFilter(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  (o->*field).clear();
   for (absl::string_view item : absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
     int rank = 0;
     if (!absl::SimpleAtoi(item, &rank) || rank < 0) {
-      return Invalid(s, "must be a comma-separated list of local ranks");
+      return Invalid(s, field == &LaunchOptions::local_ranks_filter
+                            ? "must be a comma-separated list of local ranks"
+                            : "must be a comma-separated list of ranks");
     }
-    o->local_ranks_filter.insert(rank);
+    (o->*field).insert(rank);
   }
   return absl::OkStatus();
 }
@@ -499,7 +503,11 @@ constexpr FlagDef kFlags[] = {
      "values as --redirects.",
      ApplyStdSpec<&LaunchOptions::tee>, ValueKind::kChoice, "0 1 2 3"},
     {"local-ranks-filter", "", false, "Show only these local ranks on the console: 0,1,...",
-     ApplyLocalRanksFilter},
+     ApplyRanksFilter<&LaunchOptions::local_ranks_filter>},
+    {"ranks-filter", "", false,
+     "Show only these global ranks on the console: 0,8,... (a worker's rank when it starts; "
+     "with --local-ranks-filter, both must allow it). Log files keep every rank.",
+     ApplyRanksFilter<&LaunchOptions::ranks_filter>},
     {"log-line-prefix-template", "", false,
      "Prefix of every console line of a worker, e.g. '[${hostname} ${rank}]:' (macros "
      "${role_name}, ${rank}, ${local_rank}, ${hostname}; also "
@@ -825,6 +833,11 @@ std::string HelpText() {
       "\nDocumentation: README.md and docs/design.md in the source tree, installed in\n"
       "/usr/share/doc/ddprun by the package; man ddprun, ddprun-rdzv, ddp-train.\n";
   return text;
+}
+
+Environment WithLaunchDefaults(Environment env) {
+  env.emplace(PetName("local-rank-arg"), "local-rank");  // one the user set stays
+  return env;
 }
 
 absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,

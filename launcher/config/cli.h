@@ -33,6 +33,13 @@ struct CommandLine {
 
 // `args` excludes argv[0]. Errors are kInvalidArgument with one line naming the flag (or
 // FILE:LINE, or the PET_ variable) and the value.
+// The name that replaces `python -m torch.distributed.launch` in a command line (a link to
+// ddprun). Invoked under it, ddprun takes launch's one different default: the script gets
+// --local-rank=N (torch 2.x's launch) as PET_LOCAL_RANK_ARG would give it, so that --use-env
+// turns it off and --local-rank-arg=local_rank gives torch 1.x's spelling, as with launch.
+inline constexpr char kLaunchProgramName[] = "ddprun-launch";
+Environment WithLaunchDefaults(Environment env);
+
 absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args,
                                              const Environment& env, const HostInfo& host);
 

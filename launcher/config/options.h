@@ -151,6 +151,7 @@ struct LaunchOptions {
   StdSpec redirects;
   StdSpec tee;
   std::set<int> local_ranks_filter;  // empty: every local rank shows on the console
+  std::set<int> ranks_filter;        // --ranks-filter, global ranks; empty: every rank
 
   std::string config_file;  // --config, for messages
   bool verbose = true;

@@ -925,6 +925,26 @@ TEST(AgentTest, RedirectsAndLocalRanksFilter) {
   EXPECT_EQ(ReadFile(logs.path() + "/none/attempt_0/0/stdout.log"), "line from 0\n");
 }
 
+// --ranks-filter shows global ranks (pytorch issue 60911): on two static nodes of two workers,
+// ranks 1 and 2 are local rank 1 of node 0 and local rank 0 of node 1.
+TEST(AgentTest, RanksFilterShowsGlobalRanksAcrossNodes) {
+  TempDir dir;
+  ReservedPort port;
+  ASSERT_GT(port.port(), 0);
+  const std::string worker = ShellWorker(dir, "say.sh", "echo \"line from $RANK\"\n");
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int node = 0; node < 2; ++node) {
+    nodes.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
+        BinPath("ddprun"), "--rdzv-backend=static", "--nnodes=2",
+        "--node-rank=" + std::to_string(node), "--master-addr=127.0.0.1",
+        "--master-port=" + std::to_string(port.port()), "--nproc-per-node=2", "--ranks-filter=1,2",
+        "--no-python", worker}));
+  }
+  ASSERT_TRUE(testing::ExpectAllExit(nodes, 0, 30s));
+  EXPECT_EQ(nodes[0]->out(), "line from 1\n");
+  EXPECT_EQ(nodes[1]->out(), "line from 2\n");
+}
+
 TEST(AgentTest, BadInputExitsTwoAndStartsNothing) {
   TempDir dir;
   const std::string marker = dir.File("started");

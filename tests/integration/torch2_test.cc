@@ -148,6 +148,35 @@ TEST(Torch2Test, FileTimerClientOfTorch211ExpiresIntoANamedHang) {
   EXPECT_THAT(r.err, HasSubstr("\", line 19 in load_batch_forever"));
 }
 
+// `python -m torch.distributed.launch ARGS` becomes `ddprun-launch ARGS` with nothing else to
+// know: the script gets --local-rank=N as from torch 2.11's launch, and --use-env turns it off.
+TEST(Torch2Test, DdprunLaunchReplacesTorchDistributedLaunch) {
+  REQUIRE_TORCH2();
+  const std::vector<std::string> flags = {"--nproc_per_node", "2", "--nnodes",      "1",
+                                          "--node_rank",      "0", "--master_addr", "127.0.0.1"};
+  for (const bool use_env : {false, true}) {
+    SCOPED_TRACE(use_env ? "--use-env" : "without --use-env");
+    auto with = [&](std::vector<std::string> argv) {
+      argv.insert(argv.end(), flags.begin(), flags.end());
+      if (use_env) argv.push_back("--use-env");
+      argv.insert(argv.end(), {Script("launch_style_local_rank.py"), "--epochs", "3"});
+      TorchrunPortsLock lock("torchrun");  // launch takes torchrun's fixed port 29500
+      Subprocess p(argv, {{"PYTHON_EXEC", t2.python}});
+      auto st = p.Wait(120s);
+      EXPECT_TRUE(st.has_value() && st->exit_code == 0) << p.err();
+      return p.out();
+    };
+    const std::string theirs = with({t2.python, "-m", "torch.distributed.launch"});
+    const std::string ours = with({BinPath("ddprun-launch")});
+    for (int lr : {0, 1}) {
+      const std::string line =
+          absl::StrCat("arg_local_rank=", use_env ? -1 : lr, " env_local_rank=", lr, " epochs=3");
+      EXPECT_THAT(theirs, HasSubstr(line)) << theirs;
+      EXPECT_THAT(ours, HasSubstr(line)) << ours;
+    }
+  }
+}
+
 // PYTHON_EXEC naming a Python without torch: the worker's import error is the summary's error
 // line, under the variable's value, not a bare "exit code 1".
 TEST(Torch2Test, PythonWithoutTorchIsNamedInTheSummary) {

@@ -103,6 +103,10 @@ TEST_F(PackagingTest, InstallsEveryPieceWhereTheLayoutSays) {
     ASSERT_EQ(stat(Installed("bin/" + p).c_str(), &st), 0);
     EXPECT_TRUE(st.st_mode & S_IXOTH) << p << " is not executable by everyone";
   }
+  // The drop-in for `python -m torch.distributed.launch`: a relative link to ddprun.
+  std::error_code ec;
+  EXPECT_EQ(std::filesystem::read_symlink(Installed("bin/ddprun-launch"), ec), "ddprun")
+      << ec.message();
 }
 
 TEST_F(PackagingTest, TheInstalledAgentFindsItsPluginFromItsOwnFolder) {

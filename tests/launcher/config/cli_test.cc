@@ -177,6 +177,19 @@ TEST_F(CliTest, ShutdownTimeoutIsStopTimeoutAndItsVariableTheWeakestSource) {
   EXPECT_THAT(Error({script_}), HasSubstr("TORCH_ELASTIC_SHUTDOWN_TIMEOUT=soon"));
 }
 
+// Invoked as ddprun-launch: launch's --local-rank=N unless --use-env or the user says otherwise.
+TEST_F(CliTest, LaunchDefaultsPassTheLocalRankAsAnArgument) {
+  env_ = WithLaunchDefaults(env_);
+  auto o = Parse({script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->local_rank_arg, "local-rank");
+  o = Parse({"--local-rank-arg=local_rank", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->local_rank_arg, "local_rank");
+  env_["PET_LOCAL_RANK_ARG"] = "local_rank";
+  EXPECT_EQ(WithLaunchDefaults(env_).at("PET_LOCAL_RANK_ARG"), "local_rank");
+}
+
 // torch 2.x flags ddprun cannot honour are refused naming the flag and why, not ignored.
 TEST_F(CliTest, Torch2FlagsWithoutAMeaningHereAreRefusedWithTheReason) {
   EXPECT_THAT(Error({"--logs-specs=my_specs", script_}),
