@@ -4,7 +4,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-unit sanitize format-check demo bench package install format clean
+.PHONY: all deps configure build test test-unit sanitize format-check torch2-build demo bench package install format clean
 
 all: build
 
@@ -33,6 +33,11 @@ sanitize: deps
 
 format-check:
 	scripts/check-format.sh
+
+# ddp-train against LibTorch 2.11 from the torch 2.x venv with CUDA and NCCL compiled and linked,
+# and its LibTorch tests on the CPU (build-torch2/; README, torch versions). CI runs it.
+torch2-build: deps
+	scripts/build-torch2.sh build-torch2
 
 # Only what the demo needs: its packages and the three programs (not the tests).
 demo:

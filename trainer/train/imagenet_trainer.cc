@@ -1,6 +1,7 @@
 #include "trainer/train/imagenet_trainer.h"
 
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <optional>
@@ -22,6 +23,20 @@
 
 namespace ddprun::trainer {
 namespace {
+
+#ifdef DDPRUN_WITH_CUDA
+// Mixed precision (bf16) for the CUDA forward pass. torch 2.4 made autocast's switches per
+// device type; the CUDA-only calls of torch 1.x/2.0 are deprecated in 2.11.
+void SetCudaAutocast(bool enabled) {
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
+  if (enabled) at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+  at::autocast::set_autocast_enabled(at::kCUDA, enabled);
+#else
+  if (enabled) at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+  at::autocast::set_enabled(enabled);
+#endif
+}
+#endif
 
 // Control floats summed across ranks with the last gradient bucket.
 enum Control { kStop = 0, kLossSum, kCount, kSkipped, kNumControls };
@@ -236,15 +251,12 @@ absl::StatusOr<std::optional<StepResult>> ImageNetTrainer::TrainStep(bool stop_v
     }
     if (imagenet_.channels_last) x = x.contiguous(torch::MemoryFormat::ChannelsLast);
 #ifdef DDPRUN_WITH_CUDA
-    if (imagenet_.amp) {
-      at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
-      at::autocast::set_enabled(true);
-    }
+    if (imagenet_.amp) SetCudaAutocast(true);
 #endif
     loss = torch::cross_entropy_loss(model_->forward(x), y);
 #ifdef DDPRUN_WITH_CUDA
     if (imagenet_.amp) {
-      at::autocast::set_enabled(false);
+      SetCudaAutocast(false);
       at::autocast::clear_cache();
     }
 #endif
