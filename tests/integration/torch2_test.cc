@@ -10,6 +10,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -71,6 +73,28 @@ TEST(Torch2Test, EnvironmentEqualsTorchrun211Standalone) {
   CompareWithTorchrun(Torchrun211(t2),
                       {"--standalone", "--nproc-per-node=2", "--monitor-interval=0.1"},
                       {"--standalone", "--nproc-per-node=2"}, /*ports_random=*/true);
+}
+
+// Every long option of torchrun 2.11's --help is one of ddprun's (its --help names it), in both
+// spellings; the ones ddprun cannot honour are refused naming the reason (cli_test.cc checks the
+// reasons), never unknown.
+TEST(Torch2Test, EveryTorchrun211FlagIsKnownToDdprun) {
+  REQUIRE_TORCH2();
+  const LaunchResult theirs = RunWith({t2.torchrun, "--help"}, {});
+  ASSERT_EQ(theirs.exit_code, 0) << theirs.err;
+  const LaunchResult ours = RunWith({BinPath("ddprun"), "--help"}, {});
+  ASSERT_EQ(ours.exit_code, 0) << ours.err;
+  const std::regex flag("--[a-z][a-z_-]+");
+  std::set<std::string> flags;
+  for (std::sregex_iterator it(theirs.out.begin(), theirs.out.end(), flag), end; it != end; ++it) {
+    flags.insert(it->str());
+  }
+  flags.erase("--redirect");  // prose in the help of --local-ranks-filter, not a flag
+  ASSERT_GT(flags.size(), 40u) << theirs.out;
+  for (const std::string& f : flags) {
+    EXPECT_TRUE(std::regex_search(ours.out, std::regex(f + "([^a-z_-]|$)")))
+        << f << " of torchrun 2.11 is not in ddprun --help";
+  }
 }
 
 // The same torch 2.11 script under torchrun 2.11 and under ddprun writes the same report:
