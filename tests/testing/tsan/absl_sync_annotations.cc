@@ -35,14 +35,26 @@ void Releasing(const void* mu) { __tsan_release(const_cast<void*>(mu)); }
 // Abseil evaluates a Condition with the mutex held but inside the library (the waiter after it
 // re-took the lock, or the thread that is releasing it), and when it is false the waiter gives
 // the lock up inside the library: a condition that acquires before and releases after.
+//
+// The waiter builds this wrapper on its own stack and another thread may evaluate it, so the
+// waiter publishes it with Releasing(mu) before it hands it to the library (Wrap), and Eval
+// acquires before it reads a field. It is wrapped in a Condition of the library's own
+// (void*) constructor, whose fields only the uninstrumented library reads: the template
+// constructor's trampoline lives in this binary and read the waiter's Condition before any
+// acquire, a race TSan reported now and then in LoopThreadTest (CI, 2026-11-24).
 struct AnnotatedCondition {
   const absl::Condition* cond;
   const absl::Mutex* mu;
-  static bool Eval(AnnotatedCondition* self) {
+  static bool Eval(void* arg) {
+    auto* self = static_cast<AnnotatedCondition*>(arg);
     Acquired(self->mu);
     const bool holds = self->cond->Eval();
     Releasing(self->mu);
     return holds;
+  }
+  absl::Condition Wrap() {
+    Releasing(mu);
+    return absl::Condition(&AnnotatedCondition::Eval, static_cast<void*>(this));
   }
 };
 
@@ -91,21 +103,21 @@ void Mutex::LockWhen(const Condition& cond) {
   static auto real =
       Real<void (*)(Mutex*, const Condition&)>(DDPRUN_ABSL("5Mutex8LockWhenERKNS0_9ConditionE"));
   AnnotatedCondition annotated{&cond, this};
-  real(this, Condition(&AnnotatedCondition::Eval, &annotated));
+  real(this, annotated.Wrap());
   Acquired(this);
 }
 void Mutex::ReaderLockWhen(const Condition& cond) {
   static auto real = Real<void (*)(Mutex*, const Condition&)>(
       DDPRUN_ABSL("5Mutex14ReaderLockWhenERKNS0_9ConditionE"));
   AnnotatedCondition annotated{&cond, this};
-  real(this, Condition(&AnnotatedCondition::Eval, &annotated));
+  real(this, annotated.Wrap());
   Acquired(this);
 }
 bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
   static auto real = Real<bool (*)(Mutex*, const Condition&, Duration)>(
       DDPRUN_ABSL("5Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE"));
   AnnotatedCondition annotated{&cond, this};
-  const bool met = real(this, Condition(&AnnotatedCondition::Eval, &annotated), timeout);
+  const bool met = real(this, annotated.Wrap(), timeout);
   Acquired(this);  // held on return either way
   return met;
 }
@@ -113,33 +125,30 @@ bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
   static auto real = Real<bool (*)(Mutex*, const Condition&, Time)>(
       DDPRUN_ABSL("5Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE"));
   AnnotatedCondition annotated{&cond, this};
-  const bool met = real(this, Condition(&AnnotatedCondition::Eval, &annotated), deadline);
+  const bool met = real(this, annotated.Wrap(), deadline);
   Acquired(this);
   return met;
 }
 void Mutex::Await(const Condition& cond) {
   static auto real =
       Real<void (*)(Mutex*, const Condition&)>(DDPRUN_ABSL("5Mutex5AwaitERKNS0_9ConditionE"));
-  Releasing(this);
-  AnnotatedCondition annotated{&cond, this};
-  real(this, Condition(&AnnotatedCondition::Eval, &annotated));
+  AnnotatedCondition annotated{&cond, this};  // Wrap() releases: Await gives the lock up
+  real(this, annotated.Wrap());
   Acquired(this);
 }
 bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
   static auto real = Real<bool (*)(Mutex*, const Condition&, Duration)>(
       DDPRUN_ABSL("5Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE"));
-  Releasing(this);
-  AnnotatedCondition annotated{&cond, this};
-  const bool met = real(this, Condition(&AnnotatedCondition::Eval, &annotated), timeout);
+  AnnotatedCondition annotated{&cond, this};  // Wrap() releases: Await gives the lock up
+  const bool met = real(this, annotated.Wrap(), timeout);
   Acquired(this);
   return met;
 }
 bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
   static auto real = Real<bool (*)(Mutex*, const Condition&, Time)>(
       DDPRUN_ABSL("5Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE"));
-  Releasing(this);
-  AnnotatedCondition annotated{&cond, this};
-  const bool met = real(this, Condition(&AnnotatedCondition::Eval, &annotated), deadline);
+  AnnotatedCondition annotated{&cond, this};  // Wrap() releases: Await gives the lock up
+  const bool met = real(this, annotated.Wrap(), deadline);
   Acquired(this);
   return met;
 }
