@@ -473,8 +473,10 @@ constexpr FlagDef kFlags[] = {
      "Rendezvous settings k=v,...: join_timeout, last_call_timeout, "
      "failure_last_call_timeout (the round after a failure; 0 in-process), close_timeout, "
      "read_timeout, keep_alive_interval, keep_alive_max_attempt, is_host, token_file, "
-     "tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name, etcd_prefix, etcd_user, "
-     "etcd_password_file, http_port, http_host.",
+     "tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name, protocol (https: TLS with "
+     "the default roots), etcd_prefix, etcd_user, etcd_password_file, http_port, http_host; "
+     "torchrun's etcd TLS keys cacert/ca_cert, cert/ssl_cert, key/ssl_cert_key mean tls_ca, "
+     "tls_cert, tls_key.",
      ApplyRdzvConf},
     {"standalone", "", true, "One node: a private rendezvous on loopback, random port and run id.",
      ApplyBool<&LaunchOptions::standalone>},

@@ -1,5 +1,8 @@
 #include "launcher/config/rdzv_conf.h"
 
+#include <utility>
+
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
@@ -12,10 +15,48 @@ absl::StatusOr<std::chrono::milliseconds> Seconds(const std::string& key,
   return ParseSeconds(absl::StrCat("--rdzv-conf ", key), value);
 }
 
+// torchrun's names for ddprun's TLS keys: its etcd backend's and its etcd-v2 backend's.
+constexpr std::pair<const char*, const char*> kTorchTlsKeys[] = {
+    {"cacert", "tls_ca"},     {"ca_cert", "tls_ca"}, {"cert", "tls_cert"},
+    {"ssl_cert", "tls_cert"}, {"key", "tls_key"},    {"ssl_cert_key", "tls_key"},
+};
+
+// `conf` with torchrun's TLS keys renamed to ddprun's. Two names for one setting must agree.
+absl::StatusOr<std::map<std::string, std::string>> WithDdprunKeys(
+    const std::map<std::string, std::string>& conf) {
+  std::map<std::string, std::string> out;
+  std::map<std::string, std::string> named_by;  // ddprun key -> the key the user wrote
+  for (const auto& [key, value] : conf) {
+    std::string name = key;
+    for (const auto& [torch_name, ddprun_name] : kTorchTlsKeys) {
+      if (key == torch_name) name = ddprun_name;
+    }
+    auto [it, inserted] = out.emplace(name, value);
+    if (inserted) {
+      named_by[name] = key;
+    } else if (it->second != value) {
+      return absl::InvalidArgumentError(absl::StrCat("--rdzv-conf ", named_by[name], "=",
+                                                     it->second, " and ", key, "=", value,
+                                                     ": two values for one setting (", name, ")"));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<RdzvProtocol> ParseProtocol(const std::string& value) {
+  // As torchrun's etcd-v2 backend reads it: case and surrounding blanks do not matter.
+  const std::string p = absl::AsciiStrToLower(absl::StripAsciiWhitespace(value));
+  if (p == "http") return RdzvProtocol::kHttp;
+  if (p == "https") return RdzvProtocol::kHttps;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--rdzv-conf protocol=", value, ": must be http or https"));
+}
+
 }  // namespace
 
-absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>& conf) {
+absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>& given) {
   RdzvConf c;
+  DDPRUN_ASSIGN_OR_RETURN(const auto conf, WithDdprunKeys(given));
   for (const auto& [key, value] : conf) {
     if (key == "join_timeout" || key == "timeout") {
       DDPRUN_ASSIGN_OR_RETURN(c.timeouts.join_timeout, Seconds(key, value));
@@ -50,6 +91,8 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
       c.tls_ca = value;
     } else if (key == "tls_client_ca") {
       c.tls_client_ca = value;
+    } else if (key == "protocol") {
+      DDPRUN_ASSIGN_OR_RETURN(c.protocol, ParseProtocol(value));
     } else if (key == "tls_server_name") {
       c.tls_server_name = value;
     } else if (key == "etcd_prefix") {
@@ -65,14 +108,31 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
       c.http_host = value;
     } else if (key == "store_type" || key == "use_libuv") {
       // torch 2.x store options; meaningless without an agent store, accepted and ignored.
+    } else if (key == "heartbeat_timeout") {
+      // torch 2.x: how long one keep-alive write to its store may take. ddprun's keep-alives
+      // are messages on a stream that stays open; the lease (keep_alive_interval x
+      // keep_alive_max_attempt) bounds them. Checked, then unused.
+      DDPRUN_RETURN_IF_ERROR(Seconds(key, value).status());
     } else {
       return absl::InvalidArgumentError(absl::StrCat(
           "--rdzv-conf ", key, "=", value,
           ": unknown key (known: join_timeout, last_call_timeout, failure_last_call_timeout, "
           "close_timeout, read_timeout, "
           "keep_alive_interval, keep_alive_max_attempt, is_host, token_file, tls_cert, tls_key, "
-          "tls_ca, tls_client_ca, tls_server_name, etcd_prefix, etcd_user, etcd_password_file, "
-          "http_port, http_host)"));
+          "tls_ca, tls_client_ca, tls_server_name, protocol, etcd_prefix, etcd_user, "
+          "etcd_password_file, http_port, http_host; torchrun's cacert, ca_cert, cert, ssl_cert, "
+          "key, ssl_cert_key, heartbeat_timeout, store_type, use_libuv)"));
+    }
+  }
+  if (c.protocol == RdzvProtocol::kHttp) {
+    for (const auto& [key, file] : {std::pair<const char*, const std::string&>{"tls_ca", c.tls_ca},
+                                    {"tls_cert", c.tls_cert},
+                                    {"tls_key", c.tls_key},
+                                    {"tls_client_ca", c.tls_client_ca}}) {
+      if (!file.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("--rdzv-conf protocol=http and ", key, "=",
+                                                       file, ": TLS files need protocol=https"));
+      }
     }
   }
   // A node is lost after keep_alive_interval x keep_alive_max_attempt without a message: that

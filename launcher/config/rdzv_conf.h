@@ -14,7 +14,14 @@
 
 namespace ddprun::launcher {
 
+// torchrun's etcd `protocol` key. https asks for TLS even without a CA file: the default roots
+// (the system's, or $GRPC_DEFAULT_SSL_ROOTS_FILE_PATH) then verify the server, as python-etcd
+// does. kUnset: TLS exactly when a CA or certificate file is given.
+enum class RdzvProtocol { kUnset, kHttp, kHttps };
+
 // Unknown keys, bad values and a lease beyond kMaxSeconds are kInvalidArgument naming them.
+// torchrun's etcd TLS keys are read as ddprun's: cacert and ca_cert as tls_ca, cert and ssl_cert
+// as tls_cert, key and ssl_cert_key as tls_key (its etcd and etcd-v2 backends name them so).
 struct RdzvConf {
   rendezvous::RunTimeouts timeouts;
   std::chrono::milliseconds read_timeout{60000};
@@ -24,6 +31,7 @@ struct RdzvConf {
   std::optional<bool> is_host;
   std::string token_file;
   std::string tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name;
+  RdzvProtocol protocol = RdzvProtocol::kUnset;
   std::string etcd_prefix, etcd_user, etcd_password_file;  // --rdzv-backend=etcd
   // The embedded server's /metrics and status page (as ddprun-rdzv --http-port/--http-host).
   std::optional<int> http_port;

@@ -99,8 +99,14 @@ absl::StatusOr<C10dSettings> MakeC10dSettings(const LaunchOptions& options, cons
   s.tls_ca = conf.tls_ca;
   s.tls_client_ca = conf.tls_client_ca;
   s.tls_server_name = conf.tls_server_name;
+  s.tls_required = conf.protocol == RdzvProtocol::kHttps;
   if (s.tls_cert.empty() != s.tls_key.empty()) {
     return absl::InvalidArgumentError("--rdzv-conf: tls_cert and tls_key go together");
+  }
+  if (s.tls_required && s.host_here && s.tls_cert.empty()) {
+    return absl::InvalidArgumentError(
+        "--rdzv-conf protocol=https: this agent hosts the rendezvous server, which then needs "
+        "tls_cert and tls_key");
   }
   s.timeouts = TimeoutsFor(conf, options);
   s.read_timeout = conf.read_timeout;
@@ -135,6 +141,7 @@ absl::StatusOr<EtcdSettings> MakeEtcdSettings(const LaunchOptions& options) {
   s.tls_key = conf.tls_key;
   s.tls_ca = conf.tls_ca;
   s.tls_server_name = conf.tls_server_name;
+  s.tls_required = conf.protocol == RdzvProtocol::kHttps;
   if (s.tls_cert.empty() != s.tls_key.empty()) {
     return absl::InvalidArgumentError("--rdzv-conf: tls_cert and tls_key go together");
   }

@@ -30,6 +30,7 @@ struct C10dSettings {
   bool must_host = false;  // is_host=1: failing to serve is an error
   std::string token_file;  // empty: the token comes from $DDPRUN_RDZV_TOKEN (or none)
   std::string tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name;
+  bool tls_required = false;  // protocol=https: TLS to the server even without tls_ca
   rendezvous::RunTimeouts timeouts;
   std::chrono::milliseconds read_timeout{60000};
   std::chrono::milliseconds rpc_timeout{10000};
@@ -47,6 +48,7 @@ struct EtcdSettings {
   // --rdzv-conf etcd_password_file (first line); empty: $DDPRUN_ETCD_PASSWORD.
   std::string password_file;
   std::string tls_cert, tls_key, tls_ca, tls_server_name;
+  bool tls_required = false;  // protocol=https: TLS to etcd even without tls_ca
   rendezvous::RunTimeouts timeouts;
   std::chrono::milliseconds read_timeout{60000};
   std::optional<std::chrono::milliseconds> close_timeout;  // unset: the backend's default

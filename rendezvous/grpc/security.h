@@ -30,7 +30,9 @@ struct TlsClientFiles {
   std::string cert_file;  // client certificate for mutual TLS
   std::string key_file;
   std::string server_name_override;  // for certificates that name another host (tests)
-  bool enabled() const { return !ca_file.empty() || !cert_file.empty(); }
+  // TLS even with neither file (torchrun's protocol=https): the default roots verify the server.
+  bool required = false;
+  bool enabled() const { return required || !ca_file.empty() || !cert_file.empty(); }
 };
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(

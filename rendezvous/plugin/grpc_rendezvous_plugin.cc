@@ -60,6 +60,7 @@ absl::StatusOr<rendezvous::ClientOptions> ClientOptionsFor(const C10dSettings& s
   c.token = *token;
   c.tls.ca_file = s.tls_ca;
   c.tls.server_name_override = s.tls_server_name;
+  c.tls.required = s.tls_required;
   if (!s.tls_client_ca.empty()) {  // the server wants client certificates: present ours
     c.tls.cert_file = s.tls_cert;
     c.tls.key_file = s.tls_key;
@@ -197,6 +198,7 @@ absl::StatusOr<rendezvous::EtcdRendezvousOptions> EtcdOptionsFor(const EtcdSetti
   o.etcd.tls.cert_file = s.tls_cert;
   o.etcd.tls.key_file = s.tls_key;
   o.etcd.tls.server_name_override = s.tls_server_name;
+  o.etcd.tls.required = s.tls_required;
   o.prefix = s.prefix;
   o.timeouts = s.timeouts;
   o.read_timeout = s.read_timeout;

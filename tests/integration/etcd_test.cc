@@ -23,6 +23,7 @@ namespace {
 
 using testing::CountMatches;
 using testing::EtcdCluster;
+using testing::EtcdClusterTls;
 using ::testing::HasSubstr;
 using testing::ReadFile;
 using testing::Subprocess;
@@ -302,13 +303,11 @@ TEST(EtcdConfigTest, BadSettingsExitTwoNamingThem) {
   }
 }
 
-// TLS through --rdzv-conf tls_ca: a TLS cluster is reached with the CA, and not without it.
-TEST(EtcdTlsTest, AgentsReachATlsClusterOnlyWithTls) {
-  if (const std::string why = EtcdCluster::Unavailable(); !why.empty()) GTEST_SKIP() << why;
-  if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "the openssl command (Debian package openssl) makes this test's certificates";
-  }
-  TempDir dir;
+// A test CA and certificates it signed, made with the openssl command in `dir`: ca.crt,
+// server.crt/.key (for localhost and 127.0.0.1) and client.crt/.key. False when openssl is
+// missing or fails.
+bool MakeTestCertificates(const TempDir& dir) {
+  if (std::system("command -v openssl >/dev/null 2>&1") != 0) return false;
   WriteFile(dir.File("certs.sh"),
             "set -e\ncd \"$(dirname \"$0\")\"\n"
             "K='-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes'\n"
@@ -316,24 +315,88 @@ TEST(EtcdTlsTest, AgentsReachATlsClusterOnlyWithTls) {
             "openssl req $K -keyout server.key -out server.csr -subj /CN=server\n"
             "printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > server.ext\n"
             "openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 "
-            "-extfile server.ext -out server.crt\n");
-  ASSERT_EQ(std::system(("bash " + dir.File("certs.sh") + " >/dev/null 2>&1").c_str()), 0);
-  EtcdCluster cluster(1, dir.File("server.crt"), dir.File("server.key"), dir.File("ca.crt"));
+            "-extfile server.ext -out server.crt\n"
+            "openssl req $K -keyout client.key -out client.csr -subj /CN=client\n"
+            "printf 'extendedKeyUsage=clientAuth\\n' > client.ext\n"
+            "openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 1 "
+            "-extfile client.ext -out client.crt\n");
+  return std::system(("bash " + dir.File("certs.sh") + " >/dev/null 2>&1").c_str()) == 0;
+}
+
+enum class ClientCertificates { kNotRequired, kRequired };
+
+// A one-member cluster's TLS from MakeTestCertificates' files.
+EtcdClusterTls ClusterTls(const TempDir& dir, ClientCertificates clients) {
+  EtcdClusterTls tls;
+  tls.cert = dir.File("server.crt");
+  tls.key = dir.File("server.key");
+  tls.ca = dir.File("ca.crt");
+  if (clients == ClientCertificates::kRequired) {
+    tls.client_ca = dir.File("ca.crt");
+    tls.client_cert = dir.File("client.crt");
+    tls.client_key = dir.File("client.key");
+  }
+  return tls;
+}
+
+// One agent of a one-node etcd job with `conf` appended to its --rdzv-conf; its exit code.
+int EtcdAgentExit(const EtcdCluster& cluster, const std::string& backend, const std::string& conf,
+                  std::map<std::string, std::string> env, std::string* err) {
+  Subprocess agent({testing::BinPath("ddprun"), "--rdzv-backend=" + backend,
+                    "--rdzv-endpoint=" + cluster.endpoints(),
+                    "--rdzv-conf=etcd_prefix=/tls-test,read_timeout=1" + conf, "--nnodes=1",
+                    "--rdzv-id=tls", "--no-python", "true"},
+                   std::move(env));
+  auto st = agent.Wait(30s);
+  *err = agent.err();
+  return st.has_value() ? st->exit_code : -1;
+}
+
+// TLS through --rdzv-conf tls_ca: a TLS cluster is reached with the CA, and not without it.
+TEST(EtcdTlsTest, AgentsReachATlsClusterOnlyWithTls) {
+  if (const std::string why = EtcdCluster::Unavailable(); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir;
+  ASSERT_TRUE(MakeTestCertificates(dir)) << "openssl (Debian package openssl) makes certificates";
+  EtcdCluster cluster(1, ClusterTls(dir, ClientCertificates::kNotRequired));
   ASSERT_TRUE(cluster.WaitHealthy(20s)) << cluster.log(0);
-  auto agent = [&](const std::string& conf) {
-    return std::make_unique<Subprocess>(std::vector<std::string>{
-        testing::BinPath("ddprun"), "--rdzv-backend=etcd", "--rdzv-endpoint=" + cluster.endpoints(),
-        "--rdzv-conf=etcd_prefix=/tls-test,read_timeout=1" + conf, "--nnodes=1", "--rdzv-id=tls",
-        "--no-python", "true"});
-  };
-  auto with_tls = agent(",tls_ca=" + dir.File("ca.crt"));
-  auto st = with_tls->Wait(30s);
-  ASSERT_TRUE(st.has_value());
-  EXPECT_EQ(st->exit_code, 0) << with_tls->err();
-  auto plaintext = agent("");
-  st = plaintext->Wait(30s);
-  ASSERT_TRUE(st.has_value());
-  EXPECT_EQ(st->exit_code, 3) << plaintext->err();
+  std::string err;
+  EXPECT_EQ(EtcdAgentExit(cluster, "etcd", ",tls_ca=" + dir.File("ca.crt"), {}, &err), 0) << err;
+  EXPECT_EQ(EtcdAgentExit(cluster, "etcd", "", {}, &err), 3) << err;
+}
+
+// A torchrun command line with etcd TLS runs unchanged (issue 24): against a cluster that
+// requires client certificates, torchrun's etcd keys (protocol, cacert, cert, key) and its
+// etcd-v2 keys (ca_cert, ssl_cert, ssl_cert_key) reach it; without the client certificate, or
+// without TLS, the agent cannot. protocol=https with no CA file trusts the default roots, here
+// the test CA through $GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, and nothing else.
+TEST(EtcdTlsTest, TorchrunEtcdTlsSettingsReachAMutualTlsCluster) {
+  if (const std::string why = EtcdCluster::Unavailable(); !why.empty()) GTEST_SKIP() << why;
+  TempDir dir;
+  ASSERT_TRUE(MakeTestCertificates(dir)) << "openssl (Debian package openssl) makes certificates";
+  EtcdCluster cluster(1, ClusterTls(dir, ClientCertificates::kRequired));
+  ASSERT_TRUE(cluster.WaitHealthy(20s)) << cluster.log(0);
+  const std::string client = ",cert=" + dir.File("client.crt") + ",key=" + dir.File("client.key");
+  std::string err;
+  EXPECT_EQ(EtcdAgentExit(cluster, "etcd", ",protocol=https,cacert=" + dir.File("ca.crt") + client,
+                          {}, &err),
+            0)
+      << err;
+  EXPECT_EQ(EtcdAgentExit(cluster, "etcd-v2",
+                          ",protocol=https,ca_cert=" + dir.File("ca.crt") + ",ssl_cert=" +
+                              dir.File("client.crt") + ",ssl_cert_key=" + dir.File("client.key"),
+                          {}, &err),
+            0)
+      << err;
+  EXPECT_EQ(EtcdAgentExit(cluster, "etcd", ",protocol=https" + client,
+                          {{"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", dir.File("ca.crt")}}, &err),
+            0)
+      << err;
+  // Refused: the server is not verified by the system's roots; no client certificate; no TLS.
+  EXPECT_EQ(EtcdAgentExit(cluster, "etcd", ",protocol=https" + client, {}, &err), 3) << err;
+  EXPECT_EQ(
+      EtcdAgentExit(cluster, "etcd", ",protocol=https,cacert=" + dir.File("ca.crt"), {}, &err), 3)
+      << err;
+  EXPECT_EQ(EtcdAgentExit(cluster, "etcd", ",protocol=http", {}, &err), 3) << err;
 }
 
 }  // namespace

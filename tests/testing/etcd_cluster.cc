@@ -28,9 +28,8 @@ std::string EtcdCluster::Unavailable() {
   return "";
 }
 
-EtcdCluster::EtcdCluster(int members, std::string tls_cert, std::string tls_key, std::string tls_ca)
-    : tls_cert_(std::move(tls_cert)), tls_key_(std::move(tls_key)), tls_ca_(std::move(tls_ca)) {
-  const std::string scheme = tls_cert_.empty() ? "http://" : "https://";
+EtcdCluster::EtcdCluster(int members, EtcdClusterTls tls) : tls_(std::move(tls)) {
+  const std::string scheme = tls_.cert.empty() ? "http://" : "https://";
   std::vector<std::string> initial;
   for (int i = 0; i < members; ++i) {
     client_ports_.push_back(std::make_unique<ReservedPort>());
@@ -49,8 +48,11 @@ EtcdCluster::EtcdCluster(int members, std::string tls_cert, std::string tls_key,
         token,
         // A leader is elected, and a dead one replaced, within about half a second.
         "--heartbeat-interval", "50", "--election-timeout", "500"};
-    if (!tls_cert_.empty()) {
-      argv.insert(argv.end(), {"--cert-file", tls_cert_, "--key-file", tls_key_});
+    if (!tls_.cert.empty()) {
+      argv.insert(argv.end(), {"--cert-file", tls_.cert, "--key-file", tls_.key});
+    }
+    if (!tls_.client_ca.empty()) {
+      argv.insert(argv.end(), {"--client-cert-auth", "--trusted-ca-file", tls_.client_ca});
     }
     members_.push_back(std::make_unique<Subprocess>(argv));
   }
@@ -71,7 +73,10 @@ std::string EtcdCluster::endpoints() const {
 std::vector<std::string> EtcdCluster::CtlBase(const std::vector<std::string>& endpoints) const {
   std::vector<std::string> argv = {Find("etcdctl"), "--endpoints=" + absl::StrJoin(endpoints, ","),
                                    "--dial-timeout=1s", "--command-timeout=2s"};
-  if (!tls_ca_.empty()) argv.push_back("--cacert=" + tls_ca_);
+  if (!tls_.ca.empty()) argv.push_back("--cacert=" + tls_.ca);
+  if (!tls_.client_cert.empty()) {
+    argv.insert(argv.end(), {"--cert=" + tls_.client_cert, "--key=" + tls_.client_key});
+  }
   return argv;
 }
 

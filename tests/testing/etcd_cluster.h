@@ -16,15 +16,21 @@
 
 namespace ddprun::testing {
 
+// The members' client-side TLS (PEM files); all empty: plaintext.
+struct EtcdClusterTls {
+  std::string cert, key;  // set: clients reach the members over TLS only (https URLs)
+  std::string ca;         // what etcdctl trusts
+  // Set: clients must present a certificate this CA signed (mutual TLS); etcdctl presents
+  // client_cert/client_key.
+  std::string client_ca, client_cert, client_key;
+};
+
 class EtcdCluster {
  public:
   // Empty when /usr/bin/etcd and etcdctl are there; else why the tests must skip.
   static std::string Unavailable();
 
-  // With `tls_cert`/`tls_key` (PEM) the members serve clients over TLS only (https URLs);
-  // `tls_ca` is what etcdctl then trusts.
-  explicit EtcdCluster(int members = 3, std::string tls_cert = "", std::string tls_key = "",
-                       std::string tls_ca = "");
+  explicit EtcdCluster(int members = 3, EtcdClusterTls tls = {});
   ~EtcdCluster();  // SIGKILLs the members (Subprocess)
 
   // Waits until every live member answers a health check (a committed proposal).
@@ -45,7 +51,7 @@ class EtcdCluster {
  private:
   std::vector<std::string> CtlBase(const std::vector<std::string>& endpoints) const;
 
-  const std::string tls_cert_, tls_key_, tls_ca_;
+  const EtcdClusterTls tls_;
   TempDir dir_;
   std::vector<std::unique_ptr<ReservedPort>> client_ports_, peer_ports_;
   std::vector<std::unique_ptr<Subprocess>> members_;

@@ -41,5 +41,61 @@ TEST(ParseRdzvConfTest, BadValuesAndUnknownKeysNameTheKey) {
   EXPECT_THAT(unknown.status().message(), HasSubstr("--rdzv-conf close_timout=1: unknown key"));
 }
 
+// torchrun's etcd backend names its TLS files cacert/cert/key, its etcd-v2 backend
+// ca_cert/ssl_cert/ssl_cert_key: both are ddprun's tls_ca/tls_cert/tls_key.
+TEST(ParseRdzvConfTest, TorchrunEtcdTlsKeysAreDdprunsTlsSettings) {
+  absl::StatusOr<RdzvConf> v1 = ParseRdzvConf(
+      {{"protocol", "https"}, {"cacert", "/c/ca.crt"}, {"cert", "/c/a.crt"}, {"key", "/c/a.key"}});
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  EXPECT_EQ(v1->protocol, RdzvProtocol::kHttps);
+  EXPECT_EQ(v1->tls_ca, "/c/ca.crt");
+  EXPECT_EQ(v1->tls_cert, "/c/a.crt");
+  EXPECT_EQ(v1->tls_key, "/c/a.key");
+
+  absl::StatusOr<RdzvConf> v2 = ParseRdzvConf({{"protocol", " HTTPS "},
+                                               {"ca_cert", "/c/ca.crt"},
+                                               {"ssl_cert", "/c/a.crt"},
+                                               {"ssl_cert_key", "/c/a.key"}});
+  ASSERT_TRUE(v2.ok()) << v2.status();
+  EXPECT_EQ(v2->protocol, RdzvProtocol::kHttps);
+  EXPECT_EQ(v2->tls_ca, "/c/ca.crt");
+  EXPECT_EQ(v2->tls_cert, "/c/a.crt");
+  EXPECT_EQ(v2->tls_key, "/c/a.key");
+
+  // The same file under two names is one setting.
+  absl::StatusOr<RdzvConf> both = ParseRdzvConf({{"cacert", "/c/ca.crt"}, {"tls_ca", "/c/ca.crt"}});
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_EQ(both->tls_ca, "/c/ca.crt");
+  EXPECT_EQ(both->protocol, RdzvProtocol::kUnset);
+
+  absl::StatusOr<RdzvConf> plain = ParseRdzvConf({{"protocol", "http"}});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->protocol, RdzvProtocol::kHttp);
+}
+
+TEST(ParseRdzvConfTest, ContradictoryTlsSettingsNameBothKeys) {
+  absl::StatusOr<RdzvConf> two = ParseRdzvConf({{"cacert", "/a.crt"}, {"tls_ca", "/b.crt"}});
+  ASSERT_FALSE(two.ok());
+  EXPECT_THAT(two.status().message(),
+              HasSubstr("--rdzv-conf cacert=/a.crt and tls_ca=/b.crt: two values for one setting"));
+  absl::StatusOr<RdzvConf> plaintext_with_ca =
+      ParseRdzvConf({{"protocol", "http"}, {"ca_cert", "/a.crt"}});
+  ASSERT_FALSE(plaintext_with_ca.ok());
+  EXPECT_THAT(plaintext_with_ca.status().message(),
+              HasSubstr("protocol=http and tls_ca=/a.crt: TLS files need protocol=https"));
+  absl::StatusOr<RdzvConf> bad = ParseRdzvConf({{"protocol", "grpc"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("--rdzv-conf protocol=grpc: must be http or https"));
+}
+
+// torch 2.x's c10d key: a duration, checked, without effect.
+TEST(ParseRdzvConfTest, HeartbeatTimeoutIsCheckedAndAccepted) {
+  EXPECT_TRUE(ParseRdzvConf({{"heartbeat_timeout", "30"}}).ok());
+  absl::StatusOr<RdzvConf> bad = ParseRdzvConf({{"heartbeat_timeout", "-1"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), HasSubstr("heartbeat_timeout"));
+}
+
 }  // namespace
 }  // namespace ddprun::launcher
