@@ -105,8 +105,9 @@ class RendezvousEvents {
   // The run is over for this node. OK: the job succeeded. kResourceExhausted: the restart
   // budget is spent (exit 1). Anything else: rendezvous failure (exit 3), message says why.
   virtual void OnClosed(const absl::Status& status, const std::optional<HangNotice>& hang) = 0;
-  // The connection to the rendezvous broke; the workers keep running while the agent
-  // re-registers (until read_timeout). `why` is one line.
+  // The connection to the rendezvous broke and the backend tries again: after the join, the
+  // workers keep running while the agent re-registers (until read_timeout); before it, the join
+  // is retried within its budget. `why` is one line, for the log.
   virtual void OnReconnecting(const std::string& why) {}
   // The rendezvous took this node back after a reconnect: `round` goes on, workers untouched.
   virtual void OnResumed(int64_t round) {}

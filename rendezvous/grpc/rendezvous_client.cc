@@ -92,6 +92,7 @@ void RendezvousClient::StartCall(std::chrono::milliseconds connect_budget,
                                  const char* budget_name) {
   connect_budget_ = connect_budget;
   connect_budget_name_ = budget_name;
+  connect_deadline_ = std::chrono::steady_clock::now() + connect_budget;
   if (channel_ == nullptr) {
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = MakeRendezvousChannel(options_);
     if (!channel.ok()) {
@@ -148,6 +149,7 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
       member_key_ = m.joined().member_key();
       reconnecting_ = false;
       reconnect_attempts_ = 0;
+      join_broken_because_.clear();
       if (read_timer_ != 0) loop_->Cancel(read_timer_);
       read_timer_ = 0;
       last_heard_ = std::chrono::steady_clock::now();
@@ -218,7 +220,15 @@ void RendezvousClient::HandleDone(int grpc_code, const std::string& message) {
   } else if (timed_out_) {
     Closed(absl::UnavailableError(absl::StrCat(
         "cannot reach the rendezvous server at ", where, " within ", connect_budget_name_, " (",
-        Seconds(connect_budget_), ")", message.empty() ? "" : ": ", message)));
+        Seconds(connect_budget_), ")", message.empty() ? "" : ": ", message,
+        join_broken_because_.empty() ? "" : "; earlier: ", join_broken_because_)));
+  } else if (code == grpc::StatusCode::UNAVAILABLE && !events_.closed()) {
+    // Not admitted yet and the connection broke under the join: a link still down after this
+    // node was fenced (gRPC reports "No route to host", "Connection timed out" from the old
+    // connection or the new one), a server restarting. Neither is an answer: try again until
+    // the join's budget runs out (join_timeout after a fence, read_timeout at the start).
+    RetryJoin(absl::StrCat("lost the rendezvous stream to ", where, " while joining: ", message,
+                           " (gRPC code ", grpc_code, ")"));
   } else if (code == grpc::StatusCode::UNAUTHENTICATED) {
     Closed(absl::UnauthenticatedError(
         absl::StrCat("the rendezvous server at ", where, " refused this agent: ", message)));
@@ -229,6 +239,47 @@ void RendezvousClient::HandleDone(int grpc_code, const std::string& message) {
     Closed(absl::UnavailableError(absl::StrCat("lost the rendezvous stream to ", where, ": ",
                                                message, " (gRPC code ", grpc_code, ")")));
   }
+}
+
+void RendezvousClient::RetireCall() {
+  // Finished calls are dropped (a flapping link must not grow this without bound).
+  retired_calls_.erase(std::remove_if(retired_calls_.begin(), retired_calls_.end(),
+                                      [](const std::unique_ptr<AgentCall>& c) {
+                                        return c->done().HasBeenNotified();
+                                      }),
+                       retired_calls_.end());
+  if (call_ != nullptr) retired_calls_.push_back(std::move(call_));
+}
+
+std::chrono::milliseconds RendezvousClient::NextBackoff() {
+  // 100 ms doubling to 1 s: a server that accepts and drops the stream at once must not turn
+  // retries into a busy loop. The channel's own reconnect backoff paces connects.
+  return std::min<std::chrono::milliseconds>(
+      std::chrono::milliseconds(100 << std::min(reconnect_attempts_++, 4)),
+      std::chrono::milliseconds(1000));
+}
+
+void RendezvousClient::RetryJoin(const std::string& why) {
+  if (join_broken_because_.empty()) {
+    events_.Reconnecting(absl::StrCat(why, "; trying again until ", connect_budget_name_, " (",
+                                      Seconds(connect_budget_), ")"));
+  }
+  join_broken_because_ = why;
+  RetireCall();
+  loop_->PostAt(std::chrono::steady_clock::now() + NextBackoff(), [this] {
+    if (events_.closed() || joined_ || reconnecting_ || call_ != nullptr) return;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        connect_deadline_ - std::chrono::steady_clock::now());
+    if (left <= std::chrono::milliseconds::zero()) {
+      Closed(absl::UnavailableError(absl::StrCat(
+          "cannot reach the rendezvous server at ", options_.endpoint, " within ",
+          connect_budget_name_, " (", Seconds(connect_budget_), "): ", join_broken_because_)));
+      return;
+    }
+    const std::chrono::milliseconds budget = connect_budget_;
+    StartCall(left, connect_budget_name_);
+    connect_budget_ = budget;  // the budget named in messages stays the whole one
+  });
 }
 
 void RendezvousClient::Reconnect(const std::string& why) {
@@ -243,19 +294,8 @@ void RendezvousClient::Reconnect(const std::string& why) {
                                       Seconds(options_.read_timeout), ")"));
   }
   joined_ = false;
-  // Finished calls are dropped (a flapping link must not grow this without bound).
-  retired_calls_.erase(std::remove_if(retired_calls_.begin(), retired_calls_.end(),
-                                      [](const std::unique_ptr<AgentCall>& c) {
-                                        return c->done().HasBeenNotified();
-                                      }),
-                       retired_calls_.end());
-  retired_calls_.push_back(std::move(call_));
-  // Backoff: 100 ms doubling to 1 s (a server that accepts and drops the stream at once must
-  // not turn this into a busy loop). The channel's own reconnect backoff paces connects.
-  const auto backoff = std::min<std::chrono::milliseconds>(
-      std::chrono::milliseconds(100 << std::min(reconnect_attempts_++, 4)),
-      std::chrono::milliseconds(1000));
-  loop_->PostAt(now + backoff, [this] {
+  RetireCall();
+  loop_->PostAt(now + NextBackoff(), [this] {
     if (events_.closed() || !reconnecting_ || call_ != nullptr) return;
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         reconnect_deadline_ - std::chrono::steady_clock::now());
@@ -332,10 +372,11 @@ void RendezvousClient::Fence(const std::string& why) {
   events_.RejoinAsNewNode(why, &node_);
   member_key_.clear();  // the key was the old node id's; the new node gets its own
   claim_.group = ResumeClaim::Group::kWaiting;  // its workers are being stopped
-  if (call_ != nullptr) retired_calls_.push_back(std::move(call_));
+  RetireCall();
   joined_ = false;
   timed_out_ = false;
   unanswered_ = 0;
+  join_broken_because_.clear();
   StartCall(std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeouts.join_timeout),
             "join_timeout");
 }

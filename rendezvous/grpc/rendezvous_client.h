@@ -5,6 +5,8 @@
 //
 // Connecting is retried (gRPC wait-for-ready with a short reconnect backoff) until the server
 // acknowledges the join or read_timeout passes; then OnClosed(kUnavailable) names the address.
+// A stream that breaks before the acknowledgement (UNAVAILABLE: the link, a restarting server)
+// is started again after a backoff within the same budget.
 // A refused token gives OnClosed(kUnauthenticated).
 // A broken stream is not the end: the workers keep running (OnReconnecting) while the client
 // reconnects with backoff and re-registers with a ResumeClaim (its last assignment, restarts
@@ -14,7 +16,8 @@
 // Fencing: the server acknowledges every heartbeat; no word from it for the lease
 // (keep_alive_interval x keep_alive_max_attempt) means this node is cut off and already given
 // up: a fixed-size job closes with kUnavailable ("fenced"); an elastic one (min < max) gets
-// OnRestart (stop the workers) and joins again as a new node, retrying until join_timeout.
+// OnRestart (stop the workers) and joins again as a new node, retrying until join_timeout
+// whatever the old or new connection reports while the link is still down.
 // While reconnecting, a lease of silence fences too unless the server's address refuses
 // connections (ProbeEndpoint): a server that is down decides nothing about anyone.
 //
@@ -104,6 +107,11 @@ class RendezvousClient final : public Rendezvous {
   void StartCall(std::chrono::milliseconds connect_budget, const char* budget_name);
   // The stream broke after the join: keep the workers, reconnect and re-register.
   void Reconnect(const std::string& why);
+  // The stream broke before the join was acknowledged: a new call after a backoff, until the
+  // budget of the first call of this join (connect_deadline_) runs out.
+  void RetryJoin(const std::string& why);
+  void RetireCall();  // call_ to retired_calls_, where its last reactions are awaited
+  std::chrono::milliseconds NextBackoff();
   // No word from the server for the lease: stop (fixed world) or rejoin as a new node.
   void Fence(const std::string& why);
   void HandleServerMessage(const proto::ServerMessage& message);
@@ -136,6 +144,8 @@ class RendezvousClient final : public Rendezvous {
   int reconnect_attempts_ = 0;
   std::string broken_because_;  // how the stream broke, for the final message
   std::chrono::milliseconds connect_budget_{0};
+  TimePoint connect_deadline_{};     // connect_budget_ after the join's first call
+  std::string join_broken_because_;  // the last break of a join not yet acknowledged
   const char* connect_budget_name_ = "read_timeout";
   bool timed_out_ = false;  // read_timeout cut the call
   uint64_t read_timer_ = 0;

@@ -88,6 +88,7 @@ class MultiHostTest : public ::testing::Test {
   }
 
   struct CutTimes {
+    std::chrono::steady_clock::time_point cut_at;
     double worker_stopped = 0;     // seconds from the cut until host 4's worker is gone
     double survivors_running = 0;  // ... until the two survivors run a new group of 2
   };
@@ -130,22 +131,140 @@ class MultiHostTest : public ::testing::Test {
       for (const auto& a : agents) *why += a->err();
       return std::nullopt;
     }
-    return CutTimes{*stopped, *survivors};
+    return CutTimes{cut, *stopped, *survivors};
   }
 
-  // After CutHost4AndWatch: keeps the cut a while past the lease, heals it, and waits until the
-  // world of 3 runs again (host 4 back as a new node). Seconds from the heal; nullopt when that
-  // does not come within 30 s.
-  std::optional<double> HealHost4AndWatchTheWorldGrowBack() {
-    std::this_thread::sleep_for(1s);  // the cut lasts beyond the lease
+  // After CutHost4AndWatch: keeps the cut until `heal_at` (unset: a second more), heals it, and
+  // waits until the world of 3 runs again (host 4 back as a new node). Seconds from the heal;
+  // nullopt when that does not come within 30 s.
+  std::optional<double> HealHost4AndWatchTheWorldGrowBack(
+      std::optional<std::chrono::steady_clock::time_point> heal_at = std::nullopt) {
+    // The cut lasts beyond the lease: its length, not a wait for a condition.
+    if (heal_at) {
+      std::this_thread::sleep_until(*heal_at);
+    } else {
+      std::this_thread::sleep_for(1s);
+    }
     const auto healed = std::chrono::steady_clock::now();
     hosts_->Heal(4);
     if (!WaitUntil([&] { return CountMatches(Log(), "world=3") == 6; }, 30s)) return std::nullopt;
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - healed).count();
   }
 
+  // A one-member etcd on host 1 at its fixed ports (the namespace is the test's own).
+  std::unique_ptr<Subprocess> StartEtcdOnHost1() {
+    const std::string a = hosts_->Address(1);
+    return std::make_unique<Subprocess>(hosts_->On(
+        1,
+        {"/usr/bin/etcd", "--name", "m0", "--data-dir", dir_.File("etcd"), "--listen-client-urls",
+         "http://" + a + ":2379", "--advertise-client-urls", "http://" + a + ":2379",
+         "--listen-peer-urls", "http://" + a + ":2380", "--initial-advertise-peer-urls",
+         "http://" + a + ":2380", "--initial-cluster", "m0=http://" + a + ":2380"}));
+  }
+
+  std::unique_ptr<Subprocess> EtcdAgent(int host, std::vector<std::string> flags,
+                                        const std::string& worker) {
+    std::vector<std::string> argv = {BinPath("ddprun"), "--rdzv-backend=etcd",
+                                     "--rdzv-endpoint=" + hosts_->Address(1) + ":2379"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    argv.insert(argv.end(), {"--no-python", worker});
+    return std::make_unique<Subprocess>(hosts_->On(host, argv));
+  }
+
+  enum class Backend { kRdzvDaemon, kEtcd };
+  // Three agents --nnodes=2:3 on hosts 2-4 (PidWorkerUntilDone) with a 3 s lease
+  // (keep_alive_interval=1, keep_alive_max_attempt=3), against ddprun-rdzv or etcd on host 1.
+  std::vector<std::unique_ptr<Subprocess>> ThreeElasticAgents(Backend backend,
+                                                              const std::string& run_id) {
+    const std::string worker = PidWorkerUntilDone();
+    const std::vector<std::string> flags = {
+        "--nnodes=2:3", "--nproc-per-node=1", "--max-restarts=1", "--rdzv-id=" + run_id,
+        "--rdzv-conf=keep_alive_interval=1,keep_alive_max_attempt=3,last_call_timeout=0.2"};
+    std::vector<std::unique_ptr<Subprocess>> agents;
+    for (int host : {2, 3, 4}) {
+      agents.push_back(backend == Backend::kEtcd ? EtcdAgent(host, flags, worker)
+                                                 : Agent(host, flags, {worker}));
+    }
+    return agents;
+  }
+  // Four hosts, and ddprun-rdzv or etcd on host 1 (skipped when etcd is not installed).
+  void StartHostsFor(Backend backend) {
+    if (backend == Backend::kEtcd) {
+      if (const std::string why = testing::EtcdCluster::Unavailable(); !why.empty()) {
+        GTEST_SKIP() << why;
+      }
+    }
+    if (backend == Backend::kRdzvDaemon) {
+      StartHosts(4);
+      return;
+    }
+    hosts_ = std::make_unique<NetHosts>(4);
+    ASSERT_EQ(hosts_->error(), "");
+    etcd_ = StartEtcdOnHost1();
+  }
+
+  // Issue 24: a cut longer than the lease fences host 4 and the survivors go on; the fenced
+  // agent keeps trying to rejoin whatever its connections report while the link is down, and
+  // the world of 3 is back within a few seconds of the link returning.
+  void ExpectALongCutToHeal(Backend backend, std::chrono::seconds length) {
+    StartHostsFor(backend);
+    if (IsSkipped() || HasFatalFailure()) return;
+    const auto agents = ThreeElasticAgents(backend, "longcut");
+    std::string why;
+    const std::optional<CutTimes> cut = CutHost4AndWatch(agents, &why);
+    ASSERT_TRUE(cut.has_value()) << why;
+    // The lease is 3 s (etcd's TTL too): fenced, and the survivors restarted, within lease + 1.5.
+    EXPECT_LT(cut->worker_stopped, 3.0 + 1.5);
+    EXPECT_LT(cut->survivors_running, 3.0 + 1.5);
+    const std::optional<double> rejoined = HealHost4AndWatchTheWorldGrowBack(cut->cut_at + length);
+    ASSERT_TRUE(rejoined.has_value()) << Log() << agents[2]->err();
+    std::cout << (backend == Backend::kEtcd ? "etcd" : "ddprun-rdzv") << ": a " << length.count()
+              << " s cut: fenced after " << cut->worker_stopped
+              << " s; heal -> world of 3 again: " << *rejoined << " s" << std::endl;
+    EXPECT_LT(*rejoined, 6.0);
+    EXPECT_EQ(CountMatches(Log(), "restart=1 world=3"), 3) << Log();  // a scale-up: no budget
+    testing::WriteFile(dir_.File("done"), "");
+    ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s)) << Log() << agents[2]->err();
+    EXPECT_THAT(agents[2]->err(), HasSubstr("rejoining as a new node"));
+  }
+
+  // A cut a little shorter than the lease (2 s of 3): the job is whole again soon after the
+  // heal. Whether the lease ran out depends on TCP: segments lost in the cut are retransmitted
+  // with a backoff (0.2 s doubling), so the first keep-alive after the heal can arrive up to
+  // about a second late, past the lease. Then host 4 was given up and rejoins as a new node,
+  // the world of 3 back in the same budget; else nothing restarted. Either way no hang, and
+  // every agent finishes.
+  void ExpectAShortCutToHeal(Backend backend, std::chrono::seconds length) {
+    StartHostsFor(backend);
+    if (IsSkipped() || HasFatalFailure()) return;
+    const auto agents = ThreeElasticAgents(backend, "shortcut");
+    ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=0 world=3") == 3; }, 60s))
+        << Log();
+    hosts_->Cut(4);
+    std::this_thread::sleep_for(length);  // the cut itself, not a wait for a condition
+    const auto healed = std::chrono::steady_clock::now();
+    hosts_->Heal(4);
+    // Past the lease from the cut's start, and then the world of 3 in whichever round is last.
+    std::this_thread::sleep_for(2s);
+    const bool restarted = CountMatches(Log(), "restart=1") > 0;
+    if (restarted) {
+      ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=1 world=3") == 3; }, 10s))
+          << Log() << agents[2]->err();
+    }
+    std::cout << (backend == Backend::kEtcd ? "etcd" : "ddprun-rdzv") << ": a " << length.count()
+              << " s cut: "
+              << (restarted ? "host 4 was given up and rejoined; world of 3 again "
+                            : "nothing restarted; checked ")
+              << std::chrono::duration<double>(std::chrono::steady_clock::now() - healed).count()
+              << " s after the heal" << std::endl;
+    testing::WriteFile(dir_.File("done"), "");
+    ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s)) << Log() << agents[2]->err();
+    EXPECT_EQ(CountMatches(Log(), "restart=2"), 0) << Log();  // at most the one loss
+  }
+
   TempDir dir_;
   std::unique_ptr<NetHosts> hosts_;
+  std::unique_ptr<Subprocess> etcd_;
   std::unique_ptr<testing::RdzvDaemon> daemon_;
 };
 
@@ -404,35 +523,22 @@ TEST_F(MultiHostTest, EtcdWithOneAgentCutOffFencesRestartsTheSurvivorsAndTheHost
   }
   hosts_ = std::make_unique<NetHosts>(4);
   ASSERT_EQ(hosts_->error(), "");
-  const std::string etcd_host = hosts_->Address(1);
   const std::string worker = PidWorkerUntilDone();
   std::vector<std::unique_ptr<Subprocess>> agents;
   for (int host : {2, 3, 4}) {
-    std::vector<std::string> argv = {
-        BinPath("ddprun"),
-        "--rdzv-backend=etcd",
-        "--rdzv-endpoint=" + etcd_host + ":2379",
-        "--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=0.2",
-        "--nnodes=2:3",
-        "--nproc-per-node=1",
-        "--max-restarts=1",
-        "--rdzv-id=etcdcut",
-        "--no-python",
-        worker};
-    agents.push_back(std::make_unique<Subprocess>(hosts_->On(host, argv)));
+    agents.push_back(EtcdAgent(
+        host,
+        {"--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=3,last_call_timeout=0.2",
+         "--nnodes=2:3", "--nproc-per-node=1", "--max-restarts=1", "--rdzv-id=etcdcut"},
+        worker));
   }
   // etcd starts after the agents, which must keep trying until it answers (their first
   // connection used to give up on a member that was not up yet).
   std::this_thread::sleep_for(1s);
-  Subprocess etcd(hosts_->On(
-      1,
-      {"/usr/bin/etcd", "--name", "m0", "--data-dir", dir_.File("etcd"), "--listen-client-urls",
-       "http://" + etcd_host + ":2379", "--advertise-client-urls", "http://" + etcd_host + ":2379",
-       "--listen-peer-urls", "http://" + etcd_host + ":2380", "--initial-advertise-peer-urls",
-       "http://" + etcd_host + ":2380", "--initial-cluster", "m0=http://" + etcd_host + ":2380"}));
+  etcd_ = StartEtcdOnHost1();
   std::string why;
   const std::optional<CutTimes> cut = CutHost4AndWatch(agents, &why);
-  ASSERT_TRUE(cut.has_value()) << why << etcd.err();
+  ASSERT_TRUE(cut.has_value()) << why << etcd_->err();
   std::cout << "etcd: cut -> cut-off host's worker stopped: " << cut->worker_stopped
             << " s; survivors restarted: " << cut->survivors_running
             << " s (lease 1.5 s, etcd's TTL 2 s)" << std::endl;
@@ -449,6 +555,19 @@ TEST_F(MultiHostTest, EtcdWithOneAgentCutOffFencesRestartsTheSurvivorsAndTheHost
   EXPECT_THAT(agents[2]->err(), HasSubstr("lost the etcd rendezvous"));
   EXPECT_THAT(agents[2]->err(), HasSubstr("rejoining as a new node"));
 }
+
+TEST_F(MultiHostTest, ATwoSecondCutHealsWithTheRdzvDaemon) {
+  ExpectAShortCutToHeal(Backend::kRdzvDaemon, 2s);
+}
+TEST_F(MultiHostTest, ATwoSecondCutHealsWithEtcd) { ExpectAShortCutToHeal(Backend::kEtcd, 2s); }
+TEST_F(MultiHostTest, ATenSecondCutHealsWithTheRdzvDaemon) {
+  ExpectALongCutToHeal(Backend::kRdzvDaemon, 10s);
+}
+TEST_F(MultiHostTest, ATenSecondCutHealsWithEtcd) { ExpectALongCutToHeal(Backend::kEtcd, 10s); }
+TEST_F(MultiHostTest, AThirtySecondCutHealsWithTheRdzvDaemon) {
+  ExpectALongCutToHeal(Backend::kRdzvDaemon, 30s);
+}
+TEST_F(MultiHostTest, AThirtySecondCutHealsWithEtcd) { ExpectALongCutToHeal(Backend::kEtcd, 30s); }
 
 }  // namespace
 }  // namespace ddprun
