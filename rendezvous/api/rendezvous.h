@@ -32,6 +32,12 @@ struct NodeInfo {
 };
 
 // This node's place in one round. Workers of the round get their environment from it.
+// A member of a round, as a place the run's rendezvous server can move to.
+struct Successor {
+  std::string node_id;
+  std::string addr;
+};
+
 struct Assignment {
   int64_t round = 0;         // increases by one per round of the run, never reused
   int group_rank = 0;        // this node's rank among the nodes of the round
@@ -42,6 +48,9 @@ struct Assignment {
   int master_port = 0;
   int restart_count = 0;  // failure-triggered restarts spent so far (job-wide)
   int max_restarts = 0;
+  // The round's members in group-rank order (the c10d backend fills it): when the agent that
+  // hosts the server is gone, the first of them that is not that agent serves the run next.
+  std::vector<Successor> successors;
 };
 
 // The first failure of a worker group, as the agent that saw it reports it.

@@ -469,7 +469,14 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
     }
   }
   int world_size = 0;
-  for (const Node* n : by_rank) world_size += n->info.nproc_per_node;
+  // The first few members are enough places to move the server to, and keep every assignment
+  // small in a run of thousands of nodes (one of them may be the host, which is skipped).
+  constexpr size_t kMaxSuccessors = 9;
+  std::vector<Successor> successors;
+  for (const Node* n : by_rank) {
+    world_size += n->info.nproc_per_node;
+    if (successors.size() < kMaxSuccessors) successors.push_back({n->info.node_id, n->addr});
+  }
   int offset = 0;
   for (int r = 0; r < size; ++r) {
     Node* n = by_rank[r];
@@ -486,6 +493,7 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
     a.master_port = master->info.master_port;
     a.restart_count = restarts_used_;
     a.max_restarts = max_restarts_;
+    a.successors = successors;
     out->push_back({n->conn, a});
     offset += n->info.nproc_per_node;
   }

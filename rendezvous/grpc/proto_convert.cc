@@ -92,6 +92,7 @@ Assignment FromProto(const proto::Assignment& p) {
   a.master_port = p.master_port();
   a.restart_count = p.restart_count();
   a.max_restarts = p.max_restarts();
+  for (const proto::Successor& s : p.successors()) a.successors.push_back({s.node_id(), s.addr()});
   return a;
 }
 
@@ -106,12 +107,18 @@ proto::Assignment ToProto(const Assignment& a) {
   p.set_master_port(a.master_port);
   p.set_restart_count(a.restart_count);
   p.set_max_restarts(a.max_restarts);
+  for (const Successor& s : a.successors) {
+    proto::Successor* out = p.add_successors();
+    out->set_node_id(s.node_id);
+    out->set_addr(s.addr);
+  }
   return p;
 }
 
 proto::Resume ToProto(const ResumeClaim& c) {
   proto::Resume p;
   *p.mutable_last() = ToProto(c.last);
+  p.mutable_last()->clear_successors();  // the server that reads the claim makes its own
   p.set_restarts_used(c.restarts_used);
   switch (c.group) {
     case ResumeClaim::Group::kWaiting:

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/loop_thread.h"
+#include "common/strings.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/grpc/agent_call.h"
@@ -53,7 +54,9 @@ RendezvousClient::RendezvousClient(ClientOptions options, Executor* executor,
       loop_(std::make_unique<LoopThread>()),
       events_(executor),
       heartbeat_interval_(std::chrono::duration_cast<std::chrono::milliseconds>(
-          options_.timeouts.keep_alive_interval)) {}
+          options_.timeouts.keep_alive_interval)) {
+  endpoint_ = options_.endpoint;
+}
 
 RendezvousClient::~RendezvousClient() {
   events_.Silence();
@@ -94,7 +97,9 @@ void RendezvousClient::StartCall(std::chrono::milliseconds connect_budget,
   connect_budget_name_ = budget_name;
   connect_deadline_ = std::chrono::steady_clock::now() + connect_budget;
   if (channel_ == nullptr) {
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = MakeRendezvousChannel(options_);
+    ClientOptions current = options_;
+    current.endpoint = endpoint_;
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = MakeRendezvousChannel(current);
     if (!channel.ok()) {
       Closed(channel.status());
       return;
@@ -146,6 +151,8 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
       joined_ = true;
       ever_joined_ = true;
       server_embedded_ = m.joined().embedded();
+      host_node_id_ = m.joined().host_node_id();
+      failing_over_ = false;
       member_key_ = m.joined().member_key();
       reconnecting_ = false;
       reconnect_attempts_ = 0;
@@ -162,6 +169,7 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
       break;
     case proto::ServerMessage::kAssignment: {
       Assignment a = FromProto(m.assignment());
+      if (!a.successors.empty()) successors_ = a.successors;
       claim_.last = a;
       claim_.restarts_used = std::max(claim_.restarts_used, a.restart_count);
       claim_.group = ResumeClaim::Group::kRunning;
@@ -196,13 +204,14 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
 }
 
 void RendezvousClient::HandleDone(int grpc_code, const std::string& message) {
-  const std::string where = options_.endpoint;
+  const std::string where = endpoint_;
   const auto code = static_cast<grpc::StatusCode>(grpc_code);
   if (joined_ && server_embedded_ && !events_.closed()) {
-    Closed(absl::UnavailableError(absl::StrCat(
-        "lost the rendezvous stream to ", where, ": ", message, " (gRPC code ", grpc_code,
-        "); that server was hosted by an agent, which is gone with it (ddprun-rdzv or etcd "
-        "survive a server restart)")));
+    joined_ = false;
+    RetireCall();
+    DecideFailover(absl::StrCat("lost the rendezvous stream to ", where, ": ", message,
+                                " (gRPC code ", grpc_code, ")"),
+                   kFailoverProbes);
     return;
   }
   if (!events_.closed() && !timed_out_ && code != grpc::StatusCode::UNAUTHENTICATED &&
@@ -211,6 +220,12 @@ void RendezvousClient::HandleDone(int grpc_code, const std::string& message) {
                   ? absl::StrCat("the rendezvous server at ", where, " ended the stream")
                   : absl::StrCat("lost the rendezvous stream to ", where, ": ", message,
                                  " (gRPC code ", grpc_code, ")"));
+    return;
+  }
+  if (timed_out_ && failing_over_ && !events_.closed()) {
+    // This successor did not take the run within its lease: the next one.
+    timed_out_ = false;
+    AdvanceFailover();
     return;
   }
   if (timed_out_ && reconnecting_) {
@@ -272,14 +287,93 @@ void RendezvousClient::RetryJoin(const std::string& why) {
         connect_deadline_ - std::chrono::steady_clock::now());
     if (left <= std::chrono::milliseconds::zero()) {
       Closed(absl::UnavailableError(absl::StrCat(
-          "cannot reach the rendezvous server at ", options_.endpoint, " within ",
-          connect_budget_name_, " (", Seconds(connect_budget_), "): ", join_broken_because_)));
+          "cannot reach the rendezvous server at ", endpoint_, " within ", connect_budget_name_,
+          " (", Seconds(connect_budget_), "): ", join_broken_because_)));
       return;
     }
     const std::chrono::milliseconds budget = connect_budget_;
     StartCall(left, connect_budget_name_);
     connect_budget_ = budget;  // the budget named in messages stays the whole one
   });
+}
+
+void RendezvousClient::DecideFailover(const std::string& why, int probes_left) {
+  if (events_.closed()) return;
+  // Only a server that is certainly gone is replaced: its address refuses connections (its
+  // agent died, its host is up). One that does not answer may be alive on the other side of a
+  // partition, with the others still talking to it: then this node is the one cut off, and the
+  // run ends for it as before. A listener that still accepts may be the dying agent's (its
+  // sockets close one by one), so it is asked again for a short while before it counts as a
+  // server: then a successor on the same host and port, or the server itself, which only ended
+  // this stream; either takes a re-registration, as a restarted ddprun-rdzv would.
+  const ProbeResult probe = ProbeEndpoint(endpoint_, std::chrono::milliseconds(500));
+  if (probe == ProbeResult::kRefused && !successors_.empty()) {
+    StartFailover(why);
+    return;
+  }
+  if (probe == ProbeResult::kAccepting && probes_left > 0) {
+    loop_->PostAt(std::chrono::steady_clock::now() + std::chrono::milliseconds(50),
+                  [this, why, probes_left] { DecideFailover(why, probes_left - 1); });
+    return;
+  }
+  if (probe == ProbeResult::kAccepting) {
+    Reconnect(why);
+    return;
+  }
+  Closed(absl::UnavailableError(absl::StrCat(
+      why, "; that server was hosted by an agent, which cannot be reached (",
+      ProbeResultName(probe),
+      "): this node may be the one cut off, so no successor takes over here (ddprun-rdzv or "
+      "etcd survive a server restart)")));
+}
+
+void RendezvousClient::StartFailover(const std::string& why) {
+  failover_candidates_.clear();
+  for (const Successor& s : successors_) {
+    if (s.node_id != host_node_id_) failover_candidates_.push_back(s);
+  }
+  failing_over_ = true;
+  failover_next_ = 0;
+  reconnecting_ = true;
+  broken_because_ = why;
+  reconnect_deadline_ = std::chrono::steady_clock::now() + options_.read_timeout;
+  events_.Reconnecting(absl::StrCat(
+      why,
+      "; the agent that hosted the rendezvous is gone (its address refuses connections): "
+      "the run moves to its successor, the workers keep running meanwhile"));
+  AdvanceFailover();
+}
+
+void RendezvousClient::AdvanceFailover() {
+  if (failover_next_ >= failover_candidates_.size()) {
+    Closed(absl::UnavailableError(absl::StrCat(
+        "the rendezvous server hosted by an agent is gone (", broken_because_, ") and none of its ",
+        failover_candidates_.size(), " successor(s) took the run over within its lease")));
+    return;
+  }
+  const Successor next = failover_candidates_[failover_next_++];
+  const int port = ParseHostPort("endpoint", endpoint_, 0).value_or(HostPort{}).port;
+  if (next.node_id == node_.node_id && options_.host_failover) {
+    // Every survivor walks the same list in the same order, so this agent is the one all of
+    // them go to now.
+    const absl::Status hosted = options_.host_failover(port);
+    events_.Reconnecting(
+        hosted.ok() ? absl::StrCat("this agent now hosts the rendezvous on port ", port,
+                                   " (the successor of the agent that was lost)")
+                    : absl::StrCat("this agent is the successor but cannot host the rendezvous: ",
+                                   hosted.message()));
+  }
+  const TimePoint now = std::chrono::steady_clock::now();
+  endpoint_ = FormatHostPort(next.addr, port);
+  channel_.reset();
+  // Each successor gets a lease to take the run; fencing measures silence from here.
+  const int attempts = std::max(1, options_.timeouts.keep_alive_max_attempt);
+  candidate_deadline_ = now + heartbeat_interval_ * attempts;
+  last_heard_ = now;
+  joined_ = false;
+  RetireCall();
+  StartCall(std::chrono::duration_cast<std::chrono::milliseconds>(candidate_deadline_ - now),
+            "the successor's lease");
 }
 
 void RendezvousClient::Reconnect(const std::string& why) {
@@ -297,12 +391,18 @@ void RendezvousClient::Reconnect(const std::string& why) {
   RetireCall();
   loop_->PostAt(now + NextBackoff(), [this] {
     if (events_.closed() || !reconnecting_ || call_ != nullptr) return;
+    const TimePoint deadline =
+        failing_over_ ? std::min(candidate_deadline_, reconnect_deadline_) : reconnect_deadline_;
+    if (failing_over_ && std::chrono::steady_clock::now() >= candidate_deadline_) {
+      AdvanceFailover();
+      return;
+    }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        reconnect_deadline_ - std::chrono::steady_clock::now());
+        deadline - std::chrono::steady_clock::now());
     if (left <= std::chrono::milliseconds::zero()) {
-      Closed(absl::UnavailableError(absl::StrCat(
-          "no rendezvous server answered at ", options_.endpoint, " for read_timeout (",
-          Seconds(options_.read_timeout), ") after ", broken_because_)));
+      Closed(absl::UnavailableError(
+          absl::StrCat("no rendezvous server answered at ", endpoint_, " for read_timeout (",
+                       Seconds(options_.read_timeout), ") after ", broken_because_)));
       return;
     }
     StartCall(left, "read_timeout");
@@ -324,12 +424,12 @@ void RendezvousClient::ScheduleHeartbeat() {
       const Duration silent = std::chrono::steady_clock::now() - last_heard_;
       if (silent > lease) {
         const ProbeResult probe = ProbeEndpoint(
-            options_.endpoint,
+            endpoint_,
             std::min<std::chrono::milliseconds>(
                 std::chrono::milliseconds(500),
                 std::chrono::duration_cast<std::chrono::milliseconds>(heartbeat_interval_)));
         if (probe != ProbeResult::kRefused) {
-          Fence(absl::StrCat("fenced: the rendezvous server at ", options_.endpoint,
+          Fence(absl::StrCat("fenced: the rendezvous server at ", endpoint_,
                              " has not been reachable for ", ToMillis(silent), " ms (the lease is ",
                              ToMillis(lease), " ms; a connection to it: ", ProbeResultName(probe),
                              "): this node is cut off and its peers have given it up"));
@@ -349,8 +449,8 @@ void RendezvousClient::ScheduleHeartbeat() {
     const Duration lease = heartbeat_interval_ * attempts;
     const Duration silent = std::chrono::steady_clock::now() - last_heard_;
     if (silent > lease && unanswered_ >= attempts) {
-      Fence(absl::StrCat("fenced: no word from the rendezvous server at ", options_.endpoint,
-                         " for ", ToMillis(silent), " ms (the lease is ", ToMillis(lease),
+      Fence(absl::StrCat("fenced: no word from the rendezvous server at ", endpoint_, " for ",
+                         ToMillis(silent), " ms (the lease is ", ToMillis(lease),
                          " ms): this node is cut off and its peers have given it up"));
       return;
     }

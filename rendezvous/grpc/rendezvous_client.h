@@ -29,6 +29,7 @@
 #define DDPRUN_RENDEZVOUS_GRPC_RENDEZVOUS_CLIENT_H_
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -71,6 +72,10 @@ struct ClientOptions {
   std::chrono::milliseconds close_timeout{2000};
   // Deadline of unary calls (QueryRunStatus).
   std::chrono::milliseconds rpc_timeout{10000};
+  // Failover of an embedded server: called on the client's thread when this agent is the
+  // successor of the agent that hosted the run's server and is gone; it starts serving on
+  // `port` here. Unset: this client never hosts (it still follows the others to the successor).
+  std::function<absl::Status(int port)> host_failover;
 };
 
 // A channel to `options.endpoint` with the client's credentials, keepalive and reconnect
@@ -111,6 +116,13 @@ class RendezvousClient final : public Rendezvous {
   // budget of the first call of this join (connect_deadline_) runs out.
   void RetryJoin(const std::string& why);
   void RetireCall();  // call_ to retired_calls_, where its last reactions are awaited
+  // The embedded server's stream broke: refused → StartFailover; still accepting after
+  // `probes_left` more probes 50 ms apart → Reconnect; unreachable → the run ends here.
+  void DecideFailover(const std::string& why, int probes_left);
+  static constexpr int kFailoverProbes = 20;
+  // Walks the successors of the last assignment, skipping the host.
+  void StartFailover(const std::string& why);
+  void AdvanceFailover();  // the next successor, hosting here when it is this node
   std::chrono::milliseconds NextBackoff();
   // No word from the server for the lease: stop (fixed world) or rejoin as a new node.
   void Fence(const std::string& why);
@@ -136,7 +148,14 @@ class RendezvousClient final : public Rendezvous {
   uint64_t call_generation_ = 0;        // of call_; older calls' reactions are dropped
   std::vector<std::unique_ptr<AgentCall>> retired_calls_;  // cancelled by a rejoin
   bool ever_joined_ = false;                               // re-registrations carry claim_
-  bool server_embedded_ = false;    // the server lives in an agent: a broken stream is the end
+  bool server_embedded_ = false;       // the server lives in an agent: failover when it is gone
+  std::string endpoint_;               // the server's address: options_.endpoint, or a successor
+  std::string host_node_id_;           // the node whose agent hosts an embedded server
+  std::vector<Successor> successors_;  // from the last assignment
+  bool failing_over_ = false;          // walking failover_candidates_
+  std::vector<Successor> failover_candidates_;
+  size_t failover_next_ = 0;
+  TimePoint candidate_deadline_{};
   ResumeClaim claim_;               // what this node knows of its place
   std::string member_key_;          // from the last Joined; presented with claim_
   bool reconnecting_ = false;       // the current call re-registers after a broken stream

@@ -99,6 +99,11 @@ RendezvousServer::~RendezvousServer() { Shutdown(); }
 
 std::string RendezvousServer::address() const { return FormatHostPort(host_, port_); }
 
+void RendezvousServer::SetHostNodeId(const std::string& node_id) {
+  RendezvousServiceImpl* service = service_.get();
+  loop_->Post([service, node_id] { service->set_host_node_id(node_id); });
+}
+
 int RendezvousServer::http_port() const { return http_ != nullptr ? http_->port() : 0; }
 
 void RendezvousServer::Shutdown(std::chrono::milliseconds grace) {

@@ -57,8 +57,8 @@ struct ServerOptions {
   // have not authenticated, in time and in number.
   std::chrono::milliseconds handshake_timeout{10000};
   int max_handshaking_connections = 2048;
-  // Hosted inside an agent: the agents are told so, and end the run when its stream breaks
-  // (nobody will start a new server on its address).
+  // Hosted inside an agent: the agents are told so; when its stream breaks and its address
+  // refuses connections, they move to a successor (rendezvous_client.h, failover).
   bool embedded = false;
   // The HTTP side (/metrics and the status page, http_endpoint.h); off unless set. Its token is
   // the server's.
@@ -82,6 +82,8 @@ class RendezvousServer {
   int http_port() const;
   // "host:port" ("[::1]:port" for IPv6), with the real port.
   std::string address() const;
+  // Embedded: the node of the agent that hosts this server (before that agent joins).
+  void SetHostNodeId(const std::string& node_id);
   // Stops accepting calls, ends every stream (agents see the server go away), stops the loop.
   // Waits at most `grace` for in-flight calls.
   void Shutdown(std::chrono::milliseconds grace = std::chrono::milliseconds(500));

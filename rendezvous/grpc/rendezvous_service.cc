@@ -244,7 +244,10 @@ void RendezvousServiceImpl::Apply(const Outbox& out) {
     const bool last = std::holds_alternative<CloseNotice>(o.msg);
     it->second.closed = last;
     proto::ServerMessage m = ToProto(o);
-    if (m.has_joined()) m.mutable_joined()->set_embedded(embedded_);
+    if (m.has_joined()) {
+      m.mutable_joined()->set_embedded(embedded_);
+      m.mutable_joined()->set_host_node_id(host_node_id_);
+    }
     it->second.stream->Send(std::move(m), last);
   }
 }

@@ -54,6 +54,9 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
   // answer within a second: it is stopping). Any thread.
   std::string RenderMetrics();
   std::string RenderStatusPage(const std::string& server);
+  // Embedded: the node whose agent hosts this server, told to agents in Joined so that none
+  // picks it as the successor. Loop thread only (RendezvousServer::SetHostNodeId posts it).
+  void set_host_node_id(std::string node_id) { host_node_id_ = std::move(node_id); }
   // Streams accepted so far (for tests and load reports).
   uint64_t streams_accepted() const { return next_conn_.load() - 1; }
 
@@ -69,7 +72,8 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
   const Clock* const clock_;
   const std::string token_;
   const RunTimeouts default_timeouts_;
-  const bool embedded_;  // told to agents in Joined
+  const bool embedded_;       // told to agents in Joined
+  std::string host_node_id_;  // loop thread only
   const int max_queued_;
   std::atomic<ConnId> next_conn_{1};
   std::atomic<int> open_streams_{0};  // counted from Connect until the loop deletes the stream

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/log.h"
 #include "common/strings.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
@@ -72,20 +73,50 @@ absl::StatusOr<rendezvous::ClientOptions> ClientOptionsFor(const C10dSettings& s
   return c;
 }
 
+// The embedded server's options from the settings (`port`: where it listens).
+rendezvous::ServerOptions ServerOptionsFor(const C10dSettings& s, const std::string& token,
+                                           int port) {
+  rendezvous::ServerOptions o;
+  o.host = s.endpoint_host.find(':') != std::string::npos ? "::" : "0.0.0.0";
+  o.port = port;
+  o.token = token;
+  o.tls.cert_file = s.tls_cert;
+  o.tls.key_file = s.tls_key;
+  o.tls.client_ca_file = s.tls_client_ca;
+  o.default_timeouts = s.timeouts;
+  o.embedded = true;
+  if (s.http_port.has_value()) {
+    rendezvous::HttpOptions http;
+    http.host = s.http_host;
+    http.port = *s.http_port;
+    o.http = http;
+  }
+  return o;
+}
+
 class GrpcRendezvousImpl final : public GrpcRendezvous {
  public:
   GrpcRendezvousImpl(std::unique_ptr<rendezvous::RendezvousServer> server,
-                     rendezvous::ClientOptions options, Executor* executor)
-      : server_(std::move(server)),
-        options_(std::move(options)),
-        client_(std::make_unique<rendezvous::RendezvousClient>(options_, executor)) {}
+                     rendezvous::ClientOptions options, rendezvous::ServerOptions server_options,
+                     Executor* executor)
+      : server_options_(std::move(server_options)), server_(std::move(server)) {
+    options.host_failover = [this](int port) { return HostAsSuccessor(port); };
+    options_ = std::move(options);
+    client_ = std::make_unique<rendezvous::RendezvousClient>(options_, executor);
+  }
 
   ~GrpcRendezvousImpl() override {
-    client_.reset();  // the stream ends before the server goes
+    client_.reset();  // the stream ends before the server goes; no failover call after this
+    absl::MutexLock lock(&mu_);
     server_.reset();
   }
 
   void Join(const rendezvous::NodeInfo& node, rendezvous::RendezvousEvents* events) override {
+    {
+      absl::MutexLock lock(&mu_);
+      node_id_ = node.node_id;
+      if (server_ != nullptr) server_->SetHostNodeId(node.node_id);
+    }
     client_->Join(node, events);
   }
   void ReportGroupState(int64_t round, rendezvous::GroupState state,
@@ -98,11 +129,20 @@ class GrpcRendezvousImpl final : public GrpcRendezvous {
   void ReportStep(const std::string& json) override { client_->ReportStep(json); }
   void Leave(const std::string& reason) override { client_->Leave(reason); }
 
-  bool hosting() const override { return server_ != nullptr; }
+  bool hosting() const override {
+    absl::MutexLock lock(&mu_);
+    return server_ != nullptr;
+  }
 
   int OtherAgents(const std::string& run_id) override {
-    if (server_ == nullptr) return 0;
     rendezvous::ClientOptions query = options_;
+    {
+      absl::MutexLock lock(&mu_);
+      if (server_ == nullptr) return 0;
+      // A successor's server is on this host, not at the endpoint the agents were given.
+      if (successor_) query.endpoint = FormatHostPort("127.0.0.1", server_->port());
+    }
+    query.host_failover = nullptr;
     query.rpc_timeout = std::chrono::milliseconds(1000);
     auto status = rendezvous::QueryRunStatus(query, run_id);
     if (!status.ok() || status->phase == rendezvous::RunPhase::kClosed) return 0;
@@ -110,8 +150,28 @@ class GrpcRendezvousImpl final : public GrpcRendezvous {
   }
 
  private:
-  std::unique_ptr<rendezvous::RendezvousServer> server_;
-  const rendezvous::ClientOptions options_;
+  // On the client's thread: the agent that hosted the run is gone and this one is next.
+  absl::Status HostAsSuccessor(int port) {
+    absl::MutexLock lock(&mu_);
+    if (server_ != nullptr) return absl::OkStatus();  // already serving
+    rendezvous::ServerOptions o = server_options_;
+    o.port = port;
+    auto started = rendezvous::RendezvousServer::Start(o);
+    if (!started.ok()) return started.status();
+    server_ = *std::move(started);
+    successor_ = true;
+    server_->SetHostNodeId(node_id_);
+    LogInfo(absl::StrCat("hosting the rendezvous on ", server_->address(),
+                         " (failover: the agent that hosted it is gone)"));
+    return absl::OkStatus();
+  }
+
+  const rendezvous::ServerOptions server_options_;
+  mutable absl::Mutex mu_;
+  std::unique_ptr<rendezvous::RendezvousServer> server_ ABSL_GUARDED_BY(mu_);
+  std::string node_id_ ABSL_GUARDED_BY(mu_);
+  bool successor_ ABSL_GUARDED_BY(mu_) = false;  // server_ was started by a failover
+  rendezvous::ClientOptions options_;
   std::unique_ptr<rendezvous::RendezvousClient> client_;
 };
 
@@ -235,23 +295,10 @@ class PluginImpl final : public GrpcRendezvousPlugin {
     auto client = ClientOptionsFor(s);
     if (!client.ok()) return client.status();
     std::unique_ptr<rendezvous::RendezvousServer> server;
+    const rendezvous::ServerOptions server_options =
+        ServerOptionsFor(s, client->token, s.endpoint_port);
     if (s.host_here && (s.must_host || !PortInUse(s.endpoint_host, s.endpoint_port))) {
-      rendezvous::ServerOptions o;
-      o.host = s.endpoint_host.find(':') != std::string::npos ? "::" : "0.0.0.0";
-      o.port = s.endpoint_port;
-      o.token = client->token;
-      o.tls.cert_file = s.tls_cert;
-      o.tls.key_file = s.tls_key;
-      o.tls.client_ca_file = s.tls_client_ca;
-      o.default_timeouts = s.timeouts;
-      o.embedded = true;
-      if (s.http_port.has_value()) {
-        rendezvous::HttpOptions http;
-        http.host = s.http_host;
-        http.port = *s.http_port;
-        o.http = http;
-      }
-      auto started = rendezvous::RendezvousServer::Start(o);
+      auto started = rendezvous::RendezvousServer::Start(server_options);
       if (started.ok()) {
         server = std::move(*started);
         LogInfo(absl::StrCat("hosting the rendezvous on ", server->address()));
@@ -265,7 +312,7 @@ class PluginImpl final : public GrpcRendezvousPlugin {
       // else: another process took the port between the check and the bind: join it.
     }
     return std::unique_ptr<GrpcRendezvous>(
-        new GrpcRendezvousImpl(std::move(server), *std::move(client), executor));
+        new GrpcRendezvousImpl(std::move(server), *std::move(client), server_options, executor));
   }
 
   absl::StatusOr<std::string> QueryRun(const C10dSettings& s, const std::string& run_id) override {

@@ -543,6 +543,63 @@ TEST(ElasticHostingTest, HostingAgentServesUntilTheOthersFinish) {
   }
 }
 
+// Issue 24: the agent that hosts the embedded server is killed. The survivors' streams break,
+// its address refuses connections, and every survivor walks the successor list of the last
+// assignment: the lowest group rank but the host serves the run next, the others re-register
+// with it, and the lost node counts as any lost node (an elastic job goes on without it within
+// the lease + 1 s). The job then finishes normally.
+TEST(ElasticHostingTest, TheHostingAgentKilledTheRunMovesToItsSuccessor) {
+  ReservedPort port;
+  ASSERT_GT(port.port(), 0);
+  TempDir dir;
+  const std::string done = dir.File("done");
+  const std::vector<std::string> worker = {
+      "/bin/sh", "-c",
+      "echo \"rank=$RANK world=$WORLD_SIZE restart=$TORCHELASTIC_RESTART_COUNT\" >> " +
+          dir.File("log") + "; while [ ! -e " + done + " ]; do sleep 0.05; done"};
+  auto agent = [&](const std::string& is_host) {
+    std::vector<std::string> argv = {
+        BinPath("ddprun"),
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=127.0.0.1:" + std::to_string(port.port()),
+        "--rdzv-id=failover",
+        "--rdzv-conf=is_host=" + is_host +
+            ",keep_alive_interval=1,keep_alive_max_attempt=3,last_call_timeout=0.2",
+        "--nnodes=2:3",
+        "--max-restarts=1",
+        "--no-python"};
+    argv.insert(argv.end(), worker.begin(), worker.end());
+    return std::make_unique<Subprocess>(argv);
+  };
+  auto host = agent("1");
+  ASSERT_TRUE(host->WaitForOutputContains("hosting the rendezvous", 10s)) << host->err();
+  std::vector<std::unique_ptr<Subprocess>> others;
+  others.push_back(agent("0"));
+  others.push_back(agent("0"));
+  auto log = [&] { return ReadFile(dir.File("log")); };
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(log(), "world=3 restart=0") == 3; }, 30s))
+      << log() << host->err();
+  const auto killed = std::chrono::steady_clock::now();
+  host->Signal(SIGKILL);
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(log(), "world=2 restart=1") == 2; }, 20s))
+      << log() << others[0]->err() << others[1]->err();
+  const double running =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  std::cout << "hosting agent killed -> survivors running again: " << running << " s (lease 3 s)"
+            << std::endl;
+  EXPECT_LT(running, 3.0 + 1.0);
+  EXPECT_EQ(
+      CountMatches(others[0]->err() + others[1]->err(), "hosting the rendezvous on .* \\(failover"),
+      1)
+      << others[0]->err() << others[1]->err();
+  WriteFile(done, "");
+  for (auto& a : others) {
+    auto st = a->Wait(30s);
+    ASSERT_TRUE(st.has_value());
+    EXPECT_EQ(st->exit_code, 0) << a->err();
+  }
+}
+
 TEST(ElasticHostingTest, UnreachableEndpointExitsThreeNamingIt) {
   Subprocess a({BinPath("ddprun"), "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:1",
                 "--rdzv-id=x", "--rdzv-conf=read_timeout=1,is_host=0", "--no-python", "true"});

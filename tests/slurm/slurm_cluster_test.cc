@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 
 #include <chrono>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <regex>
@@ -114,6 +115,57 @@ class SlurmClusterTest : public ::testing::Test {
       if (!Exists(dir_.File(prefix + std::to_string(i)))) return false;
     }
     return true;
+  }
+
+  // srun --no-kill, --nnodes=1:2 with a 3 s lease and a 0.2 s last call: the agent on node `victim` is SIGKILLed;
+  // the agent on `survivor` re-forms a one-node round and finishes with exit 0; the victim's
+  // workers are gone too. Seconds from the kill until the survivor's one-node round runs.
+  double KillAgentAndFinishOnTheOther(const std::string& victim, const std::string& survivor) {
+    const std::string worker =
+        // Written whole before it exists (the test reads it as soon as it exists).
+        EnvWorker("echo $PPID > " + dir_.File("agent-$SLURMD_NODENAME.tmp") + " && mv " +
+                  dir_.File("agent-$SLURMD_NODENAME.tmp") + " " +
+                  dir_.File("agent-$SLURMD_NODENAME") +
+                  "\n"
+                  "echo \"round=$DDPRUN_ROUND world=$WORLD_SIZE node=$SLURMD_NODENAME\" >> " +
+                  dir_.File("rounds") +
+                  "\n"
+                  "[ \"$WORLD_SIZE\" = 1 ] && exit 0\n"
+                  "sleep 600 & wait\n");
+    const std::string exits = dir_.File("exits");
+    auto srun = Start({"srun", "-N2", "--ntasks-per-node=1", "--no-kill", "bash", "-c",
+                       BinPath("ddprun") +
+                           " --nnodes=1:2 --nproc-per-node=1 --max-restarts=3"
+                           " --rdzv-conf=last_call_timeout=0.2,keep_alive_interval=1,"
+                           "keep_alive_max_attempt=3 --no-python " +
+                           worker + "; echo \"$SLURMD_NODENAME rc=$?\" >> " + exits});
+    EXPECT_TRUE(WaitUntil(
+        [&] { return Exists(dir_.File("agent-n1")) && Exists(dir_.File("agent-n2")); }, 30s))
+        << srun->err();
+    int agent = 0;
+    EXPECT_TRUE(absl::SimpleAtoi(
+        absl::StripTrailingAsciiWhitespace(ReadFile(dir_.File("agent-" + victim))), &agent));
+    if (agent <= 0) return -1;
+    const auto killed = std::chrono::steady_clock::now();
+    EXPECT_EQ(kill(agent, SIGKILL), 0);
+    double running = -1;
+    EXPECT_TRUE(WaitUntil(
+        [&] {
+          if (running < 0 &&
+              ReadFile(dir_.File("rounds")).find("world=1 node=" + survivor) != std::string::npos) {
+            running =
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+          }
+          return ReadFile(exits).find(survivor + " rc=") != std::string::npos;
+        },
+        60s))
+        << srun->err() << ReadFile(dir_.File("rounds"));
+    EXPECT_THAT(ReadFile(exits), HasSubstr(survivor + " rc=0")) << srun->err();
+    EXPECT_THAT(ReadFile(dir_.File("rounds")), HasSubstr("world=1 node=" + survivor));
+    std::optional<ExitStatus> st = srun->Wait(30s);
+    EXPECT_TRUE(st.has_value()) << srun->err();
+    EXPECT_THAT(ReadFile(exits), HasSubstr(victim + " rc=137"));
+    return running;
   }
 
   TempDir cluster_dir_;
@@ -307,40 +359,19 @@ TEST_F(SlurmClusterTest, Usr1PreemptionCheckpointsAndTheRequeuedRunResumes) {
   EXPECT_THAT(second, HasSubstr("world size 4")) << second;
 }
 
-// srun --no-kill, --nnodes=1:2: the agent on n2 is SIGKILLed; the agent on n1 (which hosts the
-// rendezvous) re-forms a one-node round and finishes with exit 0; n2's workers are gone too.
+// The agent on n2 (not the host) is lost: n1, which hosts the rendezvous, goes on alone.
 TEST_F(SlurmClusterTest, NoKillElasticJobFinishesOnTheSurvivingNode) {
-  const std::string worker =
-      // Written whole before it exists (the test reads it as soon as it exists).
-      EnvWorker("echo $PPID > " + dir_.File("agent-$SLURMD_NODENAME.tmp") + " && mv " +
-                dir_.File("agent-$SLURMD_NODENAME.tmp") + " " +
-                dir_.File("agent-$SLURMD_NODENAME") +
-                "\n"
-                "echo \"round=$DDPRUN_ROUND world=$WORLD_SIZE node=$SLURMD_NODENAME\" >> " +
-                dir_.File("rounds") +
-                "\n"
-                "[ \"$WORLD_SIZE\" = 1 ] && exit 0\n"
-                "sleep 600 & wait\n");
-  const std::string exits = dir_.File("exits");
-  auto srun = Start({"srun", "-N2", "--ntasks-per-node=1", "--no-kill", "bash", "-c",
-                     BinPath("ddprun") +
-                         " --nnodes=1:2 --nproc-per-node=1 --max-restarts=3"
-                         " --rdzv-conf=last_call_timeout=1 --no-python " +
-                         worker + "; echo \"$SLURMD_NODENAME rc=$?\" >> " + exits});
-  ASSERT_TRUE(WaitUntil(
-      [&] { return Exists(dir_.File("agent-n1")) && Exists(dir_.File("agent-n2")); }, 30s))
-      << srun->err();
-  int agent = 0;
-  ASSERT_TRUE(absl::SimpleAtoi(absl::StripTrailingAsciiWhitespace(ReadFile(dir_.File("agent-n2"))),
-                               &agent));
-  ASSERT_EQ(kill(agent, SIGKILL), 0);
-  ASSERT_TRUE(WaitUntil([&] { return ReadFile(exits).find("n1 rc=") != std::string::npos; }, 60s))
-      << srun->err() << ReadFile(dir_.File("rounds"));
-  EXPECT_THAT(ReadFile(exits), HasSubstr("n1 rc=0"));
-  EXPECT_THAT(ReadFile(dir_.File("rounds")), HasSubstr("world=1 node=n1"));
-  std::optional<ExitStatus> st = srun->Wait(30s);
-  ASSERT_TRUE(st.has_value()) << srun->err();
-  EXPECT_THAT(ReadFile(exits), HasSubstr("n2 rc=137"));
+  KillAgentAndFinishOnTheOther("n2", "n1");
+}
+
+// Issue 24: the agent on n1, which hosts the rendezvous of agent mode, is lost. n2 is its
+// successor: it serves the run on the same derived port at its own address, re-registers, and
+// goes on alone within the lease + 1 s (keep_alive_interval=1: a 3 s lease).
+TEST_F(SlurmClusterTest, NoKillElasticJobGoesOnWhenTheHostingAgentIsKilled) {
+  const double running = KillAgentAndFinishOnTheOther("n1", "n2");
+  std::cout << "Slurm agent mode, the hosting agent killed -> the survivor running again: "
+            << running << " s (lease 3 s)" << std::endl;
+  EXPECT_LT(running, 3.0 + 1.0);
 }
 
 // A node list ddprun cannot parse, and `--nproc-per-node=gpu` in a step without GPUs: one line,

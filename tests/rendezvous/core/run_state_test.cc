@@ -121,6 +121,26 @@ TEST_F(RunStateTest, RoundCompletesAtOnceAtMax) {
   }
 }
 
+// Issue 24: every assignment names where the run's server can move (failover of the embedded
+// server): the same list for every member, in group-rank order, at most nine entries however
+// large the round.
+TEST_F(RunStateTest, AssignmentsCarryTheSameSuccessorsInGroupRankOrder) {
+  Outbox out;
+  for (ConnId c = 1; c <= 12; ++c) out = Join(c, 12, 12);
+  ASSERT_EQ(Count<Assignment>(out), 12);
+  const std::vector<Successor>& first = Find<Assignment>(out, 1)->successors;
+  ASSERT_EQ(first.size(), 9u);
+  for (size_t i = 0; i < first.size(); ++i) {
+    EXPECT_EQ(first[i].node_id, std::to_string(i + 1));  // joined in order: rank i is node i+1
+    EXPECT_EQ(first[i].addr, "10.0.0." + std::to_string(i + 1));
+  }
+  for (ConnId c = 2; c <= 12; ++c) {
+    const std::vector<Successor>& other = Find<Assignment>(out, c)->successors;
+    ASSERT_EQ(other.size(), first.size());
+    for (size_t i = 0; i < first.size(); ++i) EXPECT_EQ(other[i].node_id, first[i].node_id);
+  }
+}
+
 TEST_F(RunStateTest, RoundCompletesAtMinAfterLastCall) {
   Join(1, 2, 3);
   Join(2, 2, 3);

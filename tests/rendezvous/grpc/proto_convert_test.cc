@@ -95,6 +95,7 @@ TEST(ProtoConvertTest, AssignmentRoundTrips) {
   a.master_port = 5;
   a.restart_count = 1;
   a.max_restarts = 2;
+  a.successors = {{"n1", "10.0.0.1"}, {"n2", "::1"}};
   Assignment b = FromProto(ToProto(Outgoing{1, a}).assignment());
   EXPECT_EQ(b.round, 3);
   EXPECT_EQ(b.group_rank, 1);
@@ -105,6 +106,14 @@ TEST(ProtoConvertTest, AssignmentRoundTrips) {
   EXPECT_EQ(b.master_port, 5);
   EXPECT_EQ(b.restart_count, 1);
   EXPECT_EQ(b.max_restarts, 2);
+  ASSERT_EQ(b.successors.size(), 2u);
+  EXPECT_EQ(b.successors[1].node_id, "n2");
+  EXPECT_EQ(b.successors[1].addr, "::1");
+  // A re-registration's claim carries the assignment without them: the server that reads it
+  // makes its own list.
+  ResumeClaim claim;
+  claim.last = a;
+  EXPECT_EQ(ToProto(claim).last().successors_size(), 0);
 }
 
 }  // namespace
