@@ -117,9 +117,9 @@ class SlurmClusterTest : public ::testing::Test {
     return true;
   }
 
-  // srun --no-kill, --nnodes=1:2 with a 3 s lease and a 0.2 s last call: the agent on node `victim` is SIGKILLed;
-  // the agent on `survivor` re-forms a one-node round and finishes with exit 0; the victim's
-  // workers are gone too. Seconds from the kill until the survivor's one-node round runs.
+  // srun --no-kill, --nnodes=1:2 with a 3 s lease and a 0.2 s last call: the agent on node `victim`
+  // is SIGKILLed; the agent on `survivor` re-forms a one-node round and finishes with exit 0; the
+  // victim's workers are gone too. Seconds from the kill until the survivor's one-node round runs.
   double KillAgentAndFinishOnTheOther(const std::string& victim, const std::string& survivor) {
     const std::string worker =
         // Written whole before it exists (the test reads it as soon as it exists).
