@@ -91,6 +91,9 @@ struct ResumeClaim {
   int restarts_used = 0;  // the most this node has heard of
   Group group = Group::kWaiting;         // its worker group of last.round
   std::optional<WorkerFailure> failure;  // with kFailed
+  // A member of last.round whose agent is known to be gone (the host of an embedded server
+  // that failed over): a recovering server settles without waiting a lease for it.
+  std::optional<int> gone_group_rank;
 
   // What a reported group state makes of the claim's group (the client and a recovering server
   // both keep a claim current with the group statuses they see).

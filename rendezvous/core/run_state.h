@@ -178,6 +178,8 @@ class RunState {
   void AddClaim(Node& node, const ResumeClaim& claim, TimePoint now, Outbox* out);
   // Every member of the newest claimed round is back.
   bool RecoveryComplete() const;
+  // Group ranks of `round` that a claim names as gone (ResumeClaim::gone_group_rank).
+  std::set<int> GoneGroupRanks(int64_t round) const;
   // Decides the run from the claims: the round goes on, or restarts (the rule is documented
   // in run_state_recovery.cc).
   void Settle(TimePoint now, Outbox* out);

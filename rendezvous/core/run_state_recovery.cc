@@ -13,8 +13,10 @@
 //     the claimed round) and it is a newcomer, as any joining node.
 //  3. It does not know the run, or has formed no round of it (a new server on the old
 //     address): the run is *recovering*. Claims are collected until every group rank of the
-//     newest claimed round R is back, or for the lease (keep_alive_interval x
-//     keep_alive_max_attempt; agents reconnect within about a second). Then it settles:
+//     newest claimed round R is back (a rank some claim names as gone, the agent that hosted an
+//     embedded server which failed over, is not waited for), or for the lease
+//     (keep_alive_interval x keep_alive_max_attempt; agents reconnect within about a second). Then
+//     it settles:
 //       - round R goes on, no worker restarted, no budget spent, when the claims of R agree
 //         (group world size, world size, master address and port), each group rank 0..n-1 is
 //         claimed exactly once, and no node says it was told that R is over. What groups
@@ -131,8 +133,23 @@ bool RunState::RecoveryComplete() const {
       return true;  // contradicts: waiting cannot fix it
     }
   }
-  return shape != nullptr && static_cast<int>(ranks.size()) == shape->group_world_size &&
-         *ranks.begin() == 0 && *ranks.rbegin() == shape->group_world_size - 1;
+  if (shape == nullptr) return false;
+  // Members a claimant knows to be gone will not come back: no lease is waited for them.
+  for (int gone : GoneGroupRanks(newest)) {
+    if (gone >= 0 && gone < shape->group_world_size) ranks.insert(gone);
+  }
+  return static_cast<int>(ranks.size()) == shape->group_world_size && *ranks.begin() == 0 &&
+         *ranks.rbegin() == shape->group_world_size - 1;
+}
+
+std::set<int> RunState::GoneGroupRanks(int64_t round) const {
+  std::set<int> gone;
+  for (const auto& [conn, node] : nodes_) {
+    if (node.claim && node.claim->last.round == round && node.claim->gone_group_rank) {
+      gone.insert(*node.claim->gone_group_rank);
+    }
+  }
+  return gone;
 }
 
 void RunState::Settle(TimePoint now, Outbox* out) {
@@ -176,6 +193,7 @@ void RunState::Settle(TimePoint now, Outbox* out) {
     }
   }
   std::vector<int> missing;
+  const std::set<int> gone = GoneGroupRanks(newest);
   if (shape != nullptr && contradiction.empty()) {
     for (int r = 0; r < shape->group_world_size; ++r) {
       if (by_rank.count(r) == 0) missing.push_back(r);
@@ -227,11 +245,18 @@ void RunState::Settle(TimePoint now, Outbox* out) {
     return;
   }
   if (!missing.empty()) {
-    RestartRound(
-        absl::StrCat("group rank", missing.size() > 1 ? "s " : " ", absl::StrJoin(missing, ", "),
-                     " of round ", newest, " did not re-register within ",
-                     ToMillis(timeouts_.lease()), " ms ", after_restart),
-        kRestartNodeLostLease, RestartKind::kFailure, std::nullopt, now, out);
+    const bool all_gone =
+        std::all_of(missing.begin(), missing.end(), [&gone](int r) { return gone.count(r) > 0; });
+    RestartRound(all_gone
+                     ? absl::StrCat("group rank", missing.size() > 1 ? "s " : " ",
+                                    absl::StrJoin(missing, ", "), " of round ", newest,
+                                    " lost with the agent that hosted the rendezvous (its address "
+                                    "refused connections; this server is its successor)")
+                     : absl::StrCat("group rank", missing.size() > 1 ? "s " : " ",
+                                    absl::StrJoin(missing, ", "), " of round ", newest,
+                                    " did not re-register within ", ToMillis(timeouts_.lease()),
+                                    " ms ", after_restart),
+                 kRestartNodeLostLease, RestartKind::kFailure, std::nullopt, now, out);
     return;
   }
   for (ConnId conn : claimants) out->push_back({conn, ResumedNotice{newest}});

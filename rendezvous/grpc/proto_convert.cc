@@ -119,6 +119,7 @@ proto::Resume ToProto(const ResumeClaim& c) {
   proto::Resume p;
   *p.mutable_last() = ToProto(c.last);
   p.mutable_last()->clear_successors();  // the server that reads the claim makes its own
+  if (c.gone_group_rank) p.set_gone_group_rank(*c.gone_group_rank);
   p.set_restarts_used(c.restarts_used);
   switch (c.group) {
     case ResumeClaim::Group::kWaiting:
@@ -142,6 +143,7 @@ ResumeClaim FromProto(const proto::Resume& p) {
   ResumeClaim c;
   c.last = FromProto(p.last());
   c.restarts_used = p.restarts_used();
+  if (p.has_gone_group_rank()) c.gone_group_rank = p.gone_group_rank();
   switch (p.group()) {
     case proto::Resume::RUNNING:
       c.group = ResumeClaim::Group::kRunning;

@@ -171,6 +171,7 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
       Assignment a = FromProto(m.assignment());
       if (!a.successors.empty()) successors_ = a.successors;
       claim_.last = a;
+      claim_.gone_group_rank.reset();
       claim_.restarts_used = std::max(claim_.restarts_used, a.restart_count);
       claim_.group = ResumeClaim::Group::kRunning;
       claim_.failure.reset();
@@ -211,7 +212,7 @@ void RendezvousClient::HandleDone(int grpc_code, const std::string& message) {
     RetireCall();
     DecideFailover(absl::StrCat("lost the rendezvous stream to ", where, ": ", message,
                                 " (gRPC code ", grpc_code, ")"),
-                   kFailoverProbes);
+                   std::chrono::steady_clock::now() + kFailoverProbing);
     return;
   }
   if (!events_.closed() && !timed_out_ && code != grpc::StatusCode::UNAUTHENTICATED &&
@@ -297,23 +298,27 @@ void RendezvousClient::RetryJoin(const std::string& why) {
   });
 }
 
-void RendezvousClient::DecideFailover(const std::string& why, int probes_left) {
+void RendezvousClient::DecideFailover(const std::string& why, TimePoint until) {
   if (events_.closed()) return;
   // Only a server that is certainly gone is replaced: its address refuses connections (its
   // agent died, its host is up). One that does not answer may be alive on the other side of a
   // partition, with the others still talking to it: then this node is the one cut off, and the
-  // run ends for it as before. A listener that still accepts may be the dying agent's (its
-  // sockets close one by one), so it is asked again for a short while before it counts as a
-  // server: then a successor on the same host and port, or the server itself, which only ended
-  // this stream; either takes a re-registration, as a restarted ddprun-rdzv would.
-  const ProbeResult probe = ProbeEndpoint(endpoint_, std::chrono::milliseconds(500));
+  // run ends for it as before. While the dying agent's sockets close one by one its listener
+  // may still accept, or reset a connection half made, so the address is asked again, 50 ms
+  // apart, until `until` before anything but a refusal counts: then a listener is a server (a
+  // successor on the same host and port, or the server itself, which only ended this stream;
+  // either takes a re-registration, as a restarted ddprun-rdzv would).
+  const TimePoint now = std::chrono::steady_clock::now();
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
+  const ProbeResult probe = ProbeEndpoint(
+      endpoint_, std::clamp(left, std::chrono::milliseconds(50), std::chrono::milliseconds(500)));
   if (probe == ProbeResult::kRefused && !successors_.empty()) {
     StartFailover(why);
     return;
   }
-  if (probe == ProbeResult::kAccepting && probes_left > 0) {
+  if (std::chrono::steady_clock::now() < until) {
     loop_->PostAt(std::chrono::steady_clock::now() + std::chrono::milliseconds(50),
-                  [this, why, probes_left] { DecideFailover(why, probes_left - 1); });
+                  [this, why, until] { DecideFailover(why, until); });
     return;
   }
   if (probe == ProbeResult::kAccepting) {
@@ -329,8 +334,13 @@ void RendezvousClient::DecideFailover(const std::string& why, int probes_left) {
 
 void RendezvousClient::StartFailover(const std::string& why) {
   failover_candidates_.clear();
-  for (const Successor& s : successors_) {
-    if (s.node_id != host_node_id_) failover_candidates_.push_back(s);
+  for (size_t i = 0; i < successors_.size(); ++i) {
+    if (successors_[i].node_id != host_node_id_) {
+      failover_candidates_.push_back(successors_[i]);
+    } else if (claim_.last.round > 0) {
+      // The list is in group-rank order: the host's group rank in the round this node claims.
+      claim_.gone_group_rank = static_cast<int>(i);
+    }
   }
   failing_over_ = true;
   failover_next_ = 0;

@@ -116,10 +116,10 @@ class RendezvousClient final : public Rendezvous {
   // budget of the first call of this join (connect_deadline_) runs out.
   void RetryJoin(const std::string& why);
   void RetireCall();  // call_ to retired_calls_, where its last reactions are awaited
-  // The embedded server's stream broke: refused → StartFailover; still accepting after
-  // `probes_left` more probes 50 ms apart → Reconnect; unreachable → the run ends here.
-  void DecideFailover(const std::string& why, int probes_left);
-  static constexpr int kFailoverProbes = 20;
+  // The embedded server's stream broke: refused → StartFailover; until `until` anything else
+  // is probed again; then accepting → Reconnect, no answer → the run ends here.
+  void DecideFailover(const std::string& why, TimePoint until);
+  static constexpr std::chrono::milliseconds kFailoverProbing{1000};
   // Walks the successors of the last assignment, skipping the host.
   void StartFailover(const std::string& why);
   void AdvanceFailover();  // the next successor, hosting here when it is this node

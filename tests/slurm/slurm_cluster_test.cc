@@ -366,12 +366,12 @@ TEST_F(SlurmClusterTest, NoKillElasticJobFinishesOnTheSurvivingNode) {
 
 // Issue 24: the agent on n1, which hosts the rendezvous of agent mode, is lost. n2 is its
 // successor: it serves the run on the same derived port at its own address, re-registers, and
-// goes on alone within the lease + 1 s (keep_alive_interval=1: a 3 s lease).
+// goes on alone in less than the lease (keep_alive_interval=1: 3 s).
 TEST_F(SlurmClusterTest, NoKillElasticJobGoesOnWhenTheHostingAgentIsKilled) {
   const double running = KillAgentAndFinishOnTheOther("n1", "n2");
   std::cout << "Slurm agent mode, the hosting agent killed -> the survivor running again: "
             << running << " s (lease 3 s)" << std::endl;
-  EXPECT_LT(running, 3.0 + 1.0);
+  EXPECT_LT(running, 3.0);  // less than the lease: nobody waits for the gone host
 }
 
 // A node list ddprun cannot parse, and `--nproc-per-node=gpu` in a step without GPUs: one line,

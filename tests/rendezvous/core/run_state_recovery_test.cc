@@ -112,6 +112,23 @@ TEST_F(RunStateRecoveryTest, AMemberThatDoesNotComeBackIsLostAfterTheLease) {
   EXPECT_EQ(Find<Assignment>(out, 3)->group_rank, 1);
 }
 
+// Issue 24, failover of an embedded server: the survivors' claims name the hosting agent's
+// group rank as gone, so the successor settles as soon as the others are back instead of
+// waiting a lease; the loss spends one restart like any lost node.
+TEST_F(RunStateRecoveryTest, AGroupRankClaimedGoneIsNotWaitedFor) {
+  JoinRequest first = Claim(2, 4, 1);
+  first.resume->gone_group_rank = 0;
+  Outbox out = Join(2, first);
+  EXPECT_EQ(Count<RestartNotice>(out), 0);  // rank 2 is not back yet
+  JoinRequest second = Claim(3, 4, 2);
+  second.resume->gone_group_rank = 0;
+  out = Join(3, second);
+  ASSERT_EQ(Count<RestartNotice>(out), 2);
+  EXPECT_THAT(Find<RestartNotice>(out, 2)->reason,
+              HasSubstr("group rank 0 of round 4 lost with the agent that hosted the rendezvous"));
+  EXPECT_EQ(Status().restarts_used, 3);
+}
+
 TEST_F(RunStateRecoveryTest, AMissingMemberWithTheBudgetSpentClosesTheRun) {
   Join(1, Claim(1, 4, 0, Group::kRunning, /*restarts=*/3));
   clock_.Advance(seconds(3));
