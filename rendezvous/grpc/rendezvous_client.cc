@@ -212,7 +212,7 @@ void RendezvousClient::HandleDone(int grpc_code, const std::string& message) {
     RetireCall();
     DecideFailover(absl::StrCat("lost the rendezvous stream to ", where, ": ", message,
                                 " (gRPC code ", grpc_code, ")"),
-                   std::chrono::steady_clock::now() + kFailoverProbing);
+                   std::chrono::steady_clock::now() + kFailoverProbing, 0);
     return;
   }
   if (!events_.closed() && !timed_out_ && code != grpc::StatusCode::UNAUTHENTICATED &&
@@ -298,16 +298,17 @@ void RendezvousClient::RetryJoin(const std::string& why) {
   });
 }
 
-void RendezvousClient::DecideFailover(const std::string& why, TimePoint until) {
+void RendezvousClient::DecideFailover(const std::string& why, TimePoint until,
+                                      int accepting_in_a_row) {
   if (events_.closed()) return;
   // Only a server that is certainly gone is replaced: its address refuses connections (its
   // agent died, its host is up). One that does not answer may be alive on the other side of a
   // partition, with the others still talking to it: then this node is the one cut off, and the
   // run ends for it as before. While the dying agent's sockets close one by one its listener
   // may still accept, or reset a connection half made, so the address is asked again, 50 ms
-  // apart, until `until` before anything but a refusal counts: then a listener is a server (a
-  // successor on the same host and port, or the server itself, which only ended this stream;
-  // either takes a re-registration, as a restarted ddprun-rdzv would).
+  // apart: a listener that accepts five times in a row (200 ms) is a server (a successor on the
+  // same host and port, or the server itself, which only ended this stream; either takes a
+  // re-registration, as a restarted ddprun-rdzv would); no answer counts only at `until`.
   const TimePoint now = std::chrono::steady_clock::now();
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
   const ProbeResult probe = ProbeEndpoint(
@@ -316,9 +317,11 @@ void RendezvousClient::DecideFailover(const std::string& why, TimePoint until) {
     StartFailover(why);
     return;
   }
-  if (std::chrono::steady_clock::now() < until) {
-    loop_->PostAt(std::chrono::steady_clock::now() + std::chrono::milliseconds(50),
-                  [this, why, until] { DecideFailover(why, until); });
+  accepting_in_a_row = probe == ProbeResult::kAccepting ? accepting_in_a_row + 1 : 0;
+  if (accepting_in_a_row < 5 && std::chrono::steady_clock::now() < until) {
+    loop_->PostAt(
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(50),
+        [this, why, until, accepting_in_a_row] { DecideFailover(why, until, accepting_in_a_row); });
     return;
   }
   if (probe == ProbeResult::kAccepting) {

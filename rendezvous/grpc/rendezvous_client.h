@@ -116,9 +116,9 @@ class RendezvousClient final : public Rendezvous {
   // budget of the first call of this join (connect_deadline_) runs out.
   void RetryJoin(const std::string& why);
   void RetireCall();  // call_ to retired_calls_, where its last reactions are awaited
-  // The embedded server's stream broke: refused → StartFailover; until `until` anything else
-  // is probed again; then accepting → Reconnect, no answer → the run ends here.
-  void DecideFailover(const std::string& why, TimePoint until);
+  // The embedded server's stream broke: refused → StartFailover; accepting 5 probes in a row
+  // → Reconnect; anything else is probed again until `until`, then the run ends here.
+  void DecideFailover(const std::string& why, TimePoint until, int accepting_in_a_row);
   static constexpr std::chrono::milliseconds kFailoverProbing{1000};
   // Walks the successors of the last assignment, skipping the host.
   void StartFailover(const std::string& why);
