@@ -380,8 +380,7 @@ void RendezvousClient::AdvanceFailover() {
   endpoint_ = FormatHostPort(next.addr, port);
   channel_.reset();
   // Each successor gets a lease to take the run; fencing measures silence from here.
-  const int attempts = std::max(1, options_.timeouts.keep_alive_max_attempt);
-  candidate_deadline_ = now + heartbeat_interval_ * attempts;
+  candidate_deadline_ = now + Lease();
   last_heard_ = now;
   joined_ = false;
   RetireCall();
@@ -432,8 +431,7 @@ void RendezvousClient::ScheduleHeartbeat() {
       // No stream. Silence for the lease means this node's peers have given it up, unless the
       // server's address refuses connections: a server that is down gives nobody up, and its
       // successor rebuilds the run from the agents that come back.
-      const int attempts = std::max(1, options_.timeouts.keep_alive_max_attempt);
-      const Duration lease = heartbeat_interval_ * attempts;
+      const Duration lease = Lease();
       const Duration silent = std::chrono::steady_clock::now() - last_heard_;
       if (silent > lease) {
         const ProbeResult probe = ProbeEndpoint(
@@ -458,10 +456,9 @@ void RendezvousClient::ScheduleHeartbeat() {
     // reported by gRPC; a silent partition is not, until its keepalive decides much later).
     // Counted in unanswered heartbeats too, so that an agent that was itself stopped (SIGSTOP,
     // a frozen VM) hears the server's verdict before judging the silence.
-    const int attempts = std::max(1, options_.timeouts.keep_alive_max_attempt);
-    const Duration lease = heartbeat_interval_ * attempts;
+    const Duration lease = Lease();
     const Duration silent = std::chrono::steady_clock::now() - last_heard_;
-    if (silent > lease && unanswered_ >= attempts) {
+    if (silent > lease && unanswered_ >= LeaseAttempts()) {
       Fence(absl::StrCat("fenced: no word from the rendezvous server at ", endpoint_, " for ",
                          ToMillis(silent), " ms (the lease is ", ToMillis(lease),
                          " ms): this node is cut off and its peers have given it up"));

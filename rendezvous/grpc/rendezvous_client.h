@@ -28,6 +28,7 @@
 #ifndef DDPRUN_RENDEZVOUS_GRPC_RENDEZVOUS_CLIENT_H_
 #define DDPRUN_RENDEZVOUS_GRPC_RENDEZVOUS_CLIENT_H_
 
+#include <algorithm>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -123,6 +124,10 @@ class RendezvousClient final : public Rendezvous {
   // Walks the successors of the last assignment, skipping the host.
   void StartFailover(const std::string& why);
   void AdvanceFailover();  // the next successor, hosting here when it is this node
+  // keep_alive_max_attempt heartbeats (at least one), and the silence they span: fencing's
+  // measure, and the time a successor gets to take the run.
+  int LeaseAttempts() const { return std::max(1, options_.timeouts.keep_alive_max_attempt); }
+  Duration Lease() const { return heartbeat_interval_ * LeaseAttempts(); }
   std::chrono::milliseconds NextBackoff();
   // No word from the server for the lease: stop (fixed world) or rejoin as a new node.
   void Fence(const std::string& why);
