@@ -476,7 +476,9 @@ constexpr FlagDef kFlags[] = {
      "tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name, protocol (https: TLS with "
      "the default roots), etcd_prefix, etcd_user, etcd_password_file, http_port, http_host; "
      "torchrun's etcd TLS keys cacert/ca_cert, cert/ssl_cert, key/ssl_cert_key mean tls_ca, "
-     "tls_cert, tls_key.",
+     "tls_cert, tls_key. Static jobs: static_coordination (rendezvous, the default: several "
+     "nodes coordinate through node 0's agent; none: each on its own), static_port "
+     "(MASTER_PORT+1).",
      ApplyRdzvConf},
     {"standalone", "", true, "One node: a private rendezvous on loopback, random port and run id.",
      ApplyBool<&LaunchOptions::standalone>},
@@ -524,8 +526,9 @@ constexpr FlagDef kFlags[] = {
     {"master-addr", "", false, "MASTER_ADDR for the static backend. Default 127.0.0.1.",
      ApplyMasterAddr},
     {"master-port", "", false,
-     "MASTER_PORT for the static backend. Default 29500 for several nodes; one node gets a "
-     "free port ddprun holds (and an explicit port must be free).",
+     "MASTER_PORT for the static backend. Default 29500 for several nodes (node 0's agent "
+     "then coordinates them on MASTER_PORT+1); one node gets a free port ddprun holds (and an "
+     "explicit port must be free).",
      ApplyMasterPort},
     {"local-addr", "", false, "This node's address as the other nodes should reach it.",
      ApplyLocalAddr},
@@ -673,6 +676,15 @@ absl::Status Validate(const Environment& env, LaunchOptions* o) {
   DDPRUN_RETURN_IF_ERROR(ValidateLogDir(*o));
   // Every --rdzv-conf value (and the lease they make) as the rendezvous setup will read it.
   DDPRUN_RETURN_IF_ERROR(ParseRdzvConf(o->rdzv_conf).status());
+  if (o->rdzv_backend != RdzvBackend::kStatic || o->standalone) {
+    for (const char* key : {"static_coordination", "static_port"}) {
+      if (o->rdzv_conf.count(key) > 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--rdzv-conf ", key, "=", o->rdzv_conf.at(key), ": only for --rdzv-backend=static (",
+            o->standalone ? "--standalone" : RdzvBackendName(o->rdzv_backend), " given)"));
+      }
+    }
+  }
   if (!IsEtcd(o->rdzv_backend) && o->rdzv_endpoint.find(',') != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--rdzv-endpoint=", ValueForMessage(o->rdzv_endpoint), ": --rdzv-backend=",

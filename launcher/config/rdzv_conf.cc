@@ -52,6 +52,13 @@ absl::StatusOr<RdzvProtocol> ParseProtocol(const std::string& value) {
       absl::StrCat("--rdzv-conf protocol=", value, ": must be http or https"));
 }
 
+absl::StatusOr<StaticCoordination> ParseStaticCoordination(const std::string& value) {
+  if (value == "rendezvous") return StaticCoordination::kRendezvous;
+  if (value == "none") return StaticCoordination::kNone;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--rdzv-conf static_coordination=", value, ": must be rendezvous or none"));
+}
+
 }  // namespace
 
 absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>& given) {
@@ -106,6 +113,11 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
       c.http_port = static_cast<int>(port);
     } else if (key == "http_host") {
       c.http_host = value;
+    } else if (key == "static_coordination") {
+      DDPRUN_ASSIGN_OR_RETURN(c.static_coordination, ParseStaticCoordination(value));
+    } else if (key == "static_port") {
+      DDPRUN_ASSIGN_OR_RETURN(int64_t port, ParseInt("--rdzv-conf static_port", value, 1, 65535));
+      c.static_port = static_cast<int>(port);
     } else if (key == "store_type" || key == "use_libuv") {
       // torch 2.x store options; meaningless without an agent store, accepted and ignored.
     } else if (key == "heartbeat_timeout") {
@@ -120,7 +132,8 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
           "close_timeout, read_timeout, "
           "keep_alive_interval, keep_alive_max_attempt, is_host, token_file, tls_cert, tls_key, "
           "tls_ca, tls_client_ca, tls_server_name, protocol, etcd_prefix, etcd_user, "
-          "etcd_password_file, http_port, http_host; torchrun's cacert, ca_cert, cert, ssl_cert, "
+          "etcd_password_file, http_port, http_host, static_coordination, static_port; torchrun's "
+          "cacert, ca_cert, cert, ssl_cert, "
           "key, ssl_cert_key, heartbeat_timeout, store_type, use_libuv)"));
     }
   }

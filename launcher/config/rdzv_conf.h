@@ -19,6 +19,13 @@ namespace ddprun::launcher {
 // does. kUnset: TLS exactly when a CA or certificate file is given.
 enum class RdzvProtocol { kUnset, kHttp, kHttps };
 
+// How the nodes of a static multi-node job (--rdzv-backend=static, or a platform's environment)
+// coordinate. kRendezvous: through a c10d rendezvous that node 0's agent hosts at MASTER_ADDR
+// (one restart budget, every node restarted together, a lost node noticed within its lease).
+// kNone: each node on its own, as torchrun does (its workers' broken connections are the only
+// news of a peer's failure).
+enum class StaticCoordination { kRendezvous, kNone };
+
 // Unknown keys, bad values and a lease beyond kMaxSeconds are kInvalidArgument naming them.
 // torchrun's etcd TLS keys are read as ddprun's: cacert and ca_cert as tls_ca, cert and ssl_cert
 // as tls_cert, key and ssl_cert_key as tls_key (its etcd and etcd-v2 backends name them so).
@@ -36,6 +43,9 @@ struct RdzvConf {
   // The embedded server's /metrics and status page (as ddprun-rdzv --http-port/--http-host).
   std::optional<int> http_port;
   std::string http_host = "127.0.0.1";
+  // --rdzv-backend=static with more than one node.
+  StaticCoordination static_coordination = StaticCoordination::kRendezvous;
+  std::optional<int> static_port;  // unset: MASTER_PORT + 1
 };
 absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>& conf);
 

@@ -1,7 +1,8 @@
-// A rendezvous without a server: --standalone (one node) and torch.distributed.launch-style
-// static multi-node (--rdzv-backend=static --nnodes=N --node-rank=R --master-addr/port). Each
-// node knows its place from its flags; the restart budget is this node's own (static nodes do
-// not coordinate; their workers fail together through the broken TCPStore/gloo connections).
+// A rendezvous without a server: --standalone and one-node static jobs, and
+// torch.distributed.launch-style static multi-node with --rdzv-conf static_coordination=none
+// (otherwise static_rendezvous.h coordinates them). Each node knows its place from its flags;
+// the restart budget is this node's own (such static nodes do not coordinate; their workers fail
+// together through the broken TCPStore/gloo connections).
 #ifndef DDPRUN_LAUNCHER_RDZV_LOCAL_RENDEZVOUS_H_
 #define DDPRUN_LAUNCHER_RDZV_LOCAL_RENDEZVOUS_H_
 

@@ -17,6 +17,7 @@
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "launcher/rdzv/local_rendezvous.h"
+#include "launcher/rdzv/static_rendezvous.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -57,6 +58,32 @@ rendezvous::RunTimeouts TimeoutsFor(const RdzvConf& conf, const LaunchOptions& o
   return t;
 }
 
+// What the c10d and static settings take from --rdzv-conf alike: token, TLS, timeouts, the
+// page. After the endpoint and hosting are decided (a hosting agent's TLS needs a certificate).
+absl::Status TakeConf(const RdzvConf& conf, const LaunchOptions& options, C10dSettings* s) {
+  s->token_file = conf.token_file;
+  s->tls_cert = conf.tls_cert;
+  s->tls_key = conf.tls_key;
+  s->tls_ca = conf.tls_ca;
+  s->tls_client_ca = conf.tls_client_ca;
+  s->tls_server_name = conf.tls_server_name;
+  s->tls_required = conf.protocol == RdzvProtocol::kHttps;
+  if (s->tls_cert.empty() != s->tls_key.empty()) {
+    return absl::InvalidArgumentError("--rdzv-conf: tls_cert and tls_key go together");
+  }
+  if (s->tls_required && s->host_here && s->tls_cert.empty()) {
+    return absl::InvalidArgumentError(
+        "--rdzv-conf protocol=https: this agent hosts the rendezvous server, which then needs "
+        "tls_cert and tls_key");
+  }
+  s->timeouts = TimeoutsFor(conf, options);
+  s->read_timeout = conf.read_timeout;
+  s->close_timeout = conf.close_timeout;
+  s->http_port = conf.http_port;
+  s->http_host = conf.http_host;
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool IsLocalHost(const std::string& host, const HostInfo& info) {
@@ -93,26 +120,31 @@ absl::StatusOr<C10dSettings> MakeC10dSettings(const LaunchOptions& options, cons
   s.endpoint_port = endpoint.port;
   s.must_host = conf.is_host.value_or(false);
   s.host_here = conf.is_host.value_or(IsLocalHost(endpoint.host, host));
-  s.token_file = conf.token_file;
-  s.tls_cert = conf.tls_cert;
-  s.tls_key = conf.tls_key;
-  s.tls_ca = conf.tls_ca;
-  s.tls_client_ca = conf.tls_client_ca;
-  s.tls_server_name = conf.tls_server_name;
-  s.tls_required = conf.protocol == RdzvProtocol::kHttps;
-  if (s.tls_cert.empty() != s.tls_key.empty()) {
-    return absl::InvalidArgumentError("--rdzv-conf: tls_cert and tls_key go together");
-  }
-  if (s.tls_required && s.host_here && s.tls_cert.empty()) {
+  DDPRUN_RETURN_IF_ERROR(TakeConf(conf, options, &s));
+  return s;
+}
+
+absl::StatusOr<C10dSettings> MakeStaticSettings(const LaunchOptions& options) {
+  DDPRUN_ASSIGN_OR_RETURN(RdzvConf conf, ParseRdzvConf(options.rdzv_conf));
+  C10dSettings s;
+  s.endpoint_host = options.master_addr;
+  s.endpoint_port = conf.static_port.value_or(options.master_port + 1);
+  if (s.endpoint_port > 65535) {
     return absl::InvalidArgumentError(
-        "--rdzv-conf protocol=https: this agent hosts the rendezvous server, which then needs "
-        "tls_cert and tls_key");
+        absl::StrCat("--master-port=", options.master_port,
+                     ": the static rendezvous listens on MASTER_PORT + 1, "
+                     "which is no port; choose another with --rdzv-conf static_port=PORT"));
   }
-  s.timeouts = TimeoutsFor(conf, options);
-  s.read_timeout = conf.read_timeout;
-  s.close_timeout = conf.close_timeout;
-  s.http_port = conf.http_port;
-  s.http_host = conf.http_host;
+  if (s.endpoint_port == options.master_port) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rdzv-conf static_port=", s.endpoint_port,
+                     ": the rank-0 worker's store listens there (--master-port)"));
+  }
+  // Node 0 hosts, whatever the addresses say (tests run every node on one host); its return is
+  // awaited after a loss, since its workers' store is at MASTER_ADDR too.
+  s.host_here = s.must_host = options.node_rank == 0;
+  s.host_loss = rendezvous::HostLoss::kAwaitReturn;
+  DDPRUN_RETURN_IF_ERROR(TakeConf(conf, options, &s));
   return s;
 }
 
@@ -151,6 +183,28 @@ absl::StatusOr<EtcdSettings> MakeEtcdSettings(const LaunchOptions& options) {
   return s;
 }
 
+namespace {
+
+absl::StatusOr<RendezvousSetup> SetUpStaticCoordinated(const LaunchOptions& options,
+                                                       Executor* executor) {
+  DDPRUN_ASSIGN_OR_RETURN(C10dSettings settings, MakeStaticSettings(options));
+  LogInfo(absl::StrCat("static rendezvous: node ", options.node_rank, " of ", options.max_nodes,
+                       ", coordinated through the rendezvous ",
+                       options.node_rank == 0 ? "this agent hosts at " : "of node 0 at ",
+                       FormatHostPort(settings.endpoint_host, settings.endpoint_port),
+                       " (--rdzv-conf static_coordination=none: each node on its own)"));
+  DDPRUN_ASSIGN_OR_RETURN(GrpcRendezvousPlugin * plugin, LoadGrpcRendezvousPlugin());
+  DDPRUN_ASSIGN_OR_RETURN(std::unique_ptr<GrpcRendezvous> grpc, plugin->Create(settings, executor));
+  RendezvousSetup setup;
+  setup.run_id = options.rdzv_id;
+  setup.grpc = grpc.get();
+  setup.rendezvous =
+      std::make_unique<StaticRendezvous>(std::move(grpc), options.master_addr, options.master_port);
+  return setup;
+}
+
+}  // namespace
+
 absl::StatusOr<RendezvousSetup> SetUpRendezvous(const LaunchOptions& options, const HostInfo& host,
                                                 Executor* executor) {
   RendezvousSetup setup;
@@ -164,6 +218,12 @@ absl::StatusOr<RendezvousSetup> SetUpRendezvous(const LaunchOptions& options, co
     local.master_port = setup.master_port->port();
     setup.rendezvous = std::make_unique<LocalRendezvous>(executor, local);
     return setup;
+  }
+  if (options.rdzv_backend == RdzvBackend::kStatic && options.max_nodes > 1) {
+    DDPRUN_ASSIGN_OR_RETURN(RdzvConf conf, ParseRdzvConf(options.rdzv_conf));
+    if (conf.static_coordination == StaticCoordination::kRendezvous) {
+      return SetUpStaticCoordinated(options, executor);
+    }
   }
   if (options.rdzv_backend == RdzvBackend::kStatic) {
     setup.run_id = options.rdzv_id;

@@ -2,7 +2,11 @@
 //   --standalone            LocalRendezvous with a random run id; the master port is reserved
 //                           here. One node has nobody to agree with, so no server runs (and no
 //                           gRPC is loaded: see grpc_rendezvous_plugin.h).
-//   --rdzv-backend=static   LocalRendezvous from --node-rank / --master-addr / --master-port.
+//   --rdzv-backend=static   one node: LocalRendezvous. More: the c10d rendezvous that node 0's
+//                           agent hosts at MASTER_ADDR:(MASTER_PORT + 1), wrapped so that the
+//                           workers see the flags' master (static_rendezvous.h); with
+//                           --rdzv-conf static_coordination=none, LocalRendezvous from
+//                           --node-rank / --master-addr / --master-port (each node on its own).
 //   --rdzv-backend=c10d     the gRPC client of the server at --rdzv-endpoint; the agent on the
 //                           endpoint's host (or with is_host=1) also runs the server, unless
 //                           another process on this host already serves that port.
@@ -38,6 +42,10 @@ struct RendezvousSetup {
 
 // The c10d settings from the options (token loaded, is_host decided); no gRPC involved.
 absl::StatusOr<C10dSettings> MakeC10dSettings(const LaunchOptions& options, const HostInfo& host);
+
+// The settings of a coordinated static job (static_rendezvous.h): node 0 hosts at MASTER_ADDR
+// on --rdzv-conf static_port (default MASTER_PORT + 1).
+absl::StatusOr<C10dSettings> MakeStaticSettings(const LaunchOptions& options);
 
 // The etcd settings from the options: --rdzv-endpoint=h1:p1,h2:p2,... (port 2379 by default).
 absl::StatusOr<EtcdSettings> MakeEtcdSettings(const LaunchOptions& options);

@@ -28,6 +28,7 @@ struct C10dSettings {
   int endpoint_port = 0;
   bool host_here = false;  // start the server in this process (if the port is free)
   bool must_host = false;  // is_host=1: failing to serve is an error
+  rendezvous::HostLoss host_loss = rendezvous::HostLoss::kFailOver;
   std::string token_file;  // empty: the token comes from $DDPRUN_RDZV_TOKEN (or none)
   std::string tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name;
   bool tls_required = false;  // protocol=https: TLS to the server even without tls_ca

@@ -32,6 +32,18 @@ struct RunTimeouts {
   Duration lease() const { return keep_alive_interval * keep_alive_max_attempt; }
 };
 
+// What the other agents do when the agent that hosts an embedded server is gone (the server's
+// address refuses connections).
+enum class HostLoss {
+  // The first surviving member of the last round serves the run at its own address, on the
+  // same port, and the others re-register there (c10d: any node may host).
+  kFailOver,
+  // Re-register at the same address until read_timeout: the host's agent comes back there (a
+  // static job's node 0 at MASTER_ADDR, where its workers' store lives too, so no other node
+  // could carry the job on anyway).
+  kAwaitReturn,
+};
+
 // A join as the state machine sees it: what the agent said plus what the transport saw.
 struct JoinRequest {
   NodeInfo node;

@@ -155,6 +155,7 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
       failing_over_ = false;
       member_key_ = m.joined().member_key();
       reconnecting_ = false;
+      server_down_ = false;
       reconnect_attempts_ = 0;
       join_broken_because_.clear();
       if (read_timer_ != 0) loop_->Cancel(read_timer_);
@@ -313,6 +314,12 @@ void RendezvousClient::DecideFailover(const std::string& why, TimePoint until,
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - now);
   const ProbeResult probe = ProbeEndpoint(
       endpoint_, std::clamp(left, std::chrono::milliseconds(50), std::chrono::milliseconds(500)));
+  if (probe == ProbeResult::kRefused && options_.host_loss == HostLoss::kAwaitReturn) {
+    Reconnect(absl::StrCat(why,
+                           "; the agent that hosted the rendezvous is gone (its address "
+                           "refuses connections): waiting for it to come back there"));
+    return;
+  }
   if (probe == ProbeResult::kRefused && !successors_.empty()) {
     StartFailover(why);
     return;
@@ -348,6 +355,7 @@ void RendezvousClient::StartFailover(const std::string& why) {
   failing_over_ = true;
   failover_next_ = 0;
   reconnecting_ = true;
+  server_down_ = false;
   broken_because_ = why;
   reconnect_deadline_ = std::chrono::steady_clock::now() + options_.read_timeout;
   events_.Reconnecting(absl::StrCat(
@@ -392,6 +400,7 @@ void RendezvousClient::Reconnect(const std::string& why) {
   const TimePoint now = std::chrono::steady_clock::now();
   if (!reconnecting_) {
     reconnecting_ = true;
+    server_down_ = false;
     broken_because_ = why;
     reconnect_deadline_ = now + options_.read_timeout;
     events_.Reconnecting(absl::StrCat(why,
@@ -428,25 +437,8 @@ void RendezvousClient::ScheduleHeartbeat() {
     heartbeat_timer_ = 0;
     if (events_.closed()) return;
     if (reconnecting_) {
-      // No stream. Silence for the lease means this node's peers have given it up, unless the
-      // server's address refuses connections: a server that is down gives nobody up, and its
-      // successor rebuilds the run from the agents that come back.
-      const Duration lease = Lease();
-      const Duration silent = std::chrono::steady_clock::now() - last_heard_;
-      if (silent > lease) {
-        const ProbeResult probe = ProbeEndpoint(
-            endpoint_,
-            std::min<std::chrono::milliseconds>(
-                std::chrono::milliseconds(500),
-                std::chrono::duration_cast<std::chrono::milliseconds>(heartbeat_interval_)));
-        if (probe != ProbeResult::kRefused) {
-          Fence(absl::StrCat("fenced: the rendezvous server at ", endpoint_,
-                             " has not been reachable for ", ToMillis(silent), " ms (the lease is ",
-                             ToMillis(lease), " ms; a connection to it: ", ProbeResultName(probe),
-                             "): this node is cut off and its peers have given it up"));
-          return;
-        }
-      }
+      JudgeSilenceWhileReconnecting();
+      if (events_.closed() || !reconnecting_) return;
       ScheduleHeartbeat();
       return;
     }
@@ -467,6 +459,36 @@ void RendezvousClient::ScheduleHeartbeat() {
     SendHeartbeat();
     ScheduleHeartbeat();
   });
+}
+
+void RendezvousClient::JudgeSilenceWhileReconnecting() {
+  // No stream. Silence for the lease means this node's peers have given it up, unless the
+  // server's address refuses connections: a server that is down gives nobody up, and its
+  // successor (or itself, restarted) rebuilds the run from the agents that come back. So while
+  // it refuses, silence does not count, and once it accepts again this node gets a whole lease
+  // to re-register (the channel is told to connect now rather than after its backoff).
+  const Duration lease = Lease();
+  const Duration silent = std::chrono::steady_clock::now() - last_heard_;
+  if (silent <= lease && !server_down_) return;
+  const ProbeResult probe = ProbeEndpoint(
+      endpoint_, std::min<std::chrono::milliseconds>(
+                     std::chrono::milliseconds(500),
+                     std::chrono::duration_cast<std::chrono::milliseconds>(heartbeat_interval_)));
+  if (probe == ProbeResult::kRefused) {
+    server_down_ = true;
+    last_heard_ = std::chrono::steady_clock::now();
+    return;
+  }
+  if (server_down_) {
+    server_down_ = false;
+    last_heard_ = std::chrono::steady_clock::now();
+    if (channel_ != nullptr) grpc::experimental::ChannelResetConnectionBackoff(channel_.get());
+    return;
+  }
+  Fence(absl::StrCat("fenced: the rendezvous server at ", endpoint_, " has not been reachable for ",
+                     ToMillis(silent), " ms (the lease is ", ToMillis(lease),
+                     " ms; a connection to it: ", ProbeResultName(probe),
+                     "): this node is cut off and its peers have given it up"));
 }
 
 void RendezvousClient::Fence(const std::string& why) {

@@ -77,6 +77,8 @@ struct ClientOptions {
   // successor of the agent that hosted the run's server and is gone; it starts serving on
   // `port` here. Unset: this client never hosts (it still follows the others to the successor).
   std::function<absl::Status(int port)> host_failover;
+  // What happens when that agent is gone: a successor takes over, or its return is awaited.
+  HostLoss host_loss = HostLoss::kFailOver;
 };
 
 // A channel to `options.endpoint` with the client's credentials, keepalive and reconnect
@@ -117,8 +119,9 @@ class RendezvousClient final : public Rendezvous {
   // budget of the first call of this join (connect_deadline_) runs out.
   void RetryJoin(const std::string& why);
   void RetireCall();  // call_ to retired_calls_, where its last reactions are awaited
-  // The embedded server's stream broke: refused → StartFailover; accepting 5 probes in a row
-  // → Reconnect; anything else is probed again until `until`, then the run ends here.
+  // The embedded server's stream broke: refused → StartFailover (HostLoss::kAwaitReturn:
+  // Reconnect); accepting 5 probes in a row → Reconnect; anything else is probed again until
+  // `until`, then the run ends here.
   void DecideFailover(const std::string& why, TimePoint until, int accepting_in_a_row);
   static constexpr std::chrono::milliseconds kFailoverProbing{1000};
   // Walks the successors of the last assignment, skipping the host.
@@ -129,6 +132,9 @@ class RendezvousClient final : public Rendezvous {
   int LeaseAttempts() const { return std::max(1, options_.timeouts.keep_alive_max_attempt); }
   Duration Lease() const { return heartbeat_interval_ * LeaseAttempts(); }
   std::chrono::milliseconds NextBackoff();
+  // While reconnecting: a lease of silence fences, unless the server's address refuses
+  // connections (it is down: silence counts again from its return).
+  void JudgeSilenceWhileReconnecting();
   // No word from the server for the lease: stop (fixed world) or rejoin as a new node.
   void Fence(const std::string& why);
   void HandleServerMessage(const proto::ServerMessage& message);
@@ -164,6 +170,7 @@ class RendezvousClient final : public Rendezvous {
   ResumeClaim claim_;               // what this node knows of its place
   std::string member_key_;          // from the last Joined; presented with claim_
   bool reconnecting_ = false;       // the current call re-registers after a broken stream
+  bool server_down_ = false;        // while reconnecting, the address refused connections
   TimePoint reconnect_deadline_{};  // read_timeout after the break
   int reconnect_attempts_ = 0;
   std::string broken_because_;  // how the stream broke, for the final message

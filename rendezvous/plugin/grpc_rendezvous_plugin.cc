@@ -67,6 +67,7 @@ absl::StatusOr<rendezvous::ClientOptions> ClientOptionsFor(const C10dSettings& s
     c.tls.key_file = s.tls_key;
   }
   c.timeouts = s.timeouts;
+  c.host_loss = s.host_loss;
   c.read_timeout = s.read_timeout;
   c.rpc_timeout = s.rpc_timeout;
   if (s.close_timeout) c.close_timeout = *s.close_timeout;

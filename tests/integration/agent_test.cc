@@ -39,6 +39,7 @@ using testing::LoadJson;
 using ::testing::Not;
 using testing::ReadFile;
 using testing::ReservedPort;
+using testing::ReservedPortPair;
 using testing::SourcePath;
 using testing::Subprocess;
 using testing::SystemPython;
@@ -806,7 +807,7 @@ void ExpectOneGlooWorldOfFour(const TempDir& out) {
 
 TEST(AgentTest, StaticTwoNodesFormOneWorld) {
   TempDir out;
-  ReservedPort port;
+  ReservedPortPair port;  // MASTER_PORT and node 0's rendezvous on MASTER_PORT + 1
   ASSERT_GT(port.port(), 0);
   std::vector<std::unique_ptr<Subprocess>> nodes;
   for (int node = 0; node < 2; ++node) {
@@ -826,7 +827,7 @@ TEST(AgentTest, StaticTwoNodesFormOneWorld) {
 // forms one world of 4, and says what it took.
 TEST(AgentTest, PlatformEnvironmentFormsOneMultiNodeWorld) {
   TempDir out;
-  ReservedPort port;
+  ReservedPortPair port;  // MASTER_PORT and node 0's rendezvous on MASTER_PORT + 1
   ASSERT_GT(port.port(), 0);
   std::vector<std::unique_ptr<Subprocess>> nodes;
   for (int node = 0; node < 2; ++node) {
@@ -929,7 +930,7 @@ TEST(AgentTest, RedirectsAndLocalRanksFilter) {
 // ranks 1 and 2 are local rank 1 of node 0 and local rank 0 of node 1.
 TEST(AgentTest, RanksFilterShowsGlobalRanksAcrossNodes) {
   TempDir dir;
-  ReservedPort port;
+  ReservedPortPair port;  // MASTER_PORT and node 0's rendezvous on MASTER_PORT + 1
   ASSERT_GT(port.port(), 0);
   const std::string worker = ShellWorker(dir, "say.sh", "echo \"line from $RANK\"\n");
   std::vector<std::unique_ptr<Subprocess>> nodes;

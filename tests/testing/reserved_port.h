@@ -10,17 +10,21 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <memory>
+
 namespace ddprun::testing {
 
 class ReservedPort {
  public:
-  ReservedPort() {
+  // Any free port; ReservedPort(p): port p, if it is free (else port() is 0).
+  explicit ReservedPort(int port = 0) {
     fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     const int one = 1;
     setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
     if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
       socklen_t len = sizeof(addr);
       getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
@@ -35,6 +39,27 @@ class ReservedPort {
  private:
   int fd_ = -1;
   int port_ = 0;
+};
+
+// A free port and the one above it, both held: a static job's MASTER_PORT and MASTER_PORT + 1,
+// where node 0's agent serves the job's rendezvous. port() is 0 when no pair was found.
+class ReservedPortPair {
+ public:
+  ReservedPortPair() {
+    for (int attempt = 0; attempt < 100; ++attempt) {
+      auto first = std::make_unique<ReservedPort>();
+      if (first->port() == 0 || first->port() == 65535) continue;
+      auto second = std::make_unique<ReservedPort>(first->port() + 1);
+      if (second->port() == 0) continue;
+      first_ = std::move(first);
+      second_ = std::move(second);
+      return;
+    }
+  }
+  int port() const { return first_ != nullptr ? first_->port() : 0; }
+
+ private:
+  std::unique_ptr<ReservedPort> first_, second_;
 };
 
 }  // namespace ddprun::testing

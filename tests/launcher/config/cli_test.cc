@@ -536,6 +536,19 @@ TEST_F(CliTest, LengthsAndRangesCheckedAtParseTime) {
                   .ok());
 }
 
+// The static rendezvous' own keys mean nothing to another backend: refused, naming it.
+TEST_F(CliTest, StaticKeysOnlyWithTheStaticBackend) {
+  EXPECT_THAT(Error({"--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:1",
+                     "--rdzv-conf=static_port=29600", script_}),
+              HasSubstr("--rdzv-conf static_port=29600: only for --rdzv-backend=static (c10d "
+                        "given)"));
+  EXPECT_THAT(Error({"--standalone", "--rdzv-conf=static_coordination=none", script_}),
+              HasSubstr("--rdzv-conf static_coordination=none: only for --rdzv-backend=static "
+                        "(--standalone given)"));
+  EXPECT_TRUE(
+      Parse({"--nnodes=2", "--node-rank=1", "--rdzv-conf=static_coordination=none", script_}).ok());
+}
+
 // Issue 28 #19: a directory passed the executable check and every worker failed with 127.
 TEST_F(CliTest, NoPythonProgramIsARegularExecutableFile) {
   EXPECT_THAT(Error({"--no-python", "/tmp"}), HasSubstr("/tmp: not a regular file"));

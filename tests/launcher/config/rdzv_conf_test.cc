@@ -97,5 +97,28 @@ TEST(ParseRdzvConfTest, HeartbeatTimeoutIsCheckedAndAccepted) {
   EXPECT_THAT(bad.status().message(), HasSubstr("heartbeat_timeout"));
 }
 
+// A static job coordinates through node 0's rendezvous unless told not to; its port defaults
+// to MASTER_PORT + 1 (left unset here, decided by the setup).
+TEST(ParseRdzvConfTest, StaticCoordinationAndItsPort) {
+  absl::StatusOr<RdzvConf> plain = ParseRdzvConf({});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->static_coordination, StaticCoordination::kRendezvous);
+  EXPECT_FALSE(plain->static_port.has_value());
+  absl::StatusOr<RdzvConf> set =
+      ParseRdzvConf({{"static_coordination", "none"}, {"static_port", "29555"}});
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(set->static_coordination, StaticCoordination::kNone);
+  EXPECT_EQ(set->static_port, 29555);
+  absl::StatusOr<RdzvConf> bad = ParseRdzvConf({{"static_coordination", "yes"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(),
+              HasSubstr("static_coordination=yes: must be rendezvous or none"));
+  for (const char* port : {"0", "65536", "x"}) {
+    absl::StatusOr<RdzvConf> bad_port = ParseRdzvConf({{"static_port", port}});
+    ASSERT_FALSE(bad_port.ok()) << port;
+    EXPECT_THAT(bad_port.status().message(), HasSubstr("static_port")) << port;
+  }
+}
+
 }  // namespace
 }  // namespace ddprun::launcher

@@ -49,5 +49,38 @@ TEST(RendezvousSetupTest, EtcdGetsTheSameTimeouts) {
   EXPECT_EQ(etcd->timeouts.failure_last_call_timeout, milliseconds(0));
 }
 
+// A static job of several nodes: node 0 hosts at MASTER_ADDR on MASTER_PORT + 1 (whatever the
+// addresses say), the others only join, and nobody fails over (node 0 comes back there).
+TEST(RendezvousSetupTest, StaticNodeZeroHostsOnTheNextPortAndIsAwaited) {
+  LaunchOptions o;
+  o.rdzv_backend = RdzvBackend::kStatic;
+  o.min_nodes = o.max_nodes = 3;
+  o.master_addr = "10.9.9.9";
+  o.master_port = 29500;
+  o.rdzv_conf["keep_alive_interval"] = "0.5";
+  for (int rank : {0, 2}) {
+    o.node_rank = rank;
+    auto s = MakeStaticSettings(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_EQ(s->endpoint_host, "10.9.9.9");
+    EXPECT_EQ(s->endpoint_port, 29501);
+    EXPECT_EQ(s->host_here, rank == 0);
+    EXPECT_EQ(s->must_host, rank == 0);
+    EXPECT_EQ(s->host_loss, rendezvous::HostLoss::kAwaitReturn);
+    EXPECT_EQ(s->timeouts.keep_alive_interval, milliseconds(500));  // the c10d keys apply
+  }
+  o.rdzv_conf["static_port"] = "31000";
+  auto moved = MakeStaticSettings(o);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->endpoint_port, 31000);
+
+  o.rdzv_conf.erase("static_port");
+  o.master_port = 65535;
+  auto no_port = MakeStaticSettings(o);
+  ASSERT_FALSE(no_port.ok());
+  EXPECT_EQ(no_port.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(no_port.status().message().find("static_port"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace ddprun::launcher
