@@ -543,6 +543,20 @@ TEST(ElasticHostingTest, HostingAgentServesUntilTheOthersFinish) {
   }
 }
 
+// An agent of the failover tests: 127.0.0.1:`port` (hosting with is_host=1), lease 3 s, one
+// restart; its worker logs its rank, world and restart to DIR/log and runs until DIR/done.
+std::unique_ptr<Subprocess> FailoverAgent(int port, const TempDir& dir, const std::string& is_host,
+                                          const std::string& nnodes) {
+  return std::make_unique<Subprocess>(std::vector<std::string>{
+      BinPath("ddprun"), "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:" + std::to_string(port),
+      "--rdzv-id=failover",
+      "--rdzv-conf=is_host=" + is_host +
+          ",keep_alive_interval=1,keep_alive_max_attempt=3,last_call_timeout=0.2",
+      "--nnodes=" + nnodes, "--max-restarts=1", "--no-python", "/bin/sh", "-c",
+      "echo \"rank=$RANK world=$WORLD_SIZE restart=$TORCHELASTIC_RESTART_COUNT\" >> " +
+          dir.File("log") + "; while [ ! -e " + dir.File("done") + " ]; do sleep 0.05; done"});
+}
+
 // Issue 24: the agent that hosts the embedded server is killed. The survivors' streams break,
 // its address refuses connections, and every survivor walks the successor list of the last
 // assignment: the lowest group rank but the host serves the run next, the others re-register
@@ -553,23 +567,8 @@ TEST(ElasticHostingTest, TheHostingAgentKilledTheRunMovesToItsSuccessor) {
   ASSERT_GT(port.port(), 0);
   TempDir dir;
   const std::string done = dir.File("done");
-  const std::vector<std::string> worker = {
-      "/bin/sh", "-c",
-      "echo \"rank=$RANK world=$WORLD_SIZE restart=$TORCHELASTIC_RESTART_COUNT\" >> " +
-          dir.File("log") + "; while [ ! -e " + done + " ]; do sleep 0.05; done"};
   auto agent = [&](const std::string& is_host) {
-    std::vector<std::string> argv = {
-        BinPath("ddprun"),
-        "--rdzv-backend=c10d",
-        "--rdzv-endpoint=127.0.0.1:" + std::to_string(port.port()),
-        "--rdzv-id=failover",
-        "--rdzv-conf=is_host=" + is_host +
-            ",keep_alive_interval=1,keep_alive_max_attempt=3,last_call_timeout=0.2",
-        "--nnodes=2:3",
-        "--max-restarts=1",
-        "--no-python"};
-    argv.insert(argv.end(), worker.begin(), worker.end());
-    return std::make_unique<Subprocess>(argv);
+    return FailoverAgent(port.port(), dir, is_host, "2:3");
   };
   auto host = agent("1");
   ASSERT_TRUE(host->WaitForOutputContains("hosting the rendezvous", 10s)) << host->err();
@@ -598,6 +597,39 @@ TEST(ElasticHostingTest, TheHostingAgentKilledTheRunMovesToItsSuccessor) {
     ASSERT_TRUE(st.has_value());
     EXPECT_EQ(st->exit_code, 0) << a->err();
   }
+}
+
+// Issue 24, a fixed-size job: the hosting agent is killed, its successor takes the run, and
+// the world of three waits (never runs with two) until a replacement agent started with the
+// same command line reaches the successor (on one host, the same address and port); then all
+// three train in restart 1 and finish.
+TEST(ElasticHostingTest, AFixedJobWhoseHostingAgentIsKilledRestartsAtFullSizeWithAReplacement) {
+  ReservedPort port;
+  ASSERT_GT(port.port(), 0);
+  TempDir dir;
+  auto log = [&] { return ReadFile(dir.File("log")); };
+  auto host = FailoverAgent(port.port(), dir, "1", "3");
+  ASSERT_TRUE(host->WaitForOutputContains("hosting the rendezvous", 10s)) << host->err();
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int i = 0; i < 2; ++i) agents.push_back(FailoverAgent(port.port(), dir, "0", "3"));
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(log(), "world=3 restart=0") == 3; }, 30s))
+      << log() << host->err();
+  host->Signal(SIGKILL);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        return CountMatches(agents[0]->err() + agents[1]->err(),
+                            "hosting the rendezvous on .* \\(failover") == 1;
+      },
+      10s))
+      << agents[0]->err() << agents[1]->err();
+  // A fixed world of three cannot go on with two: nobody starts a smaller world.
+  EXPECT_FALSE(WaitUntil([&] { return CountMatches(log(), "restart=1") > 0; }, 2s)) << log();
+  agents.push_back(FailoverAgent(port.port(), dir, "0", "3"));  // the replacement
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(log(), "world=3 restart=1") == 3; }, 30s))
+      << log() << agents[0]->err() << agents[1]->err() << agents[2]->err();
+  EXPECT_EQ(CountMatches(log(), "world=2"), 0) << log();
+  WriteFile(dir.File("done"), "");
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s));
 }
 
 TEST(ElasticHostingTest, UnreachableEndpointExitsThreeNamingIt) {

@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "gmock/gmock.h"
@@ -127,6 +128,63 @@ TEST_F(RunStateRecoveryTest, AGroupRankClaimedGoneIsNotWaitedFor) {
   EXPECT_THAT(Find<RestartNotice>(out, 2)->reason,
               HasSubstr("group rank 0 of round 4 lost with the agent that hosted the rendezvous"));
   EXPECT_EQ(Status().restarts_used, 3);
+}
+
+// Issue 24 item 5, a claim from an old round after a failover: the successor settled round 4
+// without the host and formed round 5; a node that still claims round 3 (it missed round 4) has
+// its workers stopped and waits as a newcomer. No rank is handed out twice.
+TEST_F(RunStateRecoveryTest, AClaimFromAnOldRoundAfterAFailoverJoinsAsANewcomer) {
+  for (ConnId conn : {2, 3}) {
+    JoinRequest claim = Claim(conn, 4, static_cast<int>(conn) - 1);
+    claim.resume->gone_group_rank = 0;
+    Join(conn, claim);
+  }
+  clock_.Advance(seconds(2));  // the last call after the failure
+  Beat({2, 3});
+  Outbox out = Tick();
+  ASSERT_EQ(Count<Assignment>(out), 2);
+  EXPECT_EQ(Find<Assignment>(out, 2)->round, 5);
+  EXPECT_EQ(Find<Assignment>(out, 2)->group_rank, 0);
+  EXPECT_EQ(Find<Assignment>(out, 3)->group_rank, 1);
+
+  out = Join(4, Claim(4, 3, 1));  // round 3, group rank 1: node 3's rank now
+  ASSERT_NE(Find<RestartNotice>(out, 4), nullptr);
+  EXPECT_EQ(Find<RestartNotice>(out, 4)->round, 3);
+  EXPECT_EQ(Find<ResumedNotice>(out, 4), nullptr);
+  // Round 5 goes on for nodes 2 and 3 until node 4's scale-up forms round 6 with three ranks.
+  std::vector<int> ranks;
+  for (const auto& m : Status().members) {
+    if (m.group_rank >= 0) ranks.push_back(m.group_rank);
+  }
+  std::sort(ranks.begin(), ranks.end());
+  EXPECT_EQ(std::adjacent_find(ranks.begin(), ranks.end()), ranks.end());
+  EXPECT_EQ(Status().restarts_used, 3);  // the host's loss only
+}
+
+// Issue 24 item 5, two agents that both believe they serve, seen from the successor: the
+// survivors named the host's rank gone, but the host's agent is alive (its stream broke, its
+// server is on its own) and re-registers here too before the run settles. Its claim of rank 0
+// is one claim more; nothing is handed out twice and the round goes on with everyone.
+TEST_F(RunStateRecoveryTest, TheHostClaimedGoneButBackBeforeTheSettleIsTakenIn) {
+  JoinRequest b = Claim(2, 4, 1);
+  b.resume->gone_group_rank = 0;
+  Outbox out = Join(2, b);
+  out = Join(1, Claim(1, 4, 0));  // the "gone" host, alive
+  JoinRequest c = Claim(3, 4, 2);
+  c.resume->gone_group_rank = 0;
+  out = Join(3, c);
+  // Every group rank is back, the "gone" one too: round 4 goes on, nothing restarts.
+  EXPECT_EQ(Count<ResumedNotice>(out), 3);
+  EXPECT_EQ(Count<RestartNotice>(out), 0);
+  RunStatus s = Status();
+  EXPECT_EQ(s.phase, RunPhase::kRunning);
+  EXPECT_EQ(s.restarts_used, 2);
+  std::vector<int> ranks;
+  for (const auto& m : s.members) {
+    if (m.group_rank >= 0) ranks.push_back(m.group_rank);
+  }
+  std::sort(ranks.begin(), ranks.end());
+  EXPECT_EQ(ranks, (std::vector<int>{0, 1, 2}));
 }
 
 TEST_F(RunStateRecoveryTest, AMissingMemberWithTheBudgetSpentClosesTheRun) {
