@@ -566,6 +566,50 @@ TEST_F(MultiHostTest, AFencedHostOfAFixedSizeJobExitsThree) {
   EXPECT_NE(other->exit_code, 0);  // its peer is gone for good and the budget is 0
 }
 
+// Issue 24 item 3: a static job on two hosts (node 0 on host 2 hosts the rendezvous at
+// MASTER_ADDR:MASTER_PORT+1). Node 1's host is cut off: node 0 hears nothing from it and gives
+// it up within its lease (no broken connection tells it here), while node 1 fences itself.
+// Once the link is back and node 1's agent is started again, both train in restart 1.
+TEST_F(MultiHostTest, AStaticJobNoticesACutOffNodeWithinItsLeaseAndTakesItBack) {
+  StartHosts(3);
+  const std::string worker = Worker(
+      "[ $TORCHELASTIC_RESTART_COUNT = 0 ] && { sleep 60 & wait $!; }; "
+      "exit 0");
+  auto node = [&](int rank) {
+    std::vector<std::string> argv = {BinPath("ddprun"),
+                                     "--rdzv-backend=static",
+                                     "--nnodes=2",
+                                     "--node-rank=" + std::to_string(rank),
+                                     "--master-addr=" + hosts_->Address(2),
+                                     "--master-port=29500",
+                                     "--max-restarts=1",
+                                     "--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=2",
+                                     "--no-python",
+                                     worker};
+    return std::make_unique<Subprocess>(hosts_->On(2 + rank, argv));
+  };
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  nodes.push_back(node(0));
+  nodes.push_back(node(1));
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=0 world=2") == 2; }, 60s))
+      << Log() << nodes[0]->err() << nodes[1]->err();
+  const auto cut = std::chrono::steady_clock::now();
+  hosts_->Cut(3);
+  ASSERT_TRUE(nodes[0]->WaitForOutputContains("was lost", 10s)) << nodes[0]->err();
+  const double noticed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count();
+  std::cout << "static job: cut-off node given up after " << noticed << " s (lease 1 s)"
+            << std::endl;
+  EXPECT_LT(noticed, 1.0 + 1.0);  // the lease, and a heartbeat's slack
+  auto fenced = nodes[1]->Wait(30s);
+  ASSERT_TRUE(fenced.has_value());
+  EXPECT_EQ(fenced->exit_code, 3) << nodes[1]->err();
+  hosts_->Heal(3);
+  nodes[1] = node(1);
+  ASSERT_TRUE(testing::ExpectAllExit(nodes, 0, 60s)) << Log();
+  EXPECT_EQ(CountMatches(Log(), "restart=1 world=2"), 2) << Log();
+}
+
 // The etcd backend with one agent cut off: a one-member etcd on host 1 (fixed ports: the
 // namespace is the test's own), started after the three agents. The survivors restart without it;
 // the cut-off agent cannot renew its etcd lease and stops its workers.
