@@ -566,6 +566,46 @@ TEST_F(MultiHostTest, AFencedHostOfAFixedSizeJobExitsThree) {
   EXPECT_NE(other->exit_code, 0);  // its peer is gone for good and the budget is 0
 }
 
+// Issue 24 item 1, the hosting agent's host cut off (not killed): the others cannot tell that
+// from being cut off themselves, so nobody takes over (no second server, no split world); they
+// fence and keep rejoining, and the world of three is whole again once the link returns.
+TEST_F(MultiHostTest, TheHostingHostCutOffTakesNoSuccessorAndTheWorldHealsAfterTheLinkReturns) {
+  StartHosts(4);
+  const std::string worker = PidWorkerUntilDone();
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int host : {2, 3, 4}) {
+    const std::vector<std::string> argv = {
+        BinPath("ddprun"),
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=" + hosts_->Address(2) + ":29400",
+        "--rdzv-id=hostcut",
+        "--nnodes=2:3",
+        "--max-restarts=3",
+        "--rdzv-conf=keep_alive_interval=1,keep_alive_max_attempt=3,last_call_timeout=0.2",
+        "--no-python",
+        worker};
+    agents.push_back(std::make_unique<Subprocess>(hosts_->On(host, argv)));
+  }
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=0 world=3") == 3; }, 60s))
+      << Log() << agents[0]->err();
+  hosts_->Cut(2);
+  // Past the lease: hosts 3 and 4 fence (their workers stop) and keep trying host 2.
+  ASSERT_TRUE(WaitUntil(
+      [&] { return CountMatches(agents[1]->err() + agents[2]->err(), "fenced") == 2; }, 15s))
+      << agents[1]->err() << agents[2]->err();
+  std::this_thread::sleep_for(2s);  // the rest of the cut, not a wait for a condition
+  hosts_->Heal(2);
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=[1-9] world=3") == 3; }, 30s))
+      << Log() << agents[0]->err() << agents[1]->err() << agents[2]->err();
+  std::string all;
+  for (const auto& a : agents) all += a->err();
+  // One server throughout (host 2's): no successor started, so no second world could form.
+  EXPECT_EQ(CountMatches(all, "failover"), 0) << all;
+  EXPECT_EQ(CountMatches(all, "hosting the rendezvous on"), 1) << all;
+  testing::WriteFile(dir_.File("done"), "");
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s)) << Log();
+}
+
 // Issue 24 item 3: a static job on two hosts (node 0 on host 2 hosts the rendezvous at
 // MASTER_ADDR:MASTER_PORT+1). Node 1's host is cut off: node 0 hears nothing from it and gives
 // it up within its lease (no broken connection tells it here), while node 1 fences itself.
