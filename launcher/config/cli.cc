@@ -463,7 +463,9 @@ constexpr FlagDef kFlags[] = {
      ApplyNprocPerNode, ValueKind::kChoice, "auto cpu gpu"},
     {"rdzv-backend", "", false, "Rendezvous backend: static (default), c10d, etcd, etcd-v3.",
      ApplyRdzvBackend, ValueKind::kChoice, "static c10d etcd etcd-v3"},
-    {"rdzv-endpoint", "", false, "Rendezvous server host[:port] (c10d default port 29400).",
+    {"rdzv-endpoint", "", false,
+     "Rendezvous server host[:port] (c10d default port 29400). c10d: a list of the job's hosts "
+     "(the first hosts the run) lets late nodes find a run that failed over; etcd: its members.",
      ApplyRdzvEndpoint},
     {"rdzv-id", "", false,
      "Run id shared by the nodes of one job: at most 256 bytes, no '/' or control characters. "
@@ -685,10 +687,10 @@ absl::Status Validate(const Environment& env, LaunchOptions* o) {
       }
     }
   }
-  if (!IsEtcd(o->rdzv_backend) && o->rdzv_endpoint.find(',') != std::string::npos) {
+  if (o->rdzv_backend == RdzvBackend::kStatic && o->rdzv_endpoint.find(',') != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--rdzv-endpoint=", ValueForMessage(o->rdzv_endpoint), ": --rdzv-backend=",
-        RdzvBackendName(o->rdzv_backend), " takes one HOST[:PORT] (a list is for etcd)"));
+        RdzvBackendName(o->rdzv_backend), " takes one HOST[:PORT] (a list is for c10d and etcd)"));
   }
   if (o->virtual_local_rank) {
     o->virtual_gpus.clear();

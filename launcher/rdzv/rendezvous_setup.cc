@@ -113,11 +113,23 @@ absl::StatusOr<C10dSettings> MakeC10dSettings(const LaunchOptions& options, cons
     return absl::InvalidArgumentError("--rdzv-backend=c10d needs --rdzv-endpoint=HOST[:PORT]");
   }
   DDPRUN_ASSIGN_OR_RETURN(RdzvConf conf, ParseRdzvConf(options.rdzv_conf));
-  DDPRUN_ASSIGN_OR_RETURN(
-      HostPort endpoint, ParseHostPort("--rdzv-endpoint", options.rdzv_endpoint, kDefaultRdzvPort));
+  const std::vector<std::string> listed =
+      absl::StrSplit(options.rdzv_endpoint, ',', absl::SkipEmpty());
+  if (listed.empty()) {
+    return absl::InvalidArgumentError("--rdzv-backend=c10d needs --rdzv-endpoint=HOST[:PORT]");
+  }
+  DDPRUN_ASSIGN_OR_RETURN(HostPort endpoint,
+                          ParseHostPort("--rdzv-endpoint", listed[0], kDefaultRdzvPort));
   C10dSettings s;
+  s.run_id = options.rdzv_id;
   s.endpoint_host = endpoint.host;
   s.endpoint_port = endpoint.port;
+  // The others default to the first one's port: a successor serves on it at its own address.
+  for (size_t i = 1; i < listed.size(); ++i) {
+    DDPRUN_ASSIGN_OR_RETURN(HostPort other,
+                            ParseHostPort("--rdzv-endpoint", listed[i], endpoint.port));
+    s.other_endpoints.push_back(FormatHostPort(other.host, other.port));
+  }
   s.must_host = conf.is_host.value_or(false);
   s.host_here = conf.is_host.value_or(IsLocalHost(endpoint.host, host));
   DDPRUN_RETURN_IF_ERROR(TakeConf(conf, options, &s));
@@ -127,6 +139,7 @@ absl::StatusOr<C10dSettings> MakeC10dSettings(const LaunchOptions& options, cons
 absl::StatusOr<C10dSettings> MakeStaticSettings(const LaunchOptions& options) {
   DDPRUN_ASSIGN_OR_RETURN(RdzvConf conf, ParseRdzvConf(options.rdzv_conf));
   C10dSettings s;
+  s.run_id = options.rdzv_id;
   s.endpoint_host = options.master_addr;
   s.endpoint_port = conf.static_port.value_or(options.master_port + 1);
   if (s.endpoint_port > 65535) {

@@ -24,8 +24,13 @@ namespace ddprun::launcher {
 
 // Everything the c10d backend needs, parsed from the options by the agent.
 struct C10dSettings {
+  std::string run_id;
   std::string endpoint_host;
   int endpoint_port = 0;
+  // The rest of a --rdzv-endpoint list ("host:port"): where the run may be served after its
+  // hosting agent was lost (a successor serves at its own address). An agent that does not
+  // find the run at the first endpoint looks for it there before hosting or waiting.
+  std::vector<std::string> other_endpoints;
   bool host_here = false;  // start the server in this process (if the port is free)
   bool must_host = false;  // is_host=1: failing to serve is an error
   rendezvous::HostLoss host_loss = rendezvous::HostLoss::kFailOver;

@@ -18,6 +18,7 @@
 #include "common/strings.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/etcd/etcd_status.h"
+#include "rendezvous/grpc/endpoint_probe.h"
 #include "rendezvous/grpc/rendezvous_client.h"
 #include "rendezvous/grpc/rendezvous_server.h"
 #include "rendezvous/grpc/security.h"
@@ -72,6 +73,35 @@ absl::StatusOr<rendezvous::ClientOptions> ClientOptionsFor(const C10dSettings& s
   c.rpc_timeout = s.rpc_timeout;
   if (s.close_timeout) c.close_timeout = *s.close_timeout;
   return c;
+}
+
+// Whether the server at `endpoint` serves the open run `run_id`. Refused or silent addresses
+// are passed over quickly (a probe first), so that a list of hosts where nothing listens costs
+// milliseconds at the start of a job.
+bool ServesOpenRun(rendezvous::ClientOptions options, const std::string& endpoint,
+                   const std::string& run_id) {
+  if (rendezvous::ProbeEndpoint(endpoint, std::chrono::milliseconds(300)) !=
+      rendezvous::ProbeResult::kAccepting) {
+    return false;
+  }
+  options.endpoint = endpoint;
+  options.rpc_timeout = std::chrono::milliseconds(1000);
+  auto status = rendezvous::QueryRunStatus(options, run_id);
+  return status.ok() && status->phase != rendezvous::RunPhase::kClosed;
+}
+
+// Where the run is served when not at the first endpoint: a run whose hosting agent was lost
+// moved to a successor, which serves at its own address (one of `other_endpoints` when the
+// user listed the job's hosts). The agent that would host at the first endpoint, restarted,
+// joins the run there instead of starting a second server, and so does a node that joins late.
+// Empty: not moved (or nothing listed): the first endpoint, as without a list.
+std::string MovedRunEndpoint(const C10dSettings& s, const rendezvous::ClientOptions& options) {
+  if (s.other_endpoints.empty()) return "";
+  if (!s.host_here && ServesOpenRun(options, options.endpoint, s.run_id)) return "";
+  for (const std::string& other : s.other_endpoints) {
+    if (ServesOpenRun(options, other, s.run_id)) return other;
+  }
+  return "";
 }
 
 // The embedded server's options from the settings (`port`: where it listens).
@@ -298,7 +328,16 @@ class PluginImpl final : public GrpcRendezvousPlugin {
     std::unique_ptr<rendezvous::RendezvousServer> server;
     const rendezvous::ServerOptions server_options =
         ServerOptionsFor(s, client->token, s.endpoint_port);
-    if (s.host_here && (s.must_host || !PortInUse(s.endpoint_host, s.endpoint_port))) {
+    const std::string moved = MovedRunEndpoint(s, *client);
+    if (!moved.empty()) {
+      LogInfo(absl::StrCat("run '", s.run_id, "' is served at ", moved, ", not at ",
+                           client->endpoint,
+                           " (it moved there when the agent that hosted it was lost): joining it "
+                           "there"));
+      client->endpoint = moved;
+    }
+    if (s.host_here && moved.empty() &&
+        (s.must_host || !PortInUse(s.endpoint_host, s.endpoint_port))) {
       auto started = rendezvous::RendezvousServer::Start(server_options);
       if (started.ok()) {
         server = std::move(*started);
@@ -319,6 +358,12 @@ class PluginImpl final : public GrpcRendezvousPlugin {
   absl::StatusOr<std::string> QueryRun(const C10dSettings& s, const std::string& run_id) override {
     auto client = ClientOptionsFor(s);
     if (!client.ok()) return client.status();
+    C10dSettings asking = s;  // `ddprun status` hosts nothing: ask the first endpoint too
+    asking.host_here = false;
+    asking.run_id = run_id;
+    if (std::string moved = MovedRunEndpoint(asking, *client); !moved.empty()) {
+      client->endpoint = moved;
+    }
     auto status = rendezvous::QueryRunStatus(*client, run_id);
     if (!status.ok()) return status.status();
     return RunStatusJson(*status);

@@ -606,6 +606,52 @@ TEST_F(MultiHostTest, TheHostingHostCutOffTakesNoSuccessorAndTheWorldHealsAfterT
   ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s)) << Log();
 }
 
+// Issue 24 item 1, nodes that join after a failover: --rdzv-endpoint lists the job's hosts
+// (the first hosts the run). Host 2's agent is killed, host 3 or 4 (the lower group rank) takes
+// the run over at its own address; host 2's agent started again with the same command line
+// finds the run there and joins it instead of hosting a second server, and the world of three
+// is whole again.
+TEST_F(MultiHostTest, AnAgentStartedAfterAFailoverFindsTheRunAtTheSuccessor) {
+  StartHosts(4);
+  const std::string worker = PidWorkerUntilDone();
+  auto agent = [&](int host) {
+    const std::vector<std::string> argv = {
+        BinPath("ddprun"),
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=" + hosts_->Address(2) + ":29400," + hosts_->Address(3) + "," +
+            hosts_->Address(4),
+        "--rdzv-id=moved",
+        "--nnodes=2:3",
+        "--max-restarts=3",
+        "--rdzv-conf=keep_alive_interval=1,keep_alive_max_attempt=3,last_call_timeout=0.2",
+        "--no-python",
+        worker};
+    return std::make_unique<Subprocess>(hosts_->On(host, argv));
+  };
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  agents.push_back(agent(2));
+  ASSERT_TRUE(agents[0]->WaitForOutputContains("hosting the rendezvous", 30s)) << agents[0]->err();
+  agents.push_back(agent(3));
+  agents.push_back(agent(4));
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=0 world=3") == 3; }, 60s))
+      << Log() << agents[0]->err();
+  agents[0]->Signal(SIGKILL);
+  agents[0]->Wait(10s);
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=1 world=2") == 2; }, 20s))
+      << Log() << agents[1]->err() << agents[2]->err();
+  // The successor: whichever of hosts 3 and 4 had the lower group rank.
+  const int successor =
+      agents[1]->err().find("hosting the rendezvous on") != std::string::npos ? 3 : 4;
+  EXPECT_THAT(agents[successor - 2]->err(), HasSubstr("hosting the rendezvous on"));
+  agents[0] = agent(2);
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=1 world=3") == 3; }, 30s))
+      << Log() << agents[0]->err() << agents[1]->err();
+  EXPECT_THAT(agents[0]->err(), HasSubstr("is served at " + hosts_->Address(successor) + ":29400"));
+  EXPECT_THAT(agents[0]->err(), Not(HasSubstr("hosting the rendezvous")));
+  testing::WriteFile(dir_.File("done"), "");
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s)) << Log();
+}
+
 // Issue 24 item 3: a static job on two hosts (node 0 on host 2 hosts the rendezvous at
 // MASTER_ADDR:MASTER_PORT+1). Node 1's host is cut off: node 0 hears nothing from it and gives
 // it up within its lease (no broken connection tells it here), while node 1 fences itself.

@@ -488,12 +488,15 @@ TEST_F(CliTest, RunIdIsOneFolderName) {
   EXPECT_THAT(Error({"--log-dir=" + std::string(4000, 'd'), script_}), HasSubstr("--log-dir="));
 }
 
-// Issue 28 #16: one host[:port] for c10d (a list only for etcd, whose cluster has several).
+// Issue 28 #16: host[:port] entries (a c10d list names the job's hosts, an etcd list its members;
+// every entry is checked).
 TEST_F(CliTest, RdzvEndpointIsHostAndPort) {
-  for (const char* bad : {"127.0.0.1:1:2", "http://host:29400", "a:1,b:2"}) {
-    EXPECT_THAT(Error({"--rdzv-backend=c10d", "--nnodes=1:2", std::string("--rdzv-endpoint=") + bad,
-                       script_}),
-                HasSubstr(std::string("--rdzv-endpoint=") + bad))
+  for (const auto& [bad, named] :
+       std::vector<std::pair<std::string, std::string>>{{"127.0.0.1:1:2", "127.0.0.1:1:2"},
+                                                        {"http://host:29400", "http://host:29400"},
+                                                        {"a:1,http://b:2", "http://b:2"}}) {
+    EXPECT_THAT(Error({"--rdzv-backend=c10d", "--nnodes=1:2", "--rdzv-endpoint=" + bad, script_}),
+                HasSubstr("--rdzv-endpoint=" + named))
         << bad;
   }
   EXPECT_THAT(Error({"--rdzv-backend=etcd-v3", "--rdzv-endpoint=a:1,http://b:2", script_}),
@@ -534,6 +537,13 @@ TEST_F(CliTest, LengthsAndRangesCheckedAtParseTime) {
                      "--rdzv-conf=keep_alive_interval=2.5,join_timeout=86400,is_host=1",
                      "--local-addr=node-3.cluster", "--rdzv-id=" + std::string(256, 'i'), script_})
                   .ok());
+}
+
+// c10d takes a list of endpoints (where a run that failed over may be served); static does not.
+TEST_F(CliTest, EndpointListsForC10dAndEtcdNotStatic) {
+  EXPECT_TRUE(Parse({"--rdzv-backend=c10d", "--rdzv-endpoint=n0:29400,n1,n2", script_}).ok());
+  EXPECT_THAT(Error({"--rdzv-backend=static", "--rdzv-endpoint=n0:29400,n1", script_}),
+              HasSubstr("--rdzv-backend=static takes one HOST[:PORT]"));
 }
 
 // The static rendezvous' own keys mean nothing to another backend: refused, naming it.

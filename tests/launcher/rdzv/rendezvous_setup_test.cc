@@ -3,6 +3,8 @@
 #include "launcher/rdzv/rendezvous_setup.h"
 
 #include <chrono>
+#include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -80,6 +82,24 @@ TEST(RendezvousSetupTest, StaticNodeZeroHostsOnTheNextPortAndIsAwaited) {
   ASSERT_FALSE(no_port.ok());
   EXPECT_EQ(no_port.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(no_port.status().message().find("static_port"), std::string::npos);
+}
+
+// A c10d endpoint list: the first hosts the run, the others are where it may be served after a
+// failover, on the first one's port unless they name their own.
+TEST(RendezvousSetupTest, AnEndpointListNamesWhereAMovedRunIsServed) {
+  LaunchOptions o = C10d(RestartMode::kCold);
+  o.rdzv_id = "job";
+  o.rdzv_endpoint = "10.9.9.9:29555,10.9.9.10,[fd00::3]:30000";
+  auto s = MakeC10dSettings(o, HostInfo{});
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->run_id, "job");
+  EXPECT_EQ(s->endpoint_host, "10.9.9.9");
+  EXPECT_EQ(s->endpoint_port, 29555);
+  EXPECT_EQ(s->other_endpoints, (std::vector<std::string>{"10.9.9.10:29555", "[fd00::3]:30000"}));
+  o.rdzv_endpoint = "10.9.9.9,bad host";
+  auto bad = MakeC10dSettings(o, HostInfo{});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("--rdzv-endpoint"), std::string::npos);
 }
 
 }  // namespace
