@@ -1,0 +1,63 @@
+// Why a worker died, from the kernel's records around its death (kernel_log.h): the rules that
+// turn "signal 9" into "killed by the OOM killer: memory cgroup limit 64.0 GiB reached
+// (anon-rss 63.8 GiB)", and that refuse to guess when the evidence is not there. Pure.
+//
+// Matching: a record counts only if the kernel wrote it while the worker lived (from its start
+// to its death, with kSlack either side: the kernel's clock and CLOCK_MONOTONIC drift a little)
+// and it names the worker's pid. A pid cannot be reused before its parent reaps it, so within
+// that window the pid is the worker's (the agent runs in the initial pid namespace; see
+// docs/research/failure-causes.md for nested ones).
+#ifndef DDPRUN_LAUNCHER_CAUSES_DEATH_CAUSE_H_
+#define DDPRUN_LAUNCHER_CAUSES_DEATH_CAUSE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "launcher/causes/kmsg_record.h"
+
+namespace ddprun::launcher {
+
+inline constexpr int64_t kDeathRecordSlackUs = 2'000'000;
+
+// A worker's death as the agent saw it. Times are CLOCK_MONOTONIC microseconds.
+struct WorkerDeath {
+  int pid = 0;
+  int signal = 0;  // 0: it exited (exit codes need no kernel evidence)
+  int64_t started_us = 0;
+  int64_t died_us = 0;
+  bool killed_by_agent = false;  // the agent itself stopped the group (a restart, a signal)
+};
+
+enum class DeathCauseKind {
+  kNone,         // it exited, or nothing to say
+  kOomKill,      // the kernel's OOM killer chose it
+  kFault,        // segfault or trap, named by the kernel
+  kGpuError,     // an NVIDIA Xid naming its pid
+  kByAgent,      // ddprun stopped it
+  kFromOutside,  // a signal with no kernel record: someone else sent it (Slurm, an admin)
+  kUnknown,      // the evidence could not be read
+};
+
+struct DeathCause {
+  DeathCauseKind kind = DeathCauseKind::kNone;
+  std::string text;  // one line, without the rank and pid ("killed by the OOM killer: ...")
+};
+
+// Where the evidence came from: the records read, or why there are none.
+struct KernelEvidence {
+  bool readable = false;
+  std::string unreadable_because;  // with !readable: "kernel log /dev/kmsg not readable: ..."
+  bool lost_records = false;       // the ring overwrote records before they were read
+  std::vector<KmsgRecord> records;
+};
+
+DeathCause ExplainDeath(const WorkerDeath& death, const KernelEvidence& evidence);
+
+// 1536 -> "1.5 MiB"; 67108864 -> "64.0 GiB"; below a MiB in kB.
+std::string FormatKilobytes(int64_t kb);
+
+}  // namespace ddprun::launcher
+
+#endif  // DDPRUN_LAUNCHER_CAUSES_DEATH_CAUSE_H_
