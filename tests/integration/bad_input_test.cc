@@ -128,8 +128,12 @@ TEST_F(BadInputTest, ConfigFileSizeAndRepeatedKeys) {
 
 // #16: these were read as a bare IPv6 address; ddprun hosted [::]:29400 and failed later.
 TEST_F(BadInputTest, RdzvEndpointThatIsNotHostPortIsRefused) {
-  for (const char* endpoint : {"127.0.0.1:1:2", "http://127.0.0.1:29400", "a:1,b:2"}) {
-    ExpectUsageError(C10d({}, endpoint), std::string("--rdzv-endpoint=") + endpoint);
+  // A c10d list names the job's hosts; each entry must be HOST[:PORT] and is named when not.
+  for (const auto& [endpoint, named] : std::vector<std::pair<std::string, std::string>>{
+           {"127.0.0.1:1:2", "127.0.0.1:1:2"},
+           {"http://127.0.0.1:29400", "http://127.0.0.1:29400"},
+           {"a:1,http://b:2", "http://b:2"}}) {
+    ExpectUsageError(C10d({}, endpoint), "--rdzv-endpoint=" + named);
   }
 }
 
