@@ -17,6 +17,10 @@ std::string SignalName(int signal) {
   return absl::StrCat("SIG", abbrev);
 }
 
+std::string SignalNameAndNumber(int signal) {
+  return absl::StrCat(SignalName(signal), " (", signal, ")");
+}
+
 int SignalFromName(absl::string_view name) {
   std::string n = absl::AsciiStrToUpper(absl::StripAsciiWhitespace(name));
   int number = 0;

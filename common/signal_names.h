@@ -12,6 +12,9 @@ namespace ddprun {
 // 11 -> "SIGSEGV"; "signal 77" when the signal has no name.
 std::string SignalName(int signal);
 
+// 9 -> "SIGKILL (9)": the name and the number, as failure messages write them.
+std::string SignalNameAndNumber(int signal);
+
 // "SIGTERM", "TERM", "sigterm", "15" -> 15 (surrounding blanks ignored); 0 when it names no
 // signal of this system.
 int SignalFromName(absl::string_view name);

@@ -12,8 +12,7 @@ namespace ddprun::launcher {
 
 std::string DescribeExit(const WorkerExit& exit) {
   if (!exit.hang.empty()) return absl::StrCat("hung: ", exit.hang);
-  if (exit.signal != 0)
-    return absl::StrCat("signal ", SignalName(exit.signal), " (", exit.signal, ")");
+  if (exit.signal != 0) return absl::StrCat("signal ", SignalNameAndNumber(exit.signal));
   return absl::StrCat("exit code ", exit.exit_code);
 }
 

@@ -59,7 +59,7 @@ std::string FormatKilobytes(int64_t kb) {
 
 DeathCause ExplainDeath(const WorkerDeath& death, const KernelEvidence& evidence) {
   if (death.signal == 0) return {};
-  const std::string signal = absl::StrCat(SignalName(death.signal), " (", death.signal, ")");
+  const std::string signal = SignalNameAndNumber(death.signal);
   if (death.killed_by_agent) {
     return {DeathCauseKind::kByAgent, absl::StrCat("stopped by ddprun with ", signal)};
   }

@@ -109,15 +109,12 @@ bool IsLocalHost(const std::string& host, const HostInfo& info) {
 }
 
 absl::StatusOr<C10dSettings> MakeC10dSettings(const LaunchOptions& options, const HostInfo& host) {
-  if (options.rdzv_endpoint.empty()) {
-    return absl::InvalidArgumentError("--rdzv-backend=c10d needs --rdzv-endpoint=HOST[:PORT]");
-  }
-  DDPRUN_ASSIGN_OR_RETURN(RdzvConf conf, ParseRdzvConf(options.rdzv_conf));
   const std::vector<std::string> listed =
       absl::StrSplit(options.rdzv_endpoint, ',', absl::SkipEmpty());
   if (listed.empty()) {
     return absl::InvalidArgumentError("--rdzv-backend=c10d needs --rdzv-endpoint=HOST[:PORT]");
   }
+  DDPRUN_ASSIGN_OR_RETURN(RdzvConf conf, ParseRdzvConf(options.rdzv_conf));
   DDPRUN_ASSIGN_OR_RETURN(HostPort endpoint,
                           ParseHostPort("--rdzv-endpoint", listed[0], kDefaultRdzvPort));
   C10dSettings s;

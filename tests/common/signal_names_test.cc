@@ -14,6 +14,7 @@ TEST(SignalNamesTest, NameOfNumber) {
   EXPECT_EQ(SignalName(SIGKILL), "SIGKILL");
   EXPECT_EQ(SignalName(77), "signal 77");
   EXPECT_EQ(SignalName(0), "signal 0");
+  EXPECT_EQ(SignalNameAndNumber(SIGKILL), "SIGKILL (9)");
 }
 
 TEST(SignalNamesTest, NumberOfName) {
