@@ -71,6 +71,7 @@ class EventDelivery {
   void RejoinAsNewNode(const std::string& why, NodeInfo* node) {
     Restart(absl::StrCat(why, "; rejoining as a new node"), std::nullopt);
     if (base_node_id_.empty()) base_node_id_ = node->node_id;
+    node->formerly_node_id = node->node_id;
     node->node_id = absl::StrCat(base_node_id_, "-rejoin", ++rejoins_);
   }
 

@@ -29,6 +29,9 @@ struct NodeInfo {
   std::string local_addr;        // --local-addr; empty: the server uses the peer address
   int master_port = 0;           // port this agent has reserved for its rank-0 worker
   int max_restarts = 0;          // --max-restarts: the job-wide budget; agents of a run agree
+  // A node that its run gave up and that rejoins as a new node: the id it had (so that a
+  // server waiting for a majority of the last round counts it as that member, back).
+  std::string formerly_node_id;
 };
 
 // This node's place in one round. Workers of the round get their environment from it.

@@ -44,6 +44,15 @@ enum class HostLoss {
   kAwaitReturn,
 };
 
+// Which nodes may form a run's next round.
+enum class RoundQuorum {
+  // Any min_nodes of them (a server outside the job: ddprun-rdzv, or etcd).
+  kAnyNodes,
+  // Also a majority of the last round's members (an embedded server, which a partition may
+  // leave serving one side while a successor serves the other: last_round_majority.h).
+  kMajorityOfLastRound,
+};
+
 // A join as the state machine sees it: what the agent said plus what the transport saw.
 struct JoinRequest {
   NodeInfo node;

@@ -42,14 +42,15 @@ void PushBounded(Container* newest, typename Container::value_type value, size_t
 
 }  // namespace
 
-RunState::RunState(const JoinRequest& first, TimePoint now)
+RunState::RunState(const JoinRequest& first, TimePoint now, RoundQuorum quorum)
     : run_id_(first.node.run_id),
       min_nodes_(first.node.min_nodes),
       max_nodes_(first.node.max_nodes),
       nproc_per_node_(first.node.nproc_per_node),
       max_restarts_(first.node.max_restarts),
       timeouts_(first.timeouts),
-      creator_(absl::StrCat("node ", first.node.node_id, " on ", first.node.hostname)) {
+      creator_(absl::StrCat("node ", first.node.node_id, " on ", first.node.hostname)),
+      quorum_(quorum) {
   join_deadline_ = now + timeouts_.join_timeout;
   round_began_ = now;
 }
@@ -197,6 +198,7 @@ void RunState::Leave(ConnId conn, const std::string& reason, TimePoint now, Outb
   if (it == nodes_.end()) return;
   const bool was_member = it->second.in_round;
   const std::string who = Describe(it->second);
+  last_round_.MarkGone(it->second.info.node_id);
   RemoveNode(conn);
   out->push_back({conn, CloseNotice{absl::OkStatus(), std::nullopt}});
   if (phase_ == RunPhase::kRunning && was_member) {
@@ -209,6 +211,14 @@ void RunState::Leave(ConnId conn, const std::string& reason, TimePoint now, Outb
 }
 
 void RunState::StreamBroken(ConnId conn, TimePoint now, Outbox* out) {
+  auto it = nodes_.find(conn);
+  if (it == nodes_.end()) return;
+  // Broken while the agent was still heard from: it died (or its host reset the connection),
+  // so it is on no other side of a partition. A stream that breaks after a silence (gRPC's
+  // keepalive giving up on a cut link) proves nothing: the node counts as silent.
+  if (now - it->second.last_seen <= 2 * timeouts_.keep_alive_interval) {
+    last_round_.MarkGone(it->second.info.node_id);
+  }
   LoseNode(conn, "its connection broke", now, out);
 }
 
@@ -255,6 +265,17 @@ void RunState::Tick(TimePoint now, Outbox* out) {
   }
   if (phase_ != RunPhase::kJoining) return;
   MaybeFormRound(now, out);
+  if (phase_ == RunPhase::kJoining && !MajorityHeld() && join_deadline_ && now >= *join_deadline_) {
+    CloseRun(
+        absl::DeadlineExceededError(absl::StrCat(
+            "run '", run_id_, "': no majority of its last round came back within join_timeout (",
+            ToMillis(timeouts_.join_timeout), " ms): ",
+            last_round_.Describe([this](const std::string& id) { return PresentAsMember(id); },
+                                 round_),
+            "; the others may be running the job without this side of a partition")),
+        std::nullopt, out);
+    return;
+  }
   if (phase_ == RunPhase::kJoining && static_cast<int>(nodes_.size()) < min_nodes_ &&
       join_deadline_ && now >= *join_deadline_) {
     CloseRun(absl::DeadlineExceededError(
@@ -275,7 +296,9 @@ std::optional<TimePoint> RunState::NextDeadline() const {
   if (phase_ == RunPhase::kRecovering && recovery_deadline_) consider(*recovery_deadline_);
   if (phase_ == RunPhase::kJoining) {
     if (last_call_deadline_) consider(*last_call_deadline_);
-    if (join_deadline_ && static_cast<int>(nodes_.size()) < min_nodes_) consider(*join_deadline_);
+    if (join_deadline_ && (static_cast<int>(nodes_.size()) < min_nodes_ || !MajorityHeld())) {
+      consider(*join_deadline_);
+    }
   }
   return next;
 }
@@ -283,6 +306,7 @@ std::optional<TimePoint> RunState::NextDeadline() const {
 void RunState::AddNode(Node node) {
   const ConnId conn = node.conn;
   by_node_id_[node.info.node_id] = conn;
+  if (!node.info.formerly_node_id.empty()) by_former_id_[node.info.formerly_node_id] = conn;
   if (node.info.requested_node_rank >= 0) by_requested_rank_[node.info.requested_node_rank] = conn;
   by_last_seen_.insert({node.last_seen, conn});
   if (node.in_round) ++members_in_round_;
@@ -294,6 +318,10 @@ void RunState::RemoveNode(ConnId conn) {
   if (it == nodes_.end()) return;
   const Node& node = it->second;
   by_node_id_.erase(node.info.node_id);
+  if (auto former = by_former_id_.find(node.info.formerly_node_id);
+      former != by_former_id_.end() && former->second == conn) {
+    by_former_id_.erase(former);
+  }
   if (node.info.requested_node_rank >= 0) by_requested_rank_.erase(node.info.requested_node_rank);
   by_last_seen_.erase({node.last_seen, conn});
   if (node.in_round) --members_in_round_;
@@ -388,8 +416,18 @@ void RunState::RestartRound(const std::string& reason, const char* cause, Restar
   MaybeFormRound(now, out);
 }
 
+bool RunState::MajorityHeld() const {
+  return quorum_ != RoundQuorum::kMajorityOfLastRound ||
+         last_round_.HeldBy([this](const std::string& id) { return PresentAsMember(id); });
+}
+
 void RunState::MaybeFormRound(TimePoint now, Outbox* out) {
   if (phase_ != RunPhase::kJoining) return;
+  if (!MajorityHeld()) {
+    // This side of a partition may be the smaller one: the other may be running the job.
+    last_call_deadline_.reset();
+    return;
+  }
   const int n = static_cast<int>(nodes_.size());
   if (n >= max_nodes_) {
     FormRound(now, out);
@@ -448,6 +486,9 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
   for (int i = 0; i < size; ++i) by_rank[ranks[i]] = order[i];
 
   for (auto& [conn, node] : nodes_) node.group_rank = -1;  // the waiting ones lose old ranks
+  std::vector<std::string> member_ids;
+  for (const Node* n : by_rank) member_ids.push_back(n->info.node_id);
+  last_round_.Reset(std::move(member_ids));
   ++round_;
   phase_ = RunPhase::kRunning;
   succeeded_in_round_ = 0;

@@ -44,6 +44,7 @@
 #include "rendezvous/api/rendezvous.h"
 #include "rendezvous/api/run_config.h"
 #include "rendezvous/api/run_status.h"
+#include "rendezvous/core/last_round_majority.h"
 #include "rendezvous/core/outgoing.h"
 
 namespace ddprun::rendezvous {
@@ -70,7 +71,8 @@ struct RunSnapshot {
 class RunState {
  public:
   // `first` creates the run and sets what every later agent must agree with.
-  RunState(const JoinRequest& first, TimePoint now);
+  // `quorum`: kMajorityOfLastRound for an embedded server (last_round_majority.h).
+  RunState(const JoinRequest& first, TimePoint now, RoundQuorum quorum = RoundQuorum::kAnyNodes);
 
   // Adds an agent. Refusals (disagreeing configuration, duplicate node rank or node id, a
   // closed run) close just that stream.
@@ -157,8 +159,14 @@ class RunState {
   // A member is gone or failed, or the membership changed: restart the survivors.
   void RestartRound(const std::string& reason, const char* cause, RestartKind kind,
                     const std::optional<WorkerFailure>& root_cause, TimePoint now, Outbox* out);
-  // While joining: forms a round if max is reached or the last call expired.
+  // While joining: forms a round if max is reached or the last call expired (and, with
+  // kMajorityOfLastRound, a majority of the last round's members is here).
   void MaybeFormRound(TimePoint now, Outbox* out);
+  bool MajorityHeld() const;
+  // Connected, under its id or as a node that rejoined after it was given up.
+  bool PresentAsMember(const std::string& node_id) const {
+    return by_node_id_.count(node_id) > 0 || by_former_id_.count(node_id) > 0;
+  }
   void FormRound(TimePoint now, Outbox* out);
   void CloseRun(const absl::Status& status, const std::optional<WorkerFailure>& root_cause,
                 Outbox* out, const std::string& straggler = "");
@@ -191,6 +199,7 @@ class RunState {
   const int max_restarts_;
   const RunTimeouts timeouts_;
   const std::string creator_;  // "node X on host H", for refusal messages
+  const RoundQuorum quorum_;
 
   RunPhase phase_ = RunPhase::kJoining;
   int64_t round_ = 0;                        // the last round formed; 0: none yet
@@ -207,13 +216,15 @@ class RunState {
   // Indexes over nodes_, so that a join or heartbeat costs O(log n) even with 10,000 nodes.
   std::unordered_map<std::string, ConnId> by_node_id_;
   std::unordered_map<int, ConnId> by_requested_rank_;
+  std::unordered_map<std::string, ConnId> by_former_id_;  // NodeInfo::formerly_node_id
   std::set<std::pair<TimePoint, ConnId>> by_last_seen_;
   int members_in_round_ = 0;
   std::optional<TimePoint> join_deadline_;       // set while joining
   std::optional<TimePoint> last_call_deadline_;  // set while joining with >= min nodes
   std::optional<TimePoint> recovery_deadline_;   // set while recovering
   std::string close_message_;
-  absl::Status close_status_;  // what CloseRun was given
+  absl::Status close_status_;     // what CloseRun was given
+  LastRoundMajority last_round_;  // used with kMajorityOfLastRound only
 };
 
 }  // namespace ddprun::rendezvous

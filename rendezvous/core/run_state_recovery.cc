@@ -194,6 +194,17 @@ void RunState::Settle(TimePoint now, Outbox* out) {
   }
   std::vector<int> missing;
   const std::set<int> gone = GoneGroupRanks(newest);
+  if (shape != nullptr) {
+    // The recovered round is the last one for the majority rule: its size from the claims, the
+    // ranks nobody claimed counted as silent unless a claim names them gone.
+    std::vector<std::string> member_ids(std::clamp(shape->group_world_size, 0, max_nodes_));
+    for (const auto& [rank, conn] : by_rank) {
+      if (rank >= 0 && rank < static_cast<int>(member_ids.size())) {
+        member_ids[rank] = nodes_.at(conn).info.node_id;
+      }
+    }
+    last_round_.Reset(std::move(member_ids), gone);
+  }
   if (shape != nullptr && contradiction.empty()) {
     for (int r = 0; r < shape->group_world_size; ++r) {
       if (by_rank.count(r) == 0) missing.push_back(r);

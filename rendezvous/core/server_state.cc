@@ -21,7 +21,8 @@ absl::Status ServerState::Validate(const JoinRequest& request) const {
   const NodeInfo& n = request.node;
   if (n.run_id.empty()) return absl::InvalidArgumentError("join without a run id (--rdzv-id)");
   if (n.node_id.empty()) return absl::InvalidArgumentError("join without a node id");
-  for (const std::string* s : {&n.run_id, &n.node_id, &n.hostname, &n.local_addr}) {
+  for (const std::string* s :
+       {&n.run_id, &n.node_id, &n.hostname, &n.local_addr, &n.formerly_node_id}) {
     if (s->size() > limits_.max_id_length) {
       return absl::InvalidArgumentError(
           absl::StrCat("join field longer than ", limits_.max_id_length, " bytes"));
@@ -183,7 +184,7 @@ Outbox ServerState::Join(ConnId conn, const JoinRequest& request_in, TimePoint n
       return CloseOnly(conn, limit);
     }
     it = runs_
-             .emplace(run_id, Run{std::make_unique<RunState>(request, now), std::nullopt,
+             .emplace(run_id, Run{std::make_unique<RunState>(request, now, quorum_), std::nullopt,
                                   request.peer_host, /*warned_unverified=*/false})
              .first;
     if (keys_ != nullptr && request.resume.has_value() && !keys_->durable()) {

@@ -35,8 +35,9 @@ namespace ddprun::rendezvous {
 
 class ServerState {
  public:
-  explicit ServerState(ServerLimits limits = {}, std::shared_ptr<const MemberKeys> keys = nullptr)
-      : limits_(std::move(limits)), keys_(std::move(keys)) {}
+  explicit ServerState(ServerLimits limits = {}, std::shared_ptr<const MemberKeys> keys = nullptr,
+                       RoundQuorum quorum = RoundQuorum::kAnyNodes)
+      : limits_(std::move(limits)), keys_(std::move(keys)), quorum_(quorum) {}
 
   Outbox Join(ConnId conn, const JoinRequest& request, TimePoint now);
   // `progress`: the agent's workers' last signs of life (empty: none sent).
@@ -97,6 +98,7 @@ class ServerState {
 
   const ServerLimits limits_;
   const std::shared_ptr<const MemberKeys> keys_;
+  const RoundQuorum quorum_;  // of every run this server creates
   std::vector<std::string> security_log_;
   std::map<std::string, Run> runs_;
   std::unordered_map<ConnId, std::string> conn_run_;

@@ -27,6 +27,7 @@ proto::Join ToProto(const NodeInfo& node, const RunTimeouts& timeouts) {
   if (node.requested_node_rank >= 0) j.set_requested_node_rank(node.requested_node_rank);
   j.set_local_addr(node.local_addr);
   j.set_max_restarts(node.max_restarts);
+  j.set_formerly_node_id(node.formerly_node_id);
   j.set_join_timeout_ms(Millis(timeouts.join_timeout));
   j.set_last_call_timeout_ms(Millis(timeouts.last_call_timeout));
   j.set_keep_alive_interval_ms(Millis(timeouts.keep_alive_interval));
@@ -193,6 +194,7 @@ JoinRequest FromProto(const proto::Join& j, const RunTimeouts& defaults,
   r.node.requested_node_rank = j.has_requested_node_rank() ? j.requested_node_rank() : -1;
   r.node.local_addr = j.local_addr();
   r.node.max_restarts = j.max_restarts();
+  r.node.formerly_node_id = j.formerly_node_id();
   r.peer_host = peer_host;
   if (j.has_resume()) {
     r.resume = FromProto(j.resume());

@@ -11,6 +11,7 @@
 #include "rendezvous/grpc/agent_call.h"
 #include "rendezvous/grpc/endpoint_probe.h"
 #include "rendezvous/grpc/proto_convert.h"
+#include "rendezvous/grpc/served_run.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -56,10 +57,13 @@ RendezvousClient::RendezvousClient(ClientOptions options, Executor* executor,
       heartbeat_interval_(std::chrono::duration_cast<std::chrono::milliseconds>(
           options_.timeouts.keep_alive_interval)) {
   endpoint_ = options_.endpoint;
+  if (options_.stop_hosting) probe_loop_ = std::make_unique<LoopThread>();
 }
 
 RendezvousClient::~RendezvousClient() {
   events_.Silence();
+  // Its question posts the answer to loop_: finished before loop_ goes.
+  if (probe_loop_ != nullptr) probe_loop_->Stop();
   loop_->Post([this] {
     if (call_ != nullptr) call_->Cancel();
   });
@@ -181,7 +185,10 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
     }
     case proto::ServerMessage::kRestart: {
       claim_.restarts_used = std::max(claim_.restarts_used, m.restart().restart_count());
-      if (m.restart().round() >= claim_.last.round) claim_.group = ResumeClaim::Group::kWaiting;
+      if (m.restart().round() >= claim_.last.round) {
+        claim_.group = ResumeClaim::Group::kWaiting;
+        waiting_since_ = std::chrono::steady_clock::now();
+      }
       events_.Restart(m.restart().reason(), HangOf(m.restart()));
       break;
     }
@@ -302,10 +309,12 @@ void RendezvousClient::RetryJoin(const std::string& why) {
 void RendezvousClient::DecideFailover(const std::string& why, TimePoint until,
                                       int accepting_in_a_row) {
   if (events_.closed()) return;
-  // Only a server that is certainly gone is replaced: its address refuses connections (its
-  // agent died, its host is up). One that does not answer may be alive on the other side of a
-  // partition, with the others still talking to it: then this node is the one cut off, and the
-  // run ends for it as before. While the dying agent's sockets close one by one its listener
+  // A server that is certainly gone (its address refuses connections: its agent died, its host
+  // is up) is replaced at once, and the claims name its host gone. One that does not answer
+  // may be alive on the other side of a partition, with the others still talking to it: the
+  // survivors fail over too, but the host counts as silent, and the majority rule
+  // (core/last_round_majority.h) lets only one side form rounds (a static job's agents await
+  // the host's return instead). While the dying agent's sockets close one by one its listener
   // may still accept, or reset a connection half made, so the address is asked again, 50 ms
   // apart: a listener that accepts five times in a row (200 ms) is a server (a successor on the
   // same host and port, or the server itself, which only ended this stream; either takes a
@@ -321,7 +330,7 @@ void RendezvousClient::DecideFailover(const std::string& why, TimePoint until,
     return;
   }
   if (probe == ProbeResult::kRefused && !successors_.empty()) {
-    StartFailover(why);
+    StartFailover(why, /*host_refused=*/true);
     return;
   }
   accepting_in_a_row = probe == ProbeResult::kAccepting ? accepting_in_a_row + 1 : 0;
@@ -335,6 +344,13 @@ void RendezvousClient::DecideFailover(const std::string& why, TimePoint until,
     Reconnect(why);
     return;
   }
+  if (FailsOverOnSilence()) {
+    // No answer: the host is down or cut off, or this node is. As after a lease of silence,
+    // the survivors fail over and the majority rule decides which side goes on.
+    StartFailover(absl::StrCat(why, " (its address: ", ProbeResultName(probe), ")"),
+                  /*host_refused=*/false);
+    return;
+  }
   Closed(absl::UnavailableError(absl::StrCat(
       why, "; that server was hosted by an agent, which cannot be reached (",
       ProbeResultName(probe),
@@ -342,12 +358,12 @@ void RendezvousClient::DecideFailover(const std::string& why, TimePoint until,
       "etcd survive a server restart)")));
 }
 
-void RendezvousClient::StartFailover(const std::string& why) {
+void RendezvousClient::StartFailover(const std::string& why, bool host_refused) {
   failover_candidates_.clear();
   for (size_t i = 0; i < successors_.size(); ++i) {
     if (successors_[i].node_id != host_node_id_) {
       failover_candidates_.push_back(successors_[i]);
-    } else if (claim_.last.round > 0) {
+    } else if (claim_.last.round > 0 && host_refused) {
       // The list is in group-rank order: the host's group rank in the round this node claims.
       claim_.gone_group_rank = static_cast<int>(i);
     }
@@ -360,9 +376,98 @@ void RendezvousClient::StartFailover(const std::string& why) {
   reconnect_deadline_ = std::chrono::steady_clock::now() + options_.read_timeout;
   events_.Reconnecting(absl::StrCat(
       why,
-      "; the agent that hosted the rendezvous is gone (its address refuses connections): "
-      "the run moves to its successor, the workers keep running meanwhile"));
+      host_refused
+          ? "; the agent that hosted the rendezvous is gone (its address refuses connections): "
+            "the run moves to its successor, the workers keep running meanwhile"
+          : "; the agent that hosted the rendezvous is gone or cut off: the run moves to its "
+            "successor, which goes on only with a majority of the last round's members"));
   AdvanceFailover();
+}
+
+bool RendezvousClient::FailsOverOnSilence() const {
+  return server_embedded_ && options_.host_loss == HostLoss::kFailOver && !successors_.empty() &&
+         !host_node_id_.empty() && host_node_id_ != node_.node_id;
+}
+
+void RendezvousClient::MaybeLookForTheRun() {
+  const TimePoint now = std::chrono::steady_clock::now();
+  if (probe_loop_ == nullptr || looking_ || !joined_ || !server_embedded_ ||
+      host_node_id_ != node_.node_id || claim_.group != ResumeClaim::Group::kWaiting ||
+      claim_.last.round == 0 || successors_.empty() || now - waiting_since_ < Lease() ||
+      now - last_look_ < Lease()) {
+    return;
+  }
+  looking_ = true;
+  last_look_ = now;
+  // The other hosts of the last round, in the job's order: the endpoint the user gave (the
+  // original host), then the members by group rank. Never this agent's own server.
+  const int port = ParseHostPort("endpoint", endpoint_, 0).value_or(HostPort{}).port;
+  ServedRun mine;
+  mine.endpoint = endpoint_;
+  mine.order = -1;
+  std::vector<ServedRun> others;
+  auto consider = [&](const std::string& endpoint, int order) {
+    if (endpoint == endpoint_) return;
+    for (const ServedRun& o : others) {
+      if (o.endpoint == endpoint) return;
+    }
+    ServedRun o;
+    o.endpoint = endpoint;
+    o.order = order;
+    others.push_back(o);
+  };
+  consider(options_.endpoint, -1);
+  for (size_t i = 0; i < successors_.size(); ++i) {
+    if (successors_[i].node_id == node_.node_id) {
+      if (endpoint_ != options_.endpoint) mine.order = static_cast<int>(i);
+      continue;
+    }
+    consider(FormatHostPort(successors_[i].addr, port), static_cast<int>(i));
+  }
+  probe_loop_->Post([this, options = options_, run_id = node_.run_id, mine, others]() mutable {
+    constexpr std::chrono::milliseconds kProbe{300}, kRpc{1000};
+    std::optional<ServedRun> best;
+    if (std::optional<ServedRun> own = AskServer(options, mine.endpoint, run_id, kProbe, kRpc)) {
+      own->order = mine.order;
+      mine = *own;
+      for (const ServedRun& candidate : others) {
+        std::optional<ServedRun> there =
+            AskServer(options, candidate.endpoint, run_id, kProbe, kRpc);
+        if (!there) continue;
+        there->order = candidate.order;
+        if (Supersedes(*there, best ? *best : mine)) best = there;
+      }
+    }
+    loop_->Post([this, best, mine] {
+      looking_ = false;
+      if (best) FollowServedRun(*best, mine);
+    });
+  });
+}
+
+void RendezvousClient::FollowServedRun(const ServedRun& other, const ServedRun& mine) {
+  // Still hosting and still without a round: the answer is not stale.
+  if (events_.closed() || !joined_ || host_node_id_ != node_.node_id ||
+      claim_.group != ResumeClaim::Group::kWaiting) {
+    return;
+  }
+  events_.Reconnecting(absl::StrCat(
+      "run '", node_.run_id, "' is served at ", other.endpoint, " (round ", other.round, ", ",
+      other.agents, " agent(s)) while the server this agent hosts at ", mine.endpoint,
+      " has formed no round since round ", claim_.last.round, " (", mine.agents,
+      " agent(s)): the two sides of a partition; this agent stops hosting and joins there"));
+  if (call_ != nullptr) call_->Cancel();
+  RetireCall();
+  joined_ = false;
+  options_.stop_hosting();
+  endpoint_ = other.endpoint;
+  channel_.reset();
+  failing_over_ = false;
+  reconnecting_ = false;
+  timed_out_ = false;
+  join_broken_because_.clear();
+  StartCall(std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeouts.join_timeout),
+            "join_timeout");
 }
 
 void RendezvousClient::AdvanceFailover() {
@@ -450,6 +555,15 @@ void RendezvousClient::ScheduleHeartbeat() {
     // a frozen VM) hears the server's verdict before judging the silence.
     const Duration lease = Lease();
     const Duration silent = std::chrono::steady_clock::now() - last_heard_;
+    if (silent > lease && unanswered_ >= LeaseAttempts() && FailsOverOnSilence()) {
+      call_->Cancel();
+      RetireCall();
+      joined_ = false;
+      StartFailover(absl::StrCat("no word from the rendezvous server at ", endpoint_, " for ",
+                                 ToMillis(silent), " ms (the lease is ", ToMillis(lease), " ms)"),
+                    /*host_refused=*/false);
+      return;
+    }
     if (silent > lease && unanswered_ >= LeaseAttempts()) {
       Fence(absl::StrCat("fenced: no word from the rendezvous server at ", endpoint_, " for ",
                          ToMillis(silent), " ms (the lease is ", ToMillis(lease),
@@ -458,6 +572,7 @@ void RendezvousClient::ScheduleHeartbeat() {
     }
     SendHeartbeat();
     ScheduleHeartbeat();
+    MaybeLookForTheRun();
   });
 }
 
@@ -467,6 +582,8 @@ void RendezvousClient::JudgeSilenceWhileReconnecting() {
   // successor (or itself, restarted) rebuilds the run from the agents that come back. So while
   // it refuses, silence does not count, and once it accepts again this node gets a whole lease
   // to re-register (the channel is told to connect now rather than after its backoff).
+  // A failover walk gives each successor its own lease (AdvanceFailover).
+  if (failing_over_) return;
   const Duration lease = Lease();
   const Duration silent = std::chrono::steady_clock::now() - last_heard_;
   if (silent <= lease && !server_down_) return;
@@ -502,6 +619,7 @@ void RendezvousClient::Fence(const std::string& why) {
   // node (a scale-up for the others, no budget spent) once the network lets us, until
   // join_timeout. The old call is cancelled; its reactions are dropped.
   events_.RejoinAsNewNode(why, &node_);
+  waiting_since_ = std::chrono::steady_clock::now();
   member_key_.clear();  // the key was the old node id's; the new node gets its own
   claim_.group = ResumeClaim::Group::kWaiting;  // its workers are being stopped
   RetireCall();

@@ -20,6 +20,11 @@
 // whatever the old or new connection reports while the link is still down.
 // While reconnecting, a lease of silence fences too unless the server's address refuses
 // connections (ProbeEndpoint): a server that is down decides nothing about anyone.
+// An embedded server (hosted by another agent) is not fenced from but failed over: when its
+// address refuses, or it is silent for the lease, the client walks the successors of its last
+// assignment (the first one hosts); the majority rule keeps a cut-off minority from running a
+// world of its own. An agent whose own server has formed no round for a lease asks the other
+// hosts whether one of them went on with the run (served_run.h) and moves there.
 //
 // Threading: the client owns one internal LoopThread for its connection state; gRPC reactor
 // callbacks only post to it. RendezvousEvents are delivered on the agent's Executor. Join,
@@ -58,6 +63,7 @@ class LoopThread;
 namespace ddprun::rendezvous {
 
 class AgentCall;
+struct ServedRun;
 
 struct ClientOptions {
   std::string endpoint;  // "host:port", "[::1]:port"
@@ -79,6 +85,11 @@ struct ClientOptions {
   std::function<absl::Status(int port)> host_failover;
   // What happens when that agent is gone: a successor takes over, or its return is awaited.
   HostLoss host_loss = HostLoss::kFailOver;
+  // Called on the client's thread when the server this agent hosts (from the start, or as a
+  // successor) cannot form rounds and another server of the run went on without it (the two
+  // sides of a healed partition): it stops serving, and this client joins the other one.
+  // Unset: this client never looks for another server of its run.
+  std::function<void()> stop_hosting;
 };
 
 // A channel to `options.endpoint` with the client's credentials, keepalive and reconnect
@@ -124,8 +135,19 @@ class RendezvousClient final : public Rendezvous {
   // `until`, then the run ends here.
   void DecideFailover(const std::string& why, TimePoint until, int accepting_in_a_row);
   static constexpr std::chrono::milliseconds kFailoverProbing{1000};
-  // Walks the successors of the last assignment, skipping the host.
-  void StartFailover(const std::string& why);
+  // Walks the successors of the last assignment, skipping the host. `host_refused`: the
+  // host's address refused connections, so its agent is certainly gone (the claims say so and
+  // the successor does not wait for it); otherwise it was only silent for the lease.
+  void StartFailover(const std::string& why, bool host_refused);
+  // A lease without a word from an embedded server hosted by another agent: that host may be
+  // gone or cut off, or this node may be. The survivors fail over all the same: the majority
+  // rule keeps a cut-off minority (its successor, or the old host) from forming a round.
+  bool FailsOverOnSilence() const;
+  // While this agent hosts the run's server and has waited a lease without a round: asks the
+  // other hosts of the last round, on probe_loop_, whether one of them serves the run and went
+  // on; FollowServedRun moves there.
+  void MaybeLookForTheRun();
+  void FollowServedRun(const ServedRun& other, const ServedRun& mine);
   void AdvanceFailover();  // the next successor, hosting here when it is this node
   // keep_alive_max_attempt heartbeats (at least one), and the silence they span: fencing's
   // measure, and the time a successor gets to take the run.
@@ -167,6 +189,11 @@ class RendezvousClient final : public Rendezvous {
   std::vector<Successor> failover_candidates_;
   size_t failover_next_ = 0;
   TimePoint candidate_deadline_{};
+  TimePoint waiting_since_{};  // the workers were last stopped (no round to run)
+  TimePoint last_look_{};      // MaybeLookForTheRun's last question
+  bool looking_ = false;       // a question is out on probe_loop_
+  // Blocking probes and Status calls of MaybeLookForTheRun, off the loop that heartbeats.
+  std::unique_ptr<LoopThread> probe_loop_;
   ResumeClaim claim_;               // what this node knows of its place
   std::string member_key_;          // from the last Joined; presented with claim_
   bool reconnecting_ = false;       // the current call re-registers after a broken stream

@@ -41,7 +41,7 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   server->loop_ = std::make_unique<LoopThread>();
   server->service_ = std::make_unique<RendezvousServiceImpl>(
       server->loop_.get(), clock, options.token, options.limits, options.default_timeouts,
-      options.embedded);
+      options.embedded, options.round_quorum);
 
   // Process-wide switch read by the builder; every server of this process serves health.
   grpc::EnableDefaultHealthCheckService(true);

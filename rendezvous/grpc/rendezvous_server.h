@@ -60,6 +60,10 @@ struct ServerOptions {
   // Hosted inside an agent: the agents are told so; when its stream breaks and its address
   // refuses connections, they move to a successor (rendezvous_client.h, failover).
   bool embedded = false;
+  // Which nodes may form a round (run_config.h). An embedded server that may fail over takes
+  // kMajorityOfLastRound: after a partition it may serve one side while a successor serves the
+  // other. One whose agents await its return (a static job's) never has a second.
+  RoundQuorum round_quorum = RoundQuorum::kAnyNodes;
   // The HTTP side (/metrics and the status page, http_endpoint.h); off unless set. Its token is
   // the server's.
   std::optional<HttpOptions> http;

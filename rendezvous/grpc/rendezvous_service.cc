@@ -39,14 +39,15 @@ GroupState FromProto(proto::GroupStatus::State s) {
 
 RendezvousServiceImpl::RendezvousServiceImpl(LoopThread* loop, const Clock* clock,
                                              std::string token, ServerLimits limits,
-                                             RunTimeouts default_timeouts, bool embedded)
+                                             RunTimeouts default_timeouts, bool embedded,
+                                             RoundQuorum round_quorum)
     : loop_(loop),
       clock_(clock),
       token_(std::move(token)),
       default_timeouts_(default_timeouts),
       embedded_(embedded),
       max_queued_(limits.max_queued_messages_per_stream),
-      state_(limits, std::make_shared<HmacMemberKeys>(limits.member_secret)) {}
+      state_(limits, std::make_shared<HmacMemberKeys>(limits.member_secret), round_quorum) {}
 
 RendezvousServiceImpl::~RendezvousServiceImpl() {
   // The server is shut down and the loop stopped: no reactor is left running. Streams whose

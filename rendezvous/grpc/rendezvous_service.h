@@ -30,7 +30,8 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
  public:
   // `token` empty: no authentication.
   RendezvousServiceImpl(LoopThread* loop, const Clock* clock, std::string token,
-                        ServerLimits limits, RunTimeouts default_timeouts, bool embedded = false);
+                        ServerLimits limits, RunTimeouts default_timeouts, bool embedded = false,
+                        RoundQuorum round_quorum = RoundQuorum::kAnyNodes);
   ~RendezvousServiceImpl() override;
 
   grpc::ServerBidiReactor<proto::AgentMessage, proto::ServerMessage>* Connect(

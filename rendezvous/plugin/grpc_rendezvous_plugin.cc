@@ -18,10 +18,10 @@
 #include "common/strings.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/etcd/etcd_status.h"
-#include "rendezvous/grpc/endpoint_probe.h"
 #include "rendezvous/grpc/rendezvous_client.h"
 #include "rendezvous/grpc/rendezvous_server.h"
 #include "rendezvous/grpc/security.h"
+#include "rendezvous/grpc/served_run.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -78,16 +78,11 @@ absl::StatusOr<rendezvous::ClientOptions> ClientOptionsFor(const C10dSettings& s
 // Whether the server at `endpoint` serves the open run `run_id`. Refused or silent addresses
 // are passed over quickly (a probe first), so that a list of hosts where nothing listens costs
 // milliseconds at the start of a job.
-bool ServesOpenRun(rendezvous::ClientOptions options, const std::string& endpoint,
+bool ServesOpenRun(const rendezvous::ClientOptions& options, const std::string& endpoint,
                    const std::string& run_id) {
-  if (rendezvous::ProbeEndpoint(endpoint, std::chrono::milliseconds(300)) !=
-      rendezvous::ProbeResult::kAccepting) {
-    return false;
-  }
-  options.endpoint = endpoint;
-  options.rpc_timeout = std::chrono::milliseconds(1000);
-  auto status = rendezvous::QueryRunStatus(options, run_id);
-  return status.ok() && status->phase != rendezvous::RunPhase::kClosed;
+  return rendezvous::AskServer(options, endpoint, run_id, std::chrono::milliseconds(300),
+                               std::chrono::milliseconds(1000))
+      .has_value();
 }
 
 // Where the run is served when not at the first endpoint: a run whose hosting agent was lost
@@ -116,6 +111,9 @@ rendezvous::ServerOptions ServerOptionsFor(const C10dSettings& s, const std::str
   o.tls.client_ca_file = s.tls_client_ca;
   o.default_timeouts = s.timeouts;
   o.embedded = true;
+  o.round_quorum = s.host_loss == rendezvous::HostLoss::kFailOver
+                       ? rendezvous::RoundQuorum::kMajorityOfLastRound
+                       : rendezvous::RoundQuorum::kAnyNodes;
   if (s.http_port.has_value()) {
     rendezvous::HttpOptions http;
     http.host = s.http_host;
@@ -132,6 +130,7 @@ class GrpcRendezvousImpl final : public GrpcRendezvous {
                      Executor* executor)
       : server_options_(std::move(server_options)), server_(std::move(server)) {
     options.host_failover = [this](int port) { return HostAsSuccessor(port); };
+    options.stop_hosting = [this] { StopHosting(); };
     options_ = std::move(options);
     client_ = std::make_unique<rendezvous::RendezvousClient>(options_, executor);
   }
@@ -195,6 +194,22 @@ class GrpcRendezvousImpl final : public GrpcRendezvous {
     LogInfo(absl::StrCat("hosting the rendezvous on ", server_->address(),
                          " (failover: the agent that hosted it is gone)"));
     return absl::OkStatus();
+  }
+
+  // On the client's thread: another server of the run went on while this one could not (the
+  // two sides of a healed partition); the client joins that one. Late joiners then find the
+  // run there too (this address refuses, MovedRunEndpoint asks the others).
+  void StopHosting() {
+    std::unique_ptr<rendezvous::RendezvousServer> stopped;
+    {
+      absl::MutexLock lock(&mu_);
+      stopped = std::move(server_);
+      successor_ = false;
+    }
+    if (stopped != nullptr) {
+      LogInfo(absl::StrCat("no longer hosting the rendezvous on ", stopped->address(),
+                           " (another server of the run went on without it)"));
+    }
   }
 
   const rendezvous::ServerOptions server_options_;

@@ -77,6 +77,9 @@ class MultiHostTest : public ::testing::Test {
     return path;
   }
   std::string Log() const { return ReadFile(dir_.File("log")); }
+  // Issue 24: hosts 2-4, host 2's agent hosting, host `cut_host` cut off until the side that
+  // lost the majority has made itself a server (defined below its tests).
+  void CutOffAndHeal(const std::string& nnodes, int cut_host);
 
   // A worker that records its pid in DIR/pid-<host name>-<restart count>-<world size> (whole
   // before the file exists) and runs until DIR/done exists. The world size tells a world of 3
@@ -566,11 +569,17 @@ TEST_F(MultiHostTest, AFencedHostOfAFixedSizeJobExitsThree) {
   EXPECT_NE(other->exit_code, 0);  // its peer is gone for good and the budget is 0
 }
 
-// Issue 24 item 1, the hosting agent's host cut off (not killed): the others cannot tell that
-// from being cut off themselves, so nobody takes over (no second server, no split world); they
-// fence and keep rejoining, and the world of three is whole again once the link returns.
-TEST_F(MultiHostTest, TheHostingHostCutOffTakesNoSuccessorAndTheWorldHealsAfterTheLinkReturns) {
-  StartHosts(4);
+// Issue 24 item 1, a host cut off from an embedded server's job: nobody can tell "that host is
+// gone" from "I am cut off", so every agent that hears nothing from the server fails over and
+// the majority rule decides. Host 2 (hosting) cut off: hosts 3 and 4 move the run to the lower
+// group rank of them, which holds two of round 1's three members and goes on; host 2's server
+// holds one and forms no round. Host 4 cut off: it makes itself the successor (after host 3,
+// unreachable, had its lease) and forms no round alone, while hosts 2 and 3 go on. Once the
+// link is back, the cut-off agent finds the run gone on elsewhere, stops hosting and joins
+// there; the world of three is whole again. `nnodes`: elastic (1:3: a world of two meanwhile,
+// and without the rule the cut-off side would run a world of one)
+// or fixed (3: nobody runs until the three are back together).
+void MultiHostTest::CutOffAndHeal(const std::string& nnodes, int cut_host) {
   const std::string worker = PidWorkerUntilDone();
   std::vector<std::unique_ptr<Subprocess>> agents;
   for (int host : {2, 3, 4}) {
@@ -579,31 +588,70 @@ TEST_F(MultiHostTest, TheHostingHostCutOffTakesNoSuccessorAndTheWorldHealsAfterT
         "--rdzv-backend=c10d",
         "--rdzv-endpoint=" + hosts_->Address(2) + ":29400",
         "--rdzv-id=hostcut",
-        "--nnodes=2:3",
+        "--nnodes=" + nnodes,
         "--max-restarts=3",
         "--rdzv-conf=keep_alive_interval=1,keep_alive_max_attempt=3,last_call_timeout=0.2",
         "--no-python",
         worker};
     agents.push_back(std::make_unique<Subprocess>(hosts_->On(host, argv)));
+    if (host == 2) {
+      ASSERT_TRUE(agents[0]->WaitForOutputContains("hosting the rendezvous", 30s))
+          << agents[0]->err();
+    }
   }
+  auto all_err = [&] {
+    std::string all;
+    for (const auto& a : agents) all += a->err();
+    return all;
+  };
+  Subprocess& cut_off = *agents[cut_host - 2];
   ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=0 world=3") == 3; }, 60s))
       << Log() << agents[0]->err();
-  hosts_->Cut(2);
-  // Past the lease: hosts 3 and 4 fence (their workers stop) and keep trying host 2.
-  ASSERT_TRUE(WaitUntil(
-      [&] { return CountMatches(agents[1]->err() + agents[2]->err(), "fenced") == 2; }, 15s))
-      << agents[1]->err() << agents[2]->err();
-  std::this_thread::sleep_for(2s);  // the rest of the cut, not a wait for a condition
-  hosts_->Heal(2);
-  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=[1-9] world=3") == 3; }, 30s))
-      << Log() << agents[0]->err() << agents[1]->err() << agents[2]->err();
-  std::string all;
-  for (const auto& a : agents) all += a->err();
-  // One server throughout (host 2's): no successor started, so no second world could form.
-  EXPECT_EQ(CountMatches(all, "failover"), 0) << all;
-  EXPECT_EQ(CountMatches(all, "hosting the rendezvous on"), 1) << all;
+  const auto cut = std::chrono::steady_clock::now();
+  hosts_->Cut(cut_host);
+  if (nnodes == "1:3") {
+    ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=1 world=2") == 2; }, 30s))
+        << Log() << all_err();
+    std::cout << "host " << cut_host << " cut off: the others a world of two again after "
+              << std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count()
+              << " s (lease 3 s)" << std::endl;
+  }
+  // The side without the majority serves the run to itself, and forms no round.
+  if (cut_host != 2) {
+    ASSERT_TRUE(cut_off.WaitForOutputContains("this agent now hosts the rendezvous", 30s))
+        << cut_off.err();
+  }
+  ASSERT_TRUE(
+      WaitUntil([&] { return CountMatches(all_err(), "hosting the rendezvous on") == 2; }, 30s))
+      << all_err();
+  std::this_thread::sleep_for(1s);  // the rest of the cut, not a wait for a condition
+  EXPECT_EQ(CountMatches(Log(), "world=1"), 0) << Log();
+  if (nnodes == "3") {
+    EXPECT_EQ(CountMatches(Log(), "world=2"), 0) << Log();
+  }
+  hosts_->Heal(cut_host);
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=[1-9] world=3") == 3; }, 40s))
+      << Log() << all_err();
+  EXPECT_THAT(cut_off.err(), HasSubstr("this agent stops hosting and joins there"));
+  EXPECT_THAT(cut_off.err(), HasSubstr("no longer hosting the rendezvous"));
+  EXPECT_EQ(CountMatches(Log(), "world=1"), 0) << Log();
   testing::WriteFile(dir_.File("done"), "");
-  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s)) << Log();
+  ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s)) << Log() << all_err();
+}
+
+TEST_F(MultiHostTest, TheHostingHostCutOffFailsOverToTheMajorityAndHealsIntoIt) {
+  StartHosts(4);
+  CutOffAndHeal("1:3", 2);
+}
+
+TEST_F(MultiHostTest, AFixedJobWhoseHostingHostIsCutOffRunsAgainAtFullSizeAfterTheHeal) {
+  StartHosts(4);
+  CutOffAndHeal("3", 2);
+}
+
+TEST_F(MultiHostTest, ANodeCutOffFromTheHostingAgentServesNobodyAndRejoinsAfterTheHeal) {
+  StartHosts(4);
+  CutOffAndHeal("1:3", 4);
 }
 
 // Issue 24 item 1, nodes that join after a failover: --rdzv-endpoint lists the job's hosts

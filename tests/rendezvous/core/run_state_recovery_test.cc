@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rendezvous/core/server_state.h"
+#include "tests/rendezvous/core/state_fixture.h"
 #include "tests/rendezvous/core/state_test_util.h"
 
 namespace ddprun::rendezvous {
@@ -48,18 +49,7 @@ JoinRequest Claim(ConnId conn, int64_t round, int rank, Group group = Group::kRu
   return r;
 }
 
-class RunStateRecoveryTest : public ::testing::Test {
- protected:
-  Outbox Join(ConnId conn, const JoinRequest& r) { return state_.Join(conn, r, clock_.Now()); }
-  Outbox Tick() { return state_.Tick(clock_.Now()); }
-  void Beat(std::initializer_list<ConnId> conns) {
-    for (ConnId c : conns) state_.Heartbeat(c, {}, clock_.Now());
-  }
-  RunStatus Status() { return *state_.Status("run"); }
-
-  FakeClock clock_;
-  ServerState state_;
-};
+using RunStateRecoveryTest = ::ddprun::rendezvous::testing::ServerStateTest;
 
 TEST_F(RunStateRecoveryTest, EveryMemberBackTheRoundGoesOnWithoutRestartOrBudget) {
   Outbox out = Join(1, Claim(1, 4, 0));

@@ -1,0 +1,261 @@
+// The majority rule of an embedded server (rendezvous/core/last_round_majority.h): the rule on
+// its own, then RunState driven through ServerState with a FakeClock, as each side of a
+// partition sees it (issue 24: the hosting host cut off).
+#include "rendezvous/core/last_round_majority.h"
+
+#include <chrono>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "rendezvous/core/server_state.h"
+#include "tests/rendezvous/core/state_fixture.h"
+#include "tests/rendezvous/core/state_test_util.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+using ::ddprun::rendezvous::testing::Count;
+using ::ddprun::rendezvous::testing::Find;
+using ::ddprun::rendezvous::testing::MakeJoin;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+using ::testing::HasSubstr;
+
+LastRoundMajority::IsPresent Among(std::set<std::string> ids) {
+  return [ids](const std::string& id) { return ids.count(id) > 0; };
+}
+
+TEST(LastRoundMajorityTest, MoreThanHalfOfTheMembersHoldsIt) {
+  LastRoundMajority m;
+  m.Reset({"a", "b", "c"});
+  EXPECT_TRUE(m.HeldBy(Among({"b", "c"})));
+  EXPECT_TRUE(m.HeldBy(Among({"a", "b", "c"})));
+  EXPECT_FALSE(m.HeldBy(Among({"a"})));
+  EXPECT_FALSE(m.HeldBy(Among({"c"})));
+  EXPECT_FALSE(m.HeldBy(Among({})));
+}
+
+TEST(LastRoundMajorityTest, ExactlyHalfHoldsItOnlyWithTheLowestRank) {
+  LastRoundMajority m;
+  m.Reset({"a", "b"});
+  EXPECT_TRUE(m.HeldBy(Among({"a"})));
+  EXPECT_FALSE(m.HeldBy(Among({"b"})));
+  m.Reset({"a", "b", "c", "d"});
+  EXPECT_TRUE(m.HeldBy(Among({"a", "d"})));
+  EXPECT_FALSE(m.HeldBy(Among({"b", "c"})));  // the other half has rank 0
+}
+
+TEST(LastRoundMajorityTest, MembersKnownGoneDoNotCount) {
+  LastRoundMajority m;
+  m.Reset({"a", "b", "c"});
+  m.MarkGone("b");
+  m.MarkGone("c");
+  EXPECT_TRUE(m.HeldBy(Among({"a"})));  // the only member that may be alive
+  // Unknown ranks (a recovered round's lost host) count as silent unless named gone.
+  m.Reset({"", "b", "c"});
+  EXPECT_TRUE(m.HeldBy(Among({"b", "c"})));
+  EXPECT_FALSE(m.HeldBy(Among({"b"})));
+  m.Reset({"", "b", "c"}, {0});
+  EXPECT_TRUE(m.HeldBy(Among({"b"})));  // 1 of 2, and b is the lowest rank left
+  m.MarkGone("b");
+  m.MarkGone("c");
+  EXPECT_TRUE(m.HeldBy(Among({})));  // nobody could run a world elsewhere
+}
+
+TEST(LastRoundMajorityTest, NoRoundYetHoldsIt) {
+  LastRoundMajority m;
+  EXPECT_TRUE(m.HeldBy(Among({})));
+}
+
+TEST(LastRoundMajorityTest, DescribesWhoIsHereAndWhoIsSilent) {
+  LastRoundMajority m;
+  m.Reset({"a", "", "c"});
+  EXPECT_EQ(m.Describe(Among({"a"}), 4),
+            "1 of the 3 members of round 4 that may still be alive (here: node a; silent: group "
+            "rank 1, node c)");
+}
+
+class MajorityRunTest : public ::ddprun::rendezvous::testing::ServerStateTest {
+ protected:
+  MajorityRunTest() : ServerStateTest(RoundQuorum::kMajorityOfLastRound) {}
+  // Nodes 1..3 of a 1:3 run form round 1 (node 1 first: group rank 0).
+  void FormRoundOfThree() {
+    for (ConnId c : {1, 2, 3}) Join(c, MakeJoin("run", std::to_string(c), 1, 3));
+    ASSERT_EQ(Status().round, 1);
+  }
+  // Only `alive` speak for the lease (3 s): the others are lost to silence.
+  Outbox SilenceOthers(std::initializer_list<ConnId> alive) {
+    Outbox all;
+    for (int i = 0; i < 7; ++i) {
+      clock_.Advance(milliseconds(500));
+      Beat(alive);
+      Outbox out = Tick();
+      all.insert(all.end(), out.begin(), out.end());
+    }
+    return all;
+  }
+};
+
+// The old host's side of a partition: its server lost the two others to silence. They may be
+// running the job with a successor, so it forms no round of one, however long it waits, and
+// closes the run at join_timeout saying why.
+TEST_F(MajorityRunTest, TheMinorityFormsNoRoundAndClosesAtJoinTimeout) {
+  FormRoundOfThree();
+  Outbox out = SilenceOthers({1});
+  ASSERT_NE(Find<RestartNotice>(out, 1), nullptr);  // the lost members restarted it
+  for (int i = 0; i < 10; ++i) {
+    clock_.Advance(seconds(1));
+    Beat({1});
+    out = Tick();
+    EXPECT_EQ(Count<Assignment>(out), 0);
+  }
+  EXPECT_EQ(Status().round, 1);
+  EXPECT_EQ(Status().phase, RunPhase::kJoining);
+  clock_.Advance(seconds(60));
+  Beat({1});
+  out = Tick();
+  const CloseNotice* close = Find<CloseNotice>(out, 1);
+  ASSERT_NE(close, nullptr);
+  EXPECT_EQ(close->status.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(close->status.message(),
+              HasSubstr("no majority of its last round came back within join_timeout"));
+  EXPECT_THAT(close->status.message(), HasSubstr("1 of the 3 members of round 1"));
+}
+
+// The same loss seen by a server outside the job (kAnyNodes): nothing can be on another side,
+// and the one node left goes on as a world of one, as before.
+TEST_F(MajorityRunTest, WithoutTheRuleTheOneNodeLeftGoesOn) {
+  ServerState any;
+  for (ConnId c : {1, 2, 3}) any.Join(c, MakeJoin("run", std::to_string(c), 1, 3), clock_.Now());
+  Outbox out;
+  for (int i = 0; i < 12; ++i) {
+    clock_.Advance(milliseconds(500));
+    any.Heartbeat(1, {}, clock_.Now());
+    Outbox o = any.Tick(clock_.Now());
+    out.insert(out.end(), o.begin(), o.end());
+  }
+  ASSERT_NE(Find<Assignment>(out, 1), nullptr);
+  EXPECT_EQ(Find<Assignment>(out, 1)->group_world_size, 1);
+}
+
+// Agents that died where the server saw it (their streams broke while they were still heard
+// from) cannot be on another side: the node left goes on alone, as without the rule.
+TEST_F(MajorityRunTest, MembersWhoseStreamsBrokeWhileHeardFromDoNotCount) {
+  FormRoundOfThree();
+  clock_.Advance(milliseconds(500));
+  Beat({1, 2, 3});
+  state_.StreamBroken(2, clock_.Now());
+  state_.StreamBroken(3, clock_.Now());
+  clock_.Advance(seconds(3));  // the last call after the failure
+  Beat({1});
+  Outbox out = Tick();
+  ASSERT_NE(Find<Assignment>(out, 1), nullptr);
+  EXPECT_EQ(Find<Assignment>(out, 1)->group_world_size, 1);
+}
+
+// A stream that breaks after a silence (gRPC's keepalive on a cut link) proves nothing.
+TEST_F(MajorityRunTest, AStreamThatBreaksAfterASilenceCountsAsSilent) {
+  FormRoundOfThree();
+  clock_.Advance(milliseconds(2500));  // nodes 2 and 3 silent, still within the lease
+  Beat({1});
+  state_.StreamBroken(2, clock_.Now());
+  state_.StreamBroken(3, clock_.Now());
+  for (int i = 0; i < 10; ++i) {
+    clock_.Advance(seconds(1));
+    Beat({1});
+    EXPECT_EQ(Count<Assignment>(Tick()), 0);
+  }
+}
+
+// A majority side goes on: the host's server keeps two of three.
+TEST_F(MajorityRunTest, TheMajoritySideGoesOnWithoutTheSilentMember) {
+  FormRoundOfThree();
+  Outbox out = SilenceOthers({1, 2});
+  out = Tick();
+  clock_.Advance(seconds(2));
+  Beat({1, 2});
+  out = Tick();
+  ASSERT_EQ(Count<Assignment>(out), 2);
+  EXPECT_EQ(Find<Assignment>(out, 2)->round, 2);
+}
+
+// The successor's side: the two survivors re-register with claims of round 4 that do not name
+// the host gone (it was only silent). The run waits a lease for it, then restarts without it:
+// two of three is a majority.
+TEST_F(MajorityRunTest, TheSuccessorWithTheMajorityFormsTheNextRound) {
+  for (ConnId c : {2, 3}) {
+    JoinRequest r = MakeJoin("run", std::to_string(c), 1, 3);
+    ResumeClaim claim;
+    claim.last.round = 4;
+    claim.last.group_rank = static_cast<int>(c) - 1;
+    claim.last.group_world_size = 3;
+    claim.last.world_size = 6;
+    claim.last.master_addr = "10.0.0.1";
+    claim.last.master_port = 29500;
+    claim.group = ResumeClaim::Group::kRunning;
+    r.resume = claim;
+    Join(c, r);
+  }
+  Outbox out = SilenceOthers({2, 3});
+  ASSERT_NE(Find<RestartNotice>(out, 2), nullptr);
+  EXPECT_THAT(Find<RestartNotice>(out, 2)->reason, HasSubstr("group rank 0 of round 4"));
+  clock_.Advance(seconds(2));
+  Beat({2, 3});
+  out = Tick();
+  ASSERT_EQ(Count<Assignment>(out), 2);
+  EXPECT_EQ(Find<Assignment>(out, 2)->round, 5);
+  EXPECT_EQ(Find<Assignment>(out, 2)->group_world_size, 2);
+}
+
+// A cut-off node that made itself the successor, alone: one claim of three, no round.
+TEST_F(MajorityRunTest, ALonelySuccessorFormsNoRound) {
+  JoinRequest r = MakeJoin("run", "3", 1, 3);
+  ResumeClaim claim;
+  claim.last.round = 4;
+  claim.last.group_rank = 2;
+  claim.last.group_world_size = 3;
+  claim.last.world_size = 6;
+  claim.group = ResumeClaim::Group::kRunning;
+  r.resume = claim;
+  Join(3, r);
+  for (int i = 0; i < 20; ++i) {
+    clock_.Advance(milliseconds(500));
+    Beat({3});
+    EXPECT_EQ(Count<Assignment>(Tick()), 0);
+  }
+  EXPECT_EQ(Status().round, 4);
+}
+
+// A job of two, cut in two: only the side with group rank 0 goes on.
+TEST_F(MajorityRunTest, AnEvenSplitGoesOnOnlyOnTheSideOfRankZero) {
+  for (ConnId c : {1, 2}) Join(c, MakeJoin("run", std::to_string(c), 1, 2));
+  ASSERT_EQ(Status().round, 1);
+  Outbox out = SilenceOthers({1});
+  clock_.Advance(seconds(2));
+  Beat({1});
+  out = Tick();
+  ASSERT_NE(Find<Assignment>(out, 1), nullptr);
+  EXPECT_EQ(Find<Assignment>(out, 1)->group_world_size, 1);
+}
+
+// A member given up (its agent was stopped longer than the lease) rejoins as a new node: it
+// counts as the member it was, so the run does not wait for the old id forever.
+TEST_F(MajorityRunTest, AMemberThatRejoinsAsANewNodeCountsAsItself) {
+  FormRoundOfThree();
+  SilenceOthers({1});
+  JoinRequest back = MakeJoin("run", "2-rejoin1", 1, 3);
+  back.node.formerly_node_id = "2";
+  Join(2, back);
+  clock_.Advance(seconds(2));
+  Beat({1, 2});
+  Outbox out = Tick();
+  ASSERT_EQ(Count<Assignment>(out), 2);
+  EXPECT_EQ(Find<Assignment>(out, 2)->round, 2);
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
