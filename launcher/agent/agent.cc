@@ -178,6 +178,15 @@ int Agent::Run() {
                ? kExitUsage
                : kExitRendezvous;
   }
+  {
+    auto kmsg = env_.find("DDPRUN_KERNEL_LOG");
+    explainer_ = std::make_unique<DeathExplainer>(kmsg != env_.end() ? kmsg->second : "/dev/kmsg");
+    if (!explainer_->readable() && Verbose()) {
+      LogInfo(absl::StrCat("a worker killed by a signal will have no cause: ",
+                           explainer_->unreadable_because()));
+    }
+    DrainKernelLog();
+  }
   if (ShouldDefaultOmpThreads(env_, options_.nproc_per_node)) {
     LogWarning(
         "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to "
@@ -532,6 +541,10 @@ void Agent::Execute(const std::vector<AgentAction>& actions) {
         failure.exit_code = e.exit_code;
         failure.signal = e.signal;
         failure.hang = !e.hang.empty();
+        failure.cause_kind = failure.hang          ? rendezvous::kFailureHang
+                             : failure.signal != 0 ? DeathCauseLabel(e.cause.kind)
+                                                   : rendezvous::kFailureExit;
+        failure.cause = e.cause.text;
         std::vector<std::string> tail =
             group_ ? group_->StderrTail(e.local_rank) : std::vector<std::string>{};
         const std::string killed_why = reform_ ? reform_->KillReason(e.local_rank) : "";
@@ -554,7 +567,8 @@ void Agent::Execute(const std::vector<AgentAction>& actions) {
         detected.host = host_.hostname;
         detected.detail = failure.hang ? absl::StrCat("hung (", e.hang, ")")
                           : failure.signal != 0
-                              ? absl::StrCat("was killed by ", SignalName(failure.signal))
+                              ? absl::StrCat("was killed by ", SignalName(failure.signal),
+                                             failure.cause.empty() ? "" : ": ", failure.cause)
                               : absl::StrCat("exited ", failure.exit_code);
         detected.round = action.round;
         RecordStep(detected);
@@ -756,7 +770,26 @@ void Agent::NoteHangNotice(const std::optional<rendezvous::HangNotice>& hang) {
                           straggler_));
 }
 
-void Agent::OnWorkerExited(const WorkerExit& exit) {
+void Agent::DrainKernelLog() {
+  if (!explainer_->readable()) return;
+  explainer_->Drain();
+  loop_.AddTimerAfter(std::chrono::seconds(1), [this] { DrainKernelLog(); });
+}
+
+void Agent::OnWorkerExited(const WorkerExit& reported) {
+  WorkerExit exit = reported;
+  if (exit.signal != 0 && exit.hang.empty() && explainer_ != nullptr) {
+    auto micros = [](TimePoint t) {
+      return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+    };
+    WorkerDeath death;
+    death.pid = exit.pid;
+    death.signal = exit.signal;
+    death.started_us = micros(exit.started);
+    death.died_us = micros(exit.when);
+    death.killed_by_agent = exit.signalled_by_agent;
+    exit.cause = explainer_->Explain(death);
+  }
   if (exit.local_rank >= 0 && exit.local_rank < static_cast<int>(exits_.size())) {
     exits_[exit.local_rank] = exit;
   }

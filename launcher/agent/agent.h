@@ -14,6 +14,7 @@
 #include "launcher/agent/goodput_ledger.h"
 #include "launcher/agent/in_process_rounds.h"
 #include "launcher/agent/run_timeline.h"
+#include "launcher/causes/death_explainer.h"
 #include "launcher/config/host_info.h"
 #include "launcher/config/options.h"
 #include "launcher/hangs/hang_monitor.h"
@@ -25,6 +26,7 @@
 #include "launcher/workers/worker_env.h"
 #include "launcher/workers/worker_group.h"
 #include "rendezvous/api/rendezvous.h"
+#include "rendezvous/api/run_status.h"
 
 namespace ddprun::launcher {
 
@@ -145,6 +147,10 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   bool awaiting_close_ = false;  // succeeded; waiting for the server to close our stream
   int exit_code_ = kExitSuccess;
   HangMonitor hangs_;
+  // Why workers die: the kernel's log, open from the start (DDPRUN_KERNEL_LOG, default
+  // /dev/kmsg), drained every second so that floods do not overrun its ring.
+  std::unique_ptr<DeathExplainer> explainer_;
+  void DrainKernelLog();
   std::string ipc_dir_;        // private directory of the FIFOs; removed at exit
   std::string module_dir_;     // in-process mode: ipc_dir_/python, on the workers' PYTHONPATH
   std::string straggler_;      // named by the rendezvous for the last hang

@@ -12,7 +12,10 @@ namespace ddprun::launcher {
 
 std::string DescribeExit(const WorkerExit& exit) {
   if (!exit.hang.empty()) return absl::StrCat("hung: ", exit.hang);
-  if (exit.signal != 0) return absl::StrCat("signal ", SignalNameAndNumber(exit.signal));
+  if (exit.signal != 0) {
+    return absl::StrCat("signal ", SignalNameAndNumber(exit.signal),
+                        exit.cause.text.empty() ? "" : ": ", exit.cause.text);
+  }
   return absl::StrCat("exit code ", exit.exit_code);
 }
 

@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "common/signal_names.h"
 #include "launcher/causes/kernel_message.h"
+#include "rendezvous/api/run_status.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -51,6 +51,26 @@ std::string OomText(const OomKill& kill, const std::optional<MemcgUsage>& usage)
 
 }  // namespace
 
+const char* DeathCauseLabel(DeathCauseKind kind) {
+  switch (kind) {
+    case DeathCauseKind::kNone:
+      return rendezvous::kFailureExit;
+    case DeathCauseKind::kOomKill:
+      return rendezvous::kFailureOomKill;
+    case DeathCauseKind::kFault:
+      return rendezvous::kFailureFault;
+    case DeathCauseKind::kGpuError:
+      return rendezvous::kFailureGpuError;
+    case DeathCauseKind::kByAgent:
+      return rendezvous::kFailureStoppedByDdprun;
+    case DeathCauseKind::kFromOutside:
+      return rendezvous::kFailureExternalSignal;
+    case DeathCauseKind::kUnknown:
+      return rendezvous::kFailureUnknown;
+  }
+  return rendezvous::kFailureUnknown;
+}
+
 std::string FormatKilobytes(int64_t kb) {
   if (kb >= 1024 * 1024) return absl::StrFormat("%.1f GiB", kb / (1024.0 * 1024.0));
   if (kb >= 1024) return absl::StrFormat("%.1f MiB", kb / 1024.0);
@@ -59,13 +79,9 @@ std::string FormatKilobytes(int64_t kb) {
 
 DeathCause ExplainDeath(const WorkerDeath& death, const KernelEvidence& evidence) {
   if (death.signal == 0) return {};
-  const std::string signal = SignalNameAndNumber(death.signal);
-  if (death.killed_by_agent) {
-    return {DeathCauseKind::kByAgent, absl::StrCat("stopped by ddprun with ", signal)};
-  }
+  if (death.killed_by_agent) return {DeathCauseKind::kByAgent, "stopped by ddprun"};
   if (!evidence.readable) {
-    return {DeathCauseKind::kUnknown, absl::StrCat("cause unknown: signal ", death.signal, ", ",
-                                                   evidence.unreadable_because)};
+    return {DeathCauseKind::kUnknown, absl::StrCat("cause unknown: ", evidence.unreadable_because)};
   }
   // The memory cgroup's usage is printed just before its victim: the latest one seen wins.
   std::optional<MemcgUsage> usage;
@@ -78,34 +94,30 @@ DeathCause ExplainDeath(const WorkerDeath& death, const KernelEvidence& evidence
       return {DeathCauseKind::kOomKill, OomText(*kill, usage)};
     }
     if (const auto* f = std::get_if<Fault>(&*m); f != nullptr && f->pid == death.pid) {
-      return {DeathCauseKind::kFault, absl::StrCat(f->what, f->library.empty() ? "" : " in ",
-                                                   f->library, " (", signal, ")")};
+      return {DeathCauseKind::kFault,
+              absl::StrCat(f->what, f->library.empty() ? "" : " in ", f->library)};
     }
     if (const auto* x = std::get_if<GpuXid>(&*m); x != nullptr && x->pid == death.pid) {
       const absl::string_view meaning = XidMeaning(x->xid);
       return {DeathCauseKind::kGpuError,
               absl::StrCat("GPU error: Xid ", x->xid, " on PCI:", x->pci, " (",
-                           meaning.empty() ? x->detail : std::string(meaning), "), then ", signal)};
+                           meaning.empty() ? x->detail : std::string(meaning), ")")};
     }
   }
   if (evidence.lost_records) {
     return {DeathCauseKind::kUnknown,
-            absl::StrCat("cause unknown: signal ", death.signal,
-                         ", kernel log records were overwritten before they could be read")};
+            "cause unknown: kernel log records were overwritten before they could be read"};
   }
   if (IsSynchronousSignal(death.signal)) {
     // A fault or abort the worker raised itself: the kernel logs faults only of processes with
     // no handler of their own, and never an abort().
     return {DeathCauseKind::kUnknown,
-            absl::StrCat(signal,
-                         "; the kernel logged no fault for it (raised by the worker "
-                         "itself, or a handler of its own such as Python's faulthandler "
-                         "re-raised it)")};
+            "the kernel logged no fault for it (raised by the worker itself, an abort(), or a "
+            "handler of its own such as Python's faulthandler re-raised it)"};
   }
   return {DeathCauseKind::kFromOutside,
-          absl::StrCat(signal,
-                       " from outside ddprun (no kernel record: not the OOM killer, no "
-                       "fault; Slurm, an administrator or another process sent it)")};
+          "sent from outside ddprun (no kernel record: not the OOM killer, no fault; Slurm, an "
+          "administrator or another process sent it)"};
 }
 
 }  // namespace ddprun::launcher

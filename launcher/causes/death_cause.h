@@ -42,8 +42,14 @@ enum class DeathCauseKind {
 
 struct DeathCause {
   DeathCauseKind kind = DeathCauseKind::kNone;
-  std::string text;  // one line, without the rank and pid ("killed by the OOM killer: ...")
+  // One line that follows the signal ("signal SIGKILL (9): killed by the OOM killer: ..."),
+  // without the rank, pid or signal.
+  std::string text;
 };
+
+// The kind as the rendezvous metric's label and events.jsonl value (rendezvous::kFailure*:
+// exit, oom_kill, fault, gpu_error, stopped_by_ddprun, external_signal, unknown).
+const char* DeathCauseLabel(DeathCauseKind kind);
 
 // Where the evidence came from: the records read, or why there are none.
 struct KernelEvidence {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/clock.h"
+#include "launcher/causes/death_cause.h"
 
 namespace ddprun::launcher {
 
@@ -17,6 +18,11 @@ struct WorkerExit {
   int signal = 0;     // the signal that killed it, or 0
   std::string hang;   // non-empty: it did not exit, it hung ("no progress for 3.0 s", ...)
   TimePoint when{};
+  TimePoint started{};              // when it was spawned (its kernel records come after)
+  bool signalled_by_agent = false;  // the group had sent it a signal (a stop, a kill, stacks)
+  // Why it died, from the kernel's evidence (death_cause.h); the agent fills it in for a
+  // signal death. kNone for an exit.
+  DeathCause cause;
   bool ok() const { return signal == 0 && exit_code == 0 && hang.empty(); }
 };
 

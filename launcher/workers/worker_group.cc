@@ -133,6 +133,7 @@ void WorkerGroup::Start(std::vector<WorkerLaunch> launches) {
       if (pid.ok()) {
         w->pid = *pid;
         w->running = true;
+        w->started = std::chrono::steady_clock::now();
         if (guard_ != nullptr) guard_->Add(w->pid);
       } else {
         w->start_error = std::string(pid.status().message());
@@ -227,6 +228,8 @@ bool WorkerGroup::HandleChildExit(pid_t pid, int wait_status) {
     exit.rank = w->rank;
     exit.pid = pid;
     exit.when = std::chrono::steady_clock::now();
+    exit.started = w->started;
+    exit.signalled_by_agent = w->signalled;
     if (WIFSIGNALED(wait_status)) {
       exit.signal = WTERMSIG(wait_status);
     } else {
@@ -255,7 +258,9 @@ bool WorkerGroup::HandleChildExit(pid_t pid, int wait_status) {
 
 void WorkerGroup::SignalAll(int signal) {
   for (auto& w : workers_) {
-    if (w->running) kill(-w->pid, signal);
+    if (!w->running) continue;
+    w->signalled = true;
+    kill(-w->pid, signal);
   }
 }
 
@@ -280,8 +285,10 @@ void WorkerGroup::Stop() {
 }
 
 void WorkerGroup::KillWorker(int local_rank) {
-  const Worker* w = Find(local_rank);
-  if (w != nullptr && w->running) kill(-w->pid, SIGKILL);
+  Worker* w = Find(local_rank);
+  if (w == nullptr || !w->running) return;
+  w->signalled = true;
+  kill(-w->pid, SIGKILL);
 }
 
 void WorkerGroup::Kill() {
@@ -311,6 +318,8 @@ void WorkerGroup::GiveUpOnUnreaped() {
     exit.pid = w->pid;
     exit.signal = SIGKILL;
     exit.when = std::chrono::steady_clock::now();
+    exit.started = w->started;
+    exit.signalled_by_agent = true;
     listener_->OnWorkerExited(exit);
   }
 }

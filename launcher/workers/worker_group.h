@@ -114,6 +114,8 @@ class WorkerGroup {
     int rank = 0;
     pid_t pid = -1;
     bool running = false;
+    TimePoint started{};
+    bool signalled = false;  // by this group: its death is ddprun's doing
     std::string start_error;
     int out_fd = -1;  // read ends of the pipes, non-blocking
     int err_fd = -1;

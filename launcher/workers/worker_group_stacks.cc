@@ -75,6 +75,7 @@ void WorkerGroup::DumpPythonStacks(const StackPlan& plan) {
     const rlimit no_core{0, 0};
     prlimit(w->pid, RLIMIT_CORE, &no_core, nullptr);
     w->err->StartCapture(kPythonDumpLimit);
+    w->signalled = true;
     kill(w->pid, SIGABRT);
     any = true;
   }
@@ -102,7 +103,10 @@ void WorkerGroup::FinishStacks(const StackPlan& plan) {
   }
   if (plan.signal > 0 && plan.signal_rank >= 0) {
     Worker* w = Find(plan.signal_rank);
-    if (w != nullptr && w->running) kill(w->pid, plan.signal);
+    if (w != nullptr && w->running) {
+      w->signalled = true;
+      kill(w->pid, plan.signal);
+    }
   }
   listener_->OnStacksTaken();
   // No SIGTERM grace: the ranks of a hung group are stuck in or before a collective, and a

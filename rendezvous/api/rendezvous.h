@@ -66,6 +66,10 @@ struct WorkerFailure {
   int signal = 0;       // when a signal killed it (then exit_code is unused)
   std::string message;  // the error file's message, or the tail of stderr
   bool hang = false;    // the worker did not exit: it hung (message says how)
+  // Why it died, from the kernel's evidence: one of kFailureCauses (run_status.h), and the
+  // line that says it ("killed by the OOM killer: memory cgroup limit 64.0 GiB reached ...").
+  std::string cause_kind;
+  std::string cause;
 };
 
 // A local worker's last sign of life, carried in heartbeats so that the rendezvous can name the

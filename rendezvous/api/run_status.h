@@ -39,6 +39,21 @@ inline constexpr char kRestartNodeJoined[] = "node_joined";
 inline constexpr char kRestartNodeLeft[] = "node_left";
 inline constexpr char kRestartServerRestart[] = "server_restart";  // re-registrations disagreed
 
+// Why a worker failed (WorkerFailure::cause_kind, the label of ddprun-rdzv's worker failures
+// metric): what the agent learned from the kernel (launcher/causes/death_cause.h).
+inline constexpr char kFailureExit[] = "exit";           // it exited non-zero
+inline constexpr char kFailureHang[] = "hang";           // no sign of life for too long
+inline constexpr char kFailureOomKill[] = "oom_kill";    // the kernel's OOM killer
+inline constexpr char kFailureFault[] = "fault";         // segfault, trap, bus error
+inline constexpr char kFailureGpuError[] = "gpu_error";  // an NVIDIA Xid naming it
+inline constexpr char kFailureStoppedByDdprun[] = "stopped_by_ddprun";
+inline constexpr char kFailureExternalSignal[] = "external_signal";  // Slurm, an administrator
+inline constexpr char kFailureUnknown[] = "unknown";  // a signal, and no evidence to read
+inline constexpr const char* kFailureCauses[] = {kFailureExit,           kFailureHang,
+                                                 kFailureOomKill,        kFailureFault,
+                                                 kFailureGpuError,       kFailureStoppedByDdprun,
+                                                 kFailureExternalSignal, kFailureUnknown};
+
 // How long a round took to form, for the server's latency histograms.
 struct RoundTiming {
   double completion_s = 0;  // from the round's start (first join, or the restart) to formed

@@ -19,7 +19,8 @@ std::string NodesFlag(int min_nodes, int max_nodes) {
 
 std::string DescribeFailure(const WorkerFailure& f) {
   std::string how = f.hang          ? "hung"
-                    : f.signal != 0 ? absl::StrCat("was killed by ", SignalName(f.signal))
+                    : f.signal != 0 ? absl::StrCat("was killed by ", SignalName(f.signal),
+                                                   f.cause.empty() ? "" : ": ", f.cause)
                                     : absl::StrCat("exited with code ", f.exit_code);
   std::string out =
       absl::StrCat("worker ", f.hang ? "hang" : "failure", " on ", f.hostname, ": rank ", f.rank,

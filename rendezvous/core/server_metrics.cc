@@ -92,6 +92,14 @@ void ServerMetrics::Add(const std::vector<RoundTiming>& timings,
   for (const std::string& cause : causes) ++restarts[cause];
 }
 
+std::string FailureCauseLabel(const WorkerFailure& failure) {
+  for (const char* known : kFailureCauses) {
+    if (failure.cause_kind == known) return known;
+  }
+  if (failure.hang) return kFailureHang;
+  return failure.signal != 0 ? kFailureUnknown : kFailureExit;
+}
+
 std::string EscapeLabelValue(const std::string& value) {
   return absl::StrReplaceAll(value, {{"\\", "\\\\"}, {"\"", "\\\""}, {"\n", "\\n"}});
 }
@@ -142,6 +150,15 @@ std::string FormatMetrics(const ServerMetrics& m, const std::vector<RunStatus>& 
     auto it = m.restarts.find(cause);
     absl::StrAppend(&out, "ddprun_rdzv_restarts_total{cause=\"", cause, "\"} ",
                     it == m.restarts.end() ? 0 : it->second, "\n");
+  }
+  Family("ddprun_rdzv_worker_failures_total", "counter",
+         "Worker failures reported by agents, every run, by cause from the kernel's evidence "
+         "(exit, hang, oom_kill, fault, gpu_error, stopped_by_ddprun, external_signal, unknown).",
+         &out);
+  for (const char* cause : kFailureCauses) {
+    auto it = m.worker_failures.find(cause);
+    absl::StrAppend(&out, "ddprun_rdzv_worker_failures_total{cause=\"", cause, "\"} ",
+                    it == m.worker_failures.end() ? 0 : it->second, "\n");
   }
   Family("ddprun_rdzv_heartbeats_total", "counter", "Heartbeats received from agents.", &out);
   absl::StrAppend(&out, "ddprun_rdzv_heartbeats_total ", m.heartbeats, "\n");

@@ -229,12 +229,17 @@ Outbox ServerState::GroupStatus(ConnId conn, int64_t round, GroupState state,
   Run* run = RunOf(conn, &run_id);
   if (run == nullptr) return CloseOnly(conn, absl::FailedPreconditionError("not joined"));
   std::optional<WorkerFailure> cut = failure;
-  if (cut && cut->message.size() > limits_.max_message_length) {
-    cut->message.resize(limits_.max_message_length);
+  if (cut) {
+    for (std::string* text : {&cut->message, &cut->cause}) {
+      if (text->size() > limits_.max_message_length) text->resize(limits_.max_message_length);
+    }
   }
   Outbox out;
   absl::Status status = run->state->GroupStatus(conn, round, state, cut, now, &out);
   if (result != nullptr) *result = status;
+  if (status.ok() && state == GroupState::kFailed) {
+    ++metrics_.worker_failures[FailureCauseLabel(cut.value_or(WorkerFailure{}))];
+  }
   AfterEvent(run_id, out, now);
   return out;
 }

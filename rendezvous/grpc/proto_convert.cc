@@ -48,6 +48,8 @@ proto::WorkerFailure ToProto(const WorkerFailure& f) {
   p.set_signal(f.signal);
   p.set_message(f.message);
   p.set_hang(f.hang);
+  p.set_cause_kind(f.cause_kind);
+  p.set_cause(f.cause);
   return p;
 }
 
@@ -79,6 +81,8 @@ WorkerFailure FromProto(const proto::WorkerFailure& p) {
   f.signal = p.signal();
   f.message = p.message();
   f.hang = p.hang();
+  f.cause_kind = p.cause_kind();
+  f.cause = p.cause();
   return f;
 }
 

@@ -31,9 +31,7 @@ using testing::Subprocess;
 using testing::TempDir;
 
 std::string ShellWorker(const TempDir& dir, const std::string& name, const std::string& body) {
-  const std::string path = dir.File(name);
-  testing::WriteFile(path, "#!/bin/sh\n" + body, 0755);
-  return path;
+  return testing::WriteShellScript(dir, name, body);
 }
 
 // Pids of live processes whose command line contains `needle`.

@@ -53,6 +53,12 @@ void WriteFile(const std::string& path, const std::string& contents, int mode) {
   chmod(path.c_str(), mode);
 }
 
+std::string WriteShellScript(const TempDir& dir, const std::string& name, const std::string& body) {
+  const std::string path = dir.File(name);
+  WriteFile(path, "#!/bin/sh\n" + body, 0755);
+  return path;
+}
+
 std::string SystemPython() { return EnvOr("DDPRUN_TEST_PYTHON", "/usr/bin/python3"); }
 
 std::string RunDir(const std::string& log_dir) {

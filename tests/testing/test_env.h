@@ -24,6 +24,8 @@ class TempDir {
 
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& contents, int mode = 0644);
+// DIR/NAME, a /bin/sh script of `body`, executable; returns its path.
+std::string WriteShellScript(const TempDir& dir, const std::string& name, const std::string& body);
 // How many times `pattern` (a std::regex) matches in `text`.
 int CountMatches(const std::string& text, const std::string& pattern);
 // How many times `needle` occurs in `text`, literally.

@@ -78,8 +78,8 @@ TEST(DeathCauseTest, OtherPidsAndRecordsOutsideItsLifeAreNotItsDeath) {
       }));
   EXPECT_EQ(c.kind, DeathCauseKind::kFromOutside);
   EXPECT_EQ(c.text,
-            "SIGKILL (9) from outside ddprun (no kernel record: not the OOM killer, no fault; "
-            "Slurm, an administrator or another process sent it)");
+            "sent from outside ddprun (no kernel record: not the OOM killer, no fault; Slurm, an "
+            "administrator or another process sent it)");
 }
 
 TEST(DeathCauseTest, ASegfaultNamesTheLibrary) {
@@ -90,7 +90,7 @@ TEST(DeathCauseTest, ASegfaultNamesTheLibrary) {
                        "error 4 in libc.so.6[167ad8,7efeb1961000+156000] likely on CPU 1 (core 1, "
                        "socket 0)")}));
   EXPECT_EQ(c.kind, DeathCauseKind::kFault);
-  EXPECT_EQ(c.text, "segfault at 0 in libc.so.6 (SIGSEGV (11))");
+  EXPECT_EQ(c.text, "segfault at 0 in libc.so.6");
 }
 
 TEST(DeathCauseTest, AGpuXidNamingThePid) {
@@ -99,16 +99,14 @@ TEST(DeathCauseTest, AGpuXidNamingThePid) {
                                  "NVRM: Xid (PCI:0000:01:00): 79, pid=4242, GPU has fallen off "
                                  "the bus.")}));
   EXPECT_EQ(c.kind, DeathCauseKind::kGpuError);
-  EXPECT_EQ(c.text,
-            "GPU error: Xid 79 on PCI:0000:01:00 (GPU has fallen off the bus), then "
-            "SIGKILL (9)");
+  EXPECT_EQ(c.text, "GPU error: Xid 79 on PCI:0000:01:00 (GPU has fallen off the bus)");
 }
 
 TEST(DeathCauseTest, WhatCannotBeKnownIsSaid) {
   KernelEvidence unreadable;
   unreadable.unreadable_because = "kernel log /dev/kmsg not readable: Permission denied";
   EXPECT_EQ(ExplainDeath(Killed(), unreadable).text,
-            "cause unknown: signal 9, kernel log /dev/kmsg not readable: Permission denied");
+            "cause unknown: kernel log /dev/kmsg not readable: Permission denied");
   KernelEvidence lost = Readable({});
   lost.lost_records = true;
   EXPECT_EQ(ExplainDeath(Killed(), lost).kind, DeathCauseKind::kUnknown);
@@ -116,7 +114,7 @@ TEST(DeathCauseTest, WhatCannotBeKnownIsSaid) {
   // A fault the kernel did not log (the worker's own handler re-raised it): not "from outside".
   const DeathCause abort = ExplainDeath(Killed(SIGABRT), Readable({}));
   EXPECT_EQ(abort.kind, DeathCauseKind::kUnknown);
-  EXPECT_THAT(abort.text, HasSubstr("SIGABRT (6); the kernel logged no fault"));
+  EXPECT_THAT(abort.text, HasSubstr("the kernel logged no fault"));
 }
 
 TEST(DeathCauseTest, ExitsAndTheAgentsOwnStopsNeedNoEvidence) {
@@ -124,7 +122,9 @@ TEST(DeathCauseTest, ExitsAndTheAgentsOwnStopsNeedNoEvidence) {
   EXPECT_EQ(ExplainDeath(exited, {}).kind, DeathCauseKind::kNone);
   WorkerDeath stopped = Killed(SIGTERM);
   stopped.killed_by_agent = true;
-  EXPECT_EQ(ExplainDeath(stopped, {}).text, "stopped by ddprun with SIGTERM (15)");
+  EXPECT_EQ(ExplainDeath(stopped, {}).text, "stopped by ddprun");
+  EXPECT_STREQ(DeathCauseLabel(ExplainDeath(stopped, {}).kind), "stopped_by_ddprun");
+  EXPECT_STREQ(DeathCauseLabel(DeathCauseKind::kOomKill), "oom_kill");
 }
 
 TEST(DeathCauseTest, SizesReadAsPeopleSayThem) {

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "rendezvous/core/server_state.h"
 #include "rendezvous/core/status_page.h"
 
 namespace ddprun::rendezvous {
@@ -47,6 +48,42 @@ TEST(ServerMetricsTest, RunsRestartsAndRefusalsAreRendered) {
   EXPECT_THAT(text, HasSubstr("ddprun_rdzv_failure_to_restart_seconds_count 1\n"));
   // Every family is announced once, before its samples.
   EXPECT_EQ(text.find("# TYPE ddprun_rdzv_runs gauge"), text.find("# TYPE"));
+}
+
+// Issue 25: worker failures by the cause the agent found in the kernel's evidence, counted by
+// the server from the agents' reports; a cause the server does not know is no new label.
+TEST(ServerMetricsTest, WorkerFailuresAreCountedByTheirCause) {
+  ServerState state;
+  auto join = [&](ConnId conn) {
+    JoinRequest r;
+    r.node.run_id = "run";
+    r.node.node_id = std::to_string(conn);
+    r.node.min_nodes = r.node.max_nodes = 1;
+    r.node.nproc_per_node = 1;
+    r.node.max_restarts = 10;
+    state.Join(conn, r, TimePoint{});
+  };
+  join(1);
+  WorkerFailure oom;
+  oom.signal = 9;
+  oom.cause_kind = kFailureOomKill;
+  oom.cause = "killed by the OOM killer: memory cgroup limit 64.0 GiB reached";
+  int64_t round = 1;
+  state.GroupStatus(1, round++, GroupState::kFailed, oom, TimePoint{});
+  WorkerFailure forged = oom;
+  forged.cause_kind = "oom\"} 99\nddprun_rdzv_forged";
+  state.Tick(TimePoint{} + std::chrono::seconds(1));
+  state.GroupStatus(1, round++, GroupState::kFailed, forged, TimePoint{} + std::chrono::seconds(1));
+  WorkerFailure exited;
+  exited.exit_code = 3;
+  state.Tick(TimePoint{} + std::chrono::seconds(2));
+  state.GroupStatus(1, round++, GroupState::kFailed, exited, TimePoint{} + std::chrono::seconds(2));
+  const std::string text = FormatMetrics(state.metrics(), {});
+  EXPECT_THAT(text, HasSubstr("ddprun_rdzv_worker_failures_total{cause=\"oom_kill\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("ddprun_rdzv_worker_failures_total{cause=\"unknown\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("ddprun_rdzv_worker_failures_total{cause=\"exit\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("ddprun_rdzv_worker_failures_total{cause=\"gpu_error\"} 0\n"));
+  EXPECT_THAT(text, Not(HasSubstr("forged")));
 }
 
 TEST(StatusPageTest, EscapesWhatAgentsSentAndCapsHugeRuns) {

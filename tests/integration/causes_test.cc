@@ -1,0 +1,165 @@
+// Issue 25: why a worker died, from the kernel's own evidence, said by the real ddprun about
+// real workers: one killed by the OOM killer in a memory cgroup the test makes, one that
+// segfaults in a library, one SIGKILLed from outside, and the same kill when the kernel log
+// cannot be read (said, not guessed). Runs as root (the kernel log needs CAP_SYSLOG where
+// kernel.dmesg_restrict=1, and cgroups are made by root).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/file_text.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/test_env.h"
+
+namespace ddprun {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::BinPath;
+using ::testing::HasSubstr;
+using testing::Subprocess;
+using testing::TempDir;
+
+// Python's faulthandler would catch a fault first (the kernel logs only unhandled ones).
+std::string ShellWorker(const TempDir& dir, const std::string& name, const std::string& body) {
+  return testing::WriteShellScript(dir, name, "unset PYTHONFAULTHANDLER\n" + body);
+}
+
+bool WriteSysFile(const std::string& path, const std::string& value) {
+  std::ofstream out(path);
+  out << value;
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+// A memory cgroup with a limit, made by the test and removed with it: v1 (this machine's
+// memory controller) or v2. `procs` is the file a process writes its pid to, to move in.
+class MemoryCgroup {
+ public:
+  explicit MemoryCgroup(const std::string& limit) {
+    const std::string name = absl::StrCat("ddprun-causes-test-", getpid());
+    const bool v1 = access("/sys/fs/cgroup/memory/memory.limit_in_bytes", F_OK) == 0;
+    if (!v1) WriteSysFile("/sys/fs/cgroup/cgroup.subtree_control", "+memory");
+    const std::string dir = v1 ? "/sys/fs/cgroup/memory/" + name : "/sys/fs/cgroup/" + name;
+    if (mkdir(dir.c_str(), 0755) != 0) {
+      error_ = absl::StrCat("mkdir ", dir, ": ", strerror(errno));
+      return;
+    }
+    dir_ = dir;
+    const std::string limit_file = dir + (v1 ? "/memory.limit_in_bytes" : "/memory.max");
+    if (!WriteSysFile(limit_file, limit)) {
+      error_ = absl::StrCat("write ", limit_file, ": ", strerror(errno));
+      return;
+    }
+    // No swap here, but where there is, the worker must not swap its way out of the limit.
+    const std::string swap_file = dir + (v1 ? "/memory.memsw.limit_in_bytes" : "/memory.swap.max");
+    if (access(swap_file.c_str(), F_OK) == 0) WriteSysFile(swap_file, v1 ? limit : "0");
+  }
+  ~MemoryCgroup() {
+    if (!dir_.empty()) rmdir(dir_.c_str());
+  }
+  const std::string& error() const { return error_; }
+  std::string procs() const { return dir_ + "/cgroup.procs"; }
+
+ private:
+  std::string dir_;
+  std::string error_;
+};
+
+std::vector<std::string> Ddprun(const std::string& worker) {
+  return {BinPath("ddprun"),  "--standalone", "--nproc-per-node=1",
+          "--max-restarts=0", "--no-python",  worker};
+}
+
+TEST(CausesTest, AWorkerKilledByTheOomKillerInAMemoryCgroupIsNamed) {
+  TempDir dir;
+  MemoryCgroup cgroup("100M");
+  ASSERT_EQ(cgroup.error(), "");
+  const std::string worker = ShellWorker(
+      dir, "hog.sh", "exec python3 -c \"x = b'a' * (400 << 20); import time; time.sleep(30)\"\n");
+  // ddprun moves itself into the cgroup first; its worker is born there.
+  std::string command = absl::StrCat("echo $$ > ", cgroup.procs(), " && exec");
+  for (const std::string& arg : Ddprun(worker)) absl::StrAppend(&command, " '", arg, "'");
+  Subprocess p({"/bin/sh", "-c", command});
+  auto st = p.Wait(60s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 1) << p.err();
+  EXPECT_THAT(p.err(),
+              HasSubstr("failed with signal SIGKILL (9): killed by the OOM killer: memory cgroup "
+                        "limit 100.0 MiB reached (anon-rss "))
+      << p.err();
+  EXPECT_THAT(p.err(), HasSubstr("exit:        signal SIGKILL (9): killed by the OOM killer"))
+      << p.err();
+  if (getenv("DDPRUN_TEST_SHOW_LOGS") != nullptr) std::cout << p.err();
+}
+
+TEST(CausesTest, ASegfaultingWorkerIsNamedWithTheLibrary) {
+  TempDir dir;
+  const std::string worker =
+      ShellWorker(dir, "segv.sh", "exec python3 -c 'import ctypes; ctypes.string_at(0)'\n");
+  Subprocess p(Ddprun(worker));
+  auto st = p.Wait(60s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 1) << p.err();
+  EXPECT_THAT(p.err(), HasSubstr("failed with signal SIGSEGV (11): segfault at 0 in libc.so"))
+      << p.err();
+}
+
+// ddprun with one worker that records its pid and waits; the test SIGKILLs the worker as Slurm
+// or an administrator would. ddprun's stderr, and the worker's pid (0: it never started).
+struct Killed {
+  std::string err;
+  int pid = 0;
+};
+Killed KillTheWorkerFromOutside(const TempDir& dir, std::map<std::string, std::string> env = {}) {
+  const std::string worker =
+      ShellWorker(dir, "wait.sh",
+                  absl::StrCat("echo $$ > ", dir.File("pid.tmp"), " && mv ", dir.File("pid.tmp"),
+                               " ", dir.File("pid"), "\nexec sleep 60\n"));
+  Subprocess p(Ddprun(worker), std::move(env));
+  Killed killed;
+  const auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (killed.pid == 0 && std::chrono::steady_clock::now() < deadline) {
+    const std::string pid = ReadTextFile(dir.File("pid"));
+    if (!pid.empty()) killed.pid = std::stoi(pid);
+    usleep(20 * 1000);  // no event for "a file appeared" that is simpler than polling
+  }
+  if (killed.pid > 0) kill(killed.pid, SIGKILL);
+  auto st = p.Wait(30s);
+  killed.err = p.err();
+  if (!st.has_value() || st->exit_code != 1) killed.pid = 0;
+  return killed;
+}
+
+TEST(CausesTest, AWorkerSigkilledFromOutsideIsNamedAsSuch) {
+  TempDir dir;
+  const Killed killed = KillTheWorkerFromOutside(dir);
+  ASSERT_GT(killed.pid, 0) << killed.err;
+  EXPECT_THAT(killed.err, HasSubstr(absl::StrCat("(local rank 0, pid ", killed.pid,
+                                                 ") failed with signal SIGKILL (9): sent from "
+                                                 "outside ddprun (no kernel record")));
+}
+
+TEST(CausesTest, AnUnreadableKernelLogIsSaidAndNothingIsGuessed) {
+  TempDir dir;
+  const Killed killed = KillTheWorkerFromOutside(dir, {{"DDPRUN_KERNEL_LOG", dir.File("no-kmsg")}});
+  ASSERT_GT(killed.pid, 0) << killed.err;
+  EXPECT_THAT(killed.err, HasSubstr(absl::StrCat("failed with signal SIGKILL (9): cause unknown: "
+                                                 "kernel log ",
+                                                 dir.File("no-kmsg"), " not readable")));
+  EXPECT_THAT(killed.err, ::testing::Not(HasSubstr("from outside")));
+}
+
+}  // namespace
+}  // namespace ddprun
