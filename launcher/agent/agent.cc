@@ -559,6 +559,14 @@ void Agent::Execute(const std::vector<AgentAction>& actions) {
         } else if (!tail.empty()) {
           failure.message = tail.back();
         }
+        if (options_.crash_loop == CrashLoop::kStop && !failure.hang) {
+          // The cause's kind, not its text: an OOM's rss differs from one attempt to the next.
+          failure.signature = absl::StrCat(
+              failure.signal != 0 ? absl::StrCat("signal ", SignalName(failure.signal))
+                                  : absl::StrCat("exit code ", failure.exit_code),
+              " (", failure.cause_kind, ")", failure.message.empty() ? "" : ": ", failure.message);
+          failure.made_progress = progress_in_attempt_;
+        }
         StepEvent detected{Step::kFailureDetected};
         detected.cause = failure.hang          ? kCauseHang
                          : failure.signal != 0 ? kCauseWorkerSignal
@@ -607,7 +615,7 @@ void Agent::Execute(const std::vector<AgentAction>& actions) {
 void Agent::Finish(int exit_code, const std::string& reason) {
   awaiting_close_ = false;
   exit_code_ = exit_code;
-  if (exit_code == kExitWorkersFailed) {
+  if (exit_code == kExitWorkersFailed || exit_code == kExitCrashLoop) {
     FailureReport report;
     report.headline = reason;
     report.hostname = host_.hostname;
@@ -668,7 +676,8 @@ void Agent::WriteEventLog(int exit_code, const std::string& reason) {
   run.timestamp_ms = UnixMillisNow();
   // As torch: the workers' events only when the agent's run returned (the group succeeded or
   // failed for good); a signal or a rendezvous error ends it with the agent's FAILED alone.
-  const bool run_returned = exit_code == kExitSuccess || exit_code == kExitWorkersFailed;
+  const bool run_returned =
+      exit_code == kExitSuccess || exit_code == kExitWorkersFailed || exit_code == kExitCrashLoop;
   std::string out;
   if (run_returned && group_ != nullptr) {
     auto failed = [&](int local_rank) {
@@ -806,8 +815,9 @@ void Agent::OnWorkerExited(const WorkerExit& reported) {
   });
 }
 
-void Agent::OnWorkerOutput(int local_rank) {
+void Agent::OnWorkerOutput(int local_rank, WorkerStream stream) {
   hangs_.OnOutput(local_rank);
+  if (stream == WorkerStream::kStdout) progress_in_attempt_ = true;
   if (awaiting_first_progress_) {
     awaiting_first_progress_ = false;
     StepEvent first{Step::kFirstProgress};
@@ -836,6 +846,7 @@ void Agent::RecordStep(StepEvent event) {
       if (std::optional<std::string> cycle = timeline_->CycleLine()) LogInfo(*cycle);
       failure_in_cycle_ = false;
       awaiting_first_progress_ = true;
+      progress_in_attempt_ = false;
       break;
     default:
       break;
@@ -882,6 +893,7 @@ void Agent::NoteInLedger(const StepEvent& e) {
 }
 
 void Agent::OnStepReport(int local_rank, int64_t step) {
+  progress_in_attempt_ = true;
   if (ledger_ == nullptr) return;
   const TimePoint now = std::chrono::steady_clock::now();
   std::optional<RecoveryRecord> done = ledger_->OnStepReport(now, step);

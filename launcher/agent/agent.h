@@ -53,7 +53,7 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   void OnResumed(int64_t round) override;
   // WorkerGroup::Listener
   void OnWorkerExited(const WorkerExit& exit) override;
-  void OnWorkerOutput(int local_rank) override;
+  void OnWorkerOutput(int local_rank, WorkerStream stream) override;
   void OnStacksTaken() override;
 
  private:
@@ -150,6 +150,9 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   // Why workers die: the kernel's log, open from the start (DDPRUN_KERNEL_LOG, default
   // /dev/kmsg), drained every second so that floods do not overrun its ring.
   std::unique_ptr<DeathExplainer> explainer_;
+  // A step report or a stdout line from a worker since this node's workers last started
+  // (the crash-loop breaker's progress, rendezvous/api/crash_loop.h).
+  bool progress_in_attempt_ = false;
   void DrainKernelLog();
   std::string ipc_dir_;        // private directory of the FIFOs; removed at exit
   std::string module_dir_;     // in-process mode: ipc_dir_/python, on the workers' PYTHONPATH

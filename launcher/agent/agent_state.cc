@@ -79,6 +79,7 @@ std::vector<AgentAction> AgentStateMachine::Reform(const rendezvous::Assignment&
 int AgentStateMachine::ExitCodeForClose(const absl::Status& status) {
   if (status.ok()) return kExitSuccess;
   if (status.code() == absl::StatusCode::kResourceExhausted) return kExitWorkersFailed;
+  if (status.code() == absl::StatusCode::kAborted) return kExitCrashLoop;
   return kExitRendezvous;
 }
 

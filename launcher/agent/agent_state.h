@@ -39,6 +39,9 @@ inline constexpr int kExitSuccess = 0;
 inline constexpr int kExitWorkersFailed = 1;
 inline constexpr int kExitUsage = 2;
 inline constexpr int kExitRendezvous = 3;
+// The same failure twice before any progress (--crash-loop=stop): a retry cannot succeed, so a
+// batch script should not requeue the job.
+inline constexpr int kExitCrashLoop = 4;
 inline constexpr int kExitSignalBase = 128;
 
 // How kStopWorkers stops the group.

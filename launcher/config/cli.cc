@@ -437,6 +437,17 @@ absl::Status ApplyRestartMode(const Sourced& s, const HostInfo&, LaunchOptions* 
   return absl::OkStatus();
 }
 
+absl::Status ApplyCrashLoop(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  if (s.value == "stop") {
+    o->crash_loop = CrashLoop::kStop;
+  } else if (s.value == "retry") {
+    o->crash_loop = CrashLoop::kRetry;
+  } else {
+    return Invalid(s, "expected stop or retry");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ApplyReformTimeout(const Sourced& s, const HostInfo&, LaunchOptions* o) {
   DDPRUN_ASSIGN_OR_RETURN(o->reform_timeout, ParseSeconds(s.where, s.value));
   if (o->reform_timeout.count() <= 0) return Invalid(s, "must be a positive number of seconds");
@@ -590,6 +601,12 @@ constexpr FlagDef kFlags[] = {
      "processes and re-form with replacements over DDPRUN_CONTROL_SOCKET; workers that do not "
      "speak the protocol restart cold. See README, In-process recovery.",
      ApplyRestartMode, ValueKind::kChoice, "cold in-process"},
+    {"crash-loop", "", false,
+     "A failure that repeats before any progress (a step report or a line on a worker's "
+     "stdout in the attempt that failed). stop (default): the second identical one ends the "
+     "job with exit code 4 instead of spending the rest of --max-restarts. retry: restart "
+     "until the budget is spent, as torchrun does.",
+     ApplyCrashLoop, ValueKind::kChoice, "stop retry"},
     {"reform-timeout", "", false,
      "In-process mode: seconds a worker has from its round message to its ready; a worker "
      "that misses it is killed and counts as a failure. Default 60.",

@@ -46,6 +46,12 @@ enum class RestartMode {
   kInProcess,  // survivors keep running and re-form with replacements (control channel)
 };
 
+// A failure that repeats before any progress (rendezvous/api/crash_loop.h).
+enum class CrashLoop {
+  kStop,   // the second identical failure without progress ends the job (exit 4)
+  kRetry,  // restart until --max-restarts is spent, as torchrun does
+};
+
 // --preload (launcher/preload/spare_pool.h).
 enum class PreloadKind {
   kOff,
@@ -103,6 +109,7 @@ struct LaunchOptions {
   std::string start_method = "spawn";  // accepted for compatibility
   std::chrono::milliseconds stop_timeout{10000};  // SIGTERM -> SIGKILL grace per worker group
   RestartMode restart_mode = RestartMode::kCold;  // --restart-mode
+  CrashLoop crash_loop = CrashLoop::kStop;        // --crash-loop
   // --reform-timeout: in-process mode, from a round message to the worker's ready.
   std::chrono::milliseconds reform_timeout{60000};
   std::vector<int> extra_signals;  // --signals-to-handle beyond the four stop signals

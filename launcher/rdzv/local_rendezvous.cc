@@ -44,6 +44,15 @@ void LocalRendezvous::ReportGroupState(int64_t round, rendezvous::GroupState sta
     });
     return;
   }
+  // Only while restarts remain: with the budget spent the job ends as torchrun's would.
+  if (failure.has_value() && crash_loop_.Repeats(*failure)) {
+    const std::string why = rendezvous::CrashLoopMessage(
+        absl::StrCat("rank ", failure->rank, " on ", failure->hostname, ": ", failure->signature));
+    executor_->Post([this, why] {
+      if (!left_) events_->OnClosed(absl::AbortedError(why), std::nullopt);
+    });
+    return;
+  }
   ++restarts_;
   ++round_;
   const std::string reason = absl::StrCat("restarting the worker group (restart ", restarts_,

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/executor.h"
+#include "rendezvous/api/crash_loop.h"
 #include "rendezvous/api/rendezvous.h"
 
 namespace ddprun::launcher {
@@ -41,6 +42,7 @@ class LocalRendezvous final : public rendezvous::Rendezvous {
   int nproc_ = 1;
   int64_t round_ = 0;
   int restarts_ = 0;
+  rendezvous::CrashLoopBreaker crash_loop_;
   bool left_ = false;
 };
 

@@ -174,7 +174,10 @@ void WorkerGroup::Pump(Worker* w, int fd, OutputStream* stream) {
     const ssize_t n = read(fd, buf, sizeof(buf));
     if (n > 0) {
       stream->Feed(absl::string_view(buf, static_cast<size_t>(n)));
-      if (total == 0) listener_->OnWorkerOutput(w->local_rank);
+      if (total == 0) {
+        listener_->OnWorkerOutput(w->local_rank,
+                                  fd == w->out_fd ? WorkerStream::kStdout : WorkerStream::kStderr);
+      }
       total += static_cast<size_t>(n);
       // Bounded either way: one chatty worker must not starve the loop, and a grandchild
       // that keeps an exited worker's pipe open must not stall it.

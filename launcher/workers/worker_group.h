@@ -50,6 +50,10 @@ struct StackPlan {
   int only_local_rank = -1;
 };
 
+// Which of a worker's streams wrote (stdout output counts as progress for the crash-loop
+// breaker; stderr, where tracebacks go, does not).
+enum class WorkerStream { kStdout, kStderr };
+
 class WorkerGroup {
  public:
   class Listener {
@@ -57,7 +61,7 @@ class WorkerGroup {
     virtual ~Listener() = default;
     virtual void OnWorkerExited(const WorkerExit& exit) = 0;
     // The worker wrote something (a line, a '\r' update): a sign of life.
-    virtual void OnWorkerOutput(int local_rank) = 0;
+    virtual void OnWorkerOutput(int local_rank, WorkerStream stream) = 0;
     // StopWithStacks has written every worker's stacks and now stops them.
     virtual void OnStacksTaken() {}
   };

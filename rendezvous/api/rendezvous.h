@@ -70,6 +70,11 @@ struct WorkerFailure {
   // line that says it ("killed by the OOM killer: memory cgroup limit 64.0 GiB reached ...").
   std::string cause_kind;
   std::string cause;
+  // For the crash-loop breaker (crash_loop.h): how it failed, as one string that is equal for
+  // the same failure (empty: the breaker is off), and whether this node's workers made progress
+  // in the attempt that failed.
+  std::string signature;
+  bool made_progress = false;
 };
 
 // A local worker's last sign of life, carried in heartbeats so that the rendezvous can name the

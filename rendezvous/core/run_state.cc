@@ -186,6 +186,11 @@ absl::Status RunState::GroupStatus(ConnId conn, int64_t round, GroupState state,
     case GroupState::kFailed: {
       WorkerFailure f = failure.value_or(WorkerFailure{});
       if (f.hostname.empty()) f.hostname = it->second.info.hostname;
+      // With the budget spent the run ends anyway, as torchrun's would (exit 1).
+      if (restarts_used_ < max_restarts_ && crash_loop_.Repeats(f)) {
+        CloseRun(absl::AbortedError(CrashLoopMessage(DescribeFailure(f))), f, out);
+        return absl::OkStatus();
+      }
       RestartRound(DescribeFailure(f), f.hang ? kRestartHang : kRestartWorkerFailure,
                    RestartKind::kFailure, f, now, out);
       return absl::OkStatus();

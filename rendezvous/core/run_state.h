@@ -41,6 +41,7 @@
 
 #include "absl/status/status.h"
 #include "common/clock.h"
+#include "rendezvous/api/crash_loop.h"
 #include "rendezvous/api/rendezvous.h"
 #include "rendezvous/api/run_config.h"
 #include "rendezvous/api/run_status.h"
@@ -225,6 +226,7 @@ class RunState {
   std::string close_message_;
   absl::Status close_status_;     // what CloseRun was given
   LastRoundMajority last_round_;  // used with kMajorityOfLastRound only
+  CrashLoopBreaker crash_loop_;
 };
 
 }  // namespace ddprun::rendezvous

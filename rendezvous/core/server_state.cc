@@ -230,7 +230,7 @@ Outbox ServerState::GroupStatus(ConnId conn, int64_t round, GroupState state,
   if (run == nullptr) return CloseOnly(conn, absl::FailedPreconditionError("not joined"));
   std::optional<WorkerFailure> cut = failure;
   if (cut) {
-    for (std::string* text : {&cut->message, &cut->cause}) {
+    for (std::string* text : {&cut->message, &cut->cause, &cut->signature}) {
       if (text->size() > limits_.max_message_length) text->resize(limits_.max_message_length);
     }
   }

@@ -50,6 +50,8 @@ proto::WorkerFailure ToProto(const WorkerFailure& f) {
   p.set_hang(f.hang);
   p.set_cause_kind(f.cause_kind);
   p.set_cause(f.cause);
+  p.set_signature(f.signature);
+  p.set_made_progress(f.made_progress);
   return p;
 }
 
@@ -83,6 +85,8 @@ WorkerFailure FromProto(const proto::WorkerFailure& p) {
   f.hang = p.hang();
   f.cause_kind = p.cause_kind();
   f.cause = p.cause();
+  f.signature = p.signature();
+  f.made_progress = p.made_progress();
   return f;
 }
 

@@ -443,6 +443,24 @@ TEST_F(CliTest, RestartModeAndReformTimeoutFromEverySource) {
   EXPECT_THAT(Error({script_}), HasSubstr("PET_RESTART_MODE=hot"));
 }
 
+// Issue 25 item 2: --crash-loop from the command line and YAML; stop by default.
+TEST_F(CliTest, CrashLoopIsStopByDefaultAndRetryWhenAsked) {
+  auto o = Parse({script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->crash_loop, CrashLoop::kStop);
+  o = Parse({"--crash-loop=retry", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->crash_loop, CrashLoop::kRetry);
+  const std::string yaml = dir_.File("job.yaml");
+  testing::WriteFile(yaml, "crash-loop: retry\n");
+  o = Parse({"--config=" + yaml, script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->crash_loop, CrashLoop::kRetry);
+  const std::string error = Error({"--crash-loop=never", script_});
+  EXPECT_THAT(error, HasSubstr("--crash-loop=never"));
+  EXPECT_THAT(error, HasSubstr("stop or retry"));
+}
+
 // Issue 28 #10: durations that overflowed (1e19 s: no grace at all) or are not numbers.
 TEST_F(CliTest, DurationsAreFiniteAndBounded) {
   EXPECT_THAT(Error({"--stop-timeout=1e19", script_}), HasSubstr("--stop-timeout=1e19"));

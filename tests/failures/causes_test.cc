@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -16,9 +17,11 @@
 #include <iostream>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/file_text.h"
+#include "tests/testing/reserved_port.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
 
@@ -28,6 +31,7 @@ namespace {
 using namespace std::chrono_literals;
 using testing::BinPath;
 using ::testing::HasSubstr;
+using testing::ReservedPort;
 using testing::Subprocess;
 using testing::TempDir;
 
@@ -159,6 +163,77 @@ TEST(CausesTest, AnUnreadableKernelLogIsSaidAndNothingIsGuessed) {
                                                  "kernel log ",
                                                  dir.File("no-kmsg"), " not readable")));
   EXPECT_THAT(killed.err, ::testing::Not(HasSubstr("from outside")));
+}
+
+// Item 2, the crash-loop breaker. A worker that fails the same way at its first line (as
+// pytorch issue 60910's ImportError) is started twice, not --max-restarts + 1 times; each start
+// is counted in a file (not on stdout, which would be progress). `extra`: ddprun's flags.
+struct Starts {
+  std::string err;
+  int exit_code = -1;
+  int starts = 0;
+};
+Starts RunFailingWorker(const TempDir& dir, const std::string& before_failing,
+                        std::vector<std::string> flags) {
+  const std::string worker =
+      ShellWorker(dir, "import_error.sh",
+                  absl::StrCat("echo start >> ", dir.File("starts"), "\n", before_failing,
+                               "exec python3 -c 'import ddprun_test_no_such_module'\n"));
+  std::vector<std::string> argv = {BinPath("ddprun"), "--nproc-per-node=1", "--no-python"};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.push_back(worker);
+  Subprocess p(argv);
+  auto st = p.Wait(120s);
+  Starts out;
+  out.err = p.err();
+  if (st.has_value()) out.exit_code = st->exit_code;
+  const std::string starts = ReadTextFile(dir.File("starts"));
+  out.starts = static_cast<int>(std::count(starts.begin(), starts.end(), '\n'));
+  return out;
+}
+
+TEST(CrashLoopTest, TheSameFailureTwiceBeforeAnyProgressStopsTheJobWithExitFour) {
+  TempDir dir;
+  const Starts r = RunFailingWorker(dir, "", {"--standalone", "--max-restarts=10"});
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_EQ(r.starts, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("the same failure twice before any progress: not restarting"));
+  EXPECT_THAT(r.err,
+              HasSubstr("ModuleNotFoundError: No module named 'ddprun_test_no_such_module'"));
+}
+
+// The same through the c10d rendezvous (the server decides restarts job-wide).
+TEST(CrashLoopTest, TheRendezvousServerStopsTheLoopJobWide) {
+  TempDir dir;
+  // A free port, released for the agent to host on (it joins whatever else listens there).
+  const int port = ReservedPort().port();
+  ASSERT_GT(port, 0);
+  const Starts r =
+      RunFailingWorker(dir, "",
+                       {"--rdzv-backend=c10d", absl::StrCat("--rdzv-endpoint=127.0.0.1:", port),
+                        "--rdzv-id=crashloop", "--nnodes=1", "--max-restarts=10"});
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+  EXPECT_EQ(r.starts, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("the same failure twice before any progress: not restarting"));
+}
+
+// A worker that made progress (a line on stdout) before failing keeps today's behaviour: the
+// budget decides.
+TEST(CrashLoopTest, AFailureAfterProgressIsRestartedUntilTheBudgetIsSpent) {
+  TempDir dir;
+  const Starts r =
+      RunFailingWorker(dir, "echo 'epoch 0 step 1'\n", {"--standalone", "--max-restarts=2"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.starts, 3) << r.err;
+  EXPECT_THAT(r.err, ::testing::Not(HasSubstr("before any progress")));
+}
+
+TEST(CrashLoopTest, CrashLoopRetryRestartsUntilTheBudgetIsSpent) {
+  TempDir dir;
+  const Starts r =
+      RunFailingWorker(dir, "", {"--standalone", "--max-restarts=2", "--crash-loop=retry"});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_EQ(r.starts, 3) << r.err;
 }
 
 }  // namespace
