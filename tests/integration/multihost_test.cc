@@ -629,9 +629,13 @@ void MultiHostTest::CutOffAndHeal(const std::string& nnodes, int cut_host) {
   if (nnodes == "3") {
     EXPECT_EQ(CountMatches(Log(), "world=2"), 0) << Log();
   }
+  const auto healed = std::chrono::steady_clock::now();
   hosts_->Heal(cut_host);
   ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=[1-9] world=3") == 3; }, 40s))
       << Log() << all_err();
+  std::cout << "host " << cut_host << " cut off, " << nnodes << ": heal -> world of 3 again after "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - healed).count()
+            << " s" << std::endl;
   EXPECT_THAT(cut_off.err(), HasSubstr("this agent stops hosting and joins there"));
   EXPECT_THAT(cut_off.err(), HasSubstr("no longer hosting the rendezvous"));
   EXPECT_EQ(CountMatches(Log(), "world=1"), 0) << Log();
