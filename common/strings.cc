@@ -7,6 +7,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
@@ -145,6 +146,10 @@ std::string RandomHex(int bytes) {
     out.push_back(kHex[v & 0xf]);
   }
   return out;
+}
+
+bool IsLoopbackHost(absl::string_view host) {
+  return absl::StartsWith(host, "127.") || host == "::1" || host == "localhost";
 }
 
 std::string FormatHostPort(absl::string_view host, int port) {

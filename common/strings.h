@@ -48,6 +48,9 @@ std::string RandomHex(int bytes);
 // "[::1]:5" for IPv6 hosts, "host:5" otherwise.
 std::string FormatHostPort(absl::string_view host, int port);
 
+// 127.x.x.x, ::1 or localhost: an address that names whichever host it is used on.
+bool IsLoopbackHost(absl::string_view host);
+
 }  // namespace ddprun
 
 #endif  // DDPRUN_COMMON_STRINGS_H_

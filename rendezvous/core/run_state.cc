@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/signal_names.h"
+#include "common/strings.h"
 #include "rendezvous/core/rank_assignment.h"
 
 namespace ddprun::rendezvous {
@@ -27,10 +28,6 @@ std::string DescribeFailure(const WorkerFailure& f) {
                    " (local_rank ", f.local_rank, ", pid ", f.pid, ") ", how);
   if (!f.message.empty()) absl::StrAppend(&out, ": ", f.message);
   return out;
-}
-
-bool IsLoopback(const std::string& addr) {
-  return absl::StartsWith(addr, "127.") || addr == "::1" || addr == "localhost";
 }
 
 // Appends `value`, first dropping the oldest element when `*newest` already holds `max`: the
@@ -506,10 +503,10 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
   // are remote (the agent hosting the server reached it through 127.0.0.1 or Debian's
   // 127.0.1.1 hostname entry): then its hostname, as torchrun would use.
   std::string master_addr = master->addr;
-  if (master->info.local_addr.empty() && IsLoopback(master_addr) &&
+  if (master->info.local_addr.empty() && IsLoopbackHost(master_addr) &&
       !master->info.hostname.empty()) {
     for (const Node* n : by_rank) {
-      if (!IsLoopback(n->addr)) {
+      if (!IsLoopbackHost(n->addr)) {
         master_addr = master->info.hostname;
         break;
       }

@@ -400,7 +400,9 @@ void RendezvousClient::MaybeLookForTheRun() {
   looking_ = true;
   last_look_ = now;
   // The other hosts of the last round, in the job's order: the endpoint the user gave (the
-  // original host), then the members by group rank. Never this agent's own server.
+  // original host), then the members by group rank. Never this agent's own server, which a
+  // loopback address names too (`localhost:PORT` on one host, where a successor serves the
+  // original endpoint's port).
   const int port = ParseHostPort("endpoint", endpoint_, 0).value_or(HostPort{}).port;
   ServedRun mine;
   mine.endpoint = endpoint_;
@@ -408,6 +410,8 @@ void RendezvousClient::MaybeLookForTheRun() {
   std::vector<ServedRun> others;
   auto consider = [&](const std::string& endpoint, int order) {
     if (endpoint == endpoint_) return;
+    const absl::StatusOr<HostPort> where = ParseHostPort("endpoint", endpoint, 0);
+    if (!where.ok() || IsLoopbackHost(where->host)) return;
     for (const ServedRun& o : others) {
       if (o.endpoint == endpoint) return;
     }

@@ -80,6 +80,11 @@ TEST(HostPortTest, ParsesAndFormatsIpv4Ipv6AndNames) {
   EXPECT_EQ(hp.host, "::1");
   EXPECT_EQ(hp.port, 7);
   EXPECT_EQ(FormatHostPort("::1", 5), "[::1]:5");
+  EXPECT_TRUE(IsLoopbackHost("127.0.1.1"));
+  EXPECT_TRUE(IsLoopbackHost("::1"));
+  EXPECT_TRUE(IsLoopbackHost("localhost"));
+  EXPECT_FALSE(IsLoopbackHost("10.0.0.1"));
+  EXPECT_FALSE(IsLoopbackHost("node127"));
   EXPECT_EQ(FormatHostPort("1.2.3.4", 5), "1.2.3.4:5");
   EXPECT_FALSE(ParseHostPort("--e", "host:notaport", 0).ok());
   EXPECT_FALSE(ParseHostPort("--e", "host:70000", 0).ok());
