@@ -20,10 +20,12 @@
 #include "common/file_text.h"
 #include "common/log.h"
 #include "common/signal_names.h"
+#include "common/status_macros.h"
 #include "common/strings.h"
 #include "common/temp_dir.h"
 #include "launcher/agent/event_log.h"
 #include "launcher/agent/failure_report.h"
+#include "launcher/config/rdzv_conf.h"
 #include "launcher/config/template_macros.h"
 #include "launcher/process/stray_children.h"
 #include "launcher/workers/error_file_relay.h"
@@ -77,7 +79,8 @@ Agent::Agent(LaunchOptions options, Environment env, HostInfo host)
     : options_(std::move(options)),
       env_(std::move(env)),
       host_(std::move(host)),
-      state_(options_.nproc_per_node, options_.restart_mode),
+      state_(options_.nproc_per_node, options_.restart_mode,
+             options_.health_check.empty() ? HealthGate::kNone : HealthGate::kBeforeEachRound),
       hangs_(
           &loop_, options_, [this](const HangVerdict& v) { OnHang(v); },
           [this](const std::vector<LocalProgress>& p) { ReportProgress(p, false); },
@@ -161,6 +164,16 @@ absl::Status Agent::Prepare() {
 
   if (absl::Status s = StartSpares(); !s.ok()) return s;
 
+  if (!options_.health_check.empty()) {
+    HealthCheckOptions check;
+    check.command = options_.health_check;
+    check.timeout = options_.health_check_timeout;
+    check.env = env_;
+    health_ = std::make_unique<HealthCheck>(&loop_, std::move(check));
+    DDPRUN_ASSIGN_OR_RETURN(RdzvConf conf, ParseRdzvConf(options_.rdzv_conf));
+    health_give_up_after_ = conf.timeouts.join_timeout;
+  }
+
   sigset_t set = AgentSignalSet(options_);
   signal_fd_ = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
   if (signal_fd_ < 0) return absl::InternalError(absl::StrCat("signalfd: ", strerror(errno)));
@@ -193,7 +206,7 @@ int Agent::Run() {
         "avoid your system being overloaded, please further tune the variable for optimal "
         "performance in your application as needed.");
   }
-  rendezvous::NodeInfo node;
+  rendezvous::NodeInfo& node = node_;
   node.run_id = run_id_;
   node.hostname = host_.hostname;
   node.node_id = absl::StrCat(host_.hostname, "_", getpid(), "_", RandomHex(4));
@@ -205,7 +218,12 @@ int Agent::Run() {
   node.local_addr = options_.local_addr;
   node.master_port = setup_.master_port.has_value() ? setup_.master_port->port() : 0;
   RecordStep(StepEvent{Step::kJoining});
-  rendezvous_->Join(node, this);
+  if (state_.phase() == AgentStateMachine::Phase::kSittingOut) {
+    RunHealthCheck();  // the join waits for it
+  } else {
+    joined_ = true;
+    rendezvous_->Join(node, this);
+  }
   loop_.Run();
   return exit_code_;
 }
@@ -595,6 +613,21 @@ void Agent::Execute(const std::vector<AgentAction>& actions) {
       case AgentAction::Type::kLeave:
         rendezvous_->Leave(action.message);
         break;
+      case AgentAction::Type::kCheckHealth:
+        RunHealthCheck();
+        break;
+      case AgentAction::Type::kStepOut:
+        if (joined_) rendezvous_->StepOut(action.message);
+        break;
+      case AgentAction::Type::kStepIn:
+        if (!joined_) {
+          joined_ = true;
+          rendezvous_->Join(node_, this);
+        } else {
+          LogInfo("the health check passes again: this node rejoins the run as a new node");
+          rendezvous_->StepIn();
+        }
+        break;
       case AgentAction::Type::kExit:
         if (action.exit_code == kExitSuccess && setup_.grpc != nullptr) {
           // Let the success report reach the server before the stream goes away: exiting at
@@ -770,6 +803,49 @@ void Agent::OnClosed(const absl::Status& status,
   }
   NoteHangNotice(hang);
   Execute(state_.OnClosed(status, hang));
+}
+
+void Agent::RunHealthCheck() {
+  if (health_ == nullptr || health_->running()) return;
+  health_->Run([this](const HealthVerdict& v) { OnHealthVerdict(v); });
+}
+
+void Agent::OnHealthVerdict(const HealthVerdict& v) {
+  const std::string described =
+      absl::StrCat("--health-check '", health_->command(), "' ", v.Describe());
+  if (v.outcome == HealthVerdict::Outcome::kCannotRun) {
+    LogError(described);
+    Execute(state_.OnHealthAbandoned(kExitUsage, described));
+    return;
+  }
+  if (v.passed()) {
+    if (health_failures_ > 0 && Verbose()) LogInfo(described);
+    health_failures_ = 0;
+    health_failing_since_.reset();
+    Execute(state_.OnHealthChecked(true, described));
+    return;
+  }
+  const TimePoint now = std::chrono::steady_clock::now();
+  ++health_failures_;
+  if (!health_failing_since_.has_value()) health_failing_since_ = now;
+  if (now - *health_failing_since_ >= health_give_up_after_) {
+    const std::string why =
+        absl::StrCat("the health check has failed for ", health_failures_, " tries in a row over ",
+                     SecondsText(now - *health_failing_since_), " (join_timeout ",
+                     SecondsText(health_give_up_after_), "); last: ", described);
+    LogError(why);
+    Execute(state_.OnHealthAbandoned(kExitRendezvous, why));
+    return;
+  }
+  Execute(state_.OnHealthChecked(false, absl::StrCat("health check failed: ", described)));
+  if (state_.phase() != AgentStateMachine::Phase::kSittingOut) return;
+  const Duration delay = HealthRetryDelay(health_failures_);
+  LogWarning(absl::StrCat(described, "; this node stays out of the run (",
+                          joined_ ? "the others go on without it" : "not joined yet",
+                          "), next try in ", SecondsText(delay)));
+  loop_.AddTimerAfter(delay, [this] {
+    if (state_.phase() == AgentStateMachine::Phase::kSittingOut) RunHealthCheck();
+  });
 }
 
 void Agent::NoteHangNotice(const std::optional<rendezvous::HangNotice>& hang) {
@@ -951,6 +1027,7 @@ void Agent::ReapChildren() {
     // Not a worker: an orphaned grandchild adopted as subreaper (reaping it is all we owe), or
     // the orphan guard (which only exits early if killed).
     if (spares_ && spares_->HandleChildExit(pid, status)) continue;
+    if (health_ && health_->HandleChildExit(pid, status)) continue;
     if (group_) group_->HandleChildExit(pid, status);
   }
 }

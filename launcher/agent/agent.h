@@ -18,6 +18,7 @@
 #include "launcher/config/host_info.h"
 #include "launcher/config/options.h"
 #include "launcher/hangs/hang_monitor.h"
+#include "launcher/health/health_check.h"
 #include "launcher/preload/spare_pool.h"
 #include "launcher/process/orphan_guard.h"
 #include "launcher/rdzv/port_reservation.h"
@@ -116,6 +117,9 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   void NoteHangNotice(const std::optional<rendezvous::HangNotice>& hang);
   // "LOG_ROOT/attempt_N/*/stacks.txt" when this attempt's stacks were taken, else "".
   std::string StacksGlob() const;
+  // --health-check (README, Health checks): one run, its verdict, the next try.
+  void RunHealthCheck();
+  void OnHealthVerdict(const HealthVerdict& verdict);
 
   const LaunchOptions options_;
   const Environment env_;
@@ -168,6 +172,13 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   bool failure_in_cycle_ = false;           // a failure step since the last workers started
   bool stopping_ = false;                   // a stop step not yet finished
   bool awaiting_first_progress_ = false;
+  // --health-check; null: none. Declared after loop_, which it uses until destroyed.
+  std::unique_ptr<HealthCheck> health_;
+  int health_failures_ = 0;                        // in a row
+  std::optional<TimePoint> health_failing_since_;  // the first failure of that streak
+  Duration health_give_up_after_{};                // the rendezvous' join_timeout
+  rendezvous::NodeInfo node_;                      // what Run() joins with
+  bool joined_ = false;                            // Join() called (a later step in is StepIn())
 };
 
 }  // namespace ddprun::launcher

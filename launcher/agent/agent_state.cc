@@ -17,12 +17,14 @@ StopMode StopModeFor(const std::optional<rendezvous::HangNotice>& hang) {
 
 }  // namespace
 
-AgentStateMachine::AgentStateMachine(int nproc_per_node, RestartMode mode)
+AgentStateMachine::AgentStateMachine(int nproc_per_node, RestartMode mode, HealthGate gate)
     : nproc_(nproc_per_node),
       mode_(mode),
+      gate_(gate),
       alive_(nproc_per_node, false),
       speaks_(nproc_per_node, false),
-      dying_(nproc_per_node, false) {}
+      dying_(nproc_per_node, false),
+      phase_(gate == HealthGate::kBeforeEachRound ? Phase::kSittingOut : Phase::kRendezvous) {}
 
 void AgentStateMachine::OnWorkerSpeaks(int local_rank) {
   if (local_rank >= 0 && local_rank < nproc_) speaks_[local_rank] = true;
@@ -44,6 +46,7 @@ bool AgentStateMachine::CanRecoverInProcess() const {
 
 void AgentStateMachine::BeginRound(const rendezvous::Assignment& a) {
   phase_ = Phase::kRunning;
+  health_passed_ = false;  // the next cold start wants a check of its own
   round_ = a.round;
   live_ = nproc_;
   succeeded_ = 0;
@@ -95,6 +98,11 @@ std::vector<AgentAction> AgentStateMachine::Exit(int code, const std::string& wh
 std::vector<AgentAction> AgentStateMachine::OnAssignment(const rendezvous::Assignment& a) {
   switch (phase_) {
     case Phase::kRendezvous: {
+      if (gate_ == HealthGate::kBeforeEachRound && !health_passed_) {
+        pending_assignment_ = a;
+        phase_ = Phase::kCheckingHealth;
+        return {AgentAction{Type::kCheckHealth}};
+      }
       BeginRound(a);
       alive_.assign(nproc_, true);
       speaks_.assign(nproc_, false);
@@ -123,12 +131,58 @@ std::vector<AgentAction> AgentStateMachine::OnAssignment(const rendezvous::Assig
       return BeginStop(std::nullopt, "a new rendezvous round formed", StopMode::kGracefully);
     }
     case Phase::kStopping:
+    case Phase::kCheckingHealth:  // the newest round is the one to start once the check passes
       pending_assignment_ = a;
       return {};
+    case Phase::kSittingOut:  // sent before the step-out: the run goes on without this node
     case Phase::kDone:
       return {};
   }
   return {};
+}
+
+std::vector<AgentAction> AgentStateMachine::OnHealthChecked(bool passed, const std::string& why) {
+  switch (phase_) {
+    case Phase::kCheckingHealth:
+      if (passed) {
+        health_passed_ = true;
+        phase_ = Phase::kRendezvous;
+        rendezvous::Assignment next = *pending_assignment_;
+        pending_assignment_.reset();
+        return OnAssignment(next);
+      }
+      break;
+    case Phase::kRendezvous:  // the round it was for ended during the check
+      if (passed) {
+        health_passed_ = true;
+        return {};
+      }
+      break;
+    case Phase::kSittingOut:
+      if (passed) {
+        health_passed_ = true;
+        phase_ = Phase::kRendezvous;
+        return {AgentAction{Type::kStepIn}};
+      }
+      return {};  // still out; the agent tries again later
+    default:
+      return {};  // workers run (or the agent is done): a late verdict changes nothing
+  }
+  pending_assignment_.reset();
+  phase_ = Phase::kSittingOut;
+  AgentAction out{Type::kStepOut};
+  out.message = why;
+  return {out};
+}
+
+std::vector<AgentAction> AgentStateMachine::OnHealthAbandoned(int exit_code,
+                                                              const std::string& why) {
+  if (!WithoutWorkers()) return {};
+  AgentAction leave{Type::kLeave};
+  leave.message = why;
+  std::vector<AgentAction> actions = {leave};
+  for (auto& a : Exit(exit_code, why)) actions.push_back(a);
+  return actions;
 }
 
 std::vector<AgentAction> AgentStateMachine::OnWorkerExited(const WorkerExit& exit) {
@@ -230,6 +284,11 @@ std::vector<AgentAction> AgentStateMachine::Fail(const WorkerExit& cause, int ha
 
 std::vector<AgentAction> AgentStateMachine::OnRestart(
     const std::string& reason, const std::optional<rendezvous::HangNotice>& hang) {
+  if (phase_ == Phase::kCheckingHealth) {  // that round is over before it started here
+    pending_assignment_.reset();
+    phase_ = Phase::kRendezvous;
+    return {};
+  }
   if (phase_ != Phase::kRunning) return {};
   if (CanRecoverInProcess()) return AwaitRound(reason);
   return BeginStop(std::nullopt, reason, StopModeFor(hang));
@@ -242,6 +301,8 @@ std::vector<AgentAction> AgentStateMachine::OnClosed(
       status.ok() ? "the rendezvous closed the run" : std::string(status.message());
   switch (phase_) {
     case Phase::kRendezvous:
+    case Phase::kCheckingHealth:
+    case Phase::kSittingOut:
       return Exit(code, why);
     case Phase::kRunning:
     case Phase::kAwaitingRound:
@@ -264,7 +325,9 @@ std::vector<AgentAction> AgentStateMachine::OnStopSignal(int signal) {
   AgentAction leave{Type::kLeave};
   leave.message = why;
   switch (phase_) {
-    case Phase::kRendezvous: {
+    case Phase::kRendezvous:
+    case Phase::kCheckingHealth:
+    case Phase::kSittingOut: {
       std::vector<AgentAction> actions = {leave};
       for (auto& a : Exit(code, why)) actions.push_back(a);
       return actions;

@@ -19,6 +19,16 @@
 //
 // Anything else (a live worker that does not speak it, a close, a stop signal) stops the group
 // as in cold mode.
+//
+// --health-check (HealthGate::kBeforeEachRound): the node starts out of the run and joins once a
+// check passes; a cold start of workers waits for a check that passed since the last start:
+//
+//   kSittingOut --passed: step in (join)--> kRendezvous --assignment--> kCheckingHealth
+//       ^   | failed: retry later                                          |  passed: start
+//       |                                                                   v
+//       +------------------- failed: step out ------------------------- kRunning
+//
+// In-process recovery's survivors keep running: a re-formed round is not gated.
 #ifndef DDPRUN_LAUNCHER_AGENT_AGENT_STATE_H_
 #define DDPRUN_LAUNCHER_AGENT_AGENT_STATE_H_
 
@@ -44,6 +54,9 @@ inline constexpr int kExitRendezvous = 3;
 inline constexpr int kExitCrashLoop = 4;
 inline constexpr int kExitSignalBase = 128;
 
+// Whether a cold start of workers waits for the --health-check to pass.
+enum class HealthGate { kNone, kBeforeEachRound };
+
 // How kStopWorkers stops the group.
 enum class StopMode {
   kGracefully,       // SIGTERM every worker's process group, SIGKILL after the grace period
@@ -60,6 +73,9 @@ struct AgentAction {
     kReportFailed,     // tell the rendezvous: `round` failed, root cause `failure`
     kReportSucceeded,  // tell the rendezvous: `round` succeeded on this node
     kLeave,            // leave the rendezvous, `message` says why
+    kCheckHealth,      // run the --health-check; its verdict comes back as OnHealthChecked
+    kStepOut,          // sit the coming rounds out (Rendezvous::StepOut), `message` says why
+    kStepIn,           // join the run (again: Rendezvous::StepIn) after a check that passed
     kExit,             // exit the agent with `exit_code`; `message` says why
   };
   explicit AgentAction(Type t) : type(t) {}
@@ -77,9 +93,20 @@ struct AgentAction {
 
 class AgentStateMachine {
  public:
-  enum class Phase { kRendezvous, kRunning, kAwaitingRound, kStopping, kDone };
+  // kCheckingHealth: an assignment waits for the check; kSittingOut: out of the run until a
+  // check passes (the agent retries it). Neither has workers.
+  enum class Phase {
+    kRendezvous,
+    kCheckingHealth,
+    kRunning,
+    kAwaitingRound,
+    kStopping,
+    kSittingOut,
+    kDone
+  };
 
-  explicit AgentStateMachine(int nproc_per_node, RestartMode mode = RestartMode::kCold);
+  explicit AgentStateMachine(int nproc_per_node, RestartMode mode = RestartMode::kCold,
+                             HealthGate gate = HealthGate::kNone);
 
   std::vector<AgentAction> OnAssignment(const rendezvous::Assignment& assignment);
   std::vector<AgentAction> OnWorkerExited(const WorkerExit& exit);
@@ -93,6 +120,10 @@ class AgentStateMachine {
                                     const std::optional<rendezvous::HangNotice>& hang);
   // A stop signal (SIGINT, SIGTERM, SIGHUP, SIGQUIT).
   std::vector<AgentAction> OnStopSignal(int signal);
+  // The --health-check's verdict (`why`: its description, for the step-out's reason).
+  std::vector<AgentAction> OnHealthChecked(bool passed, const std::string& why);
+  // The check kept failing for too long (`why` says so): the agent ends with `exit_code`.
+  std::vector<AgentAction> OnHealthAbandoned(int exit_code, const std::string& why);
   // In-process mode: local rank `local_rank`'s current worker said hello on the control
   // channel. No actions.
   void OnWorkerSpeaks(int local_rank);
@@ -133,14 +164,24 @@ class AgentStateMachine {
   // The bookkeeping of a new round (both kinds of start).
   void BeginRound(const rendezvous::Assignment& a);
 
+  // Where an assignment that would start workers goes: the start, or a check first.
+  std::vector<AgentAction> StartOrCheck(const rendezvous::Assignment& a);
+  // No worker of this node runs: the rendezvous phases and those of the health gate.
+  bool WithoutWorkers() const {
+    return phase_ == Phase::kRendezvous || phase_ == Phase::kCheckingHealth ||
+           phase_ == Phase::kSittingOut;
+  }
+
   const int nproc_;
   const RestartMode mode_;
-  std::vector<bool> alive_;   // by local rank: its worker of this round runs
-  std::vector<bool> speaks_;  // by local rank: its current worker said hello
+  const HealthGate gate_;
+  bool health_passed_ = false;  // a check passed since the last cold start
+  std::vector<bool> alive_;     // by local rank: its worker of this round runs
+  std::vector<bool> speaks_;    // by local rank: its current worker said hello
   // By local rank: a hung worker being stopped (stacks first); the next round waits for its
   // exit, so that its replacement never runs beside it.
   std::vector<bool> dying_;
-  Phase phase_ = Phase::kRendezvous;
+  Phase phase_;  // kSittingOut with a health gate (not joined yet), else kRendezvous
   int64_t round_ = -1;
   int live_ = 0;
   int succeeded_ = 0;

@@ -448,6 +448,20 @@ absl::Status ApplyCrashLoop(const Sourced& s, const HostInfo&, LaunchOptions* o)
   return absl::OkStatus();
 }
 
+absl::Status ApplyHealthCheck(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  if (absl::StripAsciiWhitespace(s.value).empty()) return Invalid(s, "an empty command");
+  o->health_check = s.value;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyHealthCheckTimeout(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  DDPRUN_ASSIGN_OR_RETURN(o->health_check_timeout, ParseSeconds(s.where, s.value));
+  if (o->health_check_timeout.count() <= 0) {
+    return Invalid(s, "must be a positive number of seconds");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ApplyReformTimeout(const Sourced& s, const HostInfo&, LaunchOptions* o) {
   DDPRUN_ASSIGN_OR_RETURN(o->reform_timeout, ParseSeconds(s.where, s.value));
   if (o->reform_timeout.count() <= 0) return Invalid(s, "must be a positive number of seconds");
@@ -607,6 +621,18 @@ constexpr FlagDef kFlags[] = {
      "job with exit code 4 instead of spending the rest of --max-restarts. retry: restart "
      "until the budget is spent, as torchrun does.",
      ApplyCrashLoop, ValueKind::kChoice, "stop retry"},
+    {"health-check", "", false,
+     "A shell command (sh -c) that must exit 0 before this node joins each round, e.g. a GPU "
+     "or filesystem probe. A failing one keeps the node out: the others go on without it "
+     "(elastic; a fixed world waits), it tries again after 1, 2, 4... up to 30 s and comes back "
+     "as a new node when it passes; its last lines of output are logged. Failing for "
+     "join_timeout ends this agent (exit 3); a command the shell cannot find or run, exit 2. "
+     "See README, Health checks.",
+     ApplyHealthCheck},
+    {"health-check-timeout", "", false,
+     "Seconds one run of --health-check may take before it is killed (with what it started) "
+     "and counts as failed. Default 60.",
+     ApplyHealthCheckTimeout},
     {"reform-timeout", "", false,
      "In-process mode: seconds a worker has from its round message to its ready; a worker "
      "that misses it is killed and counts as a failure. Default 60.",

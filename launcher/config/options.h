@@ -110,6 +110,10 @@ struct LaunchOptions {
   std::chrono::milliseconds stop_timeout{10000};  // SIGTERM -> SIGKILL grace per worker group
   RestartMode restart_mode = RestartMode::kCold;  // --restart-mode
   CrashLoop crash_loop = CrashLoop::kStop;        // --crash-loop
+  // --health-check: a shell command that must exit 0 before this node joins each round (empty:
+  // none), and how long one run may take before it is killed and counts as failed.
+  std::string health_check;
+  std::chrono::milliseconds health_check_timeout{60000};
   // --reform-timeout: in-process mode, from a round message to the worker's ready.
   std::chrono::milliseconds reform_timeout{60000};
   std::vector<int> extra_signals;  // --signals-to-handle beyond the four stop signals

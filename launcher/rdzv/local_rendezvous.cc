@@ -68,4 +68,15 @@ void LocalRendezvous::ReportGroupState(int64_t round, rendezvous::GroupState sta
 
 void LocalRendezvous::Leave(const std::string& reason) { left_ = true; }
 
+void LocalRendezvous::StepOut(const std::string& reason) { stepped_out_ = true; }
+
+void LocalRendezvous::StepIn() {
+  if (left_ || !stepped_out_) return;
+  stepped_out_ = false;
+  ++round_;  // the round this node stepped out of is gone; a new one, at no cost
+  executor_->Post([this, a = MakeAssignment()] {
+    if (!left_) events_->OnAssignment(a);
+  });
+}
+
 }  // namespace ddprun::launcher

@@ -32,6 +32,9 @@ class LocalRendezvous final : public rendezvous::Rendezvous {
                         const std::optional<rendezvous::WorkerFailure>& failure) override;
   void ReportProgress(const std::vector<rendezvous::RankProgress>&, bool) override {}
   void Leave(const std::string& reason) override;
+  // Nobody else to go on: the node waits, and StepIn assigns it a new round.
+  void StepOut(const std::string& reason) override;
+  void StepIn() override;
 
  private:
   rendezvous::Assignment MakeAssignment() const;
@@ -44,6 +47,7 @@ class LocalRendezvous final : public rendezvous::Rendezvous {
   int restarts_ = 0;
   rendezvous::CrashLoopBreaker crash_loop_;
   bool left_ = false;
+  bool stepped_out_ = false;
 };
 
 }  // namespace ddprun::launcher

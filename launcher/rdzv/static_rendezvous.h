@@ -35,6 +35,8 @@ class StaticRendezvous final : public rendezvous::Rendezvous, rendezvous::Rendez
   void ReportProgress(const std::vector<rendezvous::RankProgress>& progress, bool urgent) override;
   void ReportStep(const std::string& json) override;
   void Leave(const std::string& reason) override;
+  void StepOut(const std::string& reason) override { coordinated_->StepOut(reason); }
+  void StepIn() override { coordinated_->StepIn(); }
 
  private:
   // RendezvousEvents, from the coordinated rendezvous.

@@ -70,6 +70,11 @@ class EventDelivery {
   // renamed <its first node id>-rejoinN for the next join.
   void RejoinAsNewNode(const std::string& why, NodeInfo* node) {
     Restart(absl::StrCat(why, "; rejoining as a new node"), std::nullopt);
+    RenameForRejoin(node);
+  }
+  // `node` renamed <its first node id>-rejoinN, formerly its current id, for a join as a new
+  // node (after a fence, or a node that stepped out coming back).
+  void RenameForRejoin(NodeInfo* node) {
     if (base_node_id_.empty()) base_node_id_ = node->node_id;
     node->formerly_node_id = node->node_id;
     node->node_id = absl::StrCat(base_node_id_, "-rejoin", ++rejoins_);

@@ -153,6 +153,13 @@ class Rendezvous {
   virtual void ReportStep(const std::string& json) {}
   // This node leaves the run (after success, or on a signal). Idempotent; no events follow.
   virtual void Leave(const std::string& reason) = 0;
+  // This node sits out the rounds to come (its --health-check failed; its workers are stopped):
+  // the run goes on without it as after a clean leave (a membership change, no budget spent;
+  // an elastic run forms its rounds without it, a fixed one waits for it within join_timeout).
+  // No events until StepIn(), which brings it back as a new node (a scale-up for the others).
+  // Called only between Join and Leave, with no workers running, and in that order.
+  virtual void StepOut(const std::string& reason) = 0;
+  virtual void StepIn() = 0;
 };
 
 }  // namespace ddprun::rendezvous

@@ -151,7 +151,7 @@ absl::Status EtcdRendezvous::Register(Duration budget) {
 }
 
 void EtcdRendezvous::LoseLease(const absl::Status& why) {
-  if (lease_lost_ || events_.closed() || left_) return;
+  if (lease_lost_ || events_.closed() || Out()) return;
   lease_lost_ = true;
   coordinator_.reset();
   StopBackground();
@@ -169,7 +169,7 @@ void EtcdRendezvous::LoseLease(const absl::Status& why) {
 }
 
 void EtcdRendezvous::TryRejoin() {
-  if (events_.closed() || left_) return;
+  if (events_.closed() || Out()) return;
   const Duration left = rejoin_deadline_ - Now();
   if (left <= Duration::zero()) {
     events_.Close(absl::DeadlineExceededError(
@@ -208,7 +208,7 @@ void EtcdRendezvous::KeepAlive(int64_t lease) {
 }
 
 void EtcdRendezvous::TryElect() {
-  if (events_.closed() || left_ || coordinator_ != nullptr) return;
+  if (events_.closed() || Out() || coordinator_ != nullptr) return;
   etcdserverpb::TxnRequest txn;
   auto* cmp = txn.add_compare();
   cmp->set_key(keys_->coordinator());
@@ -253,7 +253,7 @@ void EtcdRendezvous::BecomeCoordinator(int64_t revision) {
 }
 
 void EtcdRendezvous::OnEvents(const std::vector<mvccpb::Event>& events) {
-  if (left_) return;
+  if (Out()) return;
   const TimePoint now = Now();
   for (const mvccpb::Event& e : events) {
     const std::string& key = e.kv().key();
@@ -319,7 +319,7 @@ void EtcdRendezvous::ScheduleTick() {
   if (tick_timer_ != 0) loop_->Cancel(tick_timer_);
   tick_timer_ = loop_->PostAt(next, [this] {
     tick_timer_ = 0;
-    if (coordinator_ == nullptr || left_) return;
+    if (coordinator_ == nullptr || Out()) return;
     coordinator_->Tick(Now());
     Flush().IgnoreError();  // kept pending for the next tick
     ScheduleTick();
@@ -329,7 +329,7 @@ void EtcdRendezvous::ScheduleTick() {
 void EtcdRendezvous::ReportGroupState(int64_t round, GroupState state,
                                       const std::optional<WorkerFailure>& failure) {
   loop_->Post([this, round, state, failure] {
-    if (lease_ == 0 || events_.closed() || left_) return;
+    if (lease_ == 0 || events_.closed() || Out()) return;
     AgentRecord record;
     auto* g = record.mutable_group_status();
     g->set_round(round);
@@ -349,7 +349,7 @@ void EtcdRendezvous::ReportGroupState(int64_t round, GroupState state,
 
 void EtcdRendezvous::ReportProgress(const std::vector<RankProgress>& progress, bool urgent) {
   loop_->Post([this, progress, urgent] {
-    if (lease_ == 0 || events_.closed() || left_) return;
+    if (lease_ == 0 || events_.closed() || Out()) return;
     // One put per keep-alive interval at most: as often as the built-in server hears it.
     const TimePoint now = Now();
     if (!urgent && now - last_progress_put_ < options_.timeouts.keep_alive_interval) return;
@@ -376,6 +376,32 @@ void EtcdRendezvous::Leave(const std::string& reason) {
   done.WaitForNotification();
 }
 
+void EtcdRendezvous::StepOut(const std::string& reason) {
+  loop_->Post([this, reason] {
+    if (Out() || events_.closed()) return;
+    stepped_out_ = true;
+    StopBackground();
+    if (lease_ != 0 && !lease_lost_) Withdraw(reason, Now() + options_.close_timeout);
+    coordinator_.reset();
+    // The revoked lease's keep-alive chain then ends on NotFound without reporting a loss: it
+    // is no longer lease_.
+    lease_ = 0;
+  });
+}
+
+void EtcdRendezvous::StepIn() {
+  loop_->Post([this] {
+    if (left_ || events_.closed() || !stepped_out_) return;
+    stepped_out_ = false;
+    events_.RenameForRejoin(&node_);
+    inbox_epoch_.clear();
+    inbox_next_seq_ = 0;
+    lease_lost_ = true;  // registering again, as after a lost lease
+    rejoin_deadline_ = Now() + options_.timeouts.join_timeout;
+    TryRejoin();
+  });
+}
+
 void EtcdRendezvous::LeaveNow(const std::string& reason) {
   if (left_) return;
   left_ = true;
@@ -387,6 +413,31 @@ void EtcdRendezvous::LeaveNow(const std::string& reason) {
   }
   // One budget for all of it: an agent on its way out must not hang on a dead cluster.
   const TimePoint deadline = Now() + options_.close_timeout;
+  auto left = [deadline] { return std::max<Duration>(deadline - Now(), Duration::zero()); };
+  Withdraw(reason, deadline);
+  // The last agent of a closed run removes every key of the run.
+  etcdserverpb::TxnRequest txn;
+  auto* closed = txn.add_compare();
+  closed->set_key(keys_->closed());
+  closed->set_target(etcdserverpb::Compare::VERSION);
+  closed->set_result(etcdserverpb::Compare::GREATER);
+  closed->set_version(0);
+  auto* none_left = txn.add_compare();
+  none_left->set_key(keys_->nodes());
+  none_left->set_range_end(EtcdPrefixEnd(keys_->nodes()));
+  none_left->set_target(etcdserverpb::Compare::CREATE);
+  none_left->set_result(etcdserverpb::Compare::EQUAL);
+  none_left->set_create_revision(0);
+  auto* del = txn.add_success()->mutable_request_delete_range();
+  del->set_key(keys_->run());
+  del->set_range_end(EtcdPrefixEnd(keys_->run()));
+  if (auto done = client_->Txn(txn, left()); !done.ok()) {
+    LogWarning(absl::StrCat("etcd rendezvous: could not clean up the finished run's keys (",
+                            done.status().message(), ")"));
+  }
+}
+
+void EtcdRendezvous::Withdraw(const std::string& reason, TimePoint deadline) {
   auto left = [deadline] { return std::max<Duration>(deadline - Now(), Duration::zero()); };
   if (coordinator_ != nullptr) {
     // Apply our own leave and write the run's state before giving the coordinator key up.
@@ -409,26 +460,6 @@ void EtcdRendezvous::LeaveNow(const std::string& reason) {
   if (absl::Status revoked = client_->LeaseRevoke(lease_, left()); !revoked.ok()) {
     LogWarning(absl::StrCat("etcd rendezvous: could not remove this agent's keys on leaving (",
                             revoked.message(), "); they expire with its lease"));
-  }
-  // The last agent of a closed run removes every key of the run.
-  etcdserverpb::TxnRequest txn;
-  auto* closed = txn.add_compare();
-  closed->set_key(keys_->closed());
-  closed->set_target(etcdserverpb::Compare::VERSION);
-  closed->set_result(etcdserverpb::Compare::GREATER);
-  closed->set_version(0);
-  auto* none_left = txn.add_compare();
-  none_left->set_key(keys_->nodes());
-  none_left->set_range_end(EtcdPrefixEnd(keys_->nodes()));
-  none_left->set_target(etcdserverpb::Compare::CREATE);
-  none_left->set_result(etcdserverpb::Compare::EQUAL);
-  none_left->set_create_revision(0);
-  auto* del = txn.add_success()->mutable_request_delete_range();
-  del->set_key(keys_->run());
-  del->set_range_end(EtcdPrefixEnd(keys_->run()));
-  if (auto done = client_->Txn(txn, left()); !done.ok()) {
-    LogWarning(absl::StrCat("etcd rendezvous: could not clean up the finished run's keys (",
-                            done.status().message(), ")"));
   }
 }
 

@@ -62,6 +62,10 @@ class EtcdRendezvous final : public Rendezvous {
                         const std::optional<WorkerFailure>& failure) override;
   void ReportProgress(const std::vector<RankProgress>& progress, bool urgent) override;
   void Leave(const std::string& reason) override;
+  // Withdraws as Leave does (the leave applied, the lease revoked), but keeps the client: StepIn
+  // registers again as a new node within join_timeout, as after a lost lease.
+  void StepOut(const std::string& reason) override;
+  void StepIn() override;
 
  private:
   EtcdRendezvous(EtcdRendezvousOptions options, std::unique_ptr<EtcdClient> client,
@@ -82,6 +86,11 @@ class EtcdRendezvous final : public Rendezvous {
   // Writes what the coordinator has pending; the error when etcd did not take it (kept pending).
   absl::Status Flush(std::optional<Duration> budget = std::nullopt);
   void LeaveNow(const std::string& reason);
+  // This node's leave where the run sees it (applied by the coordinator, or put for it), then
+  // its keys gone with its lease; the calls bounded by `deadline`.
+  void Withdraw(const std::string& reason, TimePoint deadline);
+  // Left, or stepped out: nothing the run says concerns this node.
+  bool Out() const { return left_ || stepped_out_; }
   void ScheduleTick();
   void StopBackground();
   // Keep-alive loop only. One chain per lease: a chain whose lease was replaced (a rejoin)
@@ -104,6 +113,7 @@ class EtcdRendezvous final : public Rendezvous {
   std::unique_ptr<EtcdCoordinator> coordinator_;
   TimePoint last_progress_put_{};
   bool left_ = false;
+  bool stepped_out_ = false;  // between StepOut and StepIn
   bool lease_lost_ = false;
   uint64_t tick_timer_ = 0;
   std::string inbox_epoch_;

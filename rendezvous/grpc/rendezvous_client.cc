@@ -623,6 +623,10 @@ void RendezvousClient::Fence(const std::string& why) {
   // node (a scale-up for the others, no budget spent) once the network lets us, until
   // join_timeout. The old call is cancelled; its reactions are dropped.
   events_.RejoinAsNewNode(why, &node_);
+  JoinAsNewNode();
+}
+
+void RendezvousClient::JoinAsNewNode() {
   waiting_since_ = std::chrono::steady_clock::now();
   member_key_.clear();  // the key was the old node id's; the new node gets its own
   claim_.group = ResumeClaim::Group::kWaiting;  // its workers are being stopped
@@ -633,6 +637,42 @@ void RendezvousClient::Fence(const std::string& why) {
   join_broken_because_.clear();
   StartCall(std::chrono::duration_cast<std::chrono::milliseconds>(options_.timeouts.join_timeout),
             "join_timeout");
+}
+
+void RendezvousClient::StepOut(const std::string& reason) {
+  loop_->Post([this, reason] {
+    if (events_.closed() || stepped_out_) return;
+    stepped_out_ = true;
+    if (heartbeat_timer_ != 0) loop_->Cancel(heartbeat_timer_);
+    if (read_timer_ != 0) loop_->Cancel(read_timer_);
+    heartbeat_timer_ = read_timer_ = 0;
+    ++call_generation_;  // the old stream's last reactions are not ours to act on
+    if (call_ != nullptr) {
+      proto::AgentMessage m;
+      m.mutable_leave()->set_reason(reason);
+      call_->Send(std::move(m));
+      // The server answers a leave by closing the stream; cut it if it does not.
+      AgentCall* leaving = call_.get();
+      loop_->PostAt(std::chrono::steady_clock::now() + options_.close_timeout, [this, leaving] {
+        for (const std::unique_ptr<AgentCall>& c : retired_calls_) {
+          if (c.get() == leaving) c->Cancel();
+        }
+      });
+    }
+    RetireCall();
+    joined_ = false;
+    reconnecting_ = false;
+    failing_over_ = false;
+  });
+}
+
+void RendezvousClient::StepIn() {
+  loop_->Post([this] {
+    if (events_.closed() || !stepped_out_) return;
+    stepped_out_ = false;
+    events_.RenameForRejoin(&node_);
+    JoinAsNewNode();
+  });
 }
 
 void RendezvousClient::SendHeartbeat() {

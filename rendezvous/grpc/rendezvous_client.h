@@ -114,6 +114,10 @@ class RendezvousClient final : public Rendezvous {
   void ReportProgress(const std::vector<RankProgress>& progress, bool urgent) override;
   void ReportStep(const std::string& json) override;
   void Leave(const std::string& reason) override;
+  // A leave on the stream (the server closes it), then silence; StepIn joins as a new node
+  // within join_timeout, as after a fence.
+  void StepOut(const std::string& reason) override;
+  void StepIn() override;
 
   // Cuts the stream without a leave, as a crashed agent would (tests): no reconnect, no
   // events after it.
@@ -159,6 +163,8 @@ class RendezvousClient final : public Rendezvous {
   void JudgeSilenceWhileReconnecting();
   // No word from the server for the lease: stop (fixed world) or rejoin as a new node.
   void Fence(const std::string& why);
+  // A new call joining as the new node `node_` has become, within join_timeout.
+  void JoinAsNewNode();
   void HandleServerMessage(const proto::ServerMessage& message);
   void HandleDone(int grpc_code, const std::string& message);
   void ScheduleHeartbeat();
@@ -205,7 +211,8 @@ class RendezvousClient final : public Rendezvous {
   TimePoint connect_deadline_{};     // connect_budget_ after the join's first call
   std::string join_broken_because_;  // the last break of a join not yet acknowledged
   const char* connect_budget_name_ = "read_timeout";
-  bool timed_out_ = false;  // read_timeout cut the call
+  bool timed_out_ = false;    // read_timeout cut the call
+  bool stepped_out_ = false;  // between StepOut and StepIn
   uint64_t read_timer_ = 0;
   uint64_t heartbeat_timer_ = 0;
   std::chrono::milliseconds heartbeat_interval_;  // ours, or the run's when that is shorter

@@ -158,6 +158,8 @@ class GrpcRendezvousImpl final : public GrpcRendezvous {
   }
   void ReportStep(const std::string& json) override { client_->ReportStep(json); }
   void Leave(const std::string& reason) override { client_->Leave(reason); }
+  void StepOut(const std::string& reason) override { client_->StepOut(reason); }
+  void StepIn() override { client_->StepIn(); }
 
   bool hosting() const override {
     absl::MutexLock lock(&mu_);
@@ -263,6 +265,8 @@ class EtcdRendezvousImpl final : public GrpcRendezvous {
     impl_->ReportProgress(progress, urgent);
   }
   void Leave(const std::string& reason) override { impl_->Leave(reason); }
+  void StepOut(const std::string& reason) override { impl_->StepOut(reason); }
+  void StepIn() override { impl_->StepIn(); }
   bool hosting() const override { return false; }
   int OtherAgents(const std::string&) override { return 0; }
 

@@ -127,6 +127,9 @@ class FakeAgent : public rendezvous::RendezvousEvents {
         case Type::kKillWorkers:
         case Type::kAbortRound:  // in-process mode only (tests of their own below)
         case Type::kReformWorkers:
+        case Type::kCheckHealth:  // --health-check only (health_gate_test.cc)
+        case Type::kStepOut:
+        case Type::kStepIn:
           break;
       }
     }

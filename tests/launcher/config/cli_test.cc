@@ -461,6 +461,30 @@ TEST_F(CliTest, CrashLoopIsStopByDefaultAndRetryWhenAsked) {
   EXPECT_THAT(error, HasSubstr("stop or retry"));
 }
 
+TEST_F(CliTest, HealthCheckTakesACommandAndATimeout) {
+  auto o = Parse({script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->health_check, "");
+  EXPECT_EQ(o->health_check_timeout, std::chrono::seconds(60));
+  o = Parse({"--health-check=nvidia-smi -q > /dev/null && test -d /data",
+             "--health-check-timeout=2.5", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->health_check, "nvidia-smi -q > /dev/null && test -d /data");
+  EXPECT_EQ(o->health_check_timeout, std::chrono::milliseconds(2500));
+  const std::string yaml = dir_.File("job.yaml");
+  testing::WriteFile(yaml, "health-check: /opt/site/gpu-ok --quick\nhealth-check-timeout: 30\n");
+  o = Parse({"--config=" + yaml, script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->health_check, "/opt/site/gpu-ok --quick");
+  EXPECT_EQ(o->health_check_timeout, std::chrono::seconds(30));
+  EXPECT_THAT(Error({"--health-check= ", script_}),
+              HasSubstr("--health-check= : an empty command"));
+  EXPECT_THAT(Error({"--health-check-timeout=0", script_}),
+              HasSubstr("--health-check-timeout=0: must be a positive number of seconds"));
+  EXPECT_THAT(Error({"--health-check-timeout=soon", script_}),
+              HasSubstr("--health-check-timeout=soon"));
+}
+
 // Issue 28 #10: durations that overflowed (1e19 s: no grace at all) or are not numbers.
 TEST_F(CliTest, DurationsAreFiniteAndBounded) {
   EXPECT_THAT(Error({"--stop-timeout=1e19", script_}), HasSubstr("--stop-timeout=1e19"));
