@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "common/file_text.h"
 #include "common/log.h"
 #include "common/signal_names.h"
@@ -27,6 +28,7 @@
 #include "launcher/agent/failure_report.h"
 #include "launcher/config/rdzv_conf.h"
 #include "launcher/config/template_macros.h"
+#include "launcher/process/spawn.h"
 #include "launcher/process/stray_children.h"
 #include "launcher/workers/error_file_relay.h"
 #include "launcher/workers/worker_command.h"
@@ -35,6 +37,14 @@
 
 namespace ddprun::launcher {
 namespace {
+
+// nvidia-smi in the agent's PATH, or "" (no NVIDIA driver tools: no GPU memory to wait for).
+std::string FindNvidiaSmi(const Environment& env) {
+  auto path = env.find("PATH");
+  absl::StatusOr<std::string> found =
+      FindProgram("nvidia-smi", path != env.end() ? path->second : "/usr/bin:/bin");
+  return found.ok() ? *found : "";
+}
 
 // A hang-up, interrupt or quit signal that was ignored when ddprun started (`nohup ddprun`, or
 // `ddprun ... &` from a script: the shell ignores SIGINT and SIGQUIT for background jobs) stays
@@ -79,8 +89,10 @@ Agent::Agent(LaunchOptions options, Environment env, HostInfo host)
     : options_(std::move(options)),
       env_(std::move(env)),
       host_(std::move(host)),
+      nvidia_smi_(options_.gpu_release_timeout.count() > 0 ? FindNvidiaSmi(env_) : ""),
       state_(options_.nproc_per_node, options_.restart_mode,
-             options_.health_check.empty() ? HealthGate::kNone : HealthGate::kBeforeEachRound),
+             options_.health_check.empty() && nvidia_smi_.empty() ? HealthGate::kNone
+                                                                  : HealthGate::kBeforeEachRound),
       hangs_(
           &loop_, options_, [this](const HangVerdict& v) { OnHang(v); },
           [this](const std::vector<LocalProgress>& p) { ReportProgress(p, false); },
@@ -164,6 +176,13 @@ absl::Status Agent::Prepare() {
 
   if (absl::Status s = StartSpares(); !s.ok()) return s;
 
+  if (!nvidia_smi_.empty()) {
+    GpuReleaseOptions gpu;
+    gpu.nvidia_smi = nvidia_smi_;
+    gpu.timeout = options_.gpu_release_timeout;
+    gpu.env = env_;
+    gpu_release_ = std::make_unique<GpuReleaseWait>(&loop_, std::move(gpu));
+  }
   if (!options_.health_check.empty()) {
     HealthCheckOptions check;
     check.command = options_.health_check;
@@ -195,8 +214,10 @@ int Agent::Run() {
     auto kmsg = env_.find("DDPRUN_KERNEL_LOG");
     explainer_ = std::make_unique<DeathExplainer>(kmsg != env_.end() ? kmsg->second : "/dev/kmsg");
     if (!explainer_->readable() && Verbose()) {
-      LogInfo(absl::StrCat("a worker killed by a signal will have no cause: ",
-                           explainer_->unreadable_because()));
+      LogInfo(
+          absl::StrCat("a worker killed by a signal will have a cause only from its memory "
+                       "cgroup's OOM kill count: ",
+                       explainer_->unreadable_because()));
     }
     DrainKernelLog();
   }
@@ -219,7 +240,7 @@ int Agent::Run() {
   node.master_port = setup_.master_port.has_value() ? setup_.master_port->port() : 0;
   RecordStep(StepEvent{Step::kJoining});
   if (state_.phase() == AgentStateMachine::Phase::kSittingOut) {
-    RunHealthCheck();  // the join waits for it
+    CheckReadiness();  // the join waits for it
   } else {
     joined_ = true;
     rendezvous_->Join(node, this);
@@ -447,6 +468,10 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
                                          spares_.get());
   LogInfo(absl::StrCat("round ", a.round, ": starting ", nproc, " worker(s), ", DescribeRound(a)));
   LaunchInGroup(std::move(launches), "worker(s)");
+  const std::vector<pid_t> pids = group_->LivePids();
+  started_worker_pids_ = std::set<pid_t>(pids.begin(), pids.end());
+  // Their memory cgroups' OOM counts before they can allocate anything.
+  if (explainer_ != nullptr) explainer_->Watch(pids);
   WorkersStarted(a, nproc, /*kept=*/-1);
 }
 
@@ -496,6 +521,7 @@ void Agent::ReformWorkers(const rendezvous::Assignment& a, const std::vector<int
   if (!launches.empty()) {
     KillWhatWorkersLeft();  // what the failed workers detached
     LaunchInGroup(std::move(launches), "replacement(s)");
+    if (explainer_ != nullptr) explainer_->Watch(group_->LivePids());
   }
   WorkersStarted(a, static_cast<int>(start.size()), static_cast<int>(kept.size()));
 }
@@ -614,7 +640,7 @@ void Agent::Execute(const std::vector<AgentAction>& actions) {
         rendezvous_->Leave(action.message);
         break;
       case AgentAction::Type::kCheckHealth:
-        RunHealthCheck();
+        CheckReadiness();
         break;
       case AgentAction::Type::kStepOut:
         if (joined_) rendezvous_->StepOut(action.message);
@@ -805,8 +831,39 @@ void Agent::OnClosed(const absl::Status& status,
   Execute(state_.OnClosed(status, hang));
 }
 
+void Agent::CheckReadiness() {
+  if (gpu_release_ != nullptr && gpu_release_->waiting()) return;
+  if (gpu_release_ != nullptr && !started_worker_pids_.empty()) {
+    if (group_) KillWhatWorkersLeft();  // a detached process may hold GPU memory too
+    gpu_release_->Wait(std::exchange(started_worker_pids_, {}), [this](const GpuReleaseResult& r) {
+      NoteGpuRelease(r);
+      RunHealthCheck();
+    });
+    return;
+  }
+  RunHealthCheck();
+}
+
+void Agent::NoteGpuRelease(const GpuReleaseResult& r) {
+  if (!r.query_failed.empty()) {
+    LogWarning(absl::StrCat("nvidia-smi could not list the GPU processes (", r.query_failed,
+                            "): not waiting for the previous workers' GPU memory"));
+  } else if (!r.released) {
+    LogWarning(absl::StrCat(
+        "the previous workers' GPU memory is still held after ", SecondsText(r.waited),
+        " (--gpu-release-timeout): ", DescribeHeld(r.held), "; starting the new workers anyway"));
+  } else if (r.waited >= GpuReleaseWait::kPoll) {
+    LogInfo(absl::StrCat("waited ", SecondsText(r.waited),
+                         " until the previous workers' GPU memory was released"));
+  }
+}
+
 void Agent::RunHealthCheck() {
-  if (health_ == nullptr || health_->running()) return;
+  if (health_ == nullptr) {  // the GPU memory was all there was to wait for
+    loop_.Post([this] { Execute(state_.OnHealthChecked(true, "")); });
+    return;
+  }
+  if (health_->running()) return;
   health_->Run([this](const HealthVerdict& v) { OnHealthVerdict(v); });
 }
 
@@ -856,8 +913,8 @@ void Agent::NoteHangNotice(const std::optional<rendezvous::HangNotice>& hang) {
 }
 
 void Agent::DrainKernelLog() {
-  if (!explainer_->readable()) return;
   explainer_->Drain();
+  explainer_->Watch(group_ ? group_->LivePids() : std::vector<pid_t>{});
   loop_.AddTimerAfter(std::chrono::seconds(1), [this] { DrainKernelLog(); });
 }
 
@@ -873,6 +930,7 @@ void Agent::OnWorkerExited(const WorkerExit& reported) {
     death.started_us = micros(exit.started);
     death.died_us = micros(exit.when);
     death.killed_by_agent = exit.signalled_by_agent;
+    death.comm = exit.comm;
     exit.cause = explainer_->Explain(death);
   }
   if (exit.local_rank >= 0 && exit.local_rank < static_cast<int>(exits_.size())) {
@@ -1021,14 +1079,21 @@ void Agent::KillWhatWorkersLeft() {
 
 void Agent::ReapChildren() {
   while (true) {
+    // Peek first: a zombie still has its name, which tells the kernel's records about this pid
+    // from those about another process that had the same number (WorkerExit::comm).
+    siginfo_t info{};
+    if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid <= 0) return;
+    const std::string comm(absl::StripTrailingAsciiWhitespace(
+        ReadTextFile(absl::StrCat("/proc/", info.si_pid, "/comm"))));
     int status = 0;
-    const pid_t pid = waitpid(-1, &status, WNOHANG);
+    const pid_t pid = waitpid(info.si_pid, &status, WNOHANG);
     if (pid <= 0) return;
     // Not a worker: an orphaned grandchild adopted as subreaper (reaping it is all we owe), or
     // the orphan guard (which only exits early if killed).
     if (spares_ && spares_->HandleChildExit(pid, status)) continue;
     if (health_ && health_->HandleChildExit(pid, status)) continue;
-    if (group_) group_->HandleChildExit(pid, status);
+    if (gpu_release_ && gpu_release_->HandleChildExit(pid, status)) continue;
+    if (group_) group_->HandleChildExit(pid, status, comm);
   }
 }
 

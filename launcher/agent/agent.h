@@ -18,6 +18,7 @@
 #include "launcher/config/host_info.h"
 #include "launcher/config/options.h"
 #include "launcher/hangs/hang_monitor.h"
+#include "launcher/health/gpu_release.h"
 #include "launcher/health/health_check.h"
 #include "launcher/preload/spare_pool.h"
 #include "launcher/process/orphan_guard.h"
@@ -117,13 +118,19 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   void NoteHangNotice(const std::optional<rendezvous::HangNotice>& hang);
   // "LOG_ROOT/attempt_N/*/stacks.txt" when this attempt's stacks were taken, else "".
   std::string StacksGlob() const;
-  // --health-check (README, Health checks): one run, its verdict, the next try.
+  // Before a cold start (HealthGate): the previous workers' GPU memory released, then the
+  // --health-check (README, Health checks); the verdict goes to the state machine.
+  void CheckReadiness();
+  void NoteGpuRelease(const GpuReleaseResult& result);
+  // --health-check: one run, its verdict, the next try.
   void RunHealthCheck();
   void OnHealthVerdict(const HealthVerdict& verdict);
 
   const LaunchOptions options_;
   const Environment env_;
   const HostInfo host_;
+  // nvidia-smi's path when a cold restart waits for GPU memory (--gpu-release-timeout), else "".
+  const std::string nvidia_smi_;
   // ddprun's stdout and stderr, written by threads of their own (console_writer.h); declared
   // early, so they outlive every member that writes or logs through them.
   ConsoleWriter stdout_writer_{1, "stdout"};
@@ -152,12 +159,13 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   int exit_code_ = kExitSuccess;
   HangMonitor hangs_;
   // Why workers die: the kernel's log, open from the start (DDPRUN_KERNEL_LOG, default
-  // /dev/kmsg), drained every second so that floods do not overrun its ring.
+  // /dev/kmsg), drained every second so that floods do not overrun its ring, and the workers'
+  // memory cgroups, watched every second for their OOM kill counts.
   std::unique_ptr<DeathExplainer> explainer_;
   // A step report or a stdout line from a worker since this node's workers last started
   // (the crash-loop breaker's progress, rendezvous/api/crash_loop.h).
   bool progress_in_attempt_ = false;
-  void DrainKernelLog();
+  void DrainKernelLog();       // and DeathExplainer::Watch; every second
   std::string ipc_dir_;        // private directory of the FIFOs; removed at exit
   std::string module_dir_;     // in-process mode: ipc_dir_/python, on the workers' PYTHONPATH
   std::string straggler_;      // named by the rendezvous for the last hang
@@ -174,6 +182,8 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   bool awaiting_first_progress_ = false;
   // --health-check; null: none. Declared after loop_, which it uses until destroyed.
   std::unique_ptr<HealthCheck> health_;
+  std::unique_ptr<GpuReleaseWait> gpu_release_;    // null: no nvidia-smi, or the wait is off
+  std::set<pid_t> started_worker_pids_;            // of the last cold start, for gpu_release_
   int health_failures_ = 0;                        // in a row
   std::optional<TimePoint> health_failing_since_;  // the first failure of that streak
   Duration health_give_up_after_{};                // the rendezvous' join_timeout

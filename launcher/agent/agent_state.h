@@ -20,8 +20,10 @@
 // Anything else (a live worker that does not speak it, a close, a stop signal) stops the group
 // as in cold mode.
 //
-// --health-check (HealthGate::kBeforeEachRound): the node starts out of the run and joins once a
-// check passes; a cold start of workers waits for a check that passed since the last start:
+// HealthGate::kBeforeEachRound (--health-check, or nvidia-smi with --gpu-release-timeout): the
+// node starts out of the run and joins once a check passes; a cold start of workers waits for
+// a check since the last start (the agent's check: the previous workers' GPU memory released,
+// bounded, then the --health-check command):
 //
 //   kSittingOut --passed: step in (join)--> kRendezvous --assignment--> kCheckingHealth
 //       ^   | failed: retry later                                          |  passed: start
@@ -54,7 +56,7 @@ inline constexpr int kExitRendezvous = 3;
 inline constexpr int kExitCrashLoop = 4;
 inline constexpr int kExitSignalBase = 128;
 
-// Whether a cold start of workers waits for the --health-check to pass.
+// Whether a cold start of workers waits for the node's readiness check to pass.
 enum class HealthGate { kNone, kBeforeEachRound };
 
 // How kStopWorkers stops the group.

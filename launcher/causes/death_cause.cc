@@ -32,6 +32,15 @@ bool InLifetime(const KmsgRecord& r, const WorkerDeath& d) {
          r.timestamp_us <= d.died_us + kDeathRecordSlackUs;
 }
 
+// The kernel prints at most TASK_COMM_LEN - 1 = 15 bytes of a name, as /proc/PID/comm holds.
+constexpr size_t kCommBytes = 15;
+
+// A record's process name against the worker's at death; either unknown matches.
+bool SameName(absl::string_view record, absl::string_view worker) {
+  if (record.empty() || worker.empty()) return true;
+  return record.substr(0, kCommBytes) == worker.substr(0, kCommBytes);
+}
+
 std::string OomText(const OomKill& kill, const std::optional<MemcgUsage>& usage) {
   std::string text = "killed by the OOM killer: ";
   if (kill.scope == OomKill::Scope::kMemoryCgroup && usage.has_value()) {
@@ -77,10 +86,33 @@ std::string FormatKilobytes(int64_t kb) {
   return absl::StrCat(kb, " kB");
 }
 
+namespace {
+
+// Killed by SIGKILL while its memory cgroup counted an OOM kill: the cgroup's counter is the
+// evidence (another process of the same cgroup may have been a victim too: the text says what
+// was counted, not more).
+std::optional<DeathCause> CgroupOomKill(const WorkerDeath& death,
+                                        const std::string& why_no_record) {
+  if (death.signal != SIGKILL || !death.cgroup.has_value()) return std::nullopt;
+  const CgroupOomCount& c = *death.cgroup;
+  const int64_t kills = c.kills_after - c.kills_before;
+  if (kills <= 0) return std::nullopt;
+  std::string text = absl::StrCat("killed by the OOM killer: its memory cgroup ", c.path);
+  if (c.limit_bytes.has_value()) {
+    absl::StrAppend(&text, " (limit ", FormatKilobytes(*c.limit_bytes / 1024), ")");
+  }
+  absl::StrAppend(&text, " counted ", kills, kills == 1 ? " OOM kill" : " OOM kills",
+                  " while it lived (", why_no_record, ")");
+  return DeathCause{DeathCauseKind::kOomKill, std::move(text)};
+}
+
+}  // namespace
+
 DeathCause ExplainDeath(const WorkerDeath& death, const KernelEvidence& evidence) {
   if (death.signal == 0) return {};
   if (death.killed_by_agent) return {DeathCauseKind::kByAgent, "stopped by ddprun"};
   if (!evidence.readable) {
+    if (auto oom = CgroupOomKill(death, evidence.unreadable_because)) return *oom;
     return {DeathCauseKind::kUnknown, absl::StrCat("cause unknown: ", evidence.unreadable_because)};
   }
   // The memory cgroup's usage is printed just before its victim: the latest one seen wins.
@@ -90,20 +122,24 @@ DeathCause ExplainDeath(const WorkerDeath& death, const KernelEvidence& evidence
     const std::optional<KernelMessage> m = ParseKernelMessage(r.text);
     if (!m.has_value()) continue;
     if (const auto* u = std::get_if<MemcgUsage>(&*m)) usage = *u;
-    if (const auto* kill = std::get_if<OomKill>(&*m); kill != nullptr && kill->pid == death.pid) {
+    if (const auto* kill = std::get_if<OomKill>(&*m);
+        kill != nullptr && kill->pid == death.pid && SameName(kill->comm, death.comm)) {
       return {DeathCauseKind::kOomKill, OomText(*kill, usage)};
     }
-    if (const auto* f = std::get_if<Fault>(&*m); f != nullptr && f->pid == death.pid) {
+    if (const auto* f = std::get_if<Fault>(&*m);
+        f != nullptr && f->pid == death.pid && SameName(f->comm, death.comm)) {
       return {DeathCauseKind::kFault,
               absl::StrCat(f->what, f->library.empty() ? "" : " in ", f->library)};
     }
-    if (const auto* x = std::get_if<GpuXid>(&*m); x != nullptr && x->pid == death.pid) {
+    if (const auto* x = std::get_if<GpuXid>(&*m);
+        x != nullptr && x->pid == death.pid && SameName(x->process_name, death.comm)) {
       const absl::string_view meaning = XidMeaning(x->xid);
       return {DeathCauseKind::kGpuError,
               absl::StrCat("GPU error: Xid ", x->xid, " on PCI:", x->pci, " (",
                            meaning.empty() ? x->detail : std::string(meaning), ")")};
     }
   }
+  if (auto oom = CgroupOomKill(death, "the kernel log has no record of it")) return *oom;
   if (evidence.lost_records) {
     return {DeathCauseKind::kUnknown,
             "cause unknown: kernel log records were overwritten before they could be read"};

@@ -3,15 +3,18 @@
 // (anon-rss 63.8 GiB)", and that refuse to guess when the evidence is not there. Pure.
 //
 // Matching: a record counts only if the kernel wrote it while the worker lived (from its start
-// to its death, with kSlack either side: the kernel's clock and CLOCK_MONOTONIC drift a little)
-// and it names the worker's pid. A pid cannot be reused before its parent reaps it, so within
-// that window the pid is the worker's (the agent runs in the initial pid namespace; see
-// docs/research/failure-causes.md for nested ones).
+// to its death, with kSlack either side: the kernel's clock and CLOCK_MONOTONIC drift a little),
+// it names the worker's pid, and the process name it prints (when it prints one) is the
+// worker's name at death (when the agent could read it). A pid cannot be reused before its
+// parent reaps it, so within that window the pid is the worker's; the name rules out the slack
+// after the death (the pid reused at once) and records of a pid namespace other than the
+// agent's, whose pids may carry the same numbers (docs/research/failure-causes.md).
 #ifndef DDPRUN_LAUNCHER_CAUSES_DEATH_CAUSE_H_
 #define DDPRUN_LAUNCHER_CAUSES_DEATH_CAUSE_H_
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,13 +24,25 @@ namespace ddprun::launcher {
 
 inline constexpr int64_t kDeathRecordSlackUs = 2'000'000;
 
+// A memory cgroup's own count of OOM kills over a worker's life (memory_cgroup.h): evidence
+// of an OOM kill where the kernel log has none. `kills_before`: the count when the agent first
+// saw the worker in that cgroup; `kills_after`: at its death.
+struct CgroupOomCount {
+  std::string path;
+  int64_t kills_before = 0;
+  int64_t kills_after = 0;
+  std::optional<int64_t> limit_bytes;  // unset: no limit, or not readable
+};
+
 // A worker's death as the agent saw it. Times are CLOCK_MONOTONIC microseconds.
 struct WorkerDeath {
   int pid = 0;
   int signal = 0;  // 0: it exited (exit codes need no kernel evidence)
   int64_t started_us = 0;
   int64_t died_us = 0;
-  bool killed_by_agent = false;  // the agent itself stopped the group (a restart, a signal)
+  bool killed_by_agent = false;          // the agent itself stopped the group (a restart, a signal)
+  std::string comm;                      // its name at death (WorkerExit::comm); empty: unknown
+  std::optional<CgroupOomCount> cgroup;  // its memory cgroup's OOM kills, when watched
 };
 
 enum class DeathCauseKind {

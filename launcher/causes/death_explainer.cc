@@ -15,14 +15,36 @@ std::pair<std::unique_ptr<KernelLog>, std::string> Open(const std::string& path)
 
 }  // namespace
 
-DeathExplainer::DeathExplainer(const std::string& kmsg_path) {
+DeathExplainer::DeathExplainer(const std::string& kmsg_path, CgroupFiles cgroups)
+    : cgroups_(std::move(cgroups)) {
   auto [log, why] = Open(kmsg_path);
   log_ = std::move(log);
   unreadable_because_ = std::move(why);
 }
 
-DeathExplainer::DeathExplainer(std::unique_ptr<KernelLog> log, std::string unreadable_because)
-    : log_(std::move(log)), unreadable_because_(std::move(unreadable_because)) {}
+DeathExplainer::DeathExplainer(std::unique_ptr<KernelLog> log, std::string unreadable_because,
+                               CgroupFiles cgroups)
+    : log_(std::move(log)),
+      unreadable_because_(std::move(unreadable_because)),
+      cgroups_(std::move(cgroups)) {}
+
+void DeathExplainer::Watch(const std::vector<pid_t>& live_pids) {
+  std::map<pid_t, Watched> now;
+  for (pid_t pid : live_pids) {
+    std::optional<MemoryCgroupRef> cgroup = cgroups_.Of(pid);
+    if (!cgroup.has_value()) continue;
+    auto it = watched_.find(pid);
+    if (it != watched_.end() && it->second.cgroup == *cgroup) {
+      now.emplace(pid, std::move(it->second));
+      continue;
+    }
+    // New to this cgroup (a worker may move itself, or be moved): count from here.
+    std::optional<int64_t> kills = cgroups_.OomKills(*cgroup);
+    if (!kills.has_value()) continue;
+    now.emplace(pid, Watched{*std::move(cgroup), *kills});
+  }
+  watched_ = std::move(now);
+}
 
 void DeathExplainer::Drain() {
   if (log_ == nullptr) return;
@@ -40,8 +62,20 @@ void DeathExplainer::Drain() {
   }
 }
 
-DeathCause DeathExplainer::Explain(const WorkerDeath& death) {
+DeathCause DeathExplainer::Explain(const WorkerDeath& given) {
   Drain();
+  WorkerDeath death = given;
+  if (auto it = watched_.find(death.pid); it != watched_.end() && !death.cgroup.has_value()) {
+    // The cgroup outlives the worker; its count now is at least the count at the death.
+    if (std::optional<int64_t> kills = cgroups_.OomKills(it->second.cgroup)) {
+      CgroupOomCount count;
+      count.path = it->second.cgroup.path;
+      count.kills_before = it->second.kills_first_seen;
+      count.kills_after = *kills;
+      count.limit_bytes = cgroups_.LimitBytes(it->second.cgroup);
+      death.cgroup = std::move(count);
+    }
+  }
   KernelEvidence evidence;
   evidence.readable = log_ != nullptr;
   evidence.unreadable_because = unreadable_because_;

@@ -4,19 +4,26 @@
 // worker's OOM or fault line out of the kernel's ring before the worker's death is explained;
 // every signal death is then matched against that window.
 //
+// It also watches the workers' memory cgroups (Watch, every second): the cgroup each live worker
+// is in and that cgroup's OOM kill count when first seen there, so that a SIGKILL while the
+// count rose is an OOM kill even without a kernel record (memory_cgroup.h).
+//
 // When the log cannot be opened (not root where kernel.dmesg_restrict=1, no /dev/kmsg in a
-// container), every signal death is "cause unknown: signal 9, kernel log /dev/kmsg not
-// readable: ..." — never a guess.
+// container) and no cgroup counted an OOM kill, every signal death is "cause unknown: signal 9,
+// kernel log /dev/kmsg not readable: ..." — never a guess.
 #ifndef DDPRUN_LAUNCHER_CAUSES_DEATH_EXPLAINER_H_
 #define DDPRUN_LAUNCHER_CAUSES_DEATH_EXPLAINER_H_
 
 #include <cstddef>
 #include <deque>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "launcher/causes/death_cause.h"
 #include "launcher/causes/kernel_log.h"
+#include "launcher/causes/memory_cgroup.h"
 
 namespace ddprun::launcher {
 
@@ -27,13 +34,18 @@ class DeathExplainer {
   static constexpr size_t kMaxRecent = 8192;
 
   // Opens `kmsg_path` at its end.
-  explicit DeathExplainer(const std::string& kmsg_path);
+  explicit DeathExplainer(const std::string& kmsg_path, CgroupFiles cgroups = {});
   // `log` may be null: `unreadable_because` then says why (tests).
-  DeathExplainer(std::unique_ptr<KernelLog> log, std::string unreadable_because);
+  DeathExplainer(std::unique_ptr<KernelLog> log, std::string unreadable_because,
+                 CgroupFiles cgroups = {});
 
   // Takes what the kernel wrote since the last call. Cheap; non-blocking.
   void Drain();
-  // Drains, then explains `death` from the window.
+  // Notes the memory cgroup of each of `live_pids` (and its OOM kill count, when it is new to
+  // the pid) and forgets pids no longer live. Cheap: one /proc read per worker.
+  void Watch(const std::vector<pid_t>& live_pids);
+  // Drains, then explains `death` from the window and its memory cgroup's count (when watched;
+  // `death.cgroup` is filled in here).
   DeathCause Explain(const WorkerDeath& death);
 
   bool readable() const { return log_ != nullptr; }
@@ -45,6 +57,12 @@ class DeathExplainer {
   std::string unreadable_because_;
   std::deque<KmsgRecord> recent_;
   bool lost_ = false;  // the kernel's ring overwrote records before they were read
+  struct Watched {
+    MemoryCgroupRef cgroup;
+    int64_t kills_first_seen = 0;
+  };
+  MemoryCgroupReader cgroups_;
+  std::map<pid_t, Watched> watched_;
 };
 
 }  // namespace ddprun::launcher

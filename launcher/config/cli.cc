@@ -462,6 +462,11 @@ absl::Status ApplyHealthCheckTimeout(const Sourced& s, const HostInfo&, LaunchOp
   return absl::OkStatus();
 }
 
+absl::Status ApplyGpuReleaseTimeout(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  DDPRUN_ASSIGN_OR_RETURN(o->gpu_release_timeout, ParseSeconds(s.where, s.value));
+  return absl::OkStatus();
+}
+
 absl::Status ApplyReformTimeout(const Sourced& s, const HostInfo&, LaunchOptions* o) {
   DDPRUN_ASSIGN_OR_RETURN(o->reform_timeout, ParseSeconds(s.where, s.value));
   if (o->reform_timeout.count() <= 0) return Invalid(s, "must be a positive number of seconds");
@@ -633,6 +638,12 @@ constexpr FlagDef kFlags[] = {
      "Seconds one run of --health-check may take before it is killed (with what it started) "
      "and counts as failed. Default 60.",
      ApplyHealthCheckTimeout},
+    {"gpu-release-timeout", "", false,
+     "Before a cold restart on a node with nvidia-smi, wait up to this many seconds until no "
+     "process of the stopped workers (their pids and process groups) is in the driver's list "
+     "of GPU processes, so that new workers do not fail on memory a dying one still holds; "
+     "then start them anyway, saying what is still held. 0: do not wait. Default 30.",
+     ApplyGpuReleaseTimeout},
     {"reform-timeout", "", false,
      "In-process mode: seconds a worker has from its round message to its ready; a worker "
      "that misses it is killed and counts as a failure. Default 60.",

@@ -114,6 +114,9 @@ struct LaunchOptions {
   // none), and how long one run may take before it is killed and counts as failed.
   std::string health_check;
   std::chrono::milliseconds health_check_timeout{60000};
+  // --gpu-release-timeout: how long a cold restart waits for the previous workers' GPU memory
+  // to be released (launcher/health/gpu_release.h); 0: it does not wait.
+  std::chrono::milliseconds gpu_release_timeout{30000};
   // --reform-timeout: in-process mode, from a round message to the worker's ready.
   std::chrono::milliseconds reform_timeout{60000};
   std::vector<int> extra_signals;  // --signals-to-handle beyond the four stop signals

@@ -55,7 +55,7 @@ bool HealthCheck::Run(std::function<void(const HealthVerdict&)> done) {
   out_fd_ = fds[0];
   fcntl(out_fd_, F_SETFL, fcntl(out_fd_, F_GETFL) | O_NONBLOCK);
   OutputStream::Config tail;
-  tail.tail_lines = HealthVerdict::kTailLines;
+  tail.tail_lines = options_.tail_lines;
   output_ = std::make_unique<OutputStream>(tail);
   loop_->AddFd(out_fd_, EPOLLIN, [this](uint32_t) { ReadOutput(); });
   timer_ = loop_->AddTimerAfter(options_.timeout, [this] {

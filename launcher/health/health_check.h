@@ -27,6 +27,7 @@ struct HealthCheckOptions {
   std::string command;  // for sh -c
   Duration timeout = std::chrono::seconds(60);
   Environment env;
+  size_t tail_lines = HealthVerdict::kTailLines;  // of its output, kept for the verdict
 };
 
 class HealthCheck {

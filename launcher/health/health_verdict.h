@@ -21,8 +21,8 @@ struct HealthVerdict {
   int exit_code = 0;
   int signal = 0;
   Duration took{};
-  // The last lines of its stdout and stderr together (kTailLines at most, each cut to
-  // kMaxLineBytes), or why it could not start.
+  // The last lines of its stdout and stderr together (HealthCheckOptions::tail_lines at most,
+  // each cut to kMaxLineBytes), or why it could not start.
   std::vector<std::string> tail;
 
   static constexpr size_t kTailLines = 5;

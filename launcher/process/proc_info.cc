@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/file_text.h"
 
 namespace ddprun::launcher {
@@ -24,6 +25,18 @@ char ProcessState(pid_t pid) {
   const size_t paren = stat.rfind(')');  // the command name may contain spaces and ')'
   if (paren == std::string::npos || paren + 2 >= stat.size()) return '?';
   return stat[paren + 2];
+}
+
+pid_t ProcessGroupOf(pid_t pid) {
+  const std::string stat = ReadTextFile(absl::StrCat("/proc/", pid, "/stat"));
+  const size_t paren = stat.rfind(')');
+  if (paren == std::string::npos) return 0;
+  // After the name: state, ppid, pgrp.
+  std::vector<absl::string_view> fields =
+      absl::StrSplit(absl::string_view(stat).substr(paren + 1), ' ', absl::SkipEmpty());
+  int pgrp = 0;
+  if (fields.size() < 3 || !absl::SimpleAtoi(fields[2], &pgrp)) return 0;
+  return pgrp;
 }
 
 std::string KernelSideOf(pid_t pid) {

@@ -20,6 +20,9 @@ struct WorkerExit {
   TimePoint when{};
   TimePoint started{};              // when it was spawned (its kernel records come after)
   bool signalled_by_agent = false;  // the group had sent it a signal (a stop, a kill, stacks)
+  // Its name at death (/proc/PID/comm of the zombie, read before the reap; a worker that exec'd
+  // another program has that program's name); empty when it could not be read.
+  std::string comm;
   // Why it died, from the kernel's evidence (death_cause.h); the agent fills it in for a
   // signal death. kNone for an exit.
   DeathCause cause;

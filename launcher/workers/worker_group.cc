@@ -214,7 +214,7 @@ void WorkerGroup::CloseStreams(Worker* w) {
   }
 }
 
-bool WorkerGroup::HandleChildExit(pid_t pid, int wait_status) {
+bool WorkerGroup::HandleChildExit(pid_t pid, int wait_status, const std::string& comm) {
   if (stacks_.HandleChildExit(pid)) return true;
   for (auto& w : workers_) {
     if (!w->running || w->pid != pid) continue;
@@ -233,6 +233,7 @@ bool WorkerGroup::HandleChildExit(pid_t pid, int wait_status) {
     exit.when = std::chrono::steady_clock::now();
     exit.started = w->started;
     exit.signalled_by_agent = w->signalled;
+    exit.comm = comm;
     if (WIFSIGNALED(wait_status)) {
       exit.signal = WTERMSIG(wait_status);
     } else {

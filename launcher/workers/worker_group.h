@@ -82,7 +82,8 @@ class WorkerGroup {
   void Start(std::vector<WorkerLaunch> launches);
 
   // A child of the agent exited; returns false when it is not one of this group's workers.
-  bool HandleChildExit(pid_t pid, int wait_status);
+  // `comm`: its name at death, when the reaper read it (WorkerExit::comm).
+  bool HandleChildExit(pid_t pid, int wait_status, const std::string& comm = "");
 
   void Stop();                      // SIGTERM now, SIGKILL after the grace period
   void Kill();                      // SIGKILL now

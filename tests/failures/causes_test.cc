@@ -75,6 +75,8 @@ class MemoryCgroup {
   }
   const std::string& error() const { return error_; }
   std::string procs() const { return dir_ + "/cgroup.procs"; }
+  // Its path within the hierarchy, without the leading '/'.
+  std::string name() const { return dir_.substr(dir_.rfind('/') + 1); }
 
  private:
   std::string dir_;
@@ -86,26 +88,55 @@ std::vector<std::string> Ddprun(const std::string& worker) {
           "--max-restarts=0", "--no-python",  worker};
 }
 
-TEST(CausesTest, AWorkerKilledByTheOomKillerInAMemoryCgroupIsNamed) {
-  TempDir dir;
+// ddprun (moved into a 100 MiB memory cgroup first, so that its worker is born there) with a
+// worker that allocates 400 MiB. ddprun's stderr; `exit_code` -1 when it did not finish.
+struct OomRun {
+  std::string err;
+  int exit_code = -1;
+  std::string cgroup;  // the cgroup's path within its hierarchy, without the leading '/'
+};
+OomRun RunAHogInAMemoryCgroup(const TempDir& dir, std::map<std::string, std::string> env = {}) {
+  OomRun run;
   MemoryCgroup cgroup("100M");
-  ASSERT_EQ(cgroup.error(), "");
+  if (!cgroup.error().empty()) {
+    run.err = cgroup.error();
+    return run;
+  }
+  run.cgroup = cgroup.name();
   const std::string worker = ShellWorker(
       dir, "hog.sh", "exec python3 -c \"x = b'a' * (400 << 20); import time; time.sleep(30)\"\n");
-  // ddprun moves itself into the cgroup first; its worker is born there.
   std::string command = absl::StrCat("echo $$ > ", cgroup.procs(), " && exec");
   for (const std::string& arg : Ddprun(worker)) absl::StrAppend(&command, " '", arg, "'");
-  Subprocess p({"/bin/sh", "-c", command});
+  Subprocess p({"/bin/sh", "-c", command}, std::move(env));
   auto st = p.Wait(60s);
-  ASSERT_TRUE(st.has_value());
-  EXPECT_EQ(st->exit_code, 1) << p.err();
-  EXPECT_THAT(p.err(),
+  run.err = p.err();
+  if (st.has_value()) run.exit_code = st->exit_code;
+  if (getenv("DDPRUN_TEST_SHOW_LOGS") != nullptr) std::cout << run.err;
+  return run;
+}
+
+TEST(CausesTest, AWorkerKilledByTheOomKillerInAMemoryCgroupIsNamed) {
+  TempDir dir;
+  const OomRun r = RunAHogInAMemoryCgroup(dir);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err,
               HasSubstr("failed with signal SIGKILL (9): killed by the OOM killer: memory cgroup "
-                        "limit 100.0 MiB reached (anon-rss "))
-      << p.err();
-  EXPECT_THAT(p.err(), HasSubstr("exit:        signal SIGKILL (9): killed by the OOM killer"))
-      << p.err();
-  if (getenv("DDPRUN_TEST_SHOW_LOGS") != nullptr) std::cout << p.err();
+                        "limit 100.0 MiB reached (anon-rss "));
+  EXPECT_THAT(r.err, HasSubstr("exit:        signal SIGKILL (9): killed by the OOM killer"));
+}
+
+// The same OOM kill where the kernel log cannot be read (an agent that is not root where
+// kernel.dmesg_restrict=1): the memory cgroup's own OOM kill count names it.
+TEST(CausesTest, WithoutTheKernelLogTheMemoryCgroupsCountNamesTheOomKill) {
+  TempDir dir;
+  const OomRun r = RunAHogInAMemoryCgroup(dir, {{"DDPRUN_KERNEL_LOG", dir.File("no-kmsg")}});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(absl::StrCat("failed with signal SIGKILL (9): killed by the OOM "
+                                            "killer: its memory cgroup /",
+                                            r.cgroup,
+                                            " (limit 100.0 MiB) counted 1 OOM kill while it "
+                                            "lived (kernel log ",
+                                            dir.File("no-kmsg"), " not readable")));
 }
 
 TEST(CausesTest, ASegfaultingWorkerIsNamedWithTheLibrary) {

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "common/file_text.h"
@@ -34,16 +36,19 @@ using testing::ReservedPort;
 using testing::Subprocess;
 using testing::TempDir;
 
-// Waits until `path` holds `want` (trimmed). Polls: no event says "a file was written" more
-// simply, and each wait is bounded.
-bool WaitForFile(const std::string& path, const std::string& want,
+// Waits until node `node`'s current worker (its file "world-NODE": "WORLD_SIZE PID", written
+// whole) runs in a world of `size`; returns that worker's pid, 0 on timeout. Polls: no event
+// says "a file was written" more simply, and each wait is bounded.
+int WaitForWorld(const TempDir& dir, const std::string& node, int size,
                  std::chrono::milliseconds timeout = 60s) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  const std::string prefix = absl::StrCat(size, " ");
   while (std::chrono::steady_clock::now() < deadline) {
-    if (absl::StripAsciiWhitespace(ReadTextFile(path)) == want) return true;
+    const std::string line = ReadTextFile(dir.File("world-" + node));
+    if (absl::StartsWith(line, prefix)) return std::stoi(line.substr(prefix.size()));
     usleep(50 * 1000);
   }
-  return false;
+  return 0;
 }
 
 void Touch(const std::string& path) { std::ofstream(path).flush(); }
@@ -74,13 +79,12 @@ TEST_P(HealthCheckElasticTest, AFailingNodeStaysOutAndTheOthersGoOnUntilItHeals)
             "--rdzv-conf=last_call_timeout=1"};
   }
   TempDir dir;
-  // Each worker writes its world size and pid (atomically) and runs until told to stop.
+  // Each worker writes its world size and pid (one file, atomically) and runs until told to stop.
   const std::string worker = testing::WriteShellScript(
       dir, "worker.sh",
       absl::StrCat("D=", dir.path(), "\n",
-                   "echo $WORLD_SIZE > $D/world-$NODE.tmp && mv $D/world-$NODE.tmp "
+                   "echo $WORLD_SIZE $$ > $D/world-$NODE.tmp && mv $D/world-$NODE.tmp "
                    "$D/world-$NODE\n",
-                   "echo $$ > $D/pid-$NODE.tmp && mv $D/pid-$NODE.tmp $D/pid-$NODE\n",
                    "while [ ! -e $D/stop ]; do sleep 0.05; done\n"));
   const std::string sick = dir.File("sick");
   Touch(sick);
@@ -100,29 +104,28 @@ TEST_P(HealthCheckElasticTest, AFailingNodeStaysOutAndTheOthersGoOnUntilItHeals)
       {{"NODE", "b"}});
 
   // Before its first join: b stays out, a runs alone.
-  ASSERT_TRUE(WaitForFile(dir.File("world-a"), "1")) << a.err() << b.err();
+  ASSERT_GT(WaitForWorld(dir, "a", 1), 0) << a.err() << b.err();
   ASSERT_TRUE(b.WaitForOutputContains("stays out of the run", 30s)) << b.err();
   EXPECT_THAT(b.err(), HasSubstr("exit code 1 after"));
   EXPECT_THAT(b.err(), HasSubstr("gpu 0: 12 uncorrectable ECC errors"));
 
   // Healed: b joins at its next try, and both run in a world of two.
   unlink(sick.c_str());
-  ASSERT_TRUE(WaitForFile(dir.File("world-b"), "2")) << a.err() << b.err();
-  ASSERT_TRUE(WaitForFile(dir.File("world-a"), "2")) << a.err() << b.err();
+  ASSERT_GT(WaitForWorld(dir, "b", 2), 0) << a.err() << b.err();
+  const int a_worker = WaitForWorld(dir, "a", 2);
+  ASSERT_GT(a_worker, 0) << a.err() << b.err();
 
   // Sick again, and a's worker fails: the restart's check keeps b out; a goes on alone.
   Touch(sick);
-  unlink(dir.File("world-a").c_str());
-  const int a_worker = std::stoi(ReadTextFile(dir.File("pid-a")));
   ASSERT_EQ(kill(a_worker, SIGKILL), 0);
-  ASSERT_TRUE(WaitForFile(dir.File("world-a"), "1")) << a.err() << b.err();
+  ASSERT_GT(WaitForWorld(dir, "a", 1), 0) << a.err() << b.err();
   ASSERT_TRUE(b.WaitForOutputContains("the others go on without it", 30s)) << b.err();
   EXPECT_THAT(a.err(), HasSubstr("left: health check failed: --health-check"));
 
   // Healed again: b steps back in as a new node.
   unlink(sick.c_str());
   ASSERT_TRUE(b.WaitForOutputContains("rejoins the run as a new node", 30s)) << b.err();
-  ASSERT_TRUE(WaitForFile(dir.File("world-a"), "2")) << a.err() << b.err();
+  ASSERT_GT(WaitForWorld(dir, "a", 2), 0) << a.err() << b.err();
 
   Touch(dir.File("stop"));
   auto sa = a.Wait(60s);
@@ -177,6 +180,34 @@ TEST(HealthCheckIntegrationTest, ACommandTheShellCannotFindIsExitTwo) {
   EXPECT_EQ(st->exit_code, 2) << p.err();
   EXPECT_THAT(p.err(), HasSubstr("cannot run it: exit code 127"));
   EXPECT_THAT(p.err(), HasSubstr("not found"));
+}
+
+// On a node with nvidia-smi, a cold restart waits until the driver no longer lists the failed
+// workers' processes. The nvidia-smi here is a script on ddprun's PATH that lists the first
+// worker (with 4 GiB) for its first three answers.
+TEST(HealthCheckIntegrationTest, ARestartWaitsUntilTheFailedWorkersGpuMemoryIsReleased) {
+  TempDir dir;
+  const std::string bin = dir.File("bin");
+  ASSERT_EQ(mkdir(bin.c_str(), 0755), 0);
+  const std::string asked = dir.File("asked");
+  const std::string pid = dir.File("pid");
+  testing::WriteShellScript(
+      dir, "bin/nvidia-smi",
+      absl::StrCat("n=$(cat ", asked, " 2>/dev/null || echo 0); n=$((n+1)); echo $n > ", asked,
+                   "\n[ $n -le 3 ] && echo \"$(cat ", pid, "), 4096\"\nexit 0\n"));
+  // The first attempt records its pid and fails; the second succeeds.
+  const std::string worker =
+      testing::WriteShellScript(dir, "worker.sh",
+                                absl::StrCat("[ -e ", pid, " ] && exit 0\necho $$ > ", pid,
+                                             ".tmp && mv ", pid, ".tmp ", pid, "\nexit 1\n"));
+  Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=1", "--max-restarts=1",
+                "--no-python", worker},
+               {{"PATH", absl::StrCat(bin, ":", getenv("PATH"))}});
+  auto st = p.Wait(60s);
+  ASSERT_TRUE(st.has_value()) << p.err();
+  EXPECT_EQ(st->exit_code, 0) << p.err();
+  EXPECT_THAT(p.err(), HasSubstr("until the previous workers' GPU memory was released"));
+  EXPECT_EQ(absl::StripAsciiWhitespace(ReadTextFile(asked)), "4") << p.err();
 }
 
 }  // namespace

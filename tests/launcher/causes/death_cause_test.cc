@@ -82,6 +82,57 @@ TEST(DeathCauseTest, OtherPidsAndRecordsOutsideItsLifeAreNotItsDeath) {
             "administrator or another process sent it)");
 }
 
+// The same pid and a time within the slack, but another name: the pid reused at once after the
+// death, or a record of another pid namespace with the same number. The worker's own name at
+// death (a shell script that exec'd python3 is python3 by then) matches, cut at 15 bytes as the
+// kernel cuts it; an unknown name on either side matches on pid and time alone.
+TEST(DeathCauseTest, ARecordForTheSamePidUnderAnotherNameIsNotItsDeath) {
+  WorkerDeath death = Killed();
+  death.comm = "python3";
+  const std::vector<KmsgRecord> other = {
+      Record(200'500'000, "Out of memory: Killed process 4242 (postgres) anon-rss:1kB"),
+      Record(200'600'000, "postgres[4242]: segfault at 0 ip 0 sp 0 error 4 in libc.so.6[1+2]"),
+      Record(200'700'000, "NVRM: Xid (PCI:0000:01:00): 79, pid=4242, name=postgres, fell off"),
+  };
+  EXPECT_EQ(ExplainDeath(death, Readable(other)).kind, DeathCauseKind::kFromOutside);
+
+  const KernelEvidence own = Readable({Record(150'000'000,
+                                              "Out of memory: Killed process 4242 (python3) "
+                                              "anon-rss:2048kB")});
+  EXPECT_EQ(ExplainDeath(death, own).kind, DeathCauseKind::kOomKill);
+  death.comm.clear();  // the name could not be read: pid and time decide
+  EXPECT_EQ(ExplainDeath(death, Readable(other)).kind, DeathCauseKind::kOomKill);
+
+  death.comm = "data_loader_wor";  // /proc/PID/comm of "data_loader_worker_0", 15 bytes
+  EXPECT_EQ(ExplainDeath(death, Readable({Record(150'000'000,
+                                                 "Out of memory: Killed process 4242 "
+                                                 "(data_loader_wor) anon-rss:1kB")}))
+                .kind,
+            DeathCauseKind::kOomKill);
+}
+
+// The memory cgroup's count is evidence too: where the kernel log (readable) has no record of
+// the kill, and only for SIGKILL (the OOM killer's signal); a kernel record wins over it.
+TEST(DeathCauseTest, AMemoryCgroupsOomCountNamesAKillTheLogDoesNotHave) {
+  WorkerDeath death = Killed();
+  death.cgroup = CgroupOomCount{"/job_42", 4, 6, std::nullopt};
+  DeathCause c = ExplainDeath(death, Readable({}));
+  EXPECT_EQ(c.kind, DeathCauseKind::kOomKill);
+  EXPECT_EQ(c.text,
+            "killed by the OOM killer: its memory cgroup /job_42 counted 2 OOM kills while it "
+            "lived (the kernel log has no record of it)");
+  death.signal = SIGTERM;
+  EXPECT_EQ(ExplainDeath(death, Readable({})).kind, DeathCauseKind::kFromOutside);
+  death.signal = SIGKILL;
+  death.cgroup->kills_after = 4;
+  EXPECT_EQ(ExplainDeath(death, Readable({})).kind, DeathCauseKind::kFromOutside);
+  death.cgroup->kills_after = 5;
+  c = ExplainDeath(death, Readable({Record(150'000'000,
+                                           "Out of memory: Killed process 4242 (python3) "
+                                           "anon-rss:2048kB")}));
+  EXPECT_EQ(c.text, "killed by the OOM killer: the machine ran out of memory (anon-rss 2.0 MiB)");
+}
+
 TEST(DeathCauseTest, ASegfaultNamesTheLibrary) {
   const DeathCause c = ExplainDeath(
       Killed(SIGSEGV),

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/file_text.h"
+#include "tests/launcher/health/reaping_loop.h"
 #include "tests/testing/test_env.h"
 
 namespace ddprun::launcher {
@@ -41,15 +42,8 @@ std::optional<HealthVerdict> RunCheck(const std::string& command, Duration timeo
     loop.Stop();
   }));
   EXPECT_FALSE(check.Run([](const HealthVerdict&) {}));  // one at a time
-  std::function<void()> reap = [&] {
-    int status = 0;
-    pid_t pid;
-    while ((pid = waitpid(-1, &status, WNOHANG)) > 0) check.HandleChildExit(pid, status);
-    loop.AddTimerAfter(5ms, reap);
-  };
-  reap();
-  loop.AddTimerAfter(deadline, [&] { loop.Stop(); });
-  loop.Run();
+  RunReaping(
+      &loop, [&](pid_t pid, int status) { check.HandleChildExit(pid, status); }, deadline);
   return verdict;
 }
 
