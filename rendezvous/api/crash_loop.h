@@ -18,6 +18,7 @@
 #define DDPRUN_RENDEZVOUS_API_CRASH_LOOP_H_
 
 #include <string>
+#include <utility>
 
 #include "rendezvous/api/rendezvous.h"
 
@@ -25,6 +26,10 @@ namespace ddprun::rendezvous {
 
 class CrashLoopBreaker {
  public:
+  CrashLoopBreaker() = default;
+  // Continues from `unprogressed()` of a breaker before it (a new etcd coordinator).
+  explicit CrashLoopBreaker(std::string unprogressed) : unprogressed_(std::move(unprogressed)) {}
+
   // A failure that would restart the job: true when it repeats the previous failure's
   // signature and neither attempt made progress (then the job stops). A failure after progress,
   // or a different one, starts counting again.
@@ -37,6 +42,9 @@ class CrashLoopBreaker {
     unprogressed_ = failure.signature;
     return false;
   }
+
+  // What a successor needs to go on counting (RunSnapshot).
+  const std::string& unprogressed() const { return unprogressed_; }
 
  private:
   std::string unprogressed_;  // the last failure's signature when it made no progress

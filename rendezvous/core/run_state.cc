@@ -567,6 +567,7 @@ RunSnapshot RunState::Snapshot() const {
   s.phase = phase_;
   s.restarts_used = restarts_used_;
   s.succeeded_in_round = succeeded_in_round_;
+  s.crash_loop_signature = crash_loop_.unprogressed();
   for (const auto& [conn, node] : nodes_) {
     s.members.push_back({node.info.node_id, node.group_rank, node.in_round});
   }
@@ -579,6 +580,7 @@ RunSnapshot RunState::Snapshot() const {
 void RunState::Restore(const RunSnapshot& s, TimePoint now, Outbox* out) {
   round_ = s.round;
   restarts_used_ = s.restarts_used;
+  crash_loop_ = CrashLoopBreaker(s.crash_loop_signature);
   if (s.phase == RunPhase::kClosed) {
     CloseRun(s.close_status, std::nullopt, out);
     return;

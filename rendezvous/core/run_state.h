@@ -67,6 +67,9 @@ struct RunSnapshot {
   int succeeded_in_round = 0;
   std::vector<Member> members;  // every connected node, members of the round and waiting
   absl::Status close_status;    // when closed
+  // The crash-loop breaker's last failure without progress (CrashLoopBreaker::unprogressed), so
+  // that a new coordinator still stops the second identical failure.
+  std::string crash_loop_signature;
 };
 
 class RunState {

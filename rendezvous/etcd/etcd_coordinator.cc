@@ -21,6 +21,7 @@ RunSnapshot FromRecord(const RunSnapshotRecord& r) {
   s.phase = static_cast<RunPhase>(r.phase());
   s.restarts_used = r.restarts_used();
   s.succeeded_in_round = r.succeeded_in_round();
+  s.crash_loop_signature = r.crash_loop_signature();
   for (const auto& m : r.members())
     s.members.push_back({m.node_id(), m.group_rank(), m.in_round()});
   s.close_status = absl::Status(static_cast<absl::StatusCode>(r.close_code()), r.close_message());
@@ -252,6 +253,7 @@ std::optional<etcdserverpb::TxnRequest> EtcdCoordinator::PendingWrite() const {
     r.set_phase(static_cast<int>(s.phase));
     r.set_restarts_used(s.restarts_used);
     r.set_succeeded_in_round(s.succeeded_in_round);
+    r.set_crash_loop_signature(s.crash_loop_signature);
     for (const auto& m : s.members) {
       auto* rm = r.add_members();
       rm->set_node_id(m.node_id);

@@ -78,5 +78,35 @@ TEST_F(CrashLoopRunTest, AFailureAfterProgressRestartsAsBefore) {
   EXPECT_EQ(Status().restarts_used, 4);
 }
 
+// The etcd backend's coordinator can change between the two failures: the breaker's state goes
+// with the run's snapshot, and the new coordinator's RunState still stops the second one.
+TEST(CrashLoopSnapshotTest, ANewCoordinatorStillStopsTheSecondIdenticalFailure) {
+  FakeClock clock;
+  const JoinRequest join = MakeJoin("run", "1", 1, 1, 2, /*max_restarts=*/10);
+  RunState before(join, clock.Now());
+  Outbox out;
+  before.Join(1, join, clock.Now(), &out);
+  ASSERT_TRUE(before
+                  .GroupStatus(1, 1, GroupState::kFailed, Failure("exit code 1: A", false),
+                               clock.Now(), &out)
+                  .ok());
+  const RunSnapshot snapshot = before.Snapshot();
+  EXPECT_EQ(snapshot.crash_loop_signature, "exit code 1: A");
+  ASSERT_EQ(snapshot.round, 2);
+
+  RunState after(join, clock.Now());
+  Outbox rejoined;
+  after.Join(7, join, clock.Now(), &rejoined);
+  after.Restore(snapshot, clock.Now(), &rejoined);
+  Outbox second;
+  ASSERT_TRUE(after
+                  .GroupStatus(7, 2, GroupState::kFailed, Failure("exit code 1: A", false),
+                               clock.Now(), &second)
+                  .ok());
+  const CloseNotice* close = Find<CloseNotice>(second, 7);
+  ASSERT_NE(close, nullptr);
+  EXPECT_EQ(close->status.code(), absl::StatusCode::kAborted);
+}
+
 }  // namespace
 }  // namespace ddprun::rendezvous
