@@ -890,8 +890,7 @@ void Agent::OnHealthVerdict(const HealthVerdict& v) {
         absl::StrCat("the health check has failed for ", health_failures_, " tries in a row over ",
                      SecondsText(now - *health_failing_since_), " (join_timeout ",
                      SecondsText(health_give_up_after_), "); last: ", described);
-    LogError(why);
-    Execute(state_.OnHealthAbandoned(kExitRendezvous, why));
+    Execute(state_.OnHealthAbandoned(kExitRendezvous, why));  // Finish logs it, once
     return;
   }
   Execute(state_.OnHealthChecked(false, absl::StrCat("health check failed: ", described)));
