@@ -97,6 +97,8 @@ void RendezvousClient::Join(const NodeInfo& node, RendezvousEvents* events) {
 
 void RendezvousClient::StartCall(std::chrono::milliseconds connect_budget,
                                  const char* budget_name) {
+  // A retry, reconnect or failover posted before a StepOut: the node stays out until StepIn.
+  if (stepped_out_) return;
   connect_budget_ = connect_budget;
   connect_budget_name_ = budget_name;
   connect_deadline_ = std::chrono::steady_clock::now() + connect_budget;
@@ -308,6 +310,7 @@ void RendezvousClient::RetryJoin(const std::string& why) {
 
 void RendezvousClient::DecideFailover(const std::string& why, TimePoint until,
                                       int accepting_in_a_row) {
+  if (stepped_out_) return;  // as in StartCall
   if (events_.closed()) return;
   // A server that is certainly gone (its address refuses connections: its agent died, its host
   // is up) is replaced at once, and the claims name its host gone. One that does not answer
@@ -359,6 +362,7 @@ void RendezvousClient::DecideFailover(const std::string& why, TimePoint until,
 }
 
 void RendezvousClient::StartFailover(const std::string& why, bool host_refused) {
+  if (stepped_out_) return;  // as in StartCall
   failover_candidates_.clear();
   for (size_t i = 0; i < successors_.size(); ++i) {
     if (successors_[i].node_id != host_node_id_) {
