@@ -40,9 +40,7 @@ namespace {
 
 // nvidia-smi in the agent's PATH, or "" (no NVIDIA driver tools: no GPU memory to wait for).
 std::string FindNvidiaSmi(const Environment& env) {
-  auto path = env.find("PATH");
-  absl::StatusOr<std::string> found =
-      FindProgram("nvidia-smi", path != env.end() ? path->second : "/usr/bin:/bin");
+  absl::StatusOr<std::string> found = FindProgramInEnv("nvidia-smi", env);
   return found.ok() ? *found : "";
 }
 

@@ -166,8 +166,6 @@ class AgentStateMachine {
   // The bookkeeping of a new round (both kinds of start).
   void BeginRound(const rendezvous::Assignment& a);
 
-  // Where an assignment that would start workers goes: the start, or a check first.
-  std::vector<AgentAction> StartOrCheck(const rendezvous::Assignment& a);
   // No worker of this node runs: the rendezvous phases and those of the health gate.
   bool WithoutWorkers() const {
     return phase_ == Phase::kRendezvous || phase_ == Phase::kCheckingHealth ||

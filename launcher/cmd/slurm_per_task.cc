@@ -49,9 +49,7 @@ ExecSpec PerTaskExecSpec(const SlurmPlan& plan, const LaunchOptions& options,
 absl::Status ExecPerTask(const SlurmPlan& plan, const LaunchOptions& options,
                          const Environment& base) {
   ExecSpec spec = PerTaskExecSpec(plan, options, base);
-  auto path = spec.env.find("PATH");
-  absl::StatusOr<std::string> program = FindProgram(
-      spec.program, path == spec.env.end() ? "/usr/local/bin:/usr/bin:/bin" : path->second);
+  absl::StatusOr<std::string> program = FindProgramInEnv(spec.program, spec.env);
   if (!program.ok()) return program.status();
   std::vector<std::string> env_strings;
   for (const auto& [key, value] : spec.env) env_strings.push_back(absl::StrCat(key, "=", value));

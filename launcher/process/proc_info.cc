@@ -20,20 +20,26 @@ std::vector<pid_t> ThreadsOf(pid_t pid) {
   return tids;
 }
 
-char ProcessState(pid_t pid) {
+namespace {
+
+// The fields of /proc/PID/stat after the command name (state, ppid, pgrp, ...); empty when the
+// process is gone or the file unreadable.
+std::vector<std::string> StatFieldsAfterName(pid_t pid) {
   const std::string stat = ReadTextFile(absl::StrCat("/proc/", pid, "/stat"));
   const size_t paren = stat.rfind(')');  // the command name may contain spaces and ')'
-  if (paren == std::string::npos || paren + 2 >= stat.size()) return '?';
-  return stat[paren + 2];
+  if (paren == std::string::npos) return {};
+  return absl::StrSplit(absl::string_view(stat).substr(paren + 1), ' ', absl::SkipEmpty());
+}
+
+}  // namespace
+
+char ProcessState(pid_t pid) {
+  const std::vector<std::string> fields = StatFieldsAfterName(pid);
+  return fields.empty() || fields[0].empty() ? '?' : fields[0][0];
 }
 
 pid_t ProcessGroupOf(pid_t pid) {
-  const std::string stat = ReadTextFile(absl::StrCat("/proc/", pid, "/stat"));
-  const size_t paren = stat.rfind(')');
-  if (paren == std::string::npos) return 0;
-  // After the name: state, ppid, pgrp.
-  std::vector<absl::string_view> fields =
-      absl::StrSplit(absl::string_view(stat).substr(paren + 1), ' ', absl::SkipEmpty());
+  const std::vector<std::string> fields = StatFieldsAfterName(pid);  // state, ppid, pgrp, ...
   int pgrp = 0;
   if (fields.size() < 3 || !absl::SimpleAtoi(fields[2], &pgrp)) return 0;
   return pgrp;

@@ -32,11 +32,13 @@ absl::StatusOr<std::string> FindProgram(const std::string& name, const std::stri
   return absl::NotFoundError(absl::StrCat(name, ": not found in PATH"));
 }
 
+absl::StatusOr<std::string> FindProgramInEnv(const std::string& name, const Environment& env) {
+  auto it = env.find("PATH");
+  return FindProgram(name, it == env.end() ? "/usr/local/bin:/usr/bin:/bin" : it->second);
+}
+
 absl::StatusOr<pid_t> Spawn(const SpawnRequest& request) {
-  auto path_it = request.env.find("PATH");
-  const std::string path =
-      path_it == request.env.end() ? "/usr/local/bin:/usr/bin:/bin" : path_it->second;
-  auto program = FindProgram(request.program, path);
+  auto program = FindProgramInEnv(request.program, request.env);
   if (!program.ok()) return program.status();
 
   // Everything the child touches is prepared before fork: after fork only async-signal-safe

@@ -32,6 +32,8 @@ absl::StatusOr<pid_t> Spawn(const SpawnRequest& request);
 
 // Finds `name` in `path` (colon-separated) like execvp. Names with a '/' are returned as is.
 absl::StatusOr<std::string> FindProgram(const std::string& name, const std::string& path);
+// FindProgram in `env`'s PATH (/usr/local/bin:/usr/bin:/bin when it has none).
+absl::StatusOr<std::string> FindProgramInEnv(const std::string& name, const Environment& env);
 
 }  // namespace ddprun::launcher
 

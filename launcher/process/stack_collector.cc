@@ -17,10 +17,8 @@ std::vector<std::string> StackTool::ArgvFor(pid_t pid) const {
 }
 
 std::optional<StackTool> FindStackTool(const Environment& env) {
-  auto it = env.find("PATH");
-  const std::string path = it == env.end() ? "/usr/local/bin:/usr/bin:/bin" : it->second;
   for (const char* name : {"eu-stack", "gdb"}) {
-    auto found = FindProgram(name, path);
+    auto found = FindProgramInEnv(name, env);
     if (found.ok() && access(found->c_str(), X_OK) == 0) return StackTool{name, *found};
   }
   return std::nullopt;
