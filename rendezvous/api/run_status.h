@@ -93,6 +93,9 @@ struct RunStatus {
   std::vector<RestartRecord> restarts;  // the latest kMaxRestartRecords, oldest first
   int num_nodes = 0;                    // agents connected (= members.size() when listed)
   std::vector<std::string> steps;       // the agents' latest timeline steps (JSON), oldest first
+  // The gRPC server process that answered (random per process; empty from etcd): one server
+  // reached under two names is one server.
+  std::string server_instance;
 };
 
 inline constexpr size_t kMaxRestartRecords = 20;

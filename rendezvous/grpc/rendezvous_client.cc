@@ -177,6 +177,8 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
     case proto::ServerMessage::kAssignment: {
       Assignment a = FromProto(m.assignment());
       if (!a.successors.empty()) successors_ = a.successors;
+      // An agent that joined before the host did learned no host from Joined.
+      if (!m.assignment().host_node_id().empty()) host_node_id_ = m.assignment().host_node_id();
       claim_.last = a;
       claim_.gone_group_rank.reset();
       claim_.restarts_used = std::max(claim_.restarts_used, a.restart_count);
@@ -441,7 +443,9 @@ void RendezvousClient::MaybeLookForTheRun() {
       for (const ServedRun& candidate : others) {
         std::optional<ServedRun> there =
             AskServer(options, candidate.endpoint, run_id, kProbe, kRpc);
-        if (!there) continue;
+        // This agent's own server under another name (on one host, a hostname that resolves
+        // here): not the other side of anything.
+        if (!there || there->server_instance == mine.server_instance) continue;
         there->order = candidate.order;
         if (Supersedes(*there, best ? *best : mine)) best = there;
       }
@@ -786,6 +790,7 @@ absl::StatusOr<RunStatus> QueryRunStatus(const ClientOptions& options, const std
   s.min_nodes = response.min_nodes();
   s.max_nodes = response.max_nodes();
   s.close_message = response.close_message();
+  s.server_instance = response.server_instance();
   for (const proto::Member& m : response.members()) {
     s.members.push_back(
         {m.node_id(), m.hostname(), m.addr(), m.group_rank(), m.nproc_per_node(), m.state()});

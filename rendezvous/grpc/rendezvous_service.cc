@@ -108,6 +108,7 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Status(grpc::CallbackServerCont
       return;
     }
     ToProto(*status, response);
+    response->set_server_instance(instance_);
     reactor->Finish(grpc::Status::OK);
   });
   return reactor;
@@ -197,6 +198,12 @@ void RendezvousServiceImpl::HandleMessage(ConnId conn, const proto::AgentMessage
   const TimePoint now = clock_->Now();
   switch (message.msg_case()) {
     case proto::AgentMessage::kJoin:
+      // The hosting agent rejoining under a new name (fenced, or back from a failed health
+      // check) is still the host: agents must never pick it as the successor of itself.
+      if (embedded_ && !host_node_id_.empty() &&
+          message.join().formerly_node_id() == host_node_id_) {
+        host_node_id_ = message.join().node_id();
+      }
       Apply(state_.Join(conn, FromProto(message.join(), default_timeouts_, entry->second.peer_host),
                         now));
       // Refused and unverified re-registrations: always logged, verbose or not.
@@ -248,6 +255,8 @@ void RendezvousServiceImpl::Apply(const Outbox& out) {
     if (m.has_joined()) {
       m.mutable_joined()->set_embedded(embedded_);
       m.mutable_joined()->set_host_node_id(host_node_id_);
+    } else if (m.has_assignment() && embedded_) {
+      m.mutable_assignment()->set_host_node_id(host_node_id_);
     }
     it->second.stream->Send(std::move(m), last);
   }

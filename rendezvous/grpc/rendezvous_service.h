@@ -17,6 +17,7 @@
 
 #include "common/clock.h"
 #include "common/loop_thread.h"
+#include "common/strings.h"
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/api/run_config.h"
 #include "rendezvous/core/outgoing.h"
@@ -55,8 +56,10 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
   // answer within a second: it is stopping). Any thread.
   std::string RenderMetrics();
   std::string RenderStatusPage(const std::string& server);
-  // Embedded: the node whose agent hosts this server, told to agents in Joined so that none
-  // picks it as the successor. Loop thread only (RendezvousServer::SetHostNodeId posts it).
+  // Embedded: the node whose agent hosts this server, told to agents in Joined and in every
+  // Assignment (agents may join before the host does) so that none picks it as the successor.
+  // Loop thread only (RendezvousServer::SetHostNodeId posts it; a rejoin of the host under a
+  // new name moves it).
   void set_host_node_id(std::string node_id) { host_node_id_ = std::move(node_id); }
   // Streams accepted so far (for tests and load reports).
   uint64_t streams_accepted() const { return next_conn_.load() - 1; }
@@ -73,8 +76,9 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
   const Clock* const clock_;
   const std::string token_;
   const RunTimeouts default_timeouts_;
-  const bool embedded_;       // told to agents in Joined
-  std::string host_node_id_;  // loop thread only
+  const bool embedded_;                        // told to agents in Joined
+  std::string host_node_id_;                   // loop thread only
+  const std::string instance_ = RandomHex(8);  // StatusResponse.server_instance
   const int max_queued_;
   std::atomic<ConnId> next_conn_{1};
   std::atomic<int> open_streams_{0};  // counted from Connect until the loop deletes the stream

@@ -22,6 +22,7 @@ std::optional<ServedRun> AskServer(ClientOptions options, const std::string& end
   run.endpoint = endpoint;
   run.round = status->round;
   run.agents = status->members.size();
+  run.server_instance = status->server_instance;
   return run;
 }
 

@@ -25,6 +25,7 @@ struct ServedRun {
   // Where the server stands in the job's order of hosts: -1 for the endpoint the user gave
   // (the original host), else the group rank of the node hosting it in the last round.
   int order = 0;
+  std::string server_instance;  // RunStatus::server_instance
 };
 
 // The run `run_id` at `endpoint`, when that server serves it open. The address is probed

@@ -544,17 +544,28 @@ TEST(ElasticHostingTest, HostingAgentServesUntilTheOthersFinish) {
 }
 
 // An agent of the failover tests: 127.0.0.1:`port` (hosting with is_host=1), lease 3 s, one
-// restart; its worker logs its rank, world and restart to DIR/log and runs until DIR/done.
+// restart unless `extra` says otherwise; its worker logs its rank, world and restart to DIR/log
+// and runs until DIR/done.
 std::unique_ptr<Subprocess> FailoverAgent(int port, const TempDir& dir, const std::string& is_host,
-                                          const std::string& nnodes) {
-  return std::make_unique<Subprocess>(std::vector<std::string>{
-      BinPath("ddprun"), "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:" + std::to_string(port),
+                                          const std::string& nnodes,
+                                          const std::vector<std::string>& extra = {
+                                              "--max-restarts=1"}) {
+  std::vector<std::string> argv = {
+      BinPath("ddprun"),
+      "--rdzv-backend=c10d",
+      "--rdzv-endpoint=127.0.0.1:" + std::to_string(port),
       "--rdzv-id=failover",
       "--rdzv-conf=is_host=" + is_host +
           ",keep_alive_interval=1,keep_alive_max_attempt=3,last_call_timeout=0.2",
-      "--nnodes=" + nnodes, "--max-restarts=1", "--no-python", "/bin/sh", "-c",
-      "echo \"rank=$RANK world=$WORLD_SIZE restart=$TORCHELASTIC_RESTART_COUNT\" >> " +
-          dir.File("log") + "; while [ ! -e " + dir.File("done") + " ]; do sleep 0.05; done"});
+      "--nnodes=" + nnodes};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  for (const std::string& arg :
+       {std::string("--no-python"), std::string("/bin/sh"), std::string("-c"),
+        "echo \"rank=$RANK world=$WORLD_SIZE restart=$TORCHELASTIC_RESTART_COUNT\" >> " +
+            dir.File("log") + "; while [ ! -e " + dir.File("done") + " ]; do sleep 0.05; done"}) {
+    argv.push_back(arg);
+  }
+  return std::make_unique<Subprocess>(argv);
 }
 
 // Issue 24: the agent that hosts the embedded server is killed. The survivors' streams break,
@@ -597,6 +608,44 @@ TEST(ElasticHostingTest, TheHostingAgentKilledTheRunMovesToItsSuccessor) {
     ASSERT_TRUE(st.has_value());
     EXPECT_EQ(st->exit_code, 0) << a->err();
   }
+}
+
+// The hosting agent joins its own server last (its health check runs first): the others were
+// told no host in Joined, learn it from the assignment, and so still fail over at once when it
+// is killed instead of giving the dead host a lease as their successor (a CI flake in Slurm's
+// agent mode, where every agent starts at once).
+TEST(ElasticHostingTest, AHostThatJoinsLastIsStillKnownAsTheHostWhenItIsKilled) {
+  ReservedPort port;
+  ASSERT_GT(port.port(), 0);
+  TempDir dir;
+  const std::string others_joined = dir.File("others-joined");
+  auto host = FailoverAgent(
+      port.port(), dir, "1", "2:3",
+      {"--max-restarts=3", "--health-check=i=0; while [ ! -e " + others_joined +
+                               " ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done"});
+  ASSERT_TRUE(host->WaitForOutputContains("hosting the rendezvous", 10s)) << host->err();
+  std::vector<std::unique_ptr<Subprocess>> others;
+  for (int i = 0; i < 2; ++i)
+    others.push_back(FailoverAgent(port.port(), dir, "0", "2:3", {"--max-restarts=3"}));
+  auto log = [&] { return ReadFile(dir.File("log")); };
+  // The two others form a round without the host; then it passes its check and joins (a new
+  // member costs no restart).
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(log(), "world=2 restart=0") == 2; }, 30s))
+      << log() << host->err();
+  WriteFile(others_joined, "");
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(log(), "world=3 restart=0") == 3; }, 30s))
+      << log() << host->err() << others[0]->err();
+  const auto killed = std::chrono::steady_clock::now();
+  host->Signal(SIGKILL);
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(log(), "world=2 restart=1") == 2; }, 20s))
+      << log() << others[0]->err() << others[1]->err();
+  const double running =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_LT(running, 3.0) << others[0]->err() << others[1]->err();
+  EXPECT_THAT(others[0]->err() + others[1]->err(),
+              HasSubstr("lost with the agent that hosted the rendezvous"));
+  WriteFile(dir.File("done"), "");
+  ASSERT_TRUE(testing::ExpectAllExit(others, 0, 30s));
 }
 
 // Issue 24, a fixed-size job: the hosting agent is killed, its successor takes the run, and

@@ -118,6 +118,8 @@ TEST_F(RendezvousGrpcTest, ANewServerOnTheSameAddressTakesTheRoundBackWithoutARe
   std::optional<Assignment> first = a->recorder.WaitAssignment(0, kWait);
   ASSERT_TRUE(first && b->recorder.WaitAssignment(0, kWait));
   const int port = server_->port();
+  absl::StatusOr<RunStatus> before = QueryRunStatus(Options(), "run");
+  ASSERT_TRUE(before.ok()) << before.status();
   server_.reset();  // every stream breaks; nobody listens on the port
   ASSERT_TRUE(a->recorder.WaitKind(Event::kReconnecting, kWait));
   ASSERT_TRUE(b->recorder.WaitKind(Event::kReconnecting, kWait));
@@ -138,6 +140,10 @@ TEST_F(RendezvousGrpcTest, ANewServerOnTheSameAddressTakesTheRoundBackWithoutARe
   EXPECT_EQ(status->round, first->round);
   EXPECT_EQ(status->members.size(), 2u);
   EXPECT_EQ(status->restarts_used, 0);
+  // Another process on the same address is another server (a successor that took the port is
+  // not mistaken for the one it replaced, nor one server under two names for two).
+  EXPECT_FALSE(status->server_instance.empty());
+  EXPECT_NE(status->server_instance, before->server_instance);
   // The run goes on: both succeed and are closed OK by the new server.
   a->client->ReportGroupState(first->round, GroupState::kSucceeded, std::nullopt);
   b->client->ReportGroupState(first->round, GroupState::kSucceeded, std::nullopt);
@@ -345,6 +351,13 @@ TEST_F(RendezvousGrpcTest, StatusCallReportsRoundAndMembers) {
   EXPECT_EQ(status->members[0].group_rank, 0);
   EXPECT_EQ(status->members[0].addr, "127.0.0.1");
   EXPECT_EQ(QueryRunStatus(Options(), "other").status().code(), absl::StatusCode::kNotFound);
+  // One server, asked under two names, is one instance.
+  ClientOptions by_name = Options();
+  by_name.endpoint = "localhost:" + std::to_string(server_->port());
+  absl::StatusOr<RunStatus> again = QueryRunStatus(by_name, "run");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->server_instance, status->server_instance);
+  EXPECT_EQ(again->server_instance.size(), 16u);
 }
 
 TEST_F(RendezvousGrpcTest, ServesTheStandardHealthService) {
