@@ -127,6 +127,9 @@ void AddCommonFlags(CLI::App* cmd, const std::string& data_help, TrainOptions* o
                   "intra-op threads (0: OMP_NUM_THREADS, else 1 with several local processes)")
       ->check(CLI::Range(0, 4096))
       ->capture_default_str();
+  cmd->add_flag("--deterministic", o->deterministic,
+                "the same bits on a GPU run after run and across a resume (cuDNN's "
+                "deterministic algorithms, no autotuning); slower");
   cmd->add_option("--bucket-cap-bytes", o->bucket_cap_bytes, "gradient bucket size")
       ->check(CLI::Range(int64_t{1024}, int64_t{1} << 30))
       ->capture_default_str();

@@ -1,9 +1,6 @@
 #include "trainer/train/state_sync.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
-
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -49,22 +46,14 @@ absl::StatusOr<int64_t> SyncStateFrom(
   return static_cast<int64_t>(bytes.size());
 }
 
-StepUndo::StepUndo(const std::vector<torch::Tensor>& buffers) : buffers_(buffers) {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
-  {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    rng_ = gen.get_state();
-  }
+StepUndo::StepUndo(const std::vector<torch::Tensor>& buffers, const torch::Device& model_device)
+    : rng_(RngState::Capture(model_device)), buffers_(buffers) {
   torch::NoGradGuard no_grad;
   for (const torch::Tensor& b : buffers_) saved_.push_back(b.detach().clone());
 }
 
 void StepUndo::Apply(const std::vector<torch::Tensor>& params) {
-  at::Generator gen = at::detail::getDefaultCPUGenerator();
-  {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(rng_);
-  }
+  rng_.Restore();
   torch::NoGradGuard no_grad;
   for (size_t i = 0; i < buffers_.size(); ++i) buffers_[i].detach().copy_(saved_[i]);
   for (const torch::Tensor& p : params) {

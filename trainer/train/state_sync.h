@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "trainer/train/comm.h"
+#include "trainer/train/rng_state.h"
 
 namespace ddprun::trainer {
 
@@ -39,19 +40,20 @@ absl::StatusOr<int64_t> SyncStateFrom(
     const std::function<absl::Status(absl::string_view)>& restore);
 
 // What a train step changes before its optimizer update, saved at the step's start so that a
-// step abandoned by a failure leaves the state of the last completed step: the default CPU
-// generator (dropout draws) and the model's buffers (BatchNorm statistics updated by the
+// step abandoned by a failure leaves the state of the last completed step: the generators
+// dropout draws from (rng_state.h) and the model's buffers (BatchNorm statistics updated by the
 // forward). The parameters and the optimizer change only in the update itself, after the
 // gradient all-reduce succeeded.
 class StepUndo {
  public:
-  // Copies the generator state and `buffers` (cheap next to a step: no parameters).
-  explicit StepUndo(const std::vector<torch::Tensor>& buffers);
+  // Copies the generator states of a model on `model_device` and `buffers` (cheap next to a
+  // step: no parameters).
+  StepUndo(const std::vector<torch::Tensor>& buffers, const torch::Device& model_device);
   // Puts both back, and zeroes `params`' gradients: they hold this rank's unsynchronised ones.
   void Apply(const std::vector<torch::Tensor>& params);
 
  private:
-  torch::Tensor rng_;
+  RngState rng_;
   std::vector<torch::Tensor> buffers_, saved_;
 };
 

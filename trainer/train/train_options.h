@@ -40,6 +40,9 @@ struct TrainOptions {
   double comm_timeout_s = 300;
   int threads = 0;  // intra-op threads; 0: OMP_NUM_THREADS, else 1 when several processes
                     // share the node, else LibTorch's default
+  // --deterministic: the same bits on a GPU run after run (cuDNN's deterministic algorithms,
+  // no autotuning, a fixed cuBLAS workspace), at some speed; the CPU is deterministic already.
+  bool deterministic = false;
 
   std::optional<HangFault> fault;  // hidden --fault=hang@STEP:RANK (tests of launchers)
 };

@@ -1,13 +1,12 @@
 #include "trainer/train/train_state.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
-#include <mutex>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "trainer/train/rng_state.h"
 
 namespace ddprun::trainer {
 namespace {
@@ -38,13 +37,7 @@ absl::StatusOr<std::string> SerializeTrainState(MnistNet& model, const Adadelta&
     archive.write("progress/ints", p, true);
     archive.write("progress/loss_sum", torch::tensor(progress.epoch_loss_sum, torch::kFloat64),
                   true);
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
-    torch::Tensor rng;
-    {
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      rng = gen.get_state();
-    }
-    archive.write("rng/cpu", rng, true);
+    RngState::Capture(DeviceOf(model->parameters())).Write(archive);
     std::ostringstream out;
     archive.save_to(out);
     return out.str();
@@ -80,10 +73,10 @@ absl::Status DeserializeTrainState(absl::string_view payload, MnistNet& model, A
       }
       params.emplace_back(item.value(), t);
     }
-    torch::Tensor ints, loss_sum, rng;
+    torch::Tensor ints, loss_sum;
+    const std::optional<RngState> rng = RngState::Read(archive, DeviceOf(model->parameters()));
     if (!archive.try_read("progress/ints", ints, true) || ints.numel() != 5 ||
-        !archive.try_read("progress/loss_sum", loss_sum, true) ||
-        !archive.try_read("rng/cpu", rng, true)) {
+        !archive.try_read("progress/loss_sum", loss_sum, true) || !rng.has_value()) {
       return absl::InvalidArgumentError("checkpoint lacks the training progress or RNG state");
     }
     // The optimizer checks its own shapes before it copies.
@@ -99,9 +92,7 @@ absl::Status DeserializeTrainState(absl::string_view payload, MnistNet& model, A
     progress->epoch_loss_steps = v[3];
     progress->world_size = static_cast<int>(v[4]);
     progress->epoch_loss_sum = loss_sum.item<double>();
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(rng);
+    rng->Restore();
     return absl::OkStatus();
   } catch (const std::exception& e) {
     return absl::InvalidArgumentError(

@@ -1,6 +1,7 @@
 #include "trainer/train/trainer.h"
 
 #include <signal.h>
+#include <stdlib.h>
 
 #include <iostream>
 
@@ -39,11 +40,20 @@ absl::Status Trainer::ConnectOnDevice() {
     return absl::FailedPreconditionError(
         "--device=cuda: no CUDA device (or this ddp-train was built without CUDA)");
   }
+  if (options_.deterministic) {
+    // Before the first cuBLAS handle exists: cuBLAS reads its workspace setting then.
+    setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", /*overwrite=*/0);
+    at::globalContext().setDeterministicCuDNN(true);
+    at::globalContext().setBenchmarkCuDNN(false);
+  }
   if (options_.device == "cuda" || (options_.device == "auto" && cuda)) {
     device_ = torch::Device(
         torch::kCUDA, static_cast<c10::DeviceIndex>(env_.local_rank %
                                                     static_cast<int>(torch::cuda::device_count())));
   }
+  // cuDNN picks the fastest algorithm for each shape by timing them (torch.backends.cudnn.
+  // benchmark, as PyTorch's own ImageNet example sets): the shapes of a training run repeat.
+  if (device_.is_cuda() && !options_.deterministic) at::globalContext().setBenchmarkCuDNN(true);
   DDPRUN_ASSIGN_OR_RETURN(backend_, ParseCommBackend(options_.backend));
   if (backend_ == CommBackend::kNccl && !device_.is_cuda()) {
     return absl::InvalidArgumentError("--backend=nccl needs --device=cuda");
@@ -197,7 +207,7 @@ absl::StatusOr<bool> Trainer::TrainEpoch(int64_t* samples, double* train_s) {
       if (RoundOver()) {
         return absl::AbortedError(absl::StrCat("round ", round_.round, " is over"));
       }
-      undo.emplace(Model().buffers());
+      undo.emplace(Model().buffers(), device_);
     }
     absl::StatusOr<std::optional<StepResult>> result = TrainStep(stop_vote);
     if (!result.ok()) {

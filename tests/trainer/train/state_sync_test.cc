@@ -106,7 +106,7 @@ TEST(StateSyncTest, StepUndoPutsBackGeneratorAndBuffersAndZeroesGradients) {
   torch::Tensor buffer = torch::arange(4, torch::kFloat32);
   torch::Tensor param = torch::ones({3}, torch::requires_grad());
   param.mutable_grad() = torch::full({3}, 5.0f);
-  StepUndo undo({buffer});
+  StepUndo undo({buffer}, torch::kCPU);
   const torch::Tensor first_draw = torch::rand({8});
   buffer.mul_(3);  // what a BatchNorm forward does to its running statistics
   undo.Apply({param});
