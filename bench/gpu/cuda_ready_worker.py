@@ -10,7 +10,8 @@ import time
 import torch
 
 if os.environ.get("BENCH_DEVICE", "cuda") == "cuda":
-    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    # Workers share the GPUs there are (two on a machine with one).
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]) % torch.cuda.device_count())
     torch.ones(1, device="cuda").add_(1)
     torch.cuda.synchronize()
 now = time.time()

@@ -611,8 +611,9 @@ constexpr FlagDef kFlags[] = {
      ApplyPreload},
     {"hang-timeout", "", false,
      "Seconds without a sign of life (output, a '\\r' update, a FileTimer message, a step "
-     "report) after which a worker is hung: stacks of every worker, then a restart. Off by "
-     "default.",
+     "report) after which a worker is hung: stacks of every worker, then a restart. The clock "
+     "runs from the worker's start: choose it above the start's silence (4-6 s for LibTorch "
+     "with CUDA on an H200). Off by default.",
      ApplyHangTimeout},
     {"restart-mode", "", false,
      "What a failure does to the workers that did not fail. cold (default, torchrun's): every "

@@ -6,6 +6,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "trainer/train/rng_state.h"
 
 namespace ddprun::trainer {
 namespace {
@@ -100,6 +101,43 @@ TEST(TrainStateTest, OtherModelOrGarbageRefused) {
   archive.save_to(out);
   absl::Status s = DeserializeTrainState(out.str(), b, opt, &q);
   EXPECT_THAT(s.message(), HasSubstr("not of model"));
+}
+
+// RngState through an archive (trainer/train/rng_state.h): the draws after a restore repeat the
+// draws after the capture; an archive without the CPU state is refused. A CPU model writes no
+// GPU state (the CUDA half ran on an H200: bench/RESULTS.md, issue 27).
+TEST(RngStateTest, AnArchivedStateRepeatsTheSameDraws) {
+  torch::manual_seed(5);
+  torch::serialize::OutputArchive out;
+  RngState::Capture(torch::kCPU).Write(out);
+  const torch::Tensor first = torch::rand({8});
+  std::ostringstream bytes;
+  out.save_to(bytes);
+
+  torch::manual_seed(99);
+  torch::serialize::InputArchive in;
+  std::istringstream read(bytes.str());
+  in.load_from(read);
+  std::optional<RngState> state = RngState::Read(in, torch::kCPU);
+  ASSERT_TRUE(state.has_value());
+  state->Restore();
+  EXPECT_TRUE(torch::rand({8}).equal(first));
+  torch::Tensor gpu;
+  EXPECT_FALSE(in.try_read("rng/cuda", gpu, true));
+
+  torch::serialize::OutputArchive empty;
+  std::ostringstream empty_bytes;
+  empty.write("unrelated", torch::zeros({1}), true);
+  empty.save_to(empty_bytes);
+  torch::serialize::InputArchive none;
+  std::istringstream none_read(empty_bytes.str());
+  none.load_from(none_read);
+  EXPECT_FALSE(RngState::Read(none, torch::kCPU).has_value());
+}
+
+TEST(RngStateTest, TheDeviceOfParametersIsTheFirstOnesOrTheCpu) {
+  EXPECT_TRUE(DeviceOf({}).is_cpu());
+  EXPECT_TRUE(DeviceOf({torch::zeros({1})}).is_cpu());
 }
 
 }  // namespace
