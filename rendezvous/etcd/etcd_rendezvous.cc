@@ -187,6 +187,7 @@ void EtcdRendezvous::TryRejoin() {
 
 void EtcdRendezvous::KeepAlive(int64_t lease) {
   if (lease != keepalive_lease_) return;
+  const TimePoint started = Now();
   auto ttl = client_->KeepAliveOnce(lease, options_.timeouts.keep_alive_interval);
   const TimePoint now = Now();
   if (ttl.ok()) {
@@ -203,7 +204,10 @@ void EtcdRendezvous::KeepAlive(int64_t lease) {
     });
     return;
   }
-  keepalive_loop_->PostAt(now + options_.timeouts.keep_alive_interval,
+  // Paced from the call's start: a call that timed out (a whole interval) is followed at once,
+  // so a cut-off node counts its lease lost one TTL after its last renewal, not up to an
+  // interval later.
+  keepalive_loop_->PostAt(std::max(now, started + options_.timeouts.keep_alive_interval),
                           [this, lease] { KeepAlive(lease); });
 }
 
