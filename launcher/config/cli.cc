@@ -426,6 +426,15 @@ absl::Status ApplyHangTimeout(const Sourced& s, const HostInfo&, LaunchOptions* 
   return absl::OkStatus();
 }
 
+absl::Status ApplyHangStartupTimeout(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+  DDPRUN_ASSIGN_OR_RETURN(o->hang_startup_timeout, ParseSeconds(s.where, s.value));
+  if (o->hang_startup_timeout.count() <= 0) {
+    return Invalid(s, "must be a positive number of seconds");
+  }
+  o->hang_startup_given = absl::StrCat(s.where, "=", s.value);
+  return absl::OkStatus();
+}
+
 absl::Status ApplyRestartMode(const Sourced& s, const HostInfo&, LaunchOptions* o) {
   if (s.value == "cold") {
     o->restart_mode = RestartMode::kCold;
@@ -613,8 +622,14 @@ constexpr FlagDef kFlags[] = {
      "Seconds without a sign of life (output, a '\\r' update, a FileTimer message, a step "
      "report) after which a worker is hung: stacks of every worker, then a restart. The clock "
      "runs from the worker's start: choose it above the start's silence (4-6 s for LibTorch "
-     "with CUDA on an H200). Off by default.",
+     "with CUDA on an H200), or give the start its own --hang-startup-timeout. Off by "
+     "default.",
      ApplyHangTimeout},
+    {"hang-startup-timeout", "", false,
+     "With --hang-timeout: seconds a worker may stay silent after its start (imports, CUDA and "
+     "NCCL set-up, loading a checkpoint) before it is hung; from its first sign of life on, "
+     "--hang-timeout applies. Default: --hang-timeout.",
+     ApplyHangStartupTimeout},
     {"restart-mode", "", false,
      "What a failure does to the workers that did not fail. cold (default, torchrun's): every "
      "worker of the job is stopped and started again. in-process: survivors keep their "
@@ -730,6 +745,12 @@ absl::Status ValidateLogDir(const LaunchOptions& o) {
 // Cross-flag rules, checked once every source is merged.
 absl::Status Validate(const Environment& env, LaunchOptions* o) {
   DDPRUN_RETURN_IF_ERROR(ApplyHangEnvironment(env, o));
+  if (!o->hang_startup_given.empty() && o->hang_timeout.count() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(o->hang_startup_given,
+                     ": only with --hang-timeout (the start's allowance before the "
+                     "--hang-timeout that applies from a worker's first sign of life)"));
+  }
   DDPRUN_RETURN_IF_ERROR(ValidateLogDir(*o));
   // Every --rdzv-conf value (and the lease they make) as the rendezvous setup will read it.
   DDPRUN_RETURN_IF_ERROR(ParseRdzvConf(o->rdzv_conf).status());

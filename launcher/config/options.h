@@ -146,6 +146,11 @@ struct LaunchOptions {
 
   // Hangs (README, "Hangs"). A hung worker is a failure of the job: stacks, then a restart.
   std::chrono::milliseconds hang_timeout{0};  // --hang-timeout: no sign of life that long
+  // --hang-startup-timeout: how long a worker may stay silent after its start (imports, CUDA
+  // and NCCL set-up, a checkpoint's load) before it is hung; 0: hang_timeout. Given where
+  // (for messages), empty when not given.
+  std::chrono::milliseconds hang_startup_timeout{0};
+  std::string hang_startup_given;
   bool file_timer = false;  // TORCHELASTIC_ENABLE_FILE_TIMER=1: serve torch's FileTimer
   std::string timer_file;   // TORCHELASTIC_TIMER_FILE; empty: a private path
   std::chrono::milliseconds uninterruptible_timeout{

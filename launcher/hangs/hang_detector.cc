@@ -37,7 +37,9 @@ std::string HangVerdict::Describe() const {
     case Kind::kTimerExpired:
       return absl::StrCat("FileTimer scope ", scope, " expired");
     case Kind::kNoProgress:
-      return absl::StrCat("no progress for ", Seconds(idle), " (--hang-timeout)");
+      return at_start ? absl::StrCat("no sign of life for ", Seconds(idle),
+                                     " since its start (--hang-startup-timeout)")
+                      : absl::StrCat("no progress for ", Seconds(idle), " (--hang-timeout)");
     case Kind::kUninterruptible:
       return absl::StrCat("in uninterruptible sleep (D state) for ", Seconds(idle),
                           " (TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT)");
@@ -48,7 +50,7 @@ std::string HangVerdict::Describe() const {
 HangDetector::HangDetector(Config config, int nproc) : config_(config), ranks_(nproc) {}
 
 void HangDetector::Reset(TimePoint now) {
-  for (Rank& r : ranks_) r = Rank{now, -1, std::nullopt, false};
+  for (Rank& r : ranks_) r = Rank{now, false, -1, std::nullopt, false};
 }
 
 HangDetector::Rank* HangDetector::At(int local_rank) {
@@ -57,12 +59,16 @@ HangDetector::Rank* HangDetector::At(int local_rank) {
 }
 
 void HangDetector::OnOutput(int local_rank, TimePoint now) {
-  if (Rank* r = At(local_rank)) r->last_progress = now;
+  if (Rank* r = At(local_rank)) {
+    r->last_progress = now;
+    r->alive = true;
+  }
 }
 
 void HangDetector::OnStep(int local_rank, int64_t step, TimePoint now) {
   if (Rank* r = At(local_rank)) {
     r->last_progress = now;
+    r->alive = true;
     r->step = step;
   }
 }
@@ -100,12 +106,14 @@ std::optional<HangVerdict> HangDetector::Check(TimePoint now) const {
   for (int lr = 0; lr < static_cast<int>(ranks_.size()); ++lr) {
     const Rank& r = ranks_[lr];
     if (r.exited) continue;
-    if (config_.no_progress_timeout.count() > 0 &&
-        now - r.last_progress >= config_.no_progress_timeout) {
+    const bool at_start = !r.alive && config_.startup_timeout.count() > 0;
+    const Duration allowed = at_start ? config_.startup_timeout : config_.no_progress_timeout;
+    if (config_.no_progress_timeout.count() > 0 && now - r.last_progress >= allowed) {
       HangVerdict v;
       v.kind = HangVerdict::Kind::kNoProgress;
       v.local_rank = lr;
       v.idle = now - r.last_progress;
+      v.at_start = at_start;
       consider(std::move(v));
     }
     if (config_.uninterruptible_timeout.count() > 0 && r.uninterruptible_since.has_value() &&

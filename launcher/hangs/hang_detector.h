@@ -4,7 +4,8 @@
 // input carries `now`, so tests drive it with a FakeClock.
 //
 // A worker is hung when
-//  - it showed no sign of life for `no_progress_timeout` (--hang-timeout), or
+//  - it showed no sign of life for `no_progress_timeout` (--hang-timeout; before its first
+//    sign of life since its start, `startup_timeout`, --hang-startup-timeout), or
 //  - its main thread stayed in uninterruptible sleep ('D') for `uninterruptible_timeout`
 //    (TORCHELASTIC_UNINTERRUPTIBLE_STATE_TIMEOUT).
 // FileTimer expiries are judged by TimerTable (wall clock) and reported through the same
@@ -34,9 +35,10 @@ struct HangVerdict {
   enum class Kind { kTimerExpired, kNoProgress, kUninterruptible };
   Kind kind = Kind::kNoProgress;
   int local_rank = 0;
-  std::string scope;  // kTimerExpired: the FileTimer scope
-  int signal = 0;     // kTimerExpired: the signal its client asked for
-  Duration idle{};    // how long it showed no progress (or sat in 'D')
+  std::string scope;      // kTimerExpired: the FileTimer scope
+  int signal = 0;         // kTimerExpired: the signal its client asked for
+  Duration idle{};        // how long it showed no progress (or sat in 'D')
+  bool at_start = false;  // kNoProgress: no sign of life at all since its start
   // "FileTimer scope train.py#57 expired", "no progress for 3.0 s", ...
   std::string Describe() const;
 };
@@ -53,6 +55,7 @@ class HangDetector {
   struct Config {
     Duration no_progress_timeout{0};      // 0: off
     Duration uninterruptible_timeout{0};  // 0: off
+    Duration startup_timeout{0};          // with no_progress_timeout; 0: no_progress_timeout
   };
 
   HangDetector(Config config, int nproc);
@@ -77,6 +80,7 @@ class HangDetector {
  private:
   struct Rank {
     TimePoint last_progress{};
+    bool alive = false;  // a sign of life since the group started
     int64_t step = -1;
     std::optional<TimePoint> uninterruptible_since;
     bool stopped = false;  // state T or t: SIGSTOPped or held by a tracer

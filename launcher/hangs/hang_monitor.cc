@@ -30,7 +30,9 @@ HangMonitor::HangMonitor(EventLoop* loop, const LaunchOptions& options, HangHand
       on_hang_(std::move(on_hang)),
       on_progress_(std::move(on_progress)),
       on_step_(std::move(on_step)),
-      detector_({options.hang_timeout, options.uninterruptible_timeout}, options.nproc_per_node) {}
+      detector_(
+          {options.hang_timeout, options.uninterruptible_timeout, options.hang_startup_timeout},
+          options.nproc_per_node) {}
 
 HangMonitor::~HangMonitor() { OnGroupStopping(); }
 

@@ -128,6 +128,34 @@ TEST(HangTest, SilentPythonWorkerIsHungWithinTheTimeoutWithItsPythonFrame) {
   EXPECT_LT(took, 8.0) << "3 s timeout, detected and stopped in " << took << " s";
 }
 
+// --hang-startup-timeout (a GPU worker is silent for seconds while CUDA and NCCL start): a worker
+// that starts slowly and then goes silent is hung after --hang-timeout from its last line, not
+// during its start; one that never shows a sign of life is hung after the start's allowance,
+// and the report says it never started.
+TEST(HangTest, TheStartHasItsOwnAllowanceThenTheHangTimeoutApplies) {
+  auto run = [](const std::string& body) {
+    auto p = std::make_unique<Subprocess>(std::vector<std::string>{
+        BinPath("ddprun"), "--standalone", "--nproc-per-node=1", "--hang-timeout=1",
+        "--hang-startup-timeout=4", "--no-python", "/bin/sh", "-c", body});
+    const auto t0 = std::chrono::steady_clock::now();
+    auto st = p->Wait(60s);
+    EXPECT_TRUE(st.has_value());
+    EXPECT_EQ(st.value_or(testing::ExitStatus{}).exit_code, 1) << p->err();
+    return std::make_pair(std::move(p), SecondsSince(t0));
+  };
+  // Silent for 2 s at its start (allowed), one line, then silent: hung 1 s after the line.
+  auto [slow, slow_took] = run("sleep 2; echo started; exec sleep 60");
+  EXPECT_THAT(slow->err(), HasSubstr("exit:        hung: no progress for 1."));
+  EXPECT_GT(slow_took, 2.9);
+  EXPECT_LT(slow_took, 8.0);
+  // Never a sign of life: hung at the start's allowance.
+  auto [silent, silent_took] = run("exec sleep 60");
+  EXPECT_THAT(silent->err(), HasSubstr("exit:        hung: no sign of life for 4."));
+  EXPECT_THAT(silent->err(), HasSubstr("since its start (--hang-startup-timeout)"));
+  EXPECT_GT(silent_took, 3.9);
+  EXPECT_LT(silent_took, 10.0);
+}
+
 TEST(HangTest, WorkersIgnoringSigabrtAndSigtermAreStillStoppedInBoundedTime) {
   TempDir logs;
   const auto t0 = std::chrono::steady_clock::now();
@@ -219,6 +247,12 @@ TEST(HangTest, BadHangTimeoutsAreUsageErrorsNamingTheFlag) {
     EXPECT_EQ(st->exit_code, 2) << bad[0];
     EXPECT_THAT(p.err(), HasSubstr(bad[0])) << p.err();
   }
+  Subprocess alone(
+      {BinPath("ddprun"), "--standalone", "--hang-startup-timeout=60", "--no-python", "true"});
+  auto alone_st = alone.Wait(20s);
+  ASSERT_TRUE(alone_st.has_value());
+  EXPECT_EQ(alone_st->exit_code, 2);
+  EXPECT_THAT(alone.err(), HasSubstr("--hang-startup-timeout=60: only with --hang-timeout"));
   Subprocess pet({BinPath("ddprun"), "--standalone", "--no-python", "true"},
                  {{"PET_HANG_TIMEOUT", "0"}});
   auto st = pet.Wait(20s);

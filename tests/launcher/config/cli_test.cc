@@ -485,6 +485,28 @@ TEST_F(CliTest, HealthCheckTakesACommandAndATimeout) {
               HasSubstr("--health-check-timeout=soon"));
 }
 
+// The start's own hang allowance: flag, YAML and PET_ variable; only beside --hang-timeout.
+TEST_F(CliTest, HangStartupTimeout) {
+  auto o = Parse({"--hang-timeout=30", "--hang-startup-timeout=600", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->hang_timeout, std::chrono::seconds(30));
+  EXPECT_EQ(o->hang_startup_timeout, std::chrono::seconds(600));
+  const std::string yaml = dir_.File("hang.yaml");
+  testing::WriteFile(yaml, "hang-timeout: 20\nhang-startup-timeout: 90.5\n");
+  o = Parse({"--config=" + yaml, script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->hang_startup_timeout, std::chrono::milliseconds(90500));
+  EXPECT_THAT(Error({"--hang-startup-timeout=60", script_}),
+              HasSubstr("--hang-startup-timeout=60: only with --hang-timeout"));
+  EXPECT_THAT(Error({"--hang-timeout=5", "--hang-startup-timeout=0", script_}),
+              HasSubstr("--hang-startup-timeout=0: must be a positive number of seconds"));
+  env_["PET_HANG_STARTUP_TIMEOUT"] = "45";
+  o = Parse({"--hang-timeout=5", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->hang_startup_timeout, std::chrono::seconds(45));
+  env_.erase("PET_HANG_STARTUP_TIMEOUT");
+}
+
 // Issue 28 #10: durations that overflowed (1e19 s: no grace at all) or are not numbers.
 TEST_F(CliTest, DurationsAreFiniteAndBounded) {
   EXPECT_THAT(Error({"--stop-timeout=1e19", script_}), HasSubstr("--stop-timeout=1e19"));

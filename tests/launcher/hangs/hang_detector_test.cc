@@ -39,6 +39,42 @@ TEST_F(HangDetectorTest, SilenceForTheTimeoutIsAHangAndAnySignOfLifeResetsIt) {
   EXPECT_EQ(v->Describe(), "no progress for 3.1 s (--hang-timeout)");
 }
 
+// --hang-startup-timeout: a rank that has shown no sign of life since the group started has the
+// start's allowance, and is named as silent since its start when it runs out; from its first
+// sign of life on, --hang-timeout applies. Without the allowance the start counts as any
+// silence.
+TEST_F(HangDetectorTest, TheStartHasItsOwnAllowanceUntilTheFirstSignOfLife) {
+  HangDetector d({seconds(2), Duration(0), seconds(10)}, 2);
+  d.Reset(clock_.Now());
+  clock_.Advance(seconds(3));
+  d.OnOutput(0, clock_.Now());  // rank 0 alive after 3 s; rank 1 still starting
+  clock_.Advance(seconds(1));
+  EXPECT_FALSE(d.Check(clock_.Now()).has_value());  // 4 s into rank 1's start: allowed
+  clock_.Advance(milliseconds(1500));               // rank 0: 2.5 s silent after its output
+  auto v = d.Check(clock_.Now());
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->local_rank, 0);
+  EXPECT_FALSE(v->at_start);
+  EXPECT_EQ(v->Describe(), "no progress for 2.5 s (--hang-timeout)");
+  d.OnStep(0, 1, clock_.Now());
+  clock_.Advance(milliseconds(5600));  // rank 1: 11.1 s since its start, nothing from it
+  d.OnStep(0, 2, clock_.Now());
+  v = d.Check(clock_.Now());
+  ASSERT_TRUE(v.has_value());
+  EXPECT_EQ(v->local_rank, 1);
+  EXPECT_TRUE(v->at_start);
+  EXPECT_EQ(v->Describe(), "no sign of life for 11.1 s since its start (--hang-startup-timeout)");
+  // A new group starts: every rank has the allowance again.
+  d.Reset(clock_.Now());
+  clock_.Advance(seconds(9));
+  EXPECT_FALSE(d.Check(clock_.Now()).has_value());
+
+  HangDetector plain = Make(seconds(2));
+  clock_.Advance(seconds(2));
+  ASSERT_TRUE(plain.Check(clock_.Now()).has_value());
+  EXPECT_FALSE(plain.Check(clock_.Now())->at_start);
+}
+
 TEST_F(HangDetectorTest, TheLongestIdleRankIsNamedAndExitedRanksNever) {
   HangDetector d = Make(seconds(1), Duration(0), 3);
   d.OnOutput(2, clock_.Now() + milliseconds(500));
