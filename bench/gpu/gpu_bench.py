@@ -376,11 +376,13 @@ class Bench:
         if not self.a.cpu:
             cases.append(("hang-nccl", ["--nproc-per-node=1"], self.nccl, "hang@30:0"))
         for name, nproc, backend, fault in cases:
-            # Longer than a worker's start: LibTorch with CUDA shows its first sign of life
-            # 5-6 s after its start on the H200 (a 5 s timeout took the restart for a hang).
+            # LibTorch with CUDA shows its first sign of life 4-6 s after its start on the H200:
+            # a --hang-timeout below that needs the start's own allowance.
+            startup = (["--hang-startup-timeout=%d" % self.a.hang_startup_timeout]
+                       if self.a.hang_startup_timeout else [])
             rc, text, secs = self.run(name, self.ddprun_argv(
-                *nproc, "--max-restarts=1", "--hang-timeout=%d" % self.a.hang_timeout) +
-                self.train_argv(
+                *nproc, "--max-restarts=1", "--hang-timeout=%d" % self.a.hang_timeout,
+                *startup) + self.train_argv(
                 *self.mnist_args(data, 1, self.model_path(name),
                                  "--checkpoint-dir", os.path.join(self.work, "ck-" + name),
                                  "--checkpoint-every", "10", "--fault", fault)) + backend, 240,
@@ -396,7 +398,8 @@ class Bench:
                 "detected": [l for l in lines if "hung" in l or "hang" in l.lower()][:4],
                 "stack_frames": frames,
                 "restart": [l for l in lines if "restart 1:" in l][:2], "seconds": round(secs, 1)}
-        self.summary.append("- **hang** (--hang-timeout=%d): %s" % (self.a.hang_timeout, "; ".join(
+        self.summary.append("- **hang** (--hang-timeout=%d, --hang-startup-timeout=%s): %s" % (
+            self.a.hang_timeout, self.a.hang_startup_timeout or "-", "; ".join(
             "%s: exit %s, detected %s, %d stack frames, %s" % (
                 k, v["rc"], bool(v["detected"]), v["stack_frames"],
                 " / ".join(v["restart"]) or "no restart") for k, v in r.items())))
@@ -488,6 +491,7 @@ def main():
                     help="side of the generated JPEGs (smaller: cheaper to decode)")
     ap.add_argument("--preload-runs", type=int, default=3)
     ap.add_argument("--hang-timeout", type=int, default=20)
+    ap.add_argument("--hang-startup-timeout", type=int, default=0, help="0: not given")
     a = ap.parse_args()
     b = Bench(a)
     for name in a.parts.split(","):
