@@ -44,6 +44,13 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def recovery_lines(text):
+    """ddprun's timeline of the first restart and its recovery summary, from a run's output."""
+    lines = text.splitlines()
+    return {"restart_line": [l for l in lines if "restart 1:" in l][:2],
+            "recovered": [l for l in lines if "recovered (" in l][:2]}
+
+
 class Bench:
     def __init__(self, a):
         self.a = a
@@ -337,9 +344,7 @@ class Bench:
                 data, 2, model, "--deterministic", "--checkpoint-dir",
                 os.path.join(self.work, "ck-kill"), "--checkpoint-every", "20")) + self.nccl,
             50, 0)
-        r = {"restart_line": [l for l in text.splitlines() if re.search(r"restart 1:", l)][:2],
-             "recovered": [l for l in text.splitlines() if "recovered (" in l][:2],
-             "sha256": self.sha(model)}
+        r = dict(recovery_lines(text), sha256=self.sha(model))
         r["identical_to_straight"] = r["sha256"] == getattr(self, "straight_model", None)
         self.summary.append("- **kill** (NCCL, cold restart from the step-40 checkpoint): %s; "
                             "final model = straight run: %s" % (
@@ -359,9 +364,8 @@ class Bench:
                 data, 2, model, "--deterministic", "--checkpoint-dir",
                 os.path.join(self.work, "ck-inproc"), "--checkpoint-every", "20")) +
             self.gloo_gpu, 30, 1)
-        r = {"restart_line": [l for l in text.splitlines() if re.search(r"restart 1:", l)][:2],
-             "recovered": [l for l in text.splitlines() if "recovered (" in l][:2],
-             "sha256": {"straight": self.sha(straight), "in-process": self.sha(model)}}
+        r = dict(recovery_lines(text),
+                 sha256={"straight": self.sha(straight), "in-process": self.sha(model)})
         r["identical"] = r["sha256"]["straight"] == r["sha256"]["in-process"]
         self.summary.append("- **inprocess** (2 ranks on the GPU, gloo on CUDA tensors, rank 1 "
                             "SIGKILLed): %s; final model = straight 2-rank run: %s" % (
@@ -397,7 +401,7 @@ class Bench:
                 "rc": rc,
                 "detected": [l for l in lines if "hung" in l or "hang" in l.lower()][:4],
                 "stack_frames": frames,
-                "restart": [l for l in lines if "restart 1:" in l][:2], "seconds": round(secs, 1)}
+                "restart": recovery_lines(text)["restart_line"], "seconds": round(secs, 1)}
         self.summary.append("- **hang** (--hang-timeout=%d, --hang-startup-timeout=%s): %s" % (
             self.a.hang_timeout, self.a.hang_startup_timeout or "-", "; ".join(
             "%s: exit %s, detected %s, %d stack frames, %s" % (
