@@ -65,11 +65,18 @@ TEST(HostileWorkerTest, DetachedDaemonsEndWithTheJobAndEachRestart) {
   TempDir dir;
   // A unique duration marks our daemons among the machine's processes.
   const std::string marker = absl::StrCat("3111.", getpid());
+  // The worker exits only once its daemon has left the worker's session: until setsid() has
+  // run, the daemon is still in the worker's process group, and ddprun's stop of that group
+  // would take it without the sweep this test is about (CI met that race once).
+  const std::string detached = dir.File("detached.$LOCAL_RANK.$TORCHELASTIC_RESTART_COUNT");
   const std::string worker =
       ShellWorker(dir, "daemonize.sh",
-                  absl::StrCat("setsid sleep ", marker, " </dev/null >/dev/null 2>&1 &\n",
+                  absl::StrCat("setsid sh -c 'touch \"$0\"; exec sleep ", marker, "' \"", detached,
+                               "\" </dev/null >/dev/null 2>&1 &\n",
                                // a double fork too: the intermediate shell exits at once
                                "( sh -c 'sleep ", marker, " </dev/null >/dev/null 2>&1 &' & )\n",
+                               "n=0; while [ ! -e \"", detached,
+                               "\" ] && [ $n -lt 1000 ]; do sleep 0.01; ", "n=$((n+1)); done\n",
                                "[ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && exit 1\nexit 0\n"));
   Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=2", "--max-restarts=1",
                 "--no-python", worker});
