@@ -1,6 +1,7 @@
 // The gRPC server and client together, in one process, on loopback: assignments, restarts on a
 // broken stream, an expired lease and a worker failure, the budget, success, refusals (token,
-// disagreeing options), an unreachable endpoint, the Status call and the health service.
+// disagreeing options), an unreachable endpoint, the Status call, the health service, and an
+// embedded server following its host's rename.
 #include <chrono>
 #include <memory>
 #include <set>
@@ -536,6 +537,61 @@ TEST(RendezvousServiceFloodTest, StreamRunningTooFarAheadIsCut) {
   release.Notify();
   server->Shutdown(std::chrono::system_clock::now());
   loop.Stop();
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
+
+namespace ddprun::rendezvous {
+namespace {
+
+// An embedded server's host that rejoins under a new name (after a fence or a failed health
+// check) is still the host: every later Assignment names its new id, so that when it goes the
+// others know their server went with it (and none waits a lease for it as a successor).
+TEST(EmbeddedHostTest, AHostThatRejoinsUnderANewNameIsStillTheHost) {
+  ServerOptions options;
+  options.embedded = true;
+  auto server = RendezvousServer::Start(options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  (*server)->SetHostNodeId("h");
+  ClientOptions client = testing::FastClientOptions((*server)->address(), "");
+  client.timeouts.keep_alive_interval = std::chrono::seconds(1);  // b's raw stream is silent
+  client.timeouts.keep_alive_max_attempt = 10;
+
+  // The other node on a raw stream: the test reads the host id off the wire.
+  auto stub = proto::RendezvousService::NewStub(
+      grpc::CreateChannel((*server)->address(), grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+  auto stream = stub->Connect(&context);
+  proto::AgentMessage join;
+  *join.mutable_join() = ToProto(testing::MakeNode("run", "b", 1, 3), client.timeouts);
+  ASSERT_TRUE(stream->Write(join));
+  // The next Assignment b reads for a round of `nodes` nodes; its host id.
+  auto next_host = [&](int nodes) -> std::optional<std::string> {
+    proto::ServerMessage m;
+    while (stream->Read(&m)) {
+      if (m.has_assignment() && m.assignment().group_world_size() == nodes) {
+        return m.assignment().host_node_id();
+      }
+    }
+    return std::nullopt;
+  };
+
+  auto host = std::make_unique<testing::TestAgent>(client, testing::MakeNode("run", "h", 1, 3));
+  EXPECT_EQ(next_host(2), "h");
+
+  // The host's stream breaks and it comes back under a new name.
+  host->client->CancelForTesting();
+  EXPECT_EQ(next_host(1), "h");  // b goes on alone meanwhile
+  NodeInfo renamed = testing::MakeNode("run", "h-rejoin1", 1, 3);
+  renamed.formerly_node_id = "h";
+  auto rejoined = std::make_unique<testing::TestAgent>(client, renamed);
+  EXPECT_EQ(next_host(2), "h-rejoin1");
+
+  context.TryCancel();
+  rejoined.reset();
+  host.reset();
 }
 
 }  // namespace
