@@ -50,7 +50,10 @@ std::string HangVerdict::Describe() const {
 HangDetector::HangDetector(Config config, int nproc) : config_(config), ranks_(nproc) {}
 
 void HangDetector::Reset(TimePoint now) {
-  for (Rank& r : ranks_) r = Rank{now, false, -1, std::nullopt, false};
+  for (Rank& r : ranks_) {
+    r = Rank{};  // every field its default: no field added later is missed
+    r.last_progress = now;
+  }
 }
 
 HangDetector::Rank* HangDetector::At(int local_rank) {
