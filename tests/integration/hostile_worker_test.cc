@@ -76,7 +76,7 @@ TEST(HostileWorkerTest, DetachedDaemonsEndWithTheJobAndEachRestart) {
                                // a double fork too: the intermediate shell exits at once
                                "( sh -c 'sleep ", marker, " </dev/null >/dev/null 2>&1 &' & )\n",
                                "n=0; while [ ! -e \"", detached,
-                               "\" ] && [ $n -lt 1000 ]; do sleep 0.01; ", "n=$((n+1)); done\n",
+                               "\" ] && [ $n -lt 1000 ]; do sleep 0.01; n=$((n+1)); done\n",
                                "[ \"$TORCHELASTIC_RESTART_COUNT\" = 0 ] && exit 1\nexit 0\n"));
   Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=2", "--max-restarts=1",
                 "--no-python", worker});
