@@ -134,7 +134,7 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   // ddprun's stdout and stderr, written by threads of their own (console_writer.h); declared
   // early, so they outlive every member that writes or logs through them.
   ConsoleWriter stdout_writer_{1, "stdout"};
-  ConsoleWriter stderr_writer_{2, "stderr"};
+  ConsoleWriter stderr_writer_{2, "stderr", &stdout_writer_};
   EventLoop loop_;
   AgentStateMachine state_;
   OrphanGuard guard_;                  // outlives group_ and spares_ (declared before them)

@@ -1,5 +1,7 @@
 #include "launcher/workers/console_writer.h"
 
+#include <sys/stat.h>
+
 #include <condition_variable>
 #include <deque>
 #include <mutex>
@@ -9,41 +11,68 @@
 #include "common/log.h"
 
 namespace ddprun::launcher {
+namespace {
 
+// Whether two descriptors write to the same file, pipe or terminal (`2>&1`).
+bool SameFile(int a, int b) {
+  struct stat sa {
+  }, sb{};
+  if (fstat(a, &sa) != 0 || fstat(b, &sb) != 0) return false;
+  return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+}  // namespace
+
+// One queue and one writing thread per console: two writers of the same file share it, so
+// that their batches reach the file in the order they were queued.
 struct ConsoleWriter::State {
-  State(int f, std::string n) : fd(f), name(std::move(n)) {}
-  const int fd;
+  explicit State(std::string n) : name(std::move(n)) {}
+  struct Batch {
+    int fd;
+    std::string bytes;
+  };
   const std::string name;
   std::mutex mu;
   std::condition_variable changed;
-  std::deque<std::string> queue;  // guarded by mu
-  size_t queued = 0;              // bytes in queue; guarded by mu
-  size_t dropped = 0;             // guarded by mu
-  uint64_t written_batches = 0;   // progress, for FlushFor; guarded by mu
-  bool writing = false;           // a batch is being written; guarded by mu
-  bool closing = false;           // guarded by mu
+  std::deque<Batch> queue;       // guarded by mu
+  size_t queued = 0;             // bytes in queue; guarded by mu
+  size_t dropped = 0;            // guarded by mu
+  uint64_t written_batches = 0;  // progress, for FlushFor; guarded by mu
+  bool writing = false;          // a batch is being written; guarded by mu
+  int owners = 0;                // ConsoleWriters sharing the state; guarded by mu
+  // Who left the console's last queued line open (no newline at its end); guarded by mu.
+  const void* open_line_writer = nullptr;
+  bool line_open = false;
 
   void Run() {
     std::unique_lock<std::mutex> lock(mu);
     for (;;) {
-      changed.wait(lock, [&] { return closing || !queue.empty(); });
-      if (queue.empty()) return;  // closing, and everything written
-      std::string batch = std::move(queue.front());
+      changed.wait(lock, [&] { return owners == 0 || !queue.empty(); });
+      if (queue.empty()) return;  // closed by every owner, and everything written
+      Batch batch = std::move(queue.front());
       queue.pop_front();
       writing = true;
       lock.unlock();
-      WriteAll(fd, batch);  // may block for as long as nobody reads the console
+      WriteAll(batch.fd, batch.bytes);  // may block for as long as nobody reads the console
       lock.lock();
       writing = false;
-      queued -= batch.size();
+      queued -= batch.bytes.size();
       ++written_batches;
       changed.notify_all();
     }
   }
 };
 
-ConsoleWriter::ConsoleWriter(int fd, std::string name)
-    : state_(std::make_shared<State>(fd, std::move(name))) {
+ConsoleWriter::ConsoleWriter(int fd, std::string name, const ConsoleWriter* same_file_as)
+    : fd_(fd) {
+  if (same_file_as != nullptr && SameFile(fd, same_file_as->fd_)) {
+    state_ = same_file_as->state_;
+    std::lock_guard<std::mutex> lock(state_->mu);
+    ++state_->owners;
+    return;
+  }
+  state_ = std::make_shared<State>(std::move(name));
+  state_->owners = 1;  // before the thread starts: it ends once there are none
   // Detached: at exit it may be blocked in write() on a console nobody reads, and must not hold
   // ddprun up; it owns a reference to the state it uses.
   std::thread([state = state_] { state->Run(); }).detach();
@@ -54,7 +83,7 @@ ConsoleWriter::~ConsoleWriter() {
   size_t dropped = 0;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
-    state_->closing = true;
+    if (--state_->owners > 0) return;  // the other writer of this file reports
     dropped = state_->dropped;
     state_->changed.notify_all();
   }
@@ -64,16 +93,25 @@ ConsoleWriter::~ConsoleWriter() {
   }
 }
 
-int ConsoleWriter::fd() const { return state_->fd; }
+int ConsoleWriter::fd() const { return fd_; }
 
-bool ConsoleWriter::Write(std::string bytes) {
+bool ConsoleWriter::IsOpenLineOf(const void* writer) const {
+  std::lock_guard<std::mutex> lock(state_->mu);
+  return state_->line_open && state_->open_line_writer == writer;
+}
+
+bool ConsoleWriter::Write(std::string bytes, const void* writer) {
   if (bytes.empty()) return true;
   bool first_drop = false;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
+    // Another writer's line is open: end it first, so that this one starts a line of its own.
+    if (state_->line_open && state_->open_line_writer != writer) bytes.insert(0, "\n");
     if (state_->queued + bytes.size() <= kMaxQueued) {
+      state_->line_open = bytes.back() != '\n';
+      state_->open_line_writer = writer;
       state_->queued += bytes.size();
-      state_->queue.push_back(std::move(bytes));
+      state_->queue.push_back({fd_, std::move(bytes)});
       state_->changed.notify_all();
       return true;
     }

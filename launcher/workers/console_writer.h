@@ -3,6 +3,13 @@
 // worker exits and the rendezvous go on. Writes are queued whole (one write per batch, so lines
 // stay whole) up to kMaxQueued bytes; beyond that a batch is dropped and counted, with one
 // warning on ddprun's log; the log files still get every byte. Thread-safe.
+//
+// Several writers share one console (each worker stream, and ddprun's own log lines). A writer
+// may leave the console's last line open (a progress bar, or a line in progress shown before
+// it ends); the console's open line belongs to that writer. When another writer writes while
+// the line is open, a newline is put first, so that two writers never share a line. ddprun's
+// stdout and stderr on one file (`2>&1`, a terminal, a Slurm output file) share one queue and
+// one open line, so that this holds across them too.
 #ifndef DDPRUN_LAUNCHER_WORKERS_CONSOLE_WRITER_H_
 #define DDPRUN_LAUNCHER_WORKERS_CONSOLE_WRITER_H_
 
@@ -19,8 +26,9 @@ class ConsoleWriter final : public LogSink {
  public:
   static constexpr size_t kMaxQueued = 8 << 20;
 
-  // Writes to `fd` (not owned; ddprun's 1 or 2). `name` is for messages ("stdout").
-  ConsoleWriter(int fd, std::string name);
+  // Writes to `fd` (not owned; ddprun's 1 or 2). `name` is for messages ("stdout"). When `fd`
+  // is the same file as `same_file_as`'s, the two share their queue, thread and open line.
+  ConsoleWriter(int fd, std::string name, const ConsoleWriter* same_file_as = nullptr);
   // Waits up to `flush_timeout` while the console still takes bytes (FlushFor), then leaves a
   // writer blocked on a console nobody reads behind.
   ~ConsoleWriter();
@@ -28,8 +36,12 @@ class ConsoleWriter final : public LogSink {
   ConsoleWriter& operator=(const ConsoleWriter&) = delete;
 
   int fd() const;
-  // Queues `bytes`; never blocks. False when dropped (the queue was full).
-  bool Write(std::string bytes);
+  // Queues `bytes` from `writer` (any address that names the writer; nullptr is ddprun's own
+  // log); never blocks. False when dropped (the queue was full).
+  bool Write(std::string bytes, const void* writer = nullptr);
+  // Whether the console's last line is open and was left open by `writer`: its next bytes
+  // continue that line. False once another writer has written (it ended the line).
+  bool IsOpenLineOf(const void* writer) const;
   // Waits until everything queued is written, or until no byte was written for `idle`.
   // True when drained.
   bool FlushFor(std::chrono::milliseconds idle);
@@ -39,6 +51,7 @@ class ConsoleWriter final : public LogSink {
 
  private:
   struct State;
+  const int fd_;
   std::shared_ptr<State> state_;  // shared with the writing thread, which may outlive us
 };
 

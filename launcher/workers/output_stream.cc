@@ -12,6 +12,16 @@ namespace ddprun::launcher {
 
 OutputStream::OutputStream(Config config) : config_(std::move(config)) {}
 
+bool OutputStream::PassesThrough() const {
+  return config_.prefix.empty() && config_.console != Console::kTerminal;
+}
+
+bool OutputStream::ConsoleLineOpen() const {
+  if (!continuing_ && partial_shown_ == 0) return false;
+  // On a shared console another writer may have ended the line since (ConsoleWriter).
+  return config_.console_writer == nullptr || config_.console_writer->IsOpenLineOf(this);
+}
+
 void OutputStream::EmitLine(absl::string_view line, LineEnd end, Batch* batch) {
   const bool terminal = config_.console == Console::kTerminal;
   absl::string_view text = line;  // what the tail and the filters see
@@ -21,19 +31,23 @@ void OutputStream::EmitLine(absl::string_view line, LineEnd end, Batch* batch) {
   const size_t cr = text.rfind('\r');
   const bool redrawn = cr != absl::string_view::npos;
   if (redrawn) text.remove_prefix(cr + 1);
-  if (config_.console_fd >= 0 && !(config_.prefix.empty() && !terminal)) {
+  if (config_.console_fd >= 0 && !PassesThrough()) {
     const absl::string_view prefix =
-        continuing_ ? absl::string_view() : absl::string_view(config_.prefix);
+        ConsoleLineOpen() ? absl::string_view() : absl::string_view(config_.prefix);
+    // What the console has not shown of the line yet (a line in progress was shown in part).
+    absl::string_view unshown = end == LineEnd::kNewline && terminal && !redrawn ? text : line;
+    unshown.remove_prefix(std::min(partial_shown_, unshown.size()));
     if (end == LineEnd::kPiece) {
-      absl::StrAppend(&batch->console, prefix, line);
-    } else if ((terminal || redrawn) && !continuing_) {
+      absl::StrAppend(&batch->console, prefix, unshown);
+    } else if (redrawn && !continuing_) {
       // A redrawn line ends as its redraws were shown, live (ShowUpdate), even on a pipe.
-      absl::StrAppend(&batch->console, redrawn ? "\r" : "", prefix, text, "\n");
+      absl::StrAppend(&batch->console, "\r", config_.prefix, text, "\n");
     } else {
-      absl::StrAppend(&batch->console, prefix, line, "\n");  // only the prefix is added
+      absl::StrAppend(&batch->console, prefix, unshown, "\n");  // only the prefix is added
     }
   }
   continuing_ = end == LineEnd::kPiece;
+  partial_shown_ = 0;
   shown_.clear();
   if (config_.filtered_fd >= 0) {
     for (const std::string& f : config_.filters) {
@@ -52,9 +66,7 @@ void OutputStream::EmitLine(absl::string_view line, LineEnd end, Batch* batch) {
 void OutputStream::EmitPassThrough(absl::string_view data, Batch* batch) {
   // No prefix and no terminal: the console gets the bytes unchanged, cut only where a line
   // ends (or at kMaxLine), so that ranks' lines do not interleave mid-line.
-  if (config_.console_fd < 0 || !config_.prefix.empty() || config_.console == Console::kTerminal) {
-    return;
-  }
+  if (config_.console_fd < 0 || !PassesThrough()) return;
   passthrough_.append(data.data(), data.size());
   const size_t last_nl = passthrough_.rfind('\n');
   size_t cut = last_nl == std::string::npos ? 0 : last_nl + 1;
@@ -104,8 +116,7 @@ void OutputStream::ShowUpdate(Batch* batch) {
   // Live \r updates (tqdm and the like): the text after the unfinished line's last \r is shown
   // now, whole, over the line on the console, not an hour later when the line ends. Without a
   // prefix on a pipe or a file, the bytes already went as they are (EmitPassThrough).
-  if (config_.console_fd < 0 || continuing_) return;
-  if (config_.prefix.empty() && config_.console != Console::kTerminal) return;
+  if (config_.console_fd < 0 || continuing_ || PassesThrough()) return;
   const size_t cr = partial_.rfind('\r');
   if (cr == std::string::npos) return;
   absl::string_view update = absl::string_view(partial_).substr(cr + 1);
@@ -118,12 +129,34 @@ void OutputStream::Write(const Batch& batch) {
   // One write each: whole lines, never cut by another worker's (one loop thread writes all).
   if (!batch.console.empty()) {
     if (config_.console_writer != nullptr) {
-      config_.console_writer->Write(batch.console);
+      config_.console_writer->Write(batch.console, this);
     } else {
       WriteAll(config_.console_fd, batch.console);
     }
   }
   if (!batch.filtered.empty()) WriteAll(config_.filtered_fd, batch.filtered);
+}
+
+bool OutputStream::HasLineInProgress() const {
+  if (config_.console_fd < 0) return false;
+  if (PassesThrough()) return !passthrough_.empty();
+  // A line redrawn with \r is shown at each redraw already (ShowUpdate).
+  return partial_.size() > partial_shown_ && partial_.find('\r') == std::string::npos;
+}
+
+void OutputStream::FlushLineInProgress() {
+  if (!HasLineInProgress()) return;
+  Batch batch;
+  if (PassesThrough()) {
+    batch.console = std::move(passthrough_);
+    passthrough_.clear();
+  } else {
+    const absl::string_view prefix =
+        ConsoleLineOpen() ? absl::string_view() : absl::string_view(config_.prefix);
+    absl::StrAppend(&batch.console, prefix, absl::string_view(partial_).substr(partial_shown_));
+    partial_shown_ = partial_.size();
+  }
+  Write(batch);
 }
 
 void OutputStream::Finish() {
@@ -133,6 +166,13 @@ void OutputStream::Finish() {
     passthrough_.clear();
   }
   if (!partial_.empty()) {
+    // A redrawn line whose last update is on the console already (ShowUpdate) is not written
+    // again on a pipe or a file.
+    const size_t cr = partial_.rfind('\r');
+    if (config_.console != Console::kTerminal && cr != std::string::npos && !shown_.empty() &&
+        absl::string_view(partial_).substr(cr + 1) == shown_) {
+      partial_shown_ = partial_.size();
+    }
     // On a terminal the unfinished last line is ended (the shell's prompt starts on a line of
     // its own); elsewhere only the prefix is added.
     EmitLine(partial_, config_.console == Console::kTerminal ? LineEnd::kNewline : LineEnd::kPiece,

@@ -182,10 +182,14 @@ void WorkerGroup::Pump(Worker* w, int fd, OutputStream* stream) {
       // Bounded either way: one chatty worker must not starve the loop, and a grandchild
       // that keeps an exited worker's pipe open must not stall it.
       if (total < kDrainLimit) continue;
+      ScheduleLineInProgress(w, stream);
       return;
     }
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) return;
+    if (n < 0 && errno == EAGAIN) {
+      ScheduleLineInProgress(w, stream);
+      return;
+    }
     // EOF (or an error): every writer is gone.
     stream->Finish();
     loop_->RemoveFd(fd);
@@ -196,7 +200,21 @@ void WorkerGroup::Pump(Worker* w, int fd, OutputStream* stream) {
   }
 }
 
+void WorkerGroup::ScheduleLineInProgress(Worker* w, OutputStream* stream) {
+  EventLoop::TimerId* timer = stream == w->out.get() ? &w->out_flush : &w->err_flush;
+  if (*timer != 0 || !stream->HasLineInProgress()) return;
+  // From the first byte held, not the last: a bar redrawn faster than the delay still moves.
+  *timer = loop_->AddTimerAfter(OutputStream::kLineInProgressDelay, [timer, stream] {
+    *timer = 0;
+    stream->FlushLineInProgress();
+  });
+}
+
 void WorkerGroup::CloseStreams(Worker* w) {
+  for (EventLoop::TimerId* timer : {&w->out_flush, &w->err_flush}) {
+    if (*timer != 0) loop_->CancelTimer(*timer);
+    *timer = 0;
+  }
   for (int* fd : {&w->out_fd, &w->err_fd}) {
     if (*fd >= 0) {
       loop_->RemoveFd(*fd);

@@ -128,6 +128,9 @@ class WorkerGroup {
     int err_log = -1;
     std::unique_ptr<OutputStream> out;
     std::unique_ptr<OutputStream> err;
+    // Shows a stream's line in progress (OutputStream::kLineInProgressDelay); 0: none armed.
+    EventLoop::TimerId out_flush = 0;
+    EventLoop::TimerId err_flush = 0;
     std::string stacks_path;
     bool python = false;
     bool stacks_written = false;
@@ -136,6 +139,8 @@ class WorkerGroup {
   void FinishStacks(const StackPlan& plan);
   void GiveUpOnUnreaped();
   void Pump(Worker* w, int fd, OutputStream* stream);
+  // Arms the timer that shows `stream`'s line in progress, unless one is armed.
+  void ScheduleLineInProgress(Worker* w, OutputStream* stream);
   void CloseStreams(Worker* w);
   void SignalAll(int signal);
   Worker* Find(int local_rank);

@@ -4,11 +4,13 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "common/log.h"
+#include "launcher/workers/console_writer.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -188,6 +190,135 @@ TEST(OutputStreamTest, OverlongLineIsEmittedInPieces) {
   fseek(console, 0, SEEK_END);
   EXPECT_EQ(static_cast<size_t>(ftell(console)), OutputStream::kMaxLine + 10 + 5);
   fclose(console);
+}
+
+// issue 43, point 1: a line in progress (a tqdm bar, "loading...") reaches a pipe or a file as
+// it is written, not when its line ends; without a prefix the bytes stay exactly the worker's.
+TEST(OutputStreamTest, ALineInProgressIsShownUnchangedOnAStreamWithoutPrefix) {
+  Pipe console;
+  OutputStream s({console.write_fd(), "", -1, 0});
+  s.Feed("epoch 1\n\r  0%|");
+  EXPECT_TRUE(s.HasLineInProgress());
+  s.FlushLineInProgress();
+  EXPECT_FALSE(s.HasLineInProgress());
+  s.Feed("\r 50%|##");
+  s.FlushLineInProgress();
+  s.FlushLineInProgress();  // nothing new: writes nothing
+  s.Feed("\r100%|####|\ndone\n");
+  s.Finish();
+  EXPECT_EQ(console.Drain(), "epoch 1\n\r  0%|\r 50%|##\r100%|####|\ndone\n");
+}
+
+TEST(OutputStreamTest, ALineInProgressGetsItsPrefixOnceOnAStream) {
+  Pipe console;
+  OutputStream s({console.write_fd(), "[default0]:", -1, 1});
+  s.Feed("loading");
+  ASSERT_TRUE(s.HasLineInProgress());
+  s.FlushLineInProgress();
+  s.Feed("...");
+  s.FlushLineInProgress();
+  s.Feed(" done\nnext\n");
+  s.Finish();
+  EXPECT_EQ(console.Drain(), "[default0]:loading... done\n[default0]:next\n");
+  EXPECT_EQ(s.Tail(), std::vector<std::string>{"next"});
+}
+
+TEST(OutputStreamTest, ARedrawnLineIsNotHeldForTheDelay) {
+  // Redraws are shown at once (ShowUpdate): nothing waits for FlushLineInProgress.
+  Pipe console;
+  OutputStream s({console.write_fd(), "[default0]:", -1, 0});
+  s.Feed("\r 10%");
+  EXPECT_FALSE(s.HasLineInProgress());
+  s.Finish();
+  EXPECT_EQ(console.Drain(), "\r[default0]: 10%");
+}
+
+// Several ranks on one console (a ConsoleWriter): a rank's line in progress is ended before
+// another rank's line, which never lands inside it; the rest of the first line starts a line of
+// its own, with its prefix.
+TEST(OutputStreamTest, AnotherRanksLineNeverLandsInsideALineInProgress) {
+  for (const std::string prefix0 : {"", "[default0]:"}) {
+    const std::string prefix1 = prefix0.empty() ? "" : "[default1]:";
+    Pipe console;
+    std::string got;
+    {
+      ConsoleWriter writer(console.write_fd(), "test");
+      OutputStream::Config c0{console.write_fd(), prefix0, -1, 0};
+      c0.console_writer = &writer;
+      OutputStream::Config c1 = c0;
+      c1.prefix = prefix1;
+      OutputStream a(c0), b(c1);
+      a.Feed("rank0 step");
+      a.FlushLineInProgress();
+      b.Feed("rank1 line\n");
+      a.Feed(" 1 done\n");
+      b.Feed("rank1 again\n");
+      writer.WriteLine("[ddprun] a line of its own\n");
+      ASSERT_TRUE(writer.FlushFor(std::chrono::seconds(5)));
+    }
+    got = console.Drain();
+    EXPECT_EQ(got, prefix0 + "rank0 step\n" + prefix1 + "rank1 line\n" + prefix0 + " 1 done\n" +
+                       prefix1 + "rank1 again\n[ddprun] a line of its own\n")
+        << prefix0;
+  }
+}
+
+TEST(OutputStreamTest, ALogLineDoesNotLandOnAnOpenProgressBar) {
+  Pipe console;
+  {
+    ConsoleWriter writer(console.write_fd(), "test");
+    OutputStream::Config c{console.write_fd(), "[default0]:", -1, 0};
+    c.console_writer = &writer;
+    OutputStream s(c);
+    s.Feed("\r 10%");
+    writer.WriteLine("[ddprun] note\n");
+    s.Feed("\r 20%\n");
+    ASSERT_TRUE(writer.FlushFor(std::chrono::seconds(5)));
+  }
+  EXPECT_EQ(console.Drain(), "\r[default0]: 10%\n[ddprun] note\n\r[default0]: 20%\n");
+}
+
+// ddprun's stdout and stderr on one file (2>&1, a Slurm output file): a line on one never lands
+// inside a bar left open on the other; on two different files nothing is added.
+TEST(OutputStreamTest, StdoutAndStderrOnOneFileNeverShareALine) {
+  for (const bool same_file : {true, false}) {
+    FILE* file = tmpfile();
+    FILE* other = tmpfile();
+    ASSERT_NE(file, nullptr);
+    ASSERT_NE(other, nullptr);
+    const int err_fd = same_file ? dup(fileno(file)) : fileno(other);
+    {
+      ConsoleWriter out(fileno(file), "stdout");
+      ConsoleWriter err(err_fd, "stderr", &out);
+      OutputStream::Config bar_config{err_fd, "", -1, 0};
+      bar_config.console_writer = &err;
+      OutputStream bar(bar_config);
+      OutputStream::Config line_config{fileno(file), "", -1, 0};
+      line_config.console_writer = &out;
+      OutputStream line(line_config);
+      bar.Feed("\r 10%");
+      bar.FlushLineInProgress();
+      line.Feed("@@0 finished\n");
+      bar.Feed("\r100%\n");
+      ASSERT_TRUE(out.FlushFor(std::chrono::seconds(5)));
+      ASSERT_TRUE(err.FlushFor(std::chrono::seconds(5)));
+    }
+    auto contents = [](FILE* f) {
+      std::string got(4096, '\0');
+      rewind(f);
+      got.resize(fread(got.data(), 1, got.size(), f));
+      return got;
+    };
+    if (same_file) {
+      EXPECT_EQ(contents(file), "\r 10%\n@@0 finished\n\r100%\n");
+      close(err_fd);
+    } else {
+      EXPECT_EQ(contents(file), "@@0 finished\n");
+      EXPECT_EQ(contents(other), "\r 10%\r100%\n");
+    }
+    fclose(file);
+    fclose(other);
+  }
 }
 
 }  // namespace
