@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   ddprun::SetVerbose(parsed->options.verbose);
+  for (const std::string& w : parsed->warnings) ddprun::LogWarning(w);
   if (parsed->platform) {
     ddprun::LogInfo(DescribePlatformPlan(*parsed->platform, parsed->options));
   }

@@ -23,6 +23,7 @@
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "common/version.h"
+#include "launcher/config/abbreviations.h"
 #include "launcher/config/completion.h"
 #include "launcher/config/flag_value.h"
 #include "launcher/config/numa_binding.h"
@@ -304,6 +305,10 @@ absl::Status ApplyNodeRank(const Sourced& s, const HostInfo&, LaunchOptions* o) 
 
 absl::Status ApplyMasterAddr(const Sourced& s, const HostInfo&, LaunchOptions* o) {
   if (s.value.empty()) return Invalid(s, "must not be empty");
+  // A host the workers can reach ("[::1" would have them wait for ever on a store that no
+  // address names): an IP address or a host name, without a port (--master-port gives it).
+  DDPRUN_ASSIGN_OR_RETURN(const HostPort host, ParseHostPort(s.where, s.value, 0));
+  if (host.port != 0) return Invalid(s, "expected a host without a port (--master-port gives it)");
   o->master_addr = s.value;
   o->master_addr_given = true;
   return absl::OkStatus();
@@ -384,12 +389,14 @@ absl::Status ResolvePreloadKind(LaunchOptions* o) {
 
 // torch 2.x's --logs-specs names a Python class (a `torchrun.logs_specs` entry point) that
 // decides where workers' logs go. ddprun runs no Python, so it cannot load one; its own layout
-// is torchrun's DefaultLogsSpecs. Refused, with what to use instead.
+// is torchrun's DefaultLogsSpecs, which torch 2.x registers as `default` (and some wrappers name):
+// that one is accepted, any other is refused with what to use instead.
 absl::Status ApplyLogsSpecs(const Sourced& s, const HostInfo&, LaunchOptions*) {
+  if (s.value == "default") return absl::OkStatus();
   return Invalid(s,
                  "a torchrun.logs_specs entry point is Python code, which ddprun does not load; "
-                 "its logs are laid out as torchrun's default LogsSpecs (--log-dir, "
-                 "--redirects, --tee, --local-ranks-filter)");
+                 "its logs are laid out as torchrun's default LogsSpecs (--logs-specs=default: "
+                 "--log-dir, --redirects, --tee, --local-ranks-filter)");
 }
 
 // --stop-timeout and torch 2.x's --shutdown-timeout.
@@ -599,8 +606,8 @@ constexpr FlagDef kFlags[] = {
      "torch 2.x's name for --stop-timeout (also TORCH_ELASTIC_SHUTDOWN_TIMEOUT).",
      ApplyStopTimeout},
     {"logs-specs", "", false,
-     "torch 2.x: a Python LogsSpecs plugin. Refused (ddprun loads no Python); its log layout is "
-     "torchrun's default.",
+     "torch 2.x: a Python LogsSpecs plugin. Only 'default' (torchrun's own layout, ddprun's); "
+     "any other is refused (ddprun loads no Python).",
      ApplyLogsSpecs},
     {"virtual-local-rank", "", true,
      "Every worker sees LOCAL_RANK=0 and only its own GPU in CUDA_VISIBLE_DEVICES (the "
@@ -869,6 +876,15 @@ std::vector<CompletionFlag> CompletionFlags() {
 // ("--master-addr= --no-python" set the address to "--no-python"). Up to the training script,
 // "--flag=" of a flag that takes a value becomes "--flag" "": an empty value, as argparse reads
 // it, which the flag's apply function then accepts (torchrun's default) or refuses.
+// Every spelling the command line takes (those of CompletionFlags).
+std::vector<std::string> CompletionSpellings() {
+  std::vector<std::string> out;
+  for (const CompletionFlag& f : CompletionFlags()) {
+    out.insert(out.end(), f.spellings.begin(), f.spellings.end());
+  }
+  return out;
+}
+
 std::vector<std::string> SplitEmptyValues(const std::vector<std::string>& args,
                                           const std::set<std::string>& value_spellings) {
   std::vector<std::string> out;
@@ -962,7 +978,15 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
   app.add_flag("-h,--help", want_help);
   app.add_flag("--version", want_version);
 
-  const std::vector<std::string> split = SplitEmptyValues(args, value_spellings);
+  LongOptionSpellings long_options{TorchrunLongOptions(), {}, value_spellings};
+  for (const std::string& s : CompletionSpellings()) {
+    if (absl::StartsWith(s, "--") && long_options.torchrun.count(s) == 0) {
+      long_options.own.insert(s);
+    }
+  }
+  DDPRUN_ASSIGN_OR_RETURN(const std::vector<std::string> expanded,
+                          ExpandAbbreviations(args, long_options));
+  const std::vector<std::string> split = SplitEmptyValues(expanded, value_spellings);
   std::vector<std::string> reversed(split.rbegin(), split.rend());
   try {
     app.parse(reversed);
@@ -1019,10 +1043,20 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
     for (const ConfigValue& v : values) {
       const std::string where = absl::StrCat(config_file, ":", v.line, ": ", v.key);
       if (v.key == "script" || v.key == "entrypoint") {
+        if (v.shape != ConfigValue::Shape::kScalar) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where,
+                           ": expected one script or program, not a list or a mapping "
+                           "(its arguments go under script-args)"));
+        }
         if (rest.empty()) o.entrypoint = v.value;
         continue;
       }
       if (v.key == "script-args" || v.key == "args") {
+        if (v.shape == ConfigValue::Shape::kMap) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, ": expected a list of arguments, not a mapping"));
+        }
         if (rest.empty())
           o.entrypoint_args = v.list.empty() ? std::vector<std::string>{v.value} : v.list;
         continue;
@@ -1070,6 +1104,10 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
     o.entrypoint_args.assign(rest.begin() + 1, rest.end());
   }
   DDPRUN_RETURN_IF_ERROR(Validate(env, &o));
+  DDPRUN_ASSIGN_OR_RETURN(const RdzvConf conf, ParseRdzvConf(o.rdzv_conf));
+  for (const std::string& key : conf.unknown_keys) {
+    result.warnings.push_back(UnknownKeyWarning(key, o.rdzv_conf.at(key)));
+  }
   return result;
 }
 

@@ -29,6 +29,8 @@ struct CommandLine {
   std::optional<SlurmPlan> slurm;  // set inside a Slurm job (unless --no-slurm)
   // Set on a node a platform describes with MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK.
   std::optional<PlatformPlan> platform;
+  // Said once on ddprun's log before it starts (e.g. an --rdzv-conf key it does not read).
+  std::vector<std::string> warnings;
 };
 
 // `args` excludes argv[0]. Errors are kInvalidArgument with one line naming the flag (or

@@ -126,15 +126,9 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
       // keep_alive_max_attempt) bounds them. Checked, then unused.
       DDPRUN_RETURN_IF_ERROR(Seconds(key, value).status());
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--rdzv-conf ", key, "=", value,
-          ": unknown key (known: join_timeout, last_call_timeout, failure_last_call_timeout, "
-          "close_timeout, read_timeout, "
-          "keep_alive_interval, keep_alive_max_attempt, is_host, token_file, tls_cert, tls_key, "
-          "tls_ca, tls_client_ca, tls_server_name, protocol, etcd_prefix, etcd_user, "
-          "etcd_password_file, http_port, http_host, static_coordination, static_port; torchrun's "
-          "cacert, ca_cert, cert, ssl_cert, "
-          "key, ssl_cert_key, heartbeat_timeout, store_type, use_libuv)"));
+      // As torchrun: a key this backend does not read is no error (job scripts carry keys for
+      // other backends and versions); the caller warns once, naming it (UnknownKeyWarning).
+      c.unknown_keys.push_back(key);
     }
   }
   if (c.protocol == RdzvProtocol::kHttp) {
@@ -158,6 +152,21 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
                      ": the lease (their product) must be at most ", kMaxSeconds, " seconds"));
   }
   return c;
+}
+
+std::string UnknownKeyWarning(const std::string& key, const std::string& value) {
+  std::string hint;
+  if (key.find_first_of("'\"") != std::string::npos) {
+    hint = " (a quote is part of the key: was the value quoted twice?)";
+  }
+  return absl::StrCat(
+      "--rdzv-conf ", key, "=", value, ": unknown key, ignored", hint,
+      "; ddprun reads join_timeout, last_call_timeout, failure_last_call_timeout, "
+      "close_timeout, read_timeout, keep_alive_interval, keep_alive_max_attempt, is_host, "
+      "token_file, tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name, protocol, "
+      "etcd_prefix, etcd_user, etcd_password_file, http_port, http_host, static_coordination, "
+      "static_port, and torchrun's cacert, ca_cert, cert, ssl_cert, key, ssl_cert_key, "
+      "heartbeat_timeout, store_type, use_libuv");
 }
 
 }  // namespace ddprun::launcher

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "rendezvous/api/run_config.h"
@@ -26,7 +27,9 @@ enum class RdzvProtocol { kUnset, kHttp, kHttps };
 // news of a peer's failure).
 enum class StaticCoordination { kRendezvous, kNone };
 
-// Unknown keys, bad values and a lease beyond kMaxSeconds are kInvalidArgument naming them.
+// Bad values and a lease beyond kMaxSeconds are kInvalidArgument naming them. Unknown keys are
+// no error, as under torchrun (its backends ignore what they do not read): they are listed in
+// unknown_keys for one warning each (UnknownKeyWarning).
 // torchrun's etcd TLS keys are read as ddprun's: cacert and ca_cert as tls_ca, cert and ssl_cert
 // as tls_cert, key and ssl_cert_key as tls_key (its etcd and etcd-v2 backends name them so).
 struct RdzvConf {
@@ -45,9 +48,12 @@ struct RdzvConf {
   std::string http_host = "127.0.0.1";
   // --rdzv-backend=static with more than one node.
   StaticCoordination static_coordination = StaticCoordination::kRendezvous;
-  std::optional<int> static_port;  // unset: MASTER_PORT + 1
+  std::optional<int> static_port;         // unset: MASTER_PORT + 1
+  std::vector<std::string> unknown_keys;  // given, not read by ddprun
 };
 absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>& conf);
+// The warning for a key ddprun does not read: names it and the keys it does read.
+std::string UnknownKeyWarning(const std::string& key, const std::string& value);
 
 }  // namespace ddprun::launcher
 

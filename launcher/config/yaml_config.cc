@@ -112,6 +112,7 @@ absl::StatusOr<std::vector<ConfigValue>> ParseConfig(const std::string& path,
     } else if (node.IsNull()) {
       v.value = "";
     } else if (node.IsSequence()) {
+      v.shape = ConfigValue::Shape::kList;
       for (const auto& item : node) {
         if (!item.IsScalar()) {
           return ErrorAt(path, item.Mark().line + 1,
@@ -121,6 +122,7 @@ absl::StatusOr<std::vector<ConfigValue>> ParseConfig(const std::string& path,
       }
       v.value = absl::StrJoin(v.list, ",");
     } else if (node.IsMap()) {
+      v.shape = ConfigValue::Shape::kMap;
       std::vector<std::string> pairs;
       SeenKeys seen_inside;
       for (const auto& kv : node) {

@@ -19,7 +19,10 @@
 namespace ddprun::launcher {
 
 struct ConfigValue {
-  std::string key;                // normalised flag name with dashes: "nproc-per-node"
+  // What the YAML gave: a plain value (or nothing), a list, or a mapping.
+  enum class Shape { kScalar, kList, kMap };
+  std::string key;  // normalised flag name with dashes: "nproc-per-node"
+  Shape shape = Shape::kScalar;
   std::string value;              // scalar text; lists joined by ',' ; maps as "k=v,k=v"
   std::vector<std::string> list;  // for `script-args`: the items
   int line = 0;                   // 1-based

@@ -192,6 +192,9 @@ TEST_F(CliTest, LaunchDefaultsPassTheLocalRankAsAnArgument) {
 
 // torch 2.x flags ddprun cannot honour are refused naming the flag and why, not ignored.
 TEST_F(CliTest, Torch2FlagsWithoutAMeaningHereAreRefusedWithTheReason) {
+  // issue 43: torch 2.x registers its own layout as `default`, and wrappers pass it.
+  EXPECT_TRUE(Parse({"--logs-specs=default", script_}).ok());
+  EXPECT_TRUE(Parse({"--logs_specs", "default", script_}).ok());
   EXPECT_THAT(Error({"--logs-specs=my_specs", script_}),
               AllOf(HasSubstr("--logs-specs=my_specs"), HasSubstr("ddprun does not load")));
   EXPECT_THAT(Error({"--logs_specs", "my_specs", script_}), HasSubstr("Python code"));
@@ -301,6 +304,34 @@ TEST_F(CliTest, ModuleAndNoPython) {
   EXPECT_THAT(Error({"--no-python", "-m", "x"}), HasSubstr("cannot be used together"));
 }
 
+// issue 43: as torchrun's argparse, an unambiguous prefix of a long flag is that flag; an
+// ambiguous one names the candidates. torchrun's flags are matched first, then ddprun's own.
+TEST_F(CliTest, AbbreviatedFlagsAreTakenAsArgparseTakesThem) {
+  auto o = Parse(
+      {"--nproc_per=3", "--redirect=3", "--nnode", "1", "--max-r", "2", script_, "--nproc=9"});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->nproc_per_node, 3);
+  EXPECT_EQ(o->redirects.For(0), 3);
+  EXPECT_EQ(o->max_restarts, 2);
+  EXPECT_EQ(o->entrypoint_args, std::vector<std::string>{"--nproc=9"});  // the script's own
+  EXPECT_EQ(Error({"--nproc=2", script_}),
+            "ambiguous flag --nproc: it could be --nproc-per-node, --nproc_per_node (see --help)");
+  EXPECT_THAT(Error({"--rdzv=x", script_}),
+              AllOf(HasSubstr("ambiguous flag --rdzv"), HasSubstr("--rdzv-backend"),
+                    HasSubstr("--rdzv_id")));
+  // ddprun's own flags: a prefix no torchrun flag has.
+  o = Parse({"--hang-t=5", "--crash-l=retry", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->hang_timeout, std::chrono::seconds(5));
+  EXPECT_EQ(o->crash_loop, CrashLoop::kRetry);
+  EXPECT_THAT(Error({"--crash=retry", script_}),  // two spellings of one flag, as argparse
+              HasSubstr("ambiguous flag --crash: it could be --crash-loop, --crash_loop"));
+  // A value that looks like a flag is the flag's value, not another flag.
+  o = Parse({"--role", "--nproc", script_});
+  ASSERT_TRUE(o.ok()) << o.status();
+  EXPECT_EQ(o->role, "--nproc");
+}
+
 TEST_F(CliTest, NprocPerNodeKinds) {
   EXPECT_EQ(Parse({"--nproc-per-node=cpu", script_})->nproc_per_node, 8);
   EXPECT_EQ(Parse({"--nproc-per-node=auto", script_})->nproc_per_node, 8);
@@ -318,6 +349,13 @@ TEST_F(CliTest, BadInputNamesTheFlagAndValue) {
   EXPECT_THAT(Error({"--nproc-per-node=-2", script_}), HasSubstr("--nproc-per-node=-2"));
   EXPECT_THAT(Error({"--nproc-per-node=lots", script_}), HasSubstr("--nproc-per-node=lots"));
   EXPECT_THAT(Error({"--frobnicate=1", script_}), HasSubstr("unknown flag --frobnicate"));
+  // issue 43: an --rdzv-conf key ddprun does not read is a warning, not an error.
+  auto conf =
+      ParseCommandLine({"--rdzv-conf=use_libuv=1,foo=1,read_timeout=5", script_}, env_, host_);
+  ASSERT_TRUE(conf.ok()) << conf.status();
+  ASSERT_EQ(conf->warnings.size(), 1u);
+  EXPECT_THAT(conf->warnings[0], HasSubstr("--rdzv-conf foo=1: unknown key, ignored"));
+  EXPECT_THAT(Error({"--rdzv-conf=foo=1,read_timeout=never", script_}), HasSubstr("read_timeout"));
   EXPECT_THAT(Error({"--master-port=0", script_}), HasSubstr("--master-port=0"));
   EXPECT_THAT(Error({"--master-port=70000", script_}), HasSubstr("1..65535"));
   EXPECT_THAT(Error({"--rdzv-endpoint=host:99999", script_}), HasSubstr("1..65535"));
@@ -381,6 +419,28 @@ TEST_F(CliTest, YamlErrorsNameFileAndLine) {
   testing::WriteFile(cfg, "nnodes: 5:2\n");
   EXPECT_THAT(Error({"--config", cfg, script_}), HasSubstr(cfg + ":1: nnodes=5:2"));
   EXPECT_THAT(Error({"--config", dir_.File("none.yaml"), script_}), HasSubstr("none.yaml"));
+  // issue 43: a script is one path and its arguments a list; a mapping or a list there was
+  // flattened into "a=1" or "a,b".
+  testing::WriteFile(cfg, "nnodes: 1\nscript-args: {a: 1}\n");
+  EXPECT_EQ(Error({"--config", cfg, script_}),
+            cfg + ":2: script-args: expected a list of arguments, not a mapping");
+  testing::WriteFile(cfg, "script: [a, b]\n");
+  EXPECT_THAT(Error({"--config", cfg}),
+              HasSubstr(cfg + ":1: script: expected one script or program, not a list"));
+}
+
+// issue 43: an address no host has ("[::1" waited for ever on a store nobody serves) is a
+// usage error at once.
+TEST_F(CliTest, MasterAddrMustBeAHost) {
+  EXPECT_EQ(Error({"--master-addr=[::1", script_}), "--master-addr=[::1: missing ']'");
+  EXPECT_THAT(Error({"--master-addr=node1:29500", script_}),
+              HasSubstr("expected a host without a port"));
+  EXPECT_THAT(Error({"--master-addr=a b", script_}), HasSubstr("--master-addr=a b"));
+  for (const std::string ok : {"node-1.cluster", "10.0.0.1", "::1", "[::1]", "localhost"}) {
+    auto o = Parse({"--master-addr=" + ok, script_});
+    ASSERT_TRUE(o.ok()) << ok << ": " << o.status();
+    EXPECT_EQ(o->master_addr, ok);
+  }
 }
 
 // Issue 28 #7: "--master-addr=" took the next argument ("--no-python") as its value, and

@@ -6,6 +6,7 @@
 namespace ddprun::launcher {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 TEST(ParseRdzvConfTest, CloseTimeoutIsPassedOnOnlyWhenGiven) {
@@ -31,14 +32,26 @@ TEST(ParseRdzvConfTest, FailureLastCallIsUnsetUnlessGiven) {
   EXPECT_THAT(bad.status().message(), HasSubstr("failure_last_call_timeout"));
 }
 
-TEST(ParseRdzvConfTest, BadValuesAndUnknownKeysNameTheKey) {
+TEST(ParseRdzvConfTest, BadValuesNameTheKey) {
   absl::StatusOr<RdzvConf> bad = ParseRdzvConf({{"close_timeout", "soon"}});
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(bad.status().message(), HasSubstr("close_timeout"));
   EXPECT_THAT(bad.status().message(), HasSubstr("soon"));
-  absl::StatusOr<RdzvConf> unknown = ParseRdzvConf({{"close_timout", "1"}});
-  ASSERT_FALSE(unknown.ok());
-  EXPECT_THAT(unknown.status().message(), HasSubstr("--rdzv-conf close_timout=1: unknown key"));
+}
+
+// issue 43: as under torchrun, a key ddprun does not read is no error; it is listed for one
+// warning that names it and the keys ddprun reads. A known key with a bad value still fails.
+TEST(ParseRdzvConfTest, UnknownKeysAreListedForAWarningNotRefused) {
+  absl::StatusOr<RdzvConf> c = ParseRdzvConf(
+      {{"close_timout", "1"}, {"'join_timeout", "5"}, {"join_timeout", "7"}, {"foo", "1"}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->timeouts.join_timeout, std::chrono::seconds(7));
+  EXPECT_EQ(c->unknown_keys, (std::vector<std::string>{"'join_timeout", "close_timout", "foo"}));
+  EXPECT_THAT(UnknownKeyWarning("close_timout", "1"),
+              AllOf(HasSubstr("--rdzv-conf close_timout=1: unknown key, ignored"),
+                    HasSubstr("close_timeout")));
+  EXPECT_THAT(UnknownKeyWarning("'join_timeout", "5"), HasSubstr("quoted twice"));
+  EXPECT_FALSE(ParseRdzvConf({{"foo", "1"}, {"join_timeout", "soon"}}).ok());
 }
 
 // torchrun's etcd backend names its TLS files cacert/cert/key, its etcd-v2 backend
