@@ -601,8 +601,11 @@ void Agent::Execute(const std::vector<AgentAction>& actions) {
         } else if (!tail.empty()) {
           failure.message = tail.back();
         }
-        if (options_.crash_loop == CrashLoop::kStop && !failure.hang) {
-          // The cause's kind, not its text: an OOM's rss differs from one attempt to the next.
+        // A kill from outside or by the OOM killer is no program's deterministic failure: it
+        // never counts towards the crash-loop breaker (issue 43, D7).
+        if (options_.crash_loop == CrashLoop::kStop && !failure.hang &&
+            (failure.signal == 0 || MayRepeatByItself(e.cause.kind, failure.signal))) {
+          // The cause's kind, not its text: a fault's address differs from one attempt to the next.
           failure.signature = absl::StrCat(
               failure.signal != 0 ? absl::StrCat("signal ", SignalName(failure.signal))
                                   : absl::StrCat("exit code ", failure.exit_code),

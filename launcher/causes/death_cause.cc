@@ -80,6 +80,18 @@ const char* DeathCauseLabel(DeathCauseKind kind) {
   return rendezvous::kFailureUnknown;
 }
 
+bool MayRepeatByItself(DeathCauseKind kind, int signal) {
+  switch (kind) {
+    case DeathCauseKind::kFromOutside:
+    case DeathCauseKind::kOomKill:
+      return false;
+    case DeathCauseKind::kUnknown:
+      return signal != SIGKILL;
+    default:
+      return true;
+  }
+}
+
 std::string FormatKilobytes(int64_t kb) {
   if (kb >= 1024 * 1024) return absl::StrFormat("%.1f GiB", kb / (1024.0 * 1024.0));
   if (kb >= 1024) return absl::StrFormat("%.1f MiB", kb / 1024.0);

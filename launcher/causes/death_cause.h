@@ -66,6 +66,13 @@ struct DeathCause {
 // exit, oom_kill, fault, gpu_error, stopped_by_ddprun, external_signal, unknown).
 const char* DeathCauseLabel(DeathCauseKind kind);
 
+// Whether a death may be the program's own deterministic failure, one the crash-loop breaker
+// (rendezvous/api/crash_loop.h) may count: not a signal from outside (an admin's or a
+// scheduler's kill -9), not the OOM killer (the node's memory, not the program, decided), and
+// not a SIGKILL whose cause could not be read (nothing in a program sends itself SIGKILL as a
+// matter of course). An exit, a fault, an abort, a GPU error may.
+bool MayRepeatByItself(DeathCauseKind kind, int signal);
+
 // Where the evidence came from: the records read, or why there are none.
 struct KernelEvidence {
   bool readable = false;

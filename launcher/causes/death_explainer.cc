@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -53,7 +54,17 @@ void DeathExplainer::Drain() {
     constexpr size_t kBatch = 4096;
     KernelLog::Batch batch = log_->ReadAvailable(kBatch);
     lost_ |= batch.lost;
-    const bool more = batch.records.size() >= kBatch;
+    if (batch.unparseable > 0 && batch.unparseable >= batch.records.size()) {
+      // /dev/kmsg gives records only: this is some other file (DDPRUN_KERNEL_LOG=/dev/zero).
+      // Stop reading it rather than spin on it; deaths are explained without it, saying why.
+      unreadable_because_ =
+          absl::StrCat("kernel log ", log_->name(), " is not a kernel log (", batch.unparseable,
+                       " of its records could not be read as /dev/kmsg's)");
+      LogWarning(unreadable_because_);
+      log_.reset();
+      return;
+    }
+    const bool more = batch.reads >= kBatch;
     for (KmsgRecord& r : batch.records) {
       recent_.push_back(std::move(r));
       if (recent_.size() > kMaxRecent) recent_.pop_front();

@@ -40,13 +40,16 @@ KernelLog::~KernelLog() {
   if (fd_ >= 0) close(fd_);
 }
 
-KernelLog::Batch KernelLog::ReadAvailable(size_t max_records) {
+KernelLog::Batch KernelLog::ReadAvailable(size_t max_reads) {
   Batch batch;
   // One read() returns one whole record; 8 KiB holds the longest (as dmesg reads them).
   char buf[8192];
-  while (batch.records.size() < max_records) {
+  // Every read counts, whatever it held: a source that never runs dry and holds no record
+  // (/dev/zero) must not keep the agent's loop here.
+  while (batch.reads < max_reads) {
     const ssize_t n = read(fd_, buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
+    ++batch.reads;
     if (n < 0 && errno == EPIPE) {
       // Overwritten while unread: the position moved to the oldest record kept; go on.
       batch.lost = true;
@@ -54,7 +57,11 @@ KernelLog::Batch KernelLog::ReadAvailable(size_t max_records) {
     }
     if (n <= 0) break;  // EAGAIN: nothing more now (or an error: nothing to read)
     std::optional<KmsgRecord> record = ParseKmsgRecord(absl::string_view(buf, n));
-    if (record.has_value() && record->from_kernel()) batch.records.push_back(*std::move(record));
+    if (!record.has_value()) {
+      ++batch.unparseable;
+    } else if (record->from_kernel()) {
+      batch.records.push_back(*std::move(record));
+    }
   }
   return batch;
 }

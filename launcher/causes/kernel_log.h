@@ -33,9 +33,15 @@ class KernelLog {
     std::vector<KmsgRecord> records;  // the kernel's, in the order written
     // The ring buffer overwrote records before they were read (EPIPE): evidence may be missing.
     bool lost = false;
+    // Reads that held no kmsg record: none from /dev/kmsg; a path that is not a kernel log
+    // (DDPRUN_KERNEL_LOG=/dev/zero) gives nothing else.
+    size_t unparseable = 0;
+    // Reads made; `max_reads` of them: more may be waiting.
+    size_t reads = 0;
   };
-  // Every record available now; at most `max_records` (a flood is read over several calls).
-  Batch ReadAvailable(size_t max_records = 4096);
+  // What is available now, at most `max_reads` reads (one record each): a flood, or a source
+  // that never runs dry, is read over several calls.
+  Batch ReadAvailable(size_t max_reads = 4096);
 
   int fd() const { return fd_; }
   const std::string& name() const { return name_; }

@@ -267,5 +267,46 @@ TEST(CrashLoopTest, CrashLoopRetryRestartsUntilTheBudgetIsSpent) {
   EXPECT_EQ(r.starts, 3) << r.err;
 }
 
+// issue 43, D7: kills from outside (an admin's kill -9, Slurm's) before any output are no crash
+// loop: the job goes on restarting within its budget instead of ending with exit 4, which tells
+// Slurm not to requeue it.
+TEST(CrashLoopTest, KillsFromOutsideAreNotACrashLoop) {
+  TempDir dir;
+  // Attempts 0 and 1 wait to be killed, each under a pid file of its attempt; attempt 2 ends.
+  const std::string worker =
+      ShellWorker(dir, "wait.sh",
+                  absl::StrCat("echo start >> ", dir.File("starts"), "\n",
+                               "[ \"$TORCHELASTIC_RESTART_COUNT\" = 2 ] && exit 0\n", "echo $$ > ",
+                               dir.File("pid.tmp"), " && mv ", dir.File("pid.tmp"), " ",
+                               dir.File("pid-$TORCHELASTIC_RESTART_COUNT"), "\nexec sleep 60\n"));
+  Subprocess p({BinPath("ddprun"), "--standalone", "--nproc-per-node=1", "--max-restarts=5",
+                "--no-python", worker});
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const std::string pid_file = dir.File(absl::StrCat("pid-", attempt));
+    ASSERT_TRUE(testing::WaitUntil([&] { return !ReadTextFile(pid_file).empty(); }, 30s))
+        << p.err();
+    ASSERT_EQ(kill(std::stoi(ReadTextFile(pid_file)), SIGKILL), 0);
+  }
+  auto st = p.Wait(60s);
+  ASSERT_TRUE(st.has_value()) << p.err();
+  EXPECT_EQ(st->exit_code, 0) << p.err();
+  const std::string starts = ReadTextFile(dir.File("starts"));
+  EXPECT_EQ(std::count(starts.begin(), starts.end(), '\n'), 3) << p.err();
+  EXPECT_THAT(p.err(), HasSubstr("sent from outside ddprun"));
+  EXPECT_THAT(p.err(), ::testing::Not(HasSubstr("before any progress")));
+}
+
+// issue 43, S5: DDPRUN_KERNEL_LOG naming an endless source of no records (/dev/zero) hung the
+// agent at 100 % CPU before its worker started. Now it is read a bounded while, dropped with a
+// warning naming it, and the job runs; a worker's signal death says why there is no evidence.
+TEST(CausesTest, AKernelLogThatIsNotOneIsDroppedAndTheJobRuns) {
+  TempDir dir;
+  const Killed killed = KillTheWorkerFromOutside(dir, {{"DDPRUN_KERNEL_LOG", "/dev/zero"}});
+  ASSERT_GT(killed.pid, 0) << killed.err;
+  EXPECT_THAT(killed.err, HasSubstr("kernel log /dev/zero is not a kernel log"));
+  EXPECT_THAT(killed.err, HasSubstr("failed with signal SIGKILL (9): cause unknown: kernel log "
+                                    "/dev/zero is not a kernel log"));
+}
+
 }  // namespace
 }  // namespace ddprun

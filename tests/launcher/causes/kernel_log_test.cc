@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "launcher/causes/death_explainer.h"
 #include "launcher/causes/kernel_message.h"
 
 namespace ddprun::launcher {
@@ -33,6 +34,25 @@ TEST(KernelLogTest, OnlyTheKernelsRecordsAreKept) {
   EXPECT_FALSE(batch.lost);
   EXPECT_TRUE(log->ReadAvailable().records.empty());  // nothing more, and no blocking
   close(fds[1]);
+}
+
+// issue 43, S5: DDPRUN_KERNEL_LOG=/dev/zero (a source that never runs dry and holds no record)
+// had ReadAvailable loop for ever. Each call is bounded by its reads, and the explainer stops
+// reading a file that gives no kmsg records, saying why.
+TEST(KernelLogTest, AnEndlessSourceOfNoRecordsIsBoundedAndDropped) {
+  auto zero = KernelLog::OpenAtEnd("/dev/zero");
+  ASSERT_TRUE(zero.ok()) << zero.status();
+  KernelLog::Batch batch = (*zero)->ReadAvailable(100);
+  EXPECT_EQ(batch.reads, 100u);
+  EXPECT_EQ(batch.unparseable, 100u);
+  EXPECT_TRUE(batch.records.empty());
+  DeathExplainer explainer("/dev/zero");
+  ASSERT_TRUE(explainer.readable());
+  explainer.Drain();
+  EXPECT_FALSE(explainer.readable());
+  EXPECT_EQ(explainer.unreadable_because().rfind("kernel log /dev/zero is not a kernel log", 0), 0u)
+      << explainer.unreadable_because();
+  explainer.Drain();  // nothing left to read
 }
 
 TEST(KernelLogTest, AMissingLogIsNamed) {
