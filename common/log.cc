@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <string>
 
+#include "common/strings.h"
+
 namespace ddprun {
 namespace {
 
@@ -28,8 +30,10 @@ void Emit(absl::string_view level, absl::string_view message) {
   char stamp[32];
   snprintf(stamp, sizeof(stamp), "%02d:%02d:%02d.%03d", local.tm_hour, local.tm_min, local.tm_sec,
            static_cast<int>(tv.tv_usec / 1000));
-  std::string line = absl::StrCat("[", Tag(), " ", stamp, "] ", level, message);
-  if (line.empty() || line.back() != '\n') line.push_back('\n');
+  // One line, whatever the message carries: foreign text in it (a worker's error, another
+  // node's failure message) cannot forge a line of its own or steer the terminal.
+  if (!message.empty() && message.back() == '\n') message.remove_suffix(1);
+  std::string line = absl::StrCat("[", Tag(), " ", stamp, "] ", level, Printable(message), "\n");
   if (LogSink* sink = g_sink.load()) {
     sink->WriteLine(std::move(line));
   } else {

@@ -19,6 +19,68 @@ std::string ValueForMessage(absl::string_view value) {
   return absl::StrCat(absl::CEscape(value.substr(0, kShown)), "... (", value.size(), " bytes)");
 }
 
+namespace {
+
+// The length of the UTF-8 sequence at the start of `s` (1-4), or 0 when it is not one.
+size_t Utf8SequenceLength(absl::string_view s) {
+  const auto b = [&](size_t i) { return static_cast<unsigned char>(s[i]); };
+  const auto continuation = [&](size_t i) { return i < s.size() && (b(i) & 0xC0) == 0x80; };
+  if (b(0) < 0x80) return 1;
+  if (b(0) >= 0xC2 && b(0) <= 0xDF) return continuation(1) ? 2 : 0;
+  if (b(0) >= 0xE0 && b(0) <= 0xEF) {
+    if (!continuation(1) || !continuation(2)) return 0;
+    if (b(0) == 0xE0 && b(1) < 0xA0) return 0;   // overlong
+    if (b(0) == 0xED && b(1) >= 0xA0) return 0;  // a surrogate
+    return 3;
+  }
+  if (b(0) >= 0xF0 && b(0) <= 0xF4) {
+    if (!continuation(1) || !continuation(2) || !continuation(3)) return 0;
+    if (b(0) == 0xF0 && b(1) < 0x90) return 0;   // overlong
+    if (b(0) == 0xF4 && b(1) >= 0x90) return 0;  // beyond U+10FFFF
+    return 4;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string Printable(absl::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  while (!text.empty()) {
+    const unsigned char c = static_cast<unsigned char>(text[0]);
+    const size_t n = Utf8SequenceLength(text);
+    if (n == 0) {
+      absl::StrAppend(&out, "\\x", absl::Hex(c, absl::kZeroPad2));
+      text.remove_prefix(1);
+    } else if (n == 1 && (c < 0x20 || c == 0x7F)) {
+      switch (c) {
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
+        default:
+          absl::StrAppend(&out, "\\x", absl::Hex(c, absl::kZeroPad2));
+      }
+      text.remove_prefix(1);
+    } else if (n == 2 && c == 0xC2 && static_cast<unsigned char>(text[1]) < 0xA0) {
+      // U+0080..U+009F: C1 controls, which some terminals obey.
+      absl::StrAppend(&out, "\\u00",
+                      absl::Hex(static_cast<unsigned char>(text[1]), absl::kZeroPad2));
+      text.remove_prefix(2);
+    } else {
+      out.append(text.data(), n);
+      text.remove_prefix(n);
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<int64_t> ParseInt(absl::string_view what, absl::string_view value, int64_t min,
                                  int64_t max) {
   int64_t v = 0;

@@ -15,6 +15,13 @@ namespace ddprun {
 // longer than 80 bytes, its first 64 followed by "... (N bytes)".
 std::string ValueForMessage(absl::string_view value);
 
+// Text from outside ddprun (a worker's error file, another node's failure message, a health
+// check's output) made safe to print on one line of a log or a terminal: control characters
+// (C0, DEL, and C1 such as the 8-bit CSI) and bytes that are not UTF-8 are C-escaped ("\n",
+// "\x1b", "\u009b"); printable UTF-8 stays as it is. A forged log line or a terminal escape
+// sequence in it is shown, never obeyed.
+std::string Printable(absl::string_view text);
+
 // A whole-string decimal integer in [min, max]; `what` names the flag, e.g. "--max-restarts".
 absl::StatusOr<int64_t> ParseInt(absl::string_view what, absl::string_view value, int64_t min,
                                  int64_t max);

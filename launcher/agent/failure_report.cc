@@ -6,6 +6,7 @@
 #include "absl/strings/str_split.h"
 #include "common/file_text.h"
 #include "common/log.h"
+#include "common/strings.h"
 #include "launcher/workers/error_file_relay.h"
 
 namespace ddprun::launcher {
@@ -67,7 +68,7 @@ void AppendIndented(std::string* out, const std::string& text, const char* inden
   size_t first = lines.size() > max_lines ? lines.size() - max_lines : 0;
   if (first > 0) absl::StrAppend(out, indent, "... (", first, " earlier lines)\n");
   for (size_t i = first; i < lines.size(); ++i) {
-    absl::StrAppend(out, indent, Abbreviate(lines[i], 512), "\n");
+    absl::StrAppend(out, indent, Printable(Abbreviate(lines[i], 512)), "\n");
   }
 }
 
@@ -75,7 +76,9 @@ void AppendIndented(std::string* out, const std::string& text, const char* inden
 
 std::string FormatFailureReport(const FailureReport& r) {
   std::string out = "\n================ ddprun: job failed ================\n";
-  absl::StrAppend(&out, r.headline, "\n");
+  // Every line below that quotes a worker (its error file, its stderr, its stacks) or another
+  // node goes through Printable: one line each, no terminal escapes obeyed.
+  absl::StrAppend(&out, Printable(r.headline), "\n");
   if (r.max_restarts > 0 || r.restarts_used > 0) {
     absl::StrAppend(&out, "restarts used: ", r.restarts_used, " of ", r.max_restarts, "\n");
   }
@@ -86,10 +89,12 @@ std::string FormatFailureReport(const FailureReport& r) {
     absl::StrAppend(&out, "  rank:        ", e.rank, " (local rank ", e.local_rank, ")\n");
     absl::StrAppend(&out, "  pid:         ", e.pid, "\n");
     absl::StrAppend(&out, "  exit:        ", DescribeExit(e), "\n");
-    if (!r.start_error.empty()) absl::StrAppend(&out, "  start error: ", r.start_error, "\n");
+    if (!r.start_error.empty()) {
+      absl::StrAppend(&out, "  start error: ", Printable(r.start_error), "\n");
+    }
     if (r.error.has_value()) {
       absl::StrAppend(&out, "  error file:  ", r.error_file, "\n");
-      absl::StrAppend(&out, "  error:       ", Abbreviate(r.error->message), "\n");
+      absl::StrAppend(&out, "  error:       ", Printable(Abbreviate(r.error->message)), "\n");
       if (!r.error->traceback.empty()) {
         absl::StrAppend(&out, "  traceback:\n");
         AppendIndented(&out, r.error->traceback, "    ", 30);
@@ -99,17 +104,21 @@ std::string FormatFailureReport(const FailureReport& r) {
       absl::StrAppend(&out, "  stacks:      ", r.stacks_file, "\n");
       if (!r.innermost_frames.empty()) {
         absl::StrAppend(&out, "  where it was (innermost frames first):\n");
-        for (const auto& f : r.innermost_frames) absl::StrAppend(&out, "    | ", f, "\n");
+        for (const auto& f : r.innermost_frames) {
+          absl::StrAppend(&out, "    | ", Printable(f), "\n");
+        }
       }
     }
     if (!r.stderr_tail.empty()) {
       absl::StrAppend(&out, "  last lines of its stderr:\n");
-      for (const auto& line : r.stderr_tail) absl::StrAppend(&out, "    | ", line, "\n");
+      for (const auto& line : r.stderr_tail) {
+        absl::StrAppend(&out, "    | ", Printable(line), "\n");
+      }
     }
   }
   if (!r.straggler.empty()) {
-    absl::StrAppend(&out, "straggler (lowest step, then oldest progress, all nodes): ", r.straggler,
-                    "\n");
+    absl::StrAppend(&out, "straggler (lowest step, then oldest progress, all nodes): ",
+                    Printable(r.straggler), "\n");
   }
   if (!r.other_failures.empty()) {
     absl::StrAppend(&out, "other failures in that attempt:\n");

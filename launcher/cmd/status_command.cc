@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/strings.h"
 #include "launcher/agent/agent_state.h"
 #include "launcher/config/cli.h"
 #include "launcher/rdzv/rendezvous_setup.h"
@@ -103,21 +104,24 @@ int Watch(const LaunchOptions& options, const absl::Status& settings, const Quer
 }  // namespace
 
 std::string FormatRunStatusText(const nlohmann::json& run) {
-  std::string out =
-      absl::StrCat("run ", run.value("run_id", ""), ": ", run.value("phase", ""), ", round ",
-                   run.value("round", 0), ", nodes ", run.value("min_nodes", 0), ":",
-                   run.value("max_nodes", 0), ", restarts used ", run.value("restarts_used", 0),
-                   " of ", run.value("max_restarts", 0), "\n");
-  const std::string closed = run.value("close_message", "");
+  // Every string shown came from the server, and from agents and workers before it: one line
+  // each, terminal escapes shown rather than obeyed (Printable).
+  auto text = [](const nlohmann::json& object, const char* key) {
+    return Printable(object.value(key, ""));
+  };
+  std::string out = absl::StrCat(
+      "run ", text(run, "run_id"), ": ", text(run, "phase"), ", round ", run.value("round", 0),
+      ", nodes ", run.value("min_nodes", 0), ":", run.value("max_nodes", 0), ", restarts used ",
+      run.value("restarts_used", 0), " of ", run.value("max_restarts", 0), "\n");
+  const std::string closed = text(run, "close_message");
   if (!closed.empty()) absl::StrAppend(&out, "closed: ", closed, "\n");
   for (const auto& m : run.value("members", nlohmann::json::array())) {
     const int group_rank = m.value("group_rank", -1);
     absl::StrAppend(
         &out, "  ",
         group_rank >= 0 ? absl::StrCat("node rank ", group_rank) : std::string("waiting    "), "  ",
-        m.value("hostname", ""), "  ", m.value("addr", ""), "  nproc ",
-        m.value("nproc_per_node", 0), "  ", m.value("state", ""), "  ", m.value("node_id", ""),
-        "\n");
+        text(m, "hostname"), "  ", text(m, "addr"), "  nproc ", m.value("nproc_per_node", 0), "  ",
+        text(m, "state"), "  ", text(m, "node_id"), "\n");
   }
   return out;
 }

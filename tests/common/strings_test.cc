@@ -61,6 +61,20 @@ TEST(ValueForMessageTest, EscapesControlCharactersAndShortensLongValues) {
   EXPECT_LT(ParseInt("--n", std::string(5000, '7'), 0, 9).status().message().size(), 200u);
 }
 
+// issue 43, D2: foreign text printed by ddprun cannot forge a line or steer a terminal.
+TEST(PrintableTest, ControlCharactersAndBrokenUtf8AreShownNotObeyed) {
+  EXPECT_EQ(Printable("plain text: 1.5 MiB"), "plain text: 1.5 MiB");
+  EXPECT_EQ(Printable("x\n[ddprun-rdzv] run 'prod-job': closing OK"),
+            "x\\n[ddprun-rdzv] run 'prod-job': closing OK");
+  EXPECT_EQ(Printable("\x1b[2J\r\t\x7f\x01"), "\\x1b[2J\\r\\t\\x7f\\x01");
+  EXPECT_EQ(Printable("caf\xc3\xa9 \xe2\x9c\x93"), "caf\xc3\xa9 \xe2\x9c\x93");  // UTF-8 stays
+  EXPECT_EQ(Printable("\xc2\x9b"
+                      "2J"),
+            "\\u009b2J");                                   // C1 CSI
+  EXPECT_EQ(Printable("\x9b\xff\xc3"), "\\x9b\\xff\\xc3");  // not UTF-8
+  EXPECT_EQ(Printable(std::string("a\0b", 3)), "a\\x00b");
+}
+
 TEST(ParseBoolTest, TheUsualSpellingsAndNothingElse) {
   for (const char* yes : {"true", "TRUE", "1", "yes", "On"}) EXPECT_TRUE(*ParseBool("x", yes));
   for (const char* no : {"false", "0", "no", "OFF"}) EXPECT_FALSE(*ParseBool("x", no));
