@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "tests/integration/torchrun_reference.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
@@ -218,6 +219,48 @@ TEST(Torch2Test, PythonWithoutTorchIsNamedInTheSummary) {
   EXPECT_THAT(r.err, HasSubstr("failed with exit code 1: ModuleNotFoundError: No module named "
                                "'torch'"))
       << r.err;
+}
+
+// issue 43, point 2: what torch 2.11's own launcher tests and job scripts rely on, side by side
+// with the real torchrun 2.11 (same command line, same outcome): abbreviated long options as
+// argparse takes them, --rdzv-conf keys the backend does not read, --logs-specs=default; and
+// what both refuse (an ambiguous prefix, a LogsSpecs entry point that does not exist).
+TEST(Torch2Test, TheSameCommandLinesWorkOrFailAsUnderTorchrun211) {
+  REQUIRE_TORCH2();
+  TempDir dir;
+  const std::string script = dir.File("world.py");
+  testing::WriteFile(script, "import os\nprint('world', os.environ['WORLD_SIZE'], flush=True)\n");
+  struct Case {
+    std::vector<std::string> flags;
+    bool works;
+    std::string world;  // what the workers print when it works
+  };
+  const std::vector<Case> cases = {
+      {{"--nproc_per=2"}, true, "world 2"},
+      {{"--nproc-per=2", "--redirect=0", "--max-r", "1"}, true, "world 2"},
+      {{"--nproc-per-node=1", "--rdzv-conf=foo=1,read_timeout=5,use_libuv=0,'join_timeout=5"},
+       true,
+       "world 1"},
+      {{"--nproc-per-node=1", "--logs-specs=default"}, true, "world 1"},
+      {{"--nproc=2"}, false, ""},
+      {{"--nproc-per-node=1", "--logs-specs=no_such_specs"}, false, ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(absl::StrJoin(c.flags, " "));
+    for (const std::string& launcher : {t2.torchrun, BinPath("ddprun")}) {
+      std::vector<std::string> argv = {launcher, "--standalone"};
+      argv.insert(argv.end(), c.flags.begin(), c.flags.end());
+      argv.push_back(script);
+      const LaunchResult r = RunWith(argv, {{"PYTHON_EXEC", t2.python}});
+      if (c.works) {
+        EXPECT_EQ(r.exit_code, 0) << launcher << "\n" << r.err;
+        EXPECT_THAT(r.out, HasSubstr(c.world)) << launcher;
+      } else {
+        EXPECT_NE(r.exit_code, 0) << launcher << "\n" << r.err;
+        EXPECT_THAT(r.out, ::testing::Not(HasSubstr("world"))) << launcher;
+      }
+    }
+  }
 }
 
 }  // namespace
