@@ -17,13 +17,19 @@
 
 namespace ddprun::testing {
 
-// A connection to 127.0.0.1:port, or -1. With read_timeout_s > 0 a read gives up after that.
-inline int ConnectLoopback(int port, int read_timeout_s = 0) {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+// 127.0.0.1:port.
+inline sockaddr_in LoopbackAddress(int port) {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return addr;
+}
+
+// A connection to 127.0.0.1:port, or -1. With read_timeout_s > 0 a read gives up after that.
+inline int ConnectLoopback(int port, int read_timeout_s = 0) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr = LoopbackAddress(port);
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     close(fd);
     return -1;
@@ -44,10 +50,7 @@ inline int ConnectLoopbackFrom(const char* source, int port, int wait_ms = -1) {
   sockaddr_in from{};
   from.sin_family = AF_INET;
   inet_pton(AF_INET, source, &from.sin_addr);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(static_cast<uint16_t>(port));
-  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  sockaddr_in to = LoopbackAddress(port);
   if (bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)) != 0) {
     close(fd);
     return -1;
