@@ -462,7 +462,16 @@ TEST(FormerIdTest, AClaimToBeAFormerMemberCountsOnlyWithThatMembersKey) {
       seconds(3)))
       << "a round formed on a forged claim";
 
-  // A claim to be the host, without its key, does not rename the host.
+  // A refused join claiming to be the host (other --nnodes) does not rename the host (it did,
+  // before the join was checked, and failover then skipped the real successor), nor does an
+  // accepted one without the host's key.
+  RawStream refused(stub.get());
+  proto::AgentMessage mismatch = JoinSplit("refused", host_id);
+  mismatch.mutable_join()->set_min_nodes(5);
+  mismatch.mutable_join()->set_max_nodes(5);
+  ASSERT_TRUE(refused.Write(mismatch));
+  m = refused.Read();
+  ASSERT_TRUE(m.has_value() && m->has_close()) << (m ? m->DebugString() : "ended");
   RawStream pretender(stub.get());
   ASSERT_TRUE(pretender.Write(JoinSplit("pretender", host_id)));
   m = pretender.Read();
