@@ -8,6 +8,10 @@
 // SIGTERM / SIGINT shut it down. Exit codes: 0 after a signal, 2 bad usage (flags, token and TLS
 // files), 3 cannot serve (the port is taken).
 //
+//   ddprun-rdzv --token-file /etc/ddprun/token --mint-token alice
+//
+// prints alice's scoped token (rendezvous/grpc/scoped_token.h) and exits 0.
+//
 // At start it raises its soft limit of open files to the hard limit: every agent holds a
 // connection, and a server out of descriptors can only hold new connections back.
 #include <signal.h>
@@ -114,7 +118,6 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   options.handshake_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(handshake_timeout_s * 1000));
-  RaiseOpenFileLimit();
 
   absl::StatusOr<std::string> token = ddprun::rendezvous::LoadToken(token_file);
   if (!token.ok()) {
@@ -132,6 +135,7 @@ int main(int argc, char** argv) {
     std::cout << *scoped << std::endl;
     return 0;
   }
+  RaiseOpenFileLimit();
   if (options.token.empty()) {
     ddprun::LogWarning(absl::StrCat("no token (", ddprun::rendezvous::kTokenEnv,
                                     " or --token-file): any client that reaches ", options.host,
