@@ -61,7 +61,19 @@ struct JoinRequest {
   std::optional<ResumeClaim> resume;  // set when the agent re-registers
   // With `resume`: the member key the server gave this node in Joined (its proof of identity).
   std::string member_key;
+  // With node.formerly_node_id: the key of that former node, proving this agent was it.
+  std::string formerly_member_key;
+  // The namespace of the token the call carried (a scoped token, ScopedRunId); empty: the
+  // server's own token, or no authentication.
+  std::string token_scope;
 };
+
+// The id a server keeps a run under: `run_id` itself for the server's own token, else
+// "<scope>/<run_id>". Run ids never contain '/' (the server refuses them), so runs of different
+// scopes, and of the server token, never share an id.
+inline std::string ScopedRunId(const std::string& scope, const std::string& run_id) {
+  return scope.empty() ? run_id : scope + "/" + run_id;
+}
 
 // Limits that keep one server (and one hostile or buggy client) from using unbounded memory.
 struct ServerLimits {

@@ -25,6 +25,9 @@ struct JoinedNotice {
   // This node's member key (ServerState fills it in; empty without MemberKeys): the agent
   // presents it when it re-registers.
   std::string member_key;
+  // The node this one was before it rejoined under a new id (NodeInfo::formerly_node_id), as
+  // far as the server believes it: empty when the join named none or could not prove it.
+  std::string succeeds_node_id;
 };
 
 // The round `round` is over; stop the workers and wait for the next assignment.

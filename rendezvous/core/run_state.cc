@@ -119,7 +119,9 @@ void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outb
   node.arrival = next_arrival_++;
   const std::string who = Describe(node);
   AddNode(std::move(node));
-  out->push_back({conn, JoinedNotice{request.peer_host, timeouts_.keep_alive_interval}});
+  JoinedNotice joined{request.peer_host, timeouts_.keep_alive_interval};
+  joined.succeeds_node_id = request.node.formerly_node_id;
+  out->push_back({conn, std::move(joined)});
 
   if (request.resume.has_value()) {
     // A run this server has formed no round of, and an agent that knows one: the server lost

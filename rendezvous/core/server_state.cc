@@ -21,6 +21,10 @@ absl::Status ServerState::Validate(const JoinRequest& request) const {
   const NodeInfo& n = request.node;
   if (n.run_id.empty()) return absl::InvalidArgumentError("join without a run id (--rdzv-id)");
   if (n.node_id.empty()) return absl::InvalidArgumentError("join without a node id");
+  if (n.run_id.find('/') != std::string::npos) {
+    // '/' separates a scoped token's namespace from its run ids (ScopedRunId).
+    return absl::InvalidArgumentError("a run id must not contain '/'");
+  }
   for (const std::string* s :
        {&n.run_id, &n.node_id, &n.hostname, &n.local_addr, &n.formerly_node_id}) {
     if (s->size() > limits_.max_id_length) {
@@ -123,6 +127,22 @@ absl::Status ServerState::CheckMemberKey(JoinRequest* request) {
   return absl::OkStatus();
 }
 
+void ServerState::CheckFormerMemberKey(JoinRequest* request) {
+  std::string& former = request->node.formerly_node_id;
+  if (keys_ == nullptr || former.empty()) return;
+  if (SameKey(keys_->KeyFor(request->node.run_id, former), request->formerly_member_key)) return;
+  // Believed, the claim would count this node as that member for the majority of an embedded
+  // server's run (last_round_majority.h) and make it the host when that member hosts. Only the
+  // agent that joined as it holds its key; a key of an earlier server process cannot be checked
+  // here, and then the node is only not counted as the member it was.
+  SecurityLog(absl::StrCat("ignored a claim to be formerly node '", absl::CEscape(former),
+                           "' without that node's member key: run '",
+                           absl::CEscape(request->node.run_id), "', node '",
+                           absl::CEscape(request->node.node_id), "' from ", request->peer_host,
+                           " (it joins as a new node only)"));
+  former.clear();
+}
+
 absl::Status ServerState::CheckRunLimits(const JoinRequest& request) const {
   int open = 0, of_client = 0;
   for (const auto& [id, run] : runs_) {
@@ -172,10 +192,14 @@ Outbox ServerState::Join(ConnId conn, const JoinRequest& request_in, TimePoint n
     return CloseOnly(conn, invalid);
   }
   JoinRequest request = request_in;
+  // A scoped token's runs live in its namespace: another token's holder can neither join them
+  // nor take their ids first.
+  request.node.run_id = ScopedRunId(request.token_scope, request.node.run_id);
   if (absl::Status refused = CheckMemberKey(&request); !refused.ok()) {
     ++metrics_.refused["member_key"];
     return CloseOnly(conn, refused);
   }
+  CheckFormerMemberKey(&request);
   const std::string& run_id = request.node.run_id;
   auto it = runs_.find(run_id);
   if (it == runs_.end()) {

@@ -8,7 +8,12 @@
 // (PERMISSION_DENIED); for a run this server would rebuild from claims (it lost it, or formed no
 // round yet), a claim with a wrong key is ignored (the node joins as a newcomer) when the keys
 // are durable, and accepted as unverified (logged) when they are not. Without `keys` (unit
-// tests) nothing is checked.
+// tests) nothing is checked. A join's formerly_node_id (a node rejoining under a new id) counts
+// only with that former node's key (JoinRequest::formerly_member_key); without it the join is a
+// plain new node's.
+//
+// Namespaces: a join carrying a scoped token's scope (JoinRequest::token_scope) is for the run
+// ScopedRunId(scope, run_id); runs, member keys, status and log lines all use that id.
 //
 // Not thread-safe: the server's event loop is its only user.
 #ifndef DDPRUN_RENDEZVOUS_CORE_SERVER_STATE_H_
@@ -85,6 +90,8 @@ class ServerState {
   // Checks a re-registration's member key (see the class comment). Returns a refusal, or OK
   // with `*request` possibly stripped of its claim.
   absl::Status CheckMemberKey(JoinRequest* request);
+  // Clears a join's formerly_node_id that does not come with that node's member key (logged).
+  void CheckFormerMemberKey(JoinRequest* request);
   // A new run for `request`, or the refusal of the server's limits.
   absl::Status CheckRunLimits(const JoinRequest& request) const;
   // Forgets the run and what metrics_ keeps of it alone (its recoveries).

@@ -8,6 +8,10 @@
 // SIGTERM / SIGINT shut it down. Exit codes: 0 after a signal, 2 bad usage (flags, token and TLS
 // files), 3 cannot serve (the port is taken).
 //
+//   ddprun-rdzv --token-file /etc/ddprun/token --mint-token alice
+//
+// prints alice's scoped token (rendezvous/grpc/scoped_token.h) and exits 0.
+//
 // At start it raises its soft limit of open files to the hard limit: every agent holds a
 // connection, and a server out of descriptors can only hold new connections back.
 #include <signal.h>
@@ -28,6 +32,7 @@
 #include "common/version.h"
 #include "rendezvous/grpc/member_secret.h"
 #include "rendezvous/grpc/rendezvous_server.h"
+#include "rendezvous/grpc/scoped_token.h"
 #include "rendezvous/grpc/security.h"
 
 namespace {
@@ -90,10 +95,19 @@ int main(int argc, char** argv) {
   app.add_option("--handshake-timeout", handshake_timeout_s,
                  "seconds a connection may take to finish its TLS/HTTP2 handshake (default 10)")
       ->check(CLI::Range(0.1, 3600.0));
-  app.add_option("--max-handshaking-connections", options.max_handshaking_connections,
-                 "connections accepted within one handshake timeout (default 2048); more wait in "
-                 "the listen queue")
+  app.add_option("--max-handshaking-connections", options.max_handshaking_per_address,
+                 "connections kept from one source address (IPv4 address, IPv6 /64) within one "
+                 "handshake timeout (default 1024); more from it are closed at once")
       ->check(CLI::PositiveNumber);
+  app.add_option("--max-connections-per-address", options.max_connections_per_address,
+                 "connections open at once from one source address (default 0: half of the "
+                 "open-file limit less a headroom); more from it are closed at once")
+      ->check(CLI::NonNegativeNumber);
+  std::string mint_scope;
+  app.add_option("--mint-token", mint_scope,
+                 "print the scoped token of this scope (a user, team or job: letters, digits, _ "
+                 "and -) for the server's token, and exit: its holders reach only their scope's "
+                 "runs");
   bool quiet = false;
   app.add_flag("--quiet", quiet, "log only warnings and errors, not rounds and restarts");
   CLI11_PARSE(app, argc, argv);
@@ -104,7 +118,6 @@ int main(int argc, char** argv) {
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   options.handshake_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(handshake_timeout_s * 1000));
-  RaiseOpenFileLimit();
 
   absl::StatusOr<std::string> token = ddprun::rendezvous::LoadToken(token_file);
   if (!token.ok()) {
@@ -112,6 +125,17 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.token = *token;
+  if (!mint_scope.empty()) {
+    absl::StatusOr<std::string> scoped =
+        ddprun::rendezvous::MintScopedToken(options.token, mint_scope);
+    if (!scoped.ok()) {
+      ddprun::LogError(scoped.status().message());
+      return 2;
+    }
+    std::cout << *scoped << std::endl;
+    return 0;
+  }
+  RaiseOpenFileLimit();
   if (options.token.empty()) {
     ddprun::LogWarning(absl::StrCat("no token (", ddprun::rendezvous::kTokenEnv,
                                     " or --token-file): any client that reaches ", options.host,
@@ -125,6 +149,11 @@ int main(int argc, char** argv) {
       return 2;
     }
     options.limits.member_secret = *std::move(secret);
+  } else {
+    ddprun::LogWarning(
+        "no --secret-file: after a restart of this server, re-registrations for the runs it "
+        "lost cannot be verified and are accepted; a token holder who claims a run's nodes "
+        "first takes their places and the real agents are then refused (exit 3)");
   }
 
   // Signals are taken by sigwait on this thread; block them before gRPC starts its threads so

@@ -7,8 +7,10 @@
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -28,6 +30,72 @@ int SoftFdLimit() {
   rlimit limit{};
   if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return -1;
   return limit.rlim_cur == RLIM_INFINITY ? -1 : static_cast<int>(limit.rlim_cur);
+}
+
+// The budget's bounds from the options and the process's descriptor limit.
+ConnectionBudgetOptions BudgetOptions(const AcceptorOptions& options) {
+  const int limit = SoftFdLimit() < 0 ? (1 << 20) : SoftFdLimit();
+  const int headroom = options.descriptor_headroom > 0 ? options.descriptor_headroom
+                                                       : std::clamp(limit / 8, 16, 1024);
+  ConnectionBudgetOptions budget;
+  budget.window = options.handshake_window;
+  budget.max_new_per_source = options.max_handshaking_per_address;
+  budget.max_open_total = std::max(1, limit - headroom);
+  budget.max_open_per_source = options.max_connections_per_address > 0
+                                   ? options.max_connections_per_address
+                                   : std::max(1, budget.max_open_total / 2);
+  return budget;
+}
+
+// Whether descriptor `fd` still holds the socket of inode `inode` (gRPC closes the connections
+// it was handed without telling; a reused number holds another file).
+bool StillOpen(int fd, uint64_t inode) {
+  struct stat st {};
+  return fstat(fd, &st) == 0 && S_ISSOCK(st.st_mode) && static_cast<uint64_t>(st.st_ino) == inode;
+}
+
+// The budget's key for a peer: its IPv4 address (also when mapped into IPv6), else its IPv6
+// /64 (one host may hold a whole /64); and the same as text for the log.
+void SourceOf(const sockaddr_storage& peer, std::string* key, std::string* text) {
+  char buf[INET6_ADDRSTRLEN] = {};
+  if (peer.ss_family == AF_INET) {
+    const auto* in = reinterpret_cast<const sockaddr_in*>(&peer);
+    key->assign(reinterpret_cast<const char*>(&in->sin_addr), 4);
+    inet_ntop(AF_INET, &in->sin_addr, buf, sizeof(buf));
+    *text = buf;
+    return;
+  }
+  if (peer.ss_family == AF_INET6) {
+    const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&peer);
+    if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
+      key->assign(reinterpret_cast<const char*>(&in6->sin6_addr) + 12, 4);
+      inet_ntop(AF_INET, reinterpret_cast<const char*>(&in6->sin6_addr) + 12, buf, sizeof(buf));
+      *text = buf;
+      return;
+    }
+    in6_addr prefix = in6->sin6_addr;
+    std::memset(reinterpret_cast<char*>(&prefix) + 8, 0, 8);
+    key->assign(reinterpret_cast<const char*>(&prefix), 16);
+    inet_ntop(AF_INET6, &prefix, buf, sizeof(buf));
+    *text = absl::StrCat(buf, "/64");
+    return;
+  }
+  key->clear();  // another family (none is listened on): one source
+  *text = "an unknown address";
+}
+
+const char* RefusalReason(ConnectionBudget::Verdict verdict) {
+  switch (verdict) {
+    case ConnectionBudget::Verdict::kTooManyNew:
+      return "its limit of new connections within the handshake timeout";
+    case ConnectionBudget::Verdict::kTooManyOpen:
+      return "its limit of open connections";
+    case ConnectionBudget::Verdict::kOverFairShare:
+      return "its fair share of the descriptors left for connections";
+    case ConnectionBudget::Verdict::kKeep:
+      break;
+  }
+  return "";
 }
 
 // A listening socket on `addr`, or -errno. `dual_stack`: an IPv6 wildcard that takes IPv4 too.
@@ -139,6 +207,7 @@ ConnectionAcceptor::~ConnectionAcceptor() { Stop(); }
 
 void ConnectionAcceptor::Start(Handoff handoff) {
   handoff_ = std::move(handoff);
+  budget_ = std::make_unique<ConnectionBudget>(BudgetOptions(options_), StillOpen);
   loop_.Post([this] { Watch(); });
   thread_ = std::thread([this] { loop_.Run(); });
 }
@@ -181,23 +250,10 @@ void ConnectionAcceptor::PauseUntil(TimePoint when) {
 void ConnectionAcceptor::AcceptSome(int listen_fd) {
   for (int i = 0; i < kAcceptBatch && !paused_; ++i) {
     const TimePoint now = std::chrono::steady_clock::now();
-    while (!recent_accepts_.empty() && recent_accepts_.front() + options_.handshake_window <= now) {
-      recent_accepts_.pop_front();
-    }
-    if (static_cast<int>(recent_accepts_.size()) >= options_.max_handshaking_connections) {
-      // One line per episode, and at most one a minute while the cap keeps being reached.
-      if (!at_connection_cap_ && now - last_cap_warning_ >= std::chrono::minutes(1)) {
-        last_cap_warning_ = now;
-        LogWarning(absl::StrCat(
-            "holding new connections on ", name_, " back: ", recent_accepts_.size(),
-            " accepted within the handshake timeout of ", options_.handshake_window.count(),
-            " ms (the limit); they wait in the listen queue"));
-      }
-      at_connection_cap_ = true;
-      PauseUntil(recent_accepts_.front() + options_.handshake_window);
-      return;
-    }
-    const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    sockaddr_storage peer{};
+    socklen_t peer_len = sizeof(peer);
+    const int fd = accept4(listen_fd, reinterpret_cast<sockaddr*>(&peer), &peer_len,
+                           SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd >= 0) {
       if (out_of_fds_) {
         out_of_fds_ = false;
@@ -206,11 +262,7 @@ void ConnectionAcceptor::AcceptSome(int listen_fd) {
             std::chrono::duration_cast<std::chrono::milliseconds>(now - out_of_fds_since_).count(),
             " ms out of file descriptors"));
       }
-      const int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      recent_accepts_.push_back(now);
-      at_connection_cap_ = false;
-      handoff_(listen_fd, fd);
+      Admit(listen_fd, fd, peer, now);
       continue;
     }
     const int err = errno;
@@ -247,6 +299,38 @@ void ConnectionAcceptor::AcceptSome(int listen_fd) {
         return;
     }
   }
+}
+
+void ConnectionAcceptor::Admit(int listen_fd, int fd, const sockaddr_storage& peer, TimePoint now) {
+  std::string source, source_text;
+  SourceOf(peer, &source, &source_text);
+  struct stat st {};
+  const uint64_t inode = fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+  const ConnectionBudget::Verdict verdict = budget_->Offer(source, fd, inode, now);
+  if (verdict != ConnectionBudget::Verdict::kKeep) {
+    // Closed with a reset: nothing lingers for a peer that is over its budget.
+    const linger reset{1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
+    close(fd);
+    // At most one line a second, however fast an address offers connections.
+    if (now - last_refusal_warning_ < std::chrono::seconds(1)) {
+      ++refusals_not_logged_;
+      return;
+    }
+    last_refusal_warning_ = now;
+    LogWarning(absl::StrCat(
+        "closing a new connection on ", name_, " from ", source_text,
+        " at once: the address is at ", RefusalReason(verdict), " (", budget_->open_from(source),
+        " open)",
+        refusals_not_logged_ > 0
+            ? absl::StrCat("; ", refusals_not_logged_, " more closed since the last such line")
+            : std::string()));
+    refusals_not_logged_ = 0;
+    return;
+  }
+  const int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  handoff_(listen_fd, fd);
 }
 
 }  // namespace ddprun::rendezvous

@@ -24,12 +24,6 @@ namespace {
 constexpr size_t kMinSecretBytes = 16;
 constexpr size_t kMaxSecretBytes = 4096;
 
-void AppendLengthPrefixed(const std::string& s, std::string* out) {
-  const uint64_t n = s.size();
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((n >> (8 * i)) & 0xff));
-  out->append(s);
-}
-
 std::string Errno(const std::string& what, const std::string& path) {
   return absl::StrCat("cannot ", what, " secret file ", path, ": ", std::strerror(errno));
 }
@@ -96,12 +90,23 @@ HmacMemberKeys::HmacMemberKeys(std::string secret)
 }
 
 std::string HmacMemberKeys::KeyFor(const std::string& run_id, const std::string& node_id) const {
-  std::string message = "ddprun-member-key-v1";
-  AppendLengthPrefixed(run_id, &message);
-  AppendLengthPrefixed(node_id, &message);
+  return HmacSha256Hex(secret_, "ddprun-member-key-v1" + LengthPrefixed({run_id, node_id}));
+}
+
+std::string LengthPrefixed(std::initializer_list<std::string_view> parts) {
+  std::string out;
+  for (std::string_view s : parts) {
+    const uint64_t n = s.size();
+    for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
+    out.append(s);
+  }
+  return out;
+}
+
+std::string HmacSha256Hex(std::string_view key, std::string_view message) {
   unsigned char mac[EVP_MAX_MD_SIZE];
   unsigned int mac_len = 0;
-  HMAC(EVP_sha256(), secret_.data(), static_cast<int>(secret_.size()),
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
        reinterpret_cast<const unsigned char*>(message.data()), message.size(), mac, &mac_len);
   return absl::BytesToHexString(
       absl::string_view(reinterpret_cast<const char*>(mac), static_cast<size_t>(mac_len)));

@@ -6,7 +6,9 @@
 #ifndef DDPRUN_RENDEZVOUS_GRPC_MEMBER_SECRET_H_
 #define DDPRUN_RENDEZVOUS_GRPC_MEMBER_SECRET_H_
 
+#include <initializer_list>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "rendezvous/core/member_keys.h"
@@ -29,6 +31,12 @@ class HmacMemberKeys final : public MemberKeys {
   std::string secret_;
   bool durable_;
 };
+
+// Hex of HMAC-SHA256(key, message).
+std::string HmacSha256Hex(std::string_view key, std::string_view message);
+// The parts, each preceded by its length (8 bytes, little-endian): ("ab", "c") and ("a", "bc")
+// make different messages.
+std::string LengthPrefixed(std::initializer_list<std::string_view> parts);
 
 // kMemberSecretBytes from the system's random source (OpenSSL's RAND_bytes).
 absl::StatusOr<std::string> RandomMemberSecret();

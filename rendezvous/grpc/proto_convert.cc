@@ -203,6 +203,7 @@ JoinRequest FromProto(const proto::Join& j, const RunTimeouts& defaults,
   r.node.local_addr = j.local_addr();
   r.node.max_restarts = j.max_restarts();
   r.node.formerly_node_id = j.formerly_node_id();
+  r.formerly_member_key = j.formerly_member_key();
   r.peer_host = peer_host;
   if (j.has_resume()) {
     r.resume = FromProto(j.resume());

@@ -136,6 +136,9 @@ void RendezvousClient::StartCall(std::chrono::milliseconds connect_budget,
     // node the server knows, is refused).
     join.mutable_join()->mutable_resume()->set_member_key(member_key_);
   }
+  // Proves the former id too: without the key it is ignored (the majority rule of an embedded
+  // server would otherwise count any token holder as a member that was cut off).
+  if (!node_.formerly_node_id.empty()) join.mutable_join()->set_formerly_member_key(former_key_);
   read_timer_ = loop_->PostAt(std::chrono::steady_clock::now() + connect_budget, [this, gen] {
     read_timer_ = 0;
     if (gen != call_generation_ || joined_ || events_.closed()) return;
@@ -636,7 +639,9 @@ void RendezvousClient::Fence(const std::string& why) {
 
 void RendezvousClient::JoinAsNewNode() {
   waiting_since_ = std::chrono::steady_clock::now();
-  member_key_.clear();  // the key was the old node id's; the new node gets its own
+  // The key was the old node id's: it now proves the claim to have been that node, and the new
+  // node gets its own.
+  former_key_ = std::exchange(member_key_, std::string());
   claim_.group = ResumeClaim::Group::kWaiting;  // its workers are being stopped
   RetireCall();
   joined_ = false;

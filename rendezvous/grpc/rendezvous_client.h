@@ -202,6 +202,7 @@ class RendezvousClient final : public Rendezvous {
   std::unique_ptr<LoopThread> probe_loop_;
   ResumeClaim claim_;               // what this node knows of its place
   std::string member_key_;          // from the last Joined; presented with claim_
+  std::string former_key_;          // the key of node_.formerly_node_id, presented with it
   bool reconnecting_ = false;       // the current call re-registers after a broken stream
   bool server_down_ = false;        // while reconnecting, the address refused connections
   TimePoint reconnect_deadline_{};  // read_timeout after the break

@@ -20,8 +20,9 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
     return absl::InvalidArgumentError(absl::StrCat("--port=", options.port, " is out of range"));
   }
   if (options.handshake_timeout <= std::chrono::milliseconds(0) ||
-      options.max_handshaking_connections < 1) {
-    return absl::InvalidArgumentError("the handshake timeout and connection cap must be positive");
+      options.max_handshaking_per_address < 1 || options.max_connections_per_address < 0) {
+    return absl::InvalidArgumentError(
+        "the handshake timeout and the connection limits per address must be positive");
   }
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> creds =
       MakeServerCredentials(options.tls);
@@ -30,7 +31,8 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
 
   AcceptorOptions accepting;
   accepting.handshake_window = options.handshake_timeout;
-  accepting.max_handshaking_connections = options.max_handshaking_connections;
+  accepting.max_handshaking_per_address = options.max_handshaking_per_address;
+  accepting.max_connections_per_address = options.max_connections_per_address;
   auto listener = ConnectionAcceptor::Listen(options.host, options.port, accepting);
   if (!listener.ok()) return listener.status();
 

@@ -52,11 +52,14 @@ struct ServerOptions {
   std::chrono::milliseconds keepalive_time{10000};
   std::chrono::milliseconds keepalive_timeout{5000};
   // A connection must finish its TLS and HTTP/2 handshake (send its HTTP/2 settings) within
-  // this, or gRPC closes it; at most `max_handshaking_connections` are accepted within one such
-  // window (more wait in the kernel's listen queue). Together they bound the connections that
-  // have not authenticated, in time and in number.
+  // this, or gRPC closes it; at most `max_handshaking_per_address` from one source address are
+  // kept within one such window, and `max_connections_per_address` open at once (0: half of
+  // the descriptors left for connections); more from that address are closed at once
+  // (connection_acceptor.h). Together they bound the connections that have not authenticated,
+  // in time and in number, per address, with no global rate one address could use up.
   std::chrono::milliseconds handshake_timeout{10000};
-  int max_handshaking_connections = 2048;
+  int max_handshaking_per_address = 1024;
+  int max_connections_per_address = 0;
   // Hosted inside an agent: the agents are told so; when its stream breaks and its address
   // refuses connections, they move to a successor (rendezvous_client.h, failover).
   bool embedded = false;

@@ -57,7 +57,8 @@ RendezvousServiceImpl::~RendezvousServiceImpl() {
 
 grpc::ServerBidiReactor<proto::AgentMessage, proto::ServerMessage>* RendezvousServiceImpl::Connect(
     grpc::CallbackServerContext* context) {
-  if (!CallHasToken(*context, token_)) {
+  std::optional<std::string> scope = CallScope(*context, token_);
+  if (!scope.has_value()) {
     loop_->Post([this] { ++state_.metrics().refused["unauthenticated"]; });
     return new RefusedStream(Unauthenticated());
   }
@@ -71,10 +72,11 @@ grpc::ServerBidiReactor<proto::AgentMessage, proto::ServerMessage>* RendezvousSe
   const ConnId conn = next_conn_++;
   auto* stream = new AgentStream(this, conn);
   std::string peer = PeerHost(context->peer());
-  loop_->Post([this, conn, stream, peer = std::move(peer)] {
+  loop_->Post([this, conn, stream, peer = std::move(peer), scope = *std::move(scope)] {
     StreamEntry& entry = streams_[conn];
     entry.stream = stream;
     entry.peer_host = peer;
+    entry.scope = scope;
     const auto wait = state_.limits().first_join_timeout;
     entry.join_timer = loop_->PostAt(std::chrono::steady_clock::now() + wait, [this, conn, wait] {
       auto it = streams_.find(conn);
@@ -94,14 +96,16 @@ grpc::ServerUnaryReactor* RendezvousServiceImpl::Status(grpc::CallbackServerCont
                                                         const proto::StatusRequest* request,
                                                         proto::StatusResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  if (!CallHasToken(*context, token_)) {
+  std::optional<std::string> scope = CallScope(*context, token_);
+  if (!scope.has_value()) {
     loop_->Post([this] { ++state_.metrics().refused["unauthenticated"]; });
     reactor->Finish(Unauthenticated());
     return reactor;
   }
   // request/response stay valid until Finish; the loop outlives every RPC.
-  loop_->Post([this, request, response, reactor] {
-    absl::StatusOr<RunStatus> status = state_.Status(request->run_id());
+  loop_->Post([this, request, response, reactor, scope = *std::move(scope)] {
+    // A scoped token sees the runs of its scope only; the server's token names any run in full.
+    absl::StatusOr<RunStatus> status = state_.Status(ScopedRunId(scope, request->run_id()));
     if (!status.ok()) {
       reactor->Finish(
           grpc::Status(grpc::StatusCode::NOT_FOUND, std::string(status.status().message())));
@@ -197,18 +201,16 @@ void RendezvousServiceImpl::HandleMessage(ConnId conn, const proto::AgentMessage
   if (entry == streams_.end() || entry->second.closed) return;  // finishing: nothing to say
   const TimePoint now = clock_->Now();
   switch (message.msg_case()) {
-    case proto::AgentMessage::kJoin:
-      // The hosting agent rejoining under a new name (fenced, or back from a failed health
-      // check) is still the host: agents must never pick it as the successor of itself.
-      if (embedded_ && !host_node_id_.empty() &&
-          message.join().formerly_node_id() == host_node_id_) {
-        host_node_id_ = message.join().node_id();
-      }
-      Apply(state_.Join(conn, FromProto(message.join(), default_timeouts_, entry->second.peer_host),
-                        now));
+    case proto::AgentMessage::kJoin: {
+      JoinRequest request = FromProto(message.join(), default_timeouts_, entry->second.peer_host);
+      request.token_scope = entry->second.scope;
+      Outbox out = state_.Join(conn, request, now);
+      FollowHostRename(conn, request.node.node_id, out);
+      Apply(out);
       // Refused and unverified re-registrations: always logged, verbose or not.
       for (const std::string& line : state_.TakeSecurityLog()) LogWarning(line);
       break;
+    }
     case proto::AgentMessage::kHeartbeat: {
       Apply(state_.Heartbeat(conn, rendezvous::FromProto(message.heartbeat()), now));
       auto open = streams_.find(conn);
@@ -241,6 +243,22 @@ void RendezvousServiceImpl::HandleMessage(ConnId conn, const proto::AgentMessage
     }
   }
   ScheduleTick();
+}
+
+void RendezvousServiceImpl::FollowHostRename(ConnId conn, const std::string& node_id,
+                                             const Outbox& out) {
+  if (!embedded_ || host_node_id_.empty()) return;
+  for (const Outgoing& o : out) {
+    const auto* joined = std::get_if<JoinedNotice>(&o.msg);
+    // The hosting agent rejoining under a new name (fenced, or back from a failed health check)
+    // is still the host: agents must never pick it as the successor of itself. Only a join the
+    // run accepted, and whose former id ServerState believed (it proved it with that node's
+    // member key): a refused or forged claim leaves the host as it is.
+    if (joined != nullptr && o.conn == conn && !joined->succeeds_node_id.empty() &&
+        joined->succeeds_node_id == host_node_id_) {
+      host_node_id_ = node_id;
+    }
+  }
 }
 
 void RendezvousServiceImpl::Apply(const Outbox& out) {

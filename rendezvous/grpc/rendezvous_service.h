@@ -67,6 +67,9 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
  private:
   // Loop thread only.
   void HandleMessage(ConnId conn, const proto::AgentMessage& message);
+  // An accepted join of the hosting agent under a new name `node_id`
+  // (JoinedNotice::succeeds_node_id): host_node_id_ follows it.
+  void FollowHostRename(ConnId conn, const std::string& node_id, const Outbox& out);
   void Apply(const Outbox& out);
   void LogDecisions(const Outbox& out);  // LogInfo lines (shown when verbose)
   void ScheduleTick();
@@ -88,6 +91,7 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
   struct StreamEntry {
     AgentStream* stream = nullptr;  // owned here once registered; deleted on the loop
     std::string peer_host;
+    std::string scope;                   // of the call's token (scoped_token.h); "": the server's
     LoopThread::TimerId join_timer = 0;  // closes the stream if it never joins
     bool closed = false;                 // a Close was sent: later messages are ignored
   };

@@ -3,15 +3,20 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_text.h"
 #include "grpcpp/security/server_credentials.h"
+#include "rendezvous/grpc/scoped_token.h"
 
 namespace ddprun::rendezvous {
 
-bool CallHasToken(const grpc::ServerContextBase& context, absl::string_view token) {
-  if (token.empty()) return true;
+std::optional<std::string> CallScope(const grpc::ServerContextBase& context,
+                                     absl::string_view token) {
+  if (token.empty()) return std::string();
   const auto& metadata = context.client_metadata();
   auto it = metadata.find(kAuthMetadataKey);
-  if (it == metadata.end()) return false;
-  return BearerHasToken(absl::string_view(it->second.data(), it->second.size()), token);
+  if (it == metadata.end()) return std::nullopt;
+  const absl::string_view value(it->second.data(), it->second.size());
+  const absl::string_view prefix = "Bearer ";
+  if (value.substr(0, prefix.size()) != prefix) return std::nullopt;
+  return ScopeOfToken(value.substr(prefix.size()), token);
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(

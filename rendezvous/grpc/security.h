@@ -5,6 +5,7 @@
 #define DDPRUN_RENDEZVOUS_GRPC_SECURITY_H_
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -16,8 +17,11 @@
 
 namespace ddprun::rendezvous {
 
-// True when `token` is empty (authentication off) or the call carries it.
-bool CallHasToken(const grpc::ServerContextBase& context, absl::string_view token);
+// What the call's bearer token gives access to on a server whose token is `token`
+// (scoped_token.h): "" for the server's token (or any call when `token` is empty), a scope for a
+// scoped token of this server, nullopt when the call carries neither.
+std::optional<std::string> CallScope(const grpc::ServerContextBase& context,
+                                     absl::string_view token);
 
 struct TlsServerFiles {
   std::string cert_file;       // PEM certificate chain; empty: plaintext

@@ -260,5 +260,96 @@ TEST(ServerRunLimitsTest, ClosedRunsRememberedAreBounded) {
   EXPECT_EQ(state.Status("job4")->phase, RunPhase::kClosed);
 }
 
+// Issue 43 S2: with an embedded server's majority rule, nodes 1..3 form round 1 and 2 and 3
+// fall silent (their leases run out): node 1 alone is no majority. A newcomer claiming to be
+// node 2 under a new id counts as node 2 only with node 2's key.
+class FormerIdTest : public ::testing::Test {
+ protected:
+  FormerIdTest()
+      : state_(ServerLimits{}, std::make_shared<FakeKeys>(/*durable=*/false),
+               RoundQuorum::kMajorityOfLastRound) {}
+  void FormRoundAndSilenceTwoAndThree() {
+    for (ConnId c : {1, 2, 3}) {
+      state_.Join(c, MakeJoin("run", std::to_string(c), 2, 3), clock_.Now());
+    }
+    ASSERT_EQ(state_.Status("run")->round, 1);
+    for (int i = 0; i < 8; ++i) {
+      clock_.Advance(std::chrono::milliseconds(500));
+      state_.Heartbeat(1, {}, clock_.Now());
+      state_.Tick(clock_.Now());
+    }
+    ASSERT_EQ(state_.Status("run")->phase, RunPhase::kJoining);
+  }
+  // Joins conn 9 as "9-rejoin1", formerly node 2, presenting `key`; returns what the next
+  // seconds brought to it (its Joined, and an assignment if a round formed).
+  Outbox RejoinAsFormerlyTwo(const std::string& key) {
+    JoinRequest r = MakeJoin("run", "9-rejoin1", 2, 3);
+    r.node.formerly_node_id = "2";
+    r.formerly_member_key = key;
+    Outbox all = state_.Join(9, r, clock_.Now());
+    for (int i = 0; i < 6; ++i) {  // past the last call of 2 s
+      clock_.Advance(std::chrono::milliseconds(500));
+      state_.Heartbeat(1, {}, clock_.Now());
+      state_.Heartbeat(9, {}, clock_.Now());
+      Outbox out = state_.Tick(clock_.Now());
+      all.insert(all.end(), out.begin(), out.end());
+    }
+    return all;
+  }
+
+  FakeClock clock_;
+  ServerState state_;
+};
+
+TEST_F(FormerIdTest, AClaimWithoutTheFormerNodesKeyIsNotCounted) {
+  FormRoundAndSilenceTwoAndThree();
+  Outbox out = RejoinAsFormerlyTwo("key:run/3");  // a key, but another node's
+  const JoinedNotice* joined = Find<JoinedNotice>(out, 9);
+  ASSERT_NE(joined, nullptr);  // it may join, as a new node
+  EXPECT_EQ(joined->succeeds_node_id, "");
+  EXPECT_EQ(Count<Assignment>(out), 0) << "no majority: node 2 is not back";
+  std::vector<std::string> log = state_.TakeSecurityLog();
+  ASSERT_THAT(log, SizeIs(1));
+  EXPECT_THAT(log[0], HasSubstr("ignored a claim to be formerly node '2'"));
+}
+
+TEST_F(FormerIdTest, AClaimWithTheFormerNodesKeyIsCounted) {
+  FormRoundAndSilenceTwoAndThree();
+  Outbox out = RejoinAsFormerlyTwo("key:run/2");
+  const JoinedNotice* joined = Find<JoinedNotice>(out, 9);
+  ASSERT_NE(joined, nullptr);
+  EXPECT_EQ(joined->succeeds_node_id, "2");
+  const Assignment* a = Find<Assignment>(out, 9);
+  ASSERT_NE(a, nullptr) << "2 of 3 are back";
+  EXPECT_EQ(a->round, 2);
+  EXPECT_THAT(state_.TakeSecurityLog(), IsEmpty());
+}
+
+// Issue 43 S4: the same run id under two token scopes is two runs; neither reaches the other.
+TEST_F(MemberKeysTest, RunsOfDifferentScopesAreDifferentRuns) {
+  JoinRequest squatter = MakeJoin("4242.0", "squatter", 1, 1);
+  squatter.token_scope = "mallory";
+  Outbox out = Join(1, squatter);
+  ASSERT_NE(Find<Assignment>(out, 1), nullptr);
+  for (ConnId c : {2, 3}) {
+    JoinRequest real = MakeJoin("4242.0", "real-" + std::to_string(c), 2, 2);
+    real.token_scope = "alice";
+    out = Join(c, real);
+    EXPECT_EQ(Find<CloseNotice>(out, c), nullptr) << "not refused for the squatter's --nnodes";
+  }
+  const Assignment* a = Find<Assignment>(out, 3);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->group_world_size, 2);
+  EXPECT_EQ(state_.Status("alice/4242.0")->num_nodes, 2);
+  EXPECT_EQ(state_.Status("mallory/4242.0")->num_nodes, 1);
+  EXPECT_FALSE(state_.Status("4242.0").ok());
+  // A key is the namespaced run's: the squatter's key opens nothing of alice's.
+  EXPECT_EQ(Find<JoinedNotice>(Join(4, MakeJoin("x", "n", 2, 2)), 4)->member_key, "key:x/n");
+  // A run id with '/' (which could name another scope's run) is refused.
+  out = Join(5, MakeJoin("alice/4242.0", "sneak", 2, 2));
+  ASSERT_NE(Find<CloseNotice>(out, 5), nullptr);
+  EXPECT_EQ(Find<CloseNotice>(out, 5)->status.code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace ddprun::rendezvous

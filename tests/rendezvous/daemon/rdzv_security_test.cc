@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/grpc/security.h"
+#include "tests/testing/reserved_port.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
 
@@ -29,6 +30,7 @@ namespace {
 using ::ddprun::testing::BinPath;
 using ::ddprun::testing::Subprocess;
 using ::ddprun::testing::TempDir;
+using ::ddprun::testing::WaitUntil;
 using std::chrono::seconds;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -51,18 +53,19 @@ std::unique_ptr<Subprocess> StartDaemon(std::vector<std::string> flags, std::str
 }
 
 std::unique_ptr<Subprocess> StartAgent(const std::string& endpoint, const std::string& node,
-                                       const std::string& run, const std::string& nnodes) {
+                                       const std::string& run, const std::string& nnodes,
+                                       const std::string& token = kToken) {
   return std::make_unique<Subprocess>(
       std::vector<std::string>{BinPath("rdzv-test-agent"), "--endpoint", endpoint, "--run", run,
                                "--node", node, "--nnodes", nnodes, "--keep-alive", "0.5"},
-      std::map<std::string, std::string>{{kTokenEnv, kToken}});
+      std::map<std::string, std::string>{{kTokenEnv, token}});
 }
 
-// One Connect stream spoken by hand, with the shared token and a deadline.
+// One Connect stream spoken by hand, with a token (the shared one unless told) and a deadline.
 class RawStream {
  public:
-  explicit RawStream(proto::RendezvousService::Stub* stub) {
-    context_.AddMetadata(kAuthMetadataKey, AuthMetadataValue(kToken));
+  explicit RawStream(proto::RendezvousService::Stub* stub, const std::string& token = kToken) {
+    context_.AddMetadata(kAuthMetadataKey, AuthMetadataValue(token));
     context_.set_deadline(std::chrono::system_clock::now() + kWait);
     stream_ = stub->Connect(&context_);
   }
@@ -134,9 +137,9 @@ class SecurityTest : public ::testing::Test {
     stub_ = proto::RendezvousService::NewStub(
         grpc::CreateChannel(endpoint_, grpc::InsecureChannelCredentials()));
   }
-  proto::StatusResponse RunStatus(const std::string& run) {
+  proto::StatusResponse RunStatus(const std::string& run, const std::string& token = kToken) {
     grpc::ClientContext context;
-    context.AddMetadata(kAuthMetadataKey, AuthMetadataValue(kToken));
+    context.AddMetadata(kAuthMetadataKey, AuthMetadataValue(token));
     context.set_deadline(std::chrono::system_clock::now() + kWait);
     proto::StatusRequest request;
     request.set_run_id(run);
@@ -288,6 +291,204 @@ TEST_F(SecurityTest, OneClientCannotTakeEverySlot) {
   // server-wide one (64) is far.
   EXPECT_EQ(RunStatus("r1").members_size(), 1);
   EXPECT_EQ(RunStatus("r2").members_size(), 1);
+}
+
+// `ddprun-rdzv --mint-token SCOPE`'s output (the daemon's token from the environment).
+std::string MintToken(const std::string& scope) {
+  Subprocess mint({BinPath("ddprun-rdzv"), "--mint-token", scope},
+                  std::map<std::string, std::string>{{kTokenEnv, kToken}});
+  std::optional<::ddprun::testing::ExitStatus> exit = mint.Wait(kWait);
+  if (!exit.has_value() || exit->exit_code != 0) return "";
+  std::string out = mint.out();
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+TEST(ScopedTokenTest, MintPrintsATokenOfTheScopeAndRefusesABadScope) {
+  const std::string alice = MintToken("alice");
+  EXPECT_TRUE(std::regex_match(alice, std::regex("ddprun1\\.alice\\.[0-9a-f]{64}"))) << alice;
+  EXPECT_EQ(MintToken("alice"), alice) << "derived, not random";
+  EXPECT_NE(MintToken("bob"), alice);
+  Subprocess bad({BinPath("ddprun-rdzv"), "--mint-token", "a/b"},
+                 std::map<std::string, std::string>{{kTokenEnv, kToken}});
+  std::optional<::ddprun::testing::ExitStatus> exit = bad.Wait(kWait);
+  ASSERT_TRUE(exit.has_value());
+  EXPECT_EQ(exit->exit_code, 2);
+  EXPECT_THAT(bad.err(), HasSubstr("--mint-token=a/b: a scope is 1 to 64 letters"));
+}
+
+// Issue 43 S4: a token holder who takes a job's (predictable) run id first. With scoped tokens
+// its run is its own scope's: the real job, with a token of another scope, forms its round of
+// exactly its own agents, whatever settings the squatter chose.
+TEST_F(SecurityTest, AScopedTokenHolderCannotTakeAnotherScopesRunId) {
+  StartServer();
+  const std::string alice = MintToken("alice"), mallory = MintToken("mallory");
+  ASSERT_FALSE(alice.empty());
+  ASSERT_FALSE(mallory.empty());
+  // Mallory takes both run ids first: one with other settings (the real job exited 3), one with
+  // the job's own (a squatter became a member and one real agent waited forever).
+  RawStream other_settings(stub_.get(), mallory), same_settings(stub_.get(), mallory);
+  ASSERT_TRUE(other_settings.Write(JoinAs("4242.0", "squatter-1", 1)));
+  ASSERT_TRUE(same_settings.Write(JoinAs("4343.0", "squatter-2", 2)));
+  for (RawStream* squatter : {&other_settings, &same_settings}) {
+    std::optional<proto::ServerMessage> m = squatter->Read();
+    ASSERT_TRUE(m.has_value() && m->has_joined()) << (m ? m->DebugString() : "ended");
+  }
+  for (const std::string run : {"4242.0", "4343.0"}) {
+    auto a = StartAgent(endpoint_, "real-a", run, "2:2", alice);
+    auto b = StartAgent(endpoint_, "real-b", run, "2:2", alice);
+    ASSERT_TRUE(a->WaitForOutputContains("ASSIGNMENT round=1 ", kWait)) << a->out() << a->err();
+    ASSERT_TRUE(b->WaitForOutputContains("ASSIGNMENT round=1 ", kWait)) << b->out() << b->err();
+    EXPECT_THAT(a->out(), HasSubstr("group_world_size=2 "));
+    proto::StatusResponse real = RunStatus(run, alice);
+    ASSERT_EQ(real.members_size(), 2) << real.DebugString();
+    for (const auto& member : real.members()) {
+      EXPECT_THAT(member.node_id(), HasSubstr("real-")) << real.DebugString();
+    }
+    // The server's own token names the run in full; mallory's sees only its own run.
+    EXPECT_EQ(RunStatus("alice/" + run).members_size(), 2);
+    EXPECT_THAT(RunStatus(run, mallory).members(0).node_id(), HasSubstr("squatter-"));
+  }
+  // A made-up scoped token is no token.
+  RawStream forged(stub_.get(), "ddprun1.alice." + std::string(64, '0'));
+  ASSERT_TRUE(forged.Write(JoinAs("4242.0", "forged", 2)));
+  EXPECT_FALSE(forged.Read().has_value());
+  EXPECT_EQ(forged.Finish().error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  other_settings.Finish();
+  same_settings.Finish();
+}
+
+// Issue 43, minor: without --secret-file the daemon says at start what a restart costs.
+TEST_F(SecurityTest, WithoutASecretFileTheDaemonWarnsAtStart) {
+  StartServer();
+  EXPECT_TRUE(daemon_->WaitForOutputContains(
+      "no --secret-file: after a restart of this server, re-registrations for the runs it lost "
+      "cannot be verified",
+      kWait))
+      << daemon_->err();
+  TempDir dir;
+  StartServer({"--port", "0", "--secret-file", dir.File("secret")});
+  daemon_->Signal(SIGTERM);
+  ASSERT_TRUE(daemon_->Wait(kWait).has_value());  // its output is complete
+  EXPECT_THAT(daemon_->err(), Not(HasSubstr("no --secret-file")));
+}
+
+// A join of the embedded-server test's run: --nnodes=2:3, one worker, --max-restarts=3.
+proto::AgentMessage JoinSplit(const std::string& node, const std::string& formerly = "",
+                              const std::string& formerly_key = "") {
+  proto::AgentMessage m = JoinAs("split", node, 2);
+  m.mutable_join()->set_max_nodes(3);
+  m.mutable_join()->set_nproc_per_node(1);
+  m.mutable_join()->set_formerly_node_id(formerly);
+  m.mutable_join()->set_formerly_member_key(formerly_key);
+  return m;
+}
+
+// The status of `run`, or nullopt while the server does not know it (yet).
+std::optional<proto::StatusResponse> TryStatus(proto::RendezvousService::Stub* stub,
+                                               const std::string& run) {
+  grpc::ClientContext context;
+  context.AddMetadata(kAuthMetadataKey, AuthMetadataValue(kToken));
+  context.set_deadline(std::chrono::system_clock::now() + seconds(2));
+  proto::StatusRequest request;
+  request.set_run_id(run);
+  proto::StatusResponse response;
+  if (!stub->Status(&context, request, &response).ok()) return std::nullopt;
+  return response;
+}
+
+// Issue 43 S2, against the server a real ddprun agent hosts (it fails over, so a round needs a
+// majority of the last round's members): a token holder on the host's side of a cut claims to be
+// a silent member rejoining under a new id, or the host itself. Neither claim is believed
+// without that member's key: no round forms for the forger, the host keeps its name. A member
+// that really rejoins, with its key, is counted and the run goes on.
+TEST(FormerIdTest, AClaimToBeAFormerMemberCountsOnlyWithThatMembersKey) {
+  ::ddprun::testing::ReservedPort port;
+  ASSERT_GT(port.port(), 0);
+  const std::string endpoint = "127.0.0.1:" + std::to_string(port.port());
+  Subprocess host({BinPath("ddprun"), "--rdzv-backend=c10d", "--rdzv-endpoint=" + endpoint,
+                   "--rdzv-conf=is_host=1,keep_alive_interval=0.5,keep_alive_max_attempt=3,"
+                   "last_call_timeout=0.5,join_timeout=60",
+                   "--nnodes=2:3", "--nproc-per-node=1", "--max-restarts=3", "--rdzv-id=split",
+                   "--no-python", "/bin/sh", "-c", "sleep 60"},
+                  std::map<std::string, std::string>{{kTokenEnv, kToken}});
+  ASSERT_TRUE(host.WaitForOutputContains("hosting the rendezvous", kWait)) << host.err();
+  auto stub = proto::RendezvousService::NewStub(
+      grpc::CreateChannel(endpoint, grpc::InsecureChannelCredentials()));
+  std::string host_id;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        std::optional<proto::StatusResponse> s = TryStatus(stub.get(), "split");
+        if (s.has_value() && s->members_size() == 1) host_id = s->members(0).node_id();
+        return !host_id.empty();
+      },
+      kWait));
+
+  // Round 1: the host, b and c. Then b and c fall silent (cut off, as far as the host's side
+  // can tell): their leases run out and the host alone is 1 of 3, no majority.
+  RawStream b(stub.get()), c(stub.get());
+  ASSERT_TRUE(b.Write(JoinSplit("b")));
+  ASSERT_TRUE(c.Write(JoinSplit("c")));
+  std::optional<proto::ServerMessage> joined_b = b.Read();
+  ASSERT_TRUE(joined_b.has_value() && joined_b->has_joined());
+  const std::string key_b = joined_b->joined().member_key();
+  for (RawStream* member : {&b, &c}) {
+    std::optional<proto::ServerMessage> m = member->Read();
+    if (m.has_value() && m->has_joined()) m = member->Read();
+    ASSERT_TRUE(m.has_value() && m->has_assignment()) << (m ? m->DebugString() : "ended");
+    EXPECT_EQ(m->assignment().round(), 1);
+    EXPECT_EQ(m->assignment().group_world_size(), 3);
+  }
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        std::optional<proto::StatusResponse> s = TryStatus(stub.get(), "split");
+        return s.has_value() && s->phase() == "joining" && s->members_size() == 1;
+      },
+      kWait));
+
+  // A forger claims to be b, back under a new id, without b's key: not counted.
+  RawStream forger(stub.get());
+  ASSERT_TRUE(forger.Write(JoinSplit("forger", "b", std::string(64, 'f'))));
+  std::optional<proto::ServerMessage> m = forger.Read();
+  ASSERT_TRUE(m.has_value() && m->has_joined()) << (m ? m->DebugString() : "ended");
+  EXPECT_TRUE(host.WaitForOutputContains("ignored a claim to be formerly node 'b'", kWait))
+      << host.err();
+  // Believed, it made a majority of 2 of 3, and a round after the last call of 0.5 s.
+  EXPECT_FALSE(WaitUntil(
+      [&] {
+        std::optional<proto::StatusResponse> s = TryStatus(stub.get(), "split");
+        return s.has_value() && s->round() >= 2;
+      },
+      seconds(3)))
+      << "a round formed on a forged claim";
+
+  // A refused join claiming to be the host (other --nnodes) does not rename the host (it did,
+  // before the join was checked, and failover then skipped the real successor), nor does an
+  // accepted one without the host's key.
+  RawStream refused(stub.get());
+  proto::AgentMessage mismatch = JoinSplit("refused", host_id);
+  mismatch.mutable_join()->set_min_nodes(5);
+  mismatch.mutable_join()->set_max_nodes(5);
+  ASSERT_TRUE(refused.Write(mismatch));
+  m = refused.Read();
+  ASSERT_TRUE(m.has_value() && m->has_close()) << (m ? m->DebugString() : "ended");
+  RawStream pretender(stub.get());
+  ASSERT_TRUE(pretender.Write(JoinSplit("pretender", host_id)));
+  m = pretender.Read();
+  ASSERT_TRUE(m.has_value() && m->has_joined()) << (m ? m->DebugString() : "ended");
+  EXPECT_EQ(m->joined().host_node_id(), host_id);
+
+  // b itself, back under a new id with its key: counted, and the run goes on.
+  RawStream back(stub.get());
+  ASSERT_TRUE(back.Write(JoinSplit("b-rejoin1", "b", key_b)));
+  m = back.Read();
+  ASSERT_TRUE(m.has_value() && m->has_joined()) << (m ? m->DebugString() : "ended");
+  m = back.Read();
+  ASSERT_TRUE(m.has_value() && m->has_assignment()) << (m ? m->DebugString() : "ended");
+  EXPECT_GE(m->assignment().round(), 2);
+  EXPECT_EQ(m->assignment().host_node_id(), host_id);
+  host.Signal(SIGTERM);
+  host.Wait(kWait);
 }
 
 }  // namespace

@@ -581,16 +581,14 @@ TEST(EmbeddedHostTest, AHostThatRejoinsUnderANewNameIsStillTheHost) {
   auto host = std::make_unique<testing::TestAgent>(client, testing::MakeNode("run", "h", 1, 3));
   EXPECT_EQ(next_host(2), "h");
 
-  // The host's stream breaks and it comes back under a new name.
-  host->client->CancelForTesting();
+  // The host steps out (its health check failed) and comes back under a new name, proving with
+  // its old member key that it was "h" (issue 43 S2: a claim without the key renames nothing).
+  host->client->StepOut("health check failed");
   EXPECT_EQ(next_host(1), "h");  // b goes on alone meanwhile
-  NodeInfo renamed = testing::MakeNode("run", "h-rejoin1", 1, 3);
-  renamed.formerly_node_id = "h";
-  auto rejoined = std::make_unique<testing::TestAgent>(client, renamed);
+  host->client->StepIn();
   EXPECT_EQ(next_host(2), "h-rejoin1");
 
   context.TryCancel();
-  rejoined.reset();
   host.reset();
 }
 
