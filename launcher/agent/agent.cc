@@ -107,6 +107,7 @@ Agent::~Agent() {
   if (signal_fd_ >= 0) close(signal_fd_);
   if (events_fd_ >= 0) close(events_fd_);
   std::error_code ec;
+  hangs_.ClosePipes();  // their folder is not listable: removed by its owner first
   if (!ipc_dir_.empty()) std::filesystem::remove_all(ipc_dir_, ec);
   if (log_root_is_temp_ && !log_root_.empty()) {
     if (stacks_taken_) {
@@ -291,7 +292,10 @@ WorkerEnvSpec Agent::EnvSpec(int lr) const {
 absl::Status Agent::StartInProcessRounds() {
   if (options_.restart_mode != RestartMode::kInProcess) return absl::OkStatus();
   InProcessRounds::Hooks hooks;
-  hooks.local_rank_of_pid = [this](pid_t pid) { return group_ ? group_->LocalRankOfPid(pid) : -1; };
+  hooks.local_rank_of_pid = [this](pid_t pid) {
+    return group_ ? group_->LocalRankOfDescendant(pid) : -1;
+  };
+  hooks.worker_pid = [this](int lr) { return group_ ? group_->Pid(lr) : 0; };
   hooks.on_speaks = [this](int lr) { state_.OnWorkerSpeaks(lr); };
   hooks.round_running = [this] { return state_.phase() == AgentStateMachine::Phase::kRunning; };
   hooks.kill_worker = [this](int lr) {
@@ -329,7 +333,7 @@ std::string Agent::WorkerErrorFile(int lr) const {
 SpawnRequest Agent::WorkerSpawn(int lr, Environment env) const {
   SpawnRequest spawn;
   spawn.env = std::move(env);
-  hangs_.AddWorkerEnv(options_.entrypoint_kind != EntrypointKind::kBinary, &spawn.env);
+  hangs_.AddWorkerEnv(lr, options_.entrypoint_kind != EntrypointKind::kBinary, &spawn.env);
   if (reform_) {
     spawn.env[control::kControlSocketEnv] = reform_->socket_path();
     std::string& path = spawn.env["PYTHONPATH"];

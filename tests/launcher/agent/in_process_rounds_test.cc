@@ -101,6 +101,7 @@ class InProcessRoundsTest : public ::testing::Test {
       absl::MutexLock lock(&mu_);
       return pid == getpid() ? owner_ : -1;
     };
+    hooks.worker_pid = [](int lr) { return 1000 + lr; };
     hooks.on_speaks = [this](int lr) {
       absl::MutexLock lock(&mu_);
       speaks_.push_back(lr);
