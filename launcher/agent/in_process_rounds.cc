@@ -133,6 +133,10 @@ std::string InProcessRounds::KillReason(int lr) const {
   return lr >= 0 && lr < nproc_ ? ranks_[lr].kill_reason : "";
 }
 
+int64_t InProcessRounds::IgnoredReadies(int lr) const {
+  return lr >= 0 && lr < nproc_ ? ranks_[lr].ignored_readies : 0;
+}
+
 pid_t InProcessRounds::WorkerOf(pid_t peer_pid) {
   const int lr = hooks_.local_rank_of_pid(peer_pid);
   const pid_t worker = lr >= 0 && lr < nproc_ && hooks_.worker_pid ? hooks_.worker_pid(lr) : 0;
@@ -164,6 +168,7 @@ void InProcessRounds::OnHello(int lr) {
 void InProcessRounds::OnReady(int lr, const control::ReadyMessage& ready) {
   if (!have_round_ || ready.round != round_.round) {
     // Logged once per round and rank: a worker repeating it must not fill the log.
+    ++ranks_[lr].ignored_readies;
     if (ranks_[lr].stale_readies++ == 0) {
       LogWarning(absl::StrCat("local rank ", lr, " said ready for round ", ready.round,
                               ", but the current round is ", round_.round,

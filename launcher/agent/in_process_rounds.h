@@ -64,6 +64,8 @@ class InProcessRounds final : public ControlServer::Listener {
   void OnWorkerExited(int local_rank);
   // Why the worker of `local_rank` was killed by this class ("" when it was not).
   std::string KillReason(int local_rank) const;
+  // Stale ready messages of `local_rank` ignored since its worker group started.
+  int64_t IgnoredReadies(int local_rank) const;
 
   // ControlServer::Listener
   pid_t WorkerOf(pid_t peer_pid) override;
@@ -93,7 +95,8 @@ class InProcessRounds final : public ControlServer::Listener {
     bool ready = false;
     int64_t step = -1;
     std::string kill_reason;
-    int64_t stale_readies = 0;  // since the last round began: the first is logged
+    int64_t stale_readies = 0;    // since the last round began: the first is logged
+    int64_t ignored_readies = 0;  // stale ones, in all
   };
   std::vector<PerRank> ranks_;
 };
