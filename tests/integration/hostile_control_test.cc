@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,15 @@ bool WaitForFile(const TempDir& dir, const std::string& name, std::chrono::milli
   return WaitUntil([&] { return std::filesystem::exists(dir.File(name)); }, timeout);
 }
 
+// Waits for the attack's result file `name`, then tells the workers to stop; the job's exit
+// (nullopt: no result, or no exit, within 30 s).
+std::optional<testing::ExitStatus> StopAfter(Subprocess* job, const TempDir& out,
+                                             const std::string& name) {
+  if (!WaitForFile(out, name, 30s)) return std::nullopt;
+  testing::WriteFile(out.File("stop"), "");
+  return job->Wait(30s);
+}
+
 int Lines(const std::string& text) {
   return static_cast<int>(std::count(text.begin(), text.end(), '\n'));
 }
@@ -86,9 +96,7 @@ std::vector<pid_t> ChildrenOf(pid_t pid) {
 TEST(HostileControlTest, AWorkersChildCannotSayHelloAsAnotherRank) {
   TempDir out;
   Subprocess job(Job(out, "impersonate", {"--restart-mode=in-process", "--max-restarts=0"}));
-  ASSERT_TRUE(WaitForFile(out, "impersonation", 30s)) << job.err();
-  testing::WriteFile(out.File("stop"), "");
-  auto st = job.Wait(30s);
+  auto st = StopAfter(&job, out, "impersonation");
   ASSERT_TRUE(st.has_value()) << job.err();
   const std::string all = job.out() + job.err();
   EXPECT_EQ(ReadTextFile(out.File("impersonation")), "refused") << all;
@@ -101,9 +109,7 @@ TEST(HostileControlTest, AWorkersChildCannotSayHelloAsAnotherRank) {
 TEST(HostileControlTest, AControlLineWithANulByteIsRefused) {
   TempDir out;
   Subprocess job(Job(out, "nul-hello", {"--restart-mode=in-process", "--max-restarts=0"}));
-  ASSERT_TRUE(WaitForFile(out, "nul-hello", 30s)) << job.err();
-  testing::WriteFile(out.File("stop"), "");
-  auto st = job.Wait(30s);
+  auto st = StopAfter(&job, out, "nul-hello");
   ASSERT_TRUE(st.has_value()) << job.err();
   EXPECT_EQ(ReadTextFile(out.File("nul-hello")), "refused") << job.err();
   EXPECT_THAT(job.err(), HasSubstr("a bad message (a NUL byte at offset"));
