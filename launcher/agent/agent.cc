@@ -179,14 +179,14 @@ absl::Status Agent::Prepare() {
     GpuReleaseOptions gpu;
     gpu.nvidia_smi = nvidia_smi_;
     gpu.timeout = options_.gpu_release_timeout;
-    gpu.env = env_;
+    gpu.env = WithoutAgentOnlyVariables(env_);
     gpu_release_ = std::make_unique<GpuReleaseWait>(&loop_, std::move(gpu));
   }
   if (!options_.health_check.empty()) {
     HealthCheckOptions check;
     check.command = options_.health_check;
     check.timeout = options_.health_check_timeout;
-    check.env = env_;
+    check.env = WithoutAgentOnlyVariables(env_);
     health_ = std::make_unique<HealthCheck>(&loop_, std::move(check));
     DDPRUN_ASSIGN_OR_RETURN(RdzvConf conf, ParseRdzvConf(options_.rdzv_conf));
     health_give_up_after_ = conf.timeouts.join_timeout;

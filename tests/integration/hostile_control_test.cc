@@ -240,10 +240,11 @@ TEST(HostileControlTest, WorkersCannotReadTheTokenFromTheAgentOrItsGuard) {
       "head -c 1 /proc/$PPID/environ >/dev/null 2>&1 || echo AGENT-CLOSED; ", "touch ",
       out.File("scanned"), "; ", "n=0; while [ ! -e ", out.File("stop"),
       " ] && [ $n -lt 1000 ]; do sleep 0.02; n=$((n+1)); done");
-  Subprocess job(
-      {"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", BinPath("ddprun"),
-       "--standalone", "--nproc-per-node=1", "--no-python", "/bin/sh", "-c", worker},
-      {{"DDPRUN_RDZV_TOKEN", token}});
+  Subprocess job({"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--",
+                  BinPath("ddprun"), "--standalone", "--nproc-per-node=1",
+                  absl::StrCat("--health-check=env > ", out.File("health-check.env")),
+                  "--no-python", "/bin/sh", "-c", worker},
+                 {{"DDPRUN_RDZV_TOKEN", token}});
   ASSERT_TRUE(WaitForFile(out, "scanned", 30s)) << job.err();
   // As root (who may read any /proc entry): the agent's and the guard's environment blocks.
   std::vector<pid_t> agent_and_children = ChildrenOf(job.pid());
@@ -260,6 +261,10 @@ TEST(HostileControlTest, WorkersCannotReadTheTokenFromTheAgentOrItsGuard) {
   EXPECT_THAT(job.out(), Not(HasSubstr("LEAK"))) << job.out();
   EXPECT_THAT(job.out(), HasSubstr("SELF-READABLE")) << job.out();  // the scan could read
   EXPECT_THAT(job.out(), HasSubstr("AGENT-CLOSED")) << job.out();
+  // The agent's other children (here its health check) do not get it either.
+  const std::string health_check_env = ReadTextFile(out.File("health-check.env"));
+  EXPECT_THAT(health_check_env, HasSubstr("PATH=")) << "the health check did not run";
+  EXPECT_THAT(health_check_env, Not(HasSubstr(token)));
 }
 
 }  // namespace
