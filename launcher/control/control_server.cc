@@ -125,12 +125,10 @@ bool ControlServer::MayWaitForHello(pid_t owner) {
   if (pending < limit) return true;
   // Bounded: one entry per worker process the agent started, and one for the rest.
   if (refused_[owner]++ == 0) {
-    LogWarning(
-        absl::StrCat("control socket: over ", limit, " connections without a hello from ",
-                     owner > 0 ? absl::StrCat("the process tree of worker pid ", owner)
-                               : "processes outside every worker",
-                     "; refusing more (counted, not logged; their hello would have come within ",
-                     std::chrono::duration<double>(hello_timeout_).count(), " s)"));
+    LogWarning(absl::StrCat("control socket: over ", limit, " connections without a hello from ",
+                            owner > 0 ? absl::StrCat("the process tree of worker pid ", owner)
+                                      : "processes outside every worker",
+                            "; refusing more (counted, not logged)"));
   }
   return false;
 }

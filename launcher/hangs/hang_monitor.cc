@@ -199,11 +199,9 @@ void HangMonitor::OnProgressLine(int lr, absl::string_view line, bool oversized)
   if (group_->LocalRankOfDescendant(static_cast<pid_t>(report->pid)) != lr) {
     WarnOnce(absl::StrCat("progress/foreign/", lr),
              absl::StrCat("ignoring step reports on local rank ", lr,
-                          "'s DDPRUN_PROGRESS_FILE "
-                          "that name pid ",
-                          report->pid,
-                          ", which is not that worker nor a "
-                          "descendant of it; further ones silently"));
+                          "'s DDPRUN_PROGRESS_FILE that name pid ", report->pid,
+                          ", which is not that worker nor a descendant of it; further ones "
+                          "silently"));
     return;
   }
   if (enabled()) detector_.OnStep(lr, report->step, std::chrono::steady_clock::now());
