@@ -142,6 +142,11 @@ absl::StatusOr<ControlMessage> ParseControlMessage(absl::string_view line) {
     return absl::InvalidArgumentError(
         absl::StrCat("a line of ", line.size(), " bytes (at most ", kMaxControlLineBytes, ")"));
   }
+  // JSON allows no raw control character outside a string and only escaped ones inside, but a
+  // parser reading up to a NUL (C strings) would see a different message than this one.
+  if (const size_t nul = line.find('\0'); nul != absl::string_view::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("a NUL byte at offset ", nul));
+  }
   Json j = Json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return absl::InvalidArgumentError("not JSON");
   if (!j.is_object()) return absl::InvalidArgumentError("not a JSON object");

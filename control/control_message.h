@@ -83,7 +83,7 @@ using ControlMessage = std::variant<HelloMessage, ReadyMessage, RoundMessage, Ab
 std::string EncodeControlMessage(const ControlMessage& message);
 
 // kInvalidArgument naming what is wrong (not JSON, not an object, an unknown type, a field of
-// the wrong type or out of range, a line over kMaxControlLineBytes).
+// the wrong type or out of range, a line over kMaxControlLineBytes, a NUL byte anywhere).
 absl::StatusOr<ControlMessage> ParseControlMessage(absl::string_view line);
 
 // The store prefix of a round: "/ddprun/round_<round>/".

@@ -107,6 +107,7 @@ Agent::~Agent() {
   if (signal_fd_ >= 0) close(signal_fd_);
   if (events_fd_ >= 0) close(events_fd_);
   std::error_code ec;
+  hangs_.ClosePipes();  // their folder is not listable: removed by its owner first
   if (!ipc_dir_.empty()) std::filesystem::remove_all(ipc_dir_, ec);
   if (log_root_is_temp_ && !log_root_.empty()) {
     if (stacks_taken_) {
@@ -178,14 +179,14 @@ absl::Status Agent::Prepare() {
     GpuReleaseOptions gpu;
     gpu.nvidia_smi = nvidia_smi_;
     gpu.timeout = options_.gpu_release_timeout;
-    gpu.env = env_;
+    gpu.env = WithoutAgentOnlyVariables(env_);
     gpu_release_ = std::make_unique<GpuReleaseWait>(&loop_, std::move(gpu));
   }
   if (!options_.health_check.empty()) {
     HealthCheckOptions check;
     check.command = options_.health_check;
     check.timeout = options_.health_check_timeout;
-    check.env = env_;
+    check.env = WithoutAgentOnlyVariables(env_);
     health_ = std::make_unique<HealthCheck>(&loop_, std::move(check));
     DDPRUN_ASSIGN_OR_RETURN(RdzvConf conf, ParseRdzvConf(options_.rdzv_conf));
     health_give_up_after_ = conf.timeouts.join_timeout;
@@ -291,7 +292,10 @@ WorkerEnvSpec Agent::EnvSpec(int lr) const {
 absl::Status Agent::StartInProcessRounds() {
   if (options_.restart_mode != RestartMode::kInProcess) return absl::OkStatus();
   InProcessRounds::Hooks hooks;
-  hooks.local_rank_of_pid = [this](pid_t pid) { return group_ ? group_->LocalRankOfPid(pid) : -1; };
+  hooks.local_rank_of_pid = [this](pid_t pid) {
+    return group_ ? group_->LocalRankOfDescendant(pid) : -1;
+  };
+  hooks.worker_pid = [this](int lr) { return group_ ? group_->Pid(lr) : 0; };
   hooks.on_speaks = [this](int lr) { state_.OnWorkerSpeaks(lr); };
   hooks.round_running = [this] { return state_.phase() == AgentStateMachine::Phase::kRunning; };
   hooks.kill_worker = [this](int lr) {
@@ -329,7 +333,7 @@ std::string Agent::WorkerErrorFile(int lr) const {
 SpawnRequest Agent::WorkerSpawn(int lr, Environment env) const {
   SpawnRequest spawn;
   spawn.env = std::move(env);
-  hangs_.AddWorkerEnv(options_.entrypoint_kind != EntrypointKind::kBinary, &spawn.env);
+  hangs_.AddWorkerEnv(lr, options_.entrypoint_kind != EntrypointKind::kBinary, &spawn.env);
   if (reform_) {
     spawn.env[control::kControlSocketEnv] = reform_->socket_path();
     std::string& path = spawn.env["PYTHONPATH"];

@@ -98,6 +98,11 @@ void InProcessRounds::BeginRound(const rendezvous::Assignment& a, const std::vec
   for (int lr = 0; lr < nproc_; ++lr) {
     ranks_[lr].ready = false;
     ranks_[lr].step = -1;
+    if (ranks_[lr].stale_readies > 1) {
+      LogWarning(absl::StrCat("local rank ", lr, ": ", ranks_[lr].stale_readies - 1,
+                              " more stale ready message(s) ignored"));
+    }
+    ranks_[lr].stale_readies = 0;
   }
   for (int lr : kept) SendRound(lr);
   for (int lr : started) {
@@ -128,6 +133,16 @@ std::string InProcessRounds::KillReason(int lr) const {
   return lr >= 0 && lr < nproc_ ? ranks_[lr].kill_reason : "";
 }
 
+int64_t InProcessRounds::IgnoredReadies(int lr) const {
+  return lr >= 0 && lr < nproc_ ? ranks_[lr].ignored_readies : 0;
+}
+
+pid_t InProcessRounds::WorkerOf(pid_t peer_pid) {
+  const int lr = hooks_.local_rank_of_pid(peer_pid);
+  const pid_t worker = lr >= 0 && lr < nproc_ && hooks_.worker_pid ? hooks_.worker_pid(lr) : 0;
+  return worker > 0 ? worker : 0;
+}
+
 std::string InProcessRounds::CheckHello(const control::HelloMessage& hello, pid_t peer_pid) {
   if (hello.local_rank >= nproc_) {
     return absl::StrCat("local rank ", hello.local_rank,
@@ -136,8 +151,8 @@ std::string InProcessRounds::CheckHello(const control::HelloMessage& hello, pid_
   const int actual = hooks_.local_rank_of_pid(peer_pid);
   if (actual != hello.local_rank) {
     return absl::StrCat("pid ", peer_pid, " said it is local rank ", hello.local_rank,
-                        actual < 0 ? ", but it is no worker of this node (nor in a worker's "
-                                     "process group)"
+                        actual < 0 ? ", but it is no worker of this node (nor a descendant "
+                                     "of one)"
                                    : absl::StrCat(", but it belongs to local rank ", actual));
   }
   return "";
@@ -152,8 +167,13 @@ void InProcessRounds::OnHello(int lr) {
 
 void InProcessRounds::OnReady(int lr, const control::ReadyMessage& ready) {
   if (!have_round_ || ready.round != round_.round) {
-    LogWarning(absl::StrCat("local rank ", lr, " said ready for round ", ready.round,
-                            ", but the current round is ", round_.round, "; ignored (stale)"));
+    // Logged once per round and rank: a worker repeating it must not fill the log.
+    ++ranks_[lr].ignored_readies;
+    if (ranks_[lr].stale_readies++ == 0) {
+      LogWarning(absl::StrCat("local rank ", lr, " said ready for round ", ready.round,
+                              ", but the current round is ", round_.round,
+                              "; ignored (stale; more of these are counted, not logged)"));
+    }
     return;
   }
   PerRank& r = ranks_[lr];

@@ -26,8 +26,11 @@ namespace ddprun::launcher {
 class InProcessRounds final : public ControlServer::Listener {
  public:
   struct Hooks {
-    // The local rank whose current worker is `pid` or a process of its process group; -1: none.
+    // The local rank whose current worker is `pid` or an ancestor of it (its process tree,
+    // not merely its process group, which any process of the session may join); -1: none.
     std::function<int(pid_t pid)> local_rank_of_pid;
+    // The pid of the current worker of a local rank (0: none).
+    std::function<pid_t(int local_rank)> worker_pid;
     // A worker said hello (AgentStateMachine::OnWorkerSpeaks).
     std::function<void(int local_rank)> on_speaks;
     // Whether the round of the last BeginRound is still the current one (not aborted).
@@ -61,8 +64,11 @@ class InProcessRounds final : public ControlServer::Listener {
   void OnWorkerExited(int local_rank);
   // Why the worker of `local_rank` was killed by this class ("" when it was not).
   std::string KillReason(int local_rank) const;
+  // Stale ready messages of `local_rank` ignored since its worker group started.
+  int64_t IgnoredReadies(int local_rank) const;
 
   // ControlServer::Listener
+  pid_t WorkerOf(pid_t peer_pid) override;
   std::string CheckHello(const control::HelloMessage& hello, pid_t peer_pid) override;
   void OnHello(int local_rank) override;
   void OnReady(int local_rank, const control::ReadyMessage& ready) override;
@@ -89,6 +95,8 @@ class InProcessRounds final : public ControlServer::Listener {
     bool ready = false;
     int64_t step = -1;
     std::string kill_reason;
+    int64_t stale_readies = 0;    // since the last round began: the first is logged
+    int64_t ignored_readies = 0;  // stale ones, in all
   };
   std::vector<PerRank> ranks_;
 };

@@ -6,6 +6,7 @@
 #include "common/environment.h"
 #include "common/log.h"
 #include "launcher/agent/agent.h"
+#include "launcher/cmd/agent_secrets.h"
 #include "launcher/cmd/slurm_per_task.h"
 #include "launcher/cmd/status_command.h"
 #include "launcher/config/cli.h"
@@ -49,6 +50,10 @@ int main(int argc, char** argv) {
       return kExitUsage;
     }
   }
+  // Before the agent forks anything (its orphan guard shares this memory).
+  AgentSecretsOptions secrets;
+  secrets.token_file = parsed->options.rdzv_conf.count("token_file") > 0;
+  HideAgentSecrets(secrets);
   Agent::BlockAgentSignals(parsed->options);
   Agent agent(std::move(parsed->options), env, host);
   return agent.Run();

@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -18,6 +19,8 @@ namespace {
 
 // Most bytes read from one connection per wake-up: a flooding worker cannot starve the loop.
 constexpr size_t kReadLimit = 64 << 10;
+// Connections closed before their hello that are logged, per owner.
+constexpr int64_t kLoggedClosesPerOwner = 5;
 
 }  // namespace
 
@@ -39,7 +42,7 @@ absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Listen(
   const mode_t old_mask = umask(0177);
   const int bound = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   umask(old_mask);
-  if (bound != 0 || listen(fd, kMaxPendingConnections) != 0) {
+  if (bound != 0 || listen(fd, SOMAXCONN) != 0) {
     const int err = errno;
     close(fd);
     return absl::InternalError(absl::StrCat("control socket ", path, ": ", strerror(err)));
@@ -58,6 +61,15 @@ ControlServer::ControlServer(EventLoop* loop, std::string path, int listen_fd, L
 }
 
 ControlServer::~ControlServer() {
+  int64_t refused = 0, closed = 0;
+  for (const auto& [owner, n] : refused_) refused += n;
+  for (const auto& [owner, n] : unidentified_closed_)
+    closed += std::max<int64_t>(0, n - kLoggedClosesPerOwner);
+  if (refused > 1 || closed > 0) {
+    LogWarning(absl::StrCat("control socket: in all ", refused,
+                            " connection(s) refused over the limit without a hello, ", closed,
+                            " more closed before a hello than were logged"));
+  }
   while (!connections_.empty()) Close(connections_.begin()->second.get(), "");
   loop_->RemoveFd(listen_fd_);
   close(listen_fd_);
@@ -77,16 +89,19 @@ void ControlServer::Accept() {
       if (errno != EAGAIN) LogWarning(absl::StrCat("control socket: accept: ", strerror(errno)));
       return;
     }
-    int pending = 0;
-    for (const auto& [cfd, c] : connections_) pending += c->local_rank < 0 ? 1 : 0;
-    if (pending >= kMaxPendingConnections) {
-      LogWarning(absl::StrCat("control socket: over ", kMaxPendingConnections,
-                              " connections without a hello; refusing another"));
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    const pid_t owner = getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 && cred.pid > 0
+                            ? listener_->WorkerOf(cred.pid)
+                            : 0;
+    if (!MayWaitForHello(owner)) {
       close(fd);
       continue;
     }
     auto c = std::make_unique<Connection>();
     c->fd = fd;
+    c->owner = owner;
+    c->refilled = std::chrono::steady_clock::now();
     Connection* raw = c.get();
     connections_[fd] = std::move(c);
     raw->hello_timer = loop_->AddTimerAfter(hello_timeout_, [this, fd] {
@@ -101,6 +116,31 @@ void ControlServer::Accept() {
     });
     loop_->AddFd(fd, EPOLLIN, [this, raw](uint32_t) { Read(raw); });
   }
+}
+
+bool ControlServer::MayWaitForHello(pid_t owner) {
+  int pending = 0;
+  for (const auto& [fd, c] : connections_) pending += c->local_rank < 0 && c->owner == owner;
+  const int limit = owner > 0 ? kMaxPendingPerWorker : kMaxPendingOutsideWorkers;
+  if (pending < limit) return true;
+  // Bounded: one entry per worker process the agent started, and one for the rest.
+  if (refused_[owner]++ == 0) {
+    LogWarning(absl::StrCat("control socket: over ", limit, " connections without a hello from ",
+                            owner > 0 ? absl::StrCat("the process tree of worker pid ", owner)
+                                      : "processes outside every worker",
+                            "; refusing more (counted, not logged)"));
+  }
+  return false;
+}
+
+bool ControlServer::TakeToken(Connection* c) {
+  const auto now = std::chrono::steady_clock::now();
+  const double elapsed = std::chrono::duration<double>(now - c->refilled).count();
+  c->refilled = now;
+  c->tokens = std::min<double>(kMessageBurst, c->tokens + elapsed * kMessagesPerSecond);
+  if (c->tokens < 1) return false;
+  c->tokens -= 1;
+  return true;
 }
 
 void ControlServer::Read(Connection* c) {
@@ -131,6 +171,11 @@ void ControlServer::Read(Connection* c) {
 }
 
 bool ControlServer::HandleLine(Connection* c, const std::string& line) {
+  if (!TakeToken(c)) {
+    Close(c, absl::StrCat("over ", kMessageBurst, " messages at more than ", kMessagesPerSecond,
+                          " a second (a flood)"));
+    return false;
+  }
   absl::StatusOr<control::ControlMessage> message = control::ParseControlMessage(line);
   if (!message.ok()) {
     Close(c, absl::StrCat("a bad message (", message.status().message(), "): '",
@@ -203,7 +248,17 @@ void ControlServer::Disconnect(int local_rank) {
 }
 
 void ControlServer::Close(Connection* c, const std::string& why) {
-  if (!why.empty()) {
+  if (!why.empty() && c->local_rank < 0) {
+    // A connection that never became a channel can be made again at once: the first few per
+    // owner are logged, the rest counted (the destructor says how many).
+    const int64_t n = ++unidentified_closed_[c->owner];
+    if (n <= kLoggedClosesPerOwner) {
+      LogWarning(absl::StrCat("control channel of ", Who(c), " closed: ", why,
+                              n == kLoggedClosesPerOwner
+                                  ? "; further ones from the same process tree counted, not logged"
+                                  : ""));
+    }
+  } else if (!why.empty()) {
     LogWarning(absl::StrCat("control channel of ", Who(c), " closed: ", why));
   }
   if (c->local_rank >= 0) {

@@ -4,11 +4,15 @@
 // checks that the connecting process is that rank's worker); from then on the agent can send
 // it round and abort messages, and its ready messages reach the listener.
 //
-// A hostile or broken worker cannot stall the agent: reads are bounded per wake-up, a line over
-// kMaxControlLineBytes or one that is not a valid message closes the connection (one log line
-// naming the local rank), a connection that says nothing for kHelloTimeout is closed, at most
-// kMaxPendingConnections wait for their hello, and sends never block (a worker that does not
-// read its channel until the socket buffer is full loses the connection).
+// A hostile or broken worker cannot stall the agent nor flood its log: reads are bounded per
+// wake-up, a line over kMaxControlLineBytes, one that is not a valid message (a NUL byte
+// included) or more than kMessageBurst messages at over kMessagesPerSecond close the connection
+// (one log line naming the local rank), a connection that says nothing for kHelloTimeout is
+// closed, and sends never block (a worker that does not read its channel until the socket buffer
+// is full loses the connection). Connections waiting for their hello are limited per worker
+// process tree (Listener::WorkerOf, from the peer's SO_PEERCRED pid at accept), so neither a
+// worker's children nor a process outside the job can keep another worker from connecting;
+// refusals are logged once per owner, then counted.
 //
 // Single-threaded: every method runs on the agent's EventLoop thread.
 #ifndef DDPRUN_LAUNCHER_CONTROL_CONTROL_SERVER_H_
@@ -30,11 +34,20 @@ namespace ddprun::launcher {
 class ControlServer {
  public:
   static constexpr std::chrono::seconds kHelloTimeout{10};
-  static constexpr int kMaxPendingConnections = 64;
+  // Connections without a hello at once, per worker process tree (and for every process that
+  // is in none, together).
+  static constexpr int kMaxPendingPerWorker = 8;
+  static constexpr int kMaxPendingOutsideWorkers = 16;
+  // A worker sends a hello, then a ready per round: a few messages a minute.
+  static constexpr int kMessagesPerSecond = 20;
+  static constexpr int kMessageBurst = 40;
 
   class Listener {
    public:
     virtual ~Listener() = default;
+    // The pid of the worker whose process tree holds `peer_pid` (the worker or a descendant);
+    // 0 when none. Asked once per connection, at accept.
+    virtual pid_t WorkerOf(pid_t peer_pid) = 0;
     // A hello from the process `peer_pid` (SO_PEERCRED). Returns "" to accept it as
     // `hello.local_rank`'s channel, else why not (logged; the connection is closed).
     virtual std::string CheckHello(const control::HelloMessage& hello, pid_t peer_pid) = 0;
@@ -69,13 +82,22 @@ class ControlServer {
   struct Connection {
     int fd = -1;
     int local_rank = -1;  // -1 until its hello is accepted
+    pid_t owner = 0;      // Listener::WorkerOf the peer at accept
     std::string buffer;
     EventLoop::TimerId hello_timer = 0;
+    // Token bucket of messages (kMessagesPerSecond, kMessageBurst).
+    double tokens = kMessageBurst;
+    std::chrono::steady_clock::time_point refilled;
   };
 
   ControlServer(EventLoop* loop, std::string path, int listen_fd, Listener* listener,
                 std::chrono::milliseconds hello_timeout);
   void Accept();
+  // Whether `owner` may have another connection waiting for its hello; logs the first refusal
+  // per owner and counts the rest.
+  bool MayWaitForHello(pid_t owner);
+  // Takes one message from `c`'s bucket; false when it is empty (a flood).
+  bool TakeToken(Connection* c);
   void Read(Connection* c);
   // One complete line of `c`; false when the connection was closed because of it.
   bool HandleLine(Connection* c, const std::string& line);
@@ -89,6 +111,9 @@ class ControlServer {
   const std::chrono::milliseconds hello_timeout_;
   std::map<int, std::unique_ptr<Connection>> connections_;  // by fd
   std::map<int, Connection*> by_rank_;
+  // Bounded: one entry per worker process the agent started, and one (0) for the rest.
+  std::map<pid_t, int64_t> refused_;              // refused at accept (the limit was reached)
+  std::map<pid_t, int64_t> unidentified_closed_;  // closed before their hello, with a reason
 };
 
 }  // namespace ddprun::launcher

@@ -1,10 +1,14 @@
 #include "launcher/hangs/hang_monitor.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -34,7 +38,18 @@ HangMonitor::HangMonitor(EventLoop* loop, const LaunchOptions& options, HangHand
           {options.hang_timeout, options.uninterruptible_timeout, options.hang_startup_timeout},
           options.nproc_per_node) {}
 
-HangMonitor::~HangMonitor() { OnGroupStopping(); }
+HangMonitor::~HangMonitor() { ClosePipes(); }
+
+void HangMonitor::ClosePipes() {
+  OnGroupStopping();
+  timer_pipe_.reset();
+  if (progress_dir_.empty()) return;
+  // Writable again, so that the pipes can be removed, then the folder.
+  chmod(progress_dir_.c_str(), 0700);
+  progress_pipes_.clear();
+  rmdir(progress_dir_.c_str());
+  progress_dir_.clear();
+}
 
 absl::Status HangMonitor::Start(const std::string& private_dir) {
   if (enabled() && options_.file_timer) {
@@ -48,16 +63,33 @@ absl::Status HangMonitor::Start(const std::string& private_dir) {
     }
     timer_pipe_ = *std::move(pipe);
   }
-  auto pipe = FifoChannel::Open(loop_, absl::StrCat(private_dir, "/progress"),
-                                [this](absl::string_view l, bool big) { OnProgressLine(l, big); });
-  if (!pipe.ok()) return pipe.status();
-  progress_pipe_ = *std::move(pipe);
+  // One pipe per local rank: a report counts for the rank whose pipe it came on. The names are
+  // random and the folder may be searched but not listed (mode 0100), so a worker finds no
+  // other rank's pipe from its own.
+  progress_dir_ = absl::StrCat(private_dir, "/steps");
+  if (mkdir(progress_dir_.c_str(), 0700) != 0) {
+    const int err = errno;
+    progress_dir_.clear();
+    return absl::InternalError(absl::StrCat(private_dir, "/steps: ", strerror(err)));
+  }
+  std::random_device random;
+  for (int lr = 0; lr < options_.nproc_per_node; ++lr) {
+    const uint64_t name = (uint64_t{random()} << 32) ^ random();
+    auto pipe = FifoChannel::Open(
+        loop_, absl::StrCat(progress_dir_, "/", absl::Hex(name, absl::kZeroPad16)),
+        [this, lr](absl::string_view l, bool big) { OnProgressLine(lr, l, big); });
+    if (!pipe.ok()) return pipe.status();
+    progress_pipes_.push_back(*std::move(pipe));
+  }
+  chmod(progress_dir_.c_str(), 0100);
   return absl::OkStatus();
 }
 
-void HangMonitor::AddWorkerEnv(bool python, Environment* env) const {
+void HangMonitor::AddWorkerEnv(int lr, bool python, Environment* env) const {
   if (timer_pipe_) (*env)["TORCHELASTIC_TIMER_FILE"] = timer_pipe_->path();
-  if (progress_pipe_) (*env)["DDPRUN_PROGRESS_FILE"] = progress_pipe_->path();
+  if (lr >= 0 && lr < static_cast<int>(progress_pipes_.size())) {
+    (*env)["DDPRUN_PROGRESS_FILE"] = progress_pipes_[lr]->path();
+  }
   if (python && enabled() && env->count("PYTHONFAULTHANDLER") == 0) {
     (*env)["PYTHONFAULTHANDLER"] = "1";
   }
@@ -101,9 +133,11 @@ void HangMonitor::WarnOnce(const std::string& key, const std::string& message) {
 int HangMonitor::RankOf(int pid, const char* channel) {
   const int lr = group_ != nullptr ? group_->LocalRankOfPid(pid) : -1;
   if (lr < 0 && group_ != nullptr) {
-    WarnOnce(absl::StrCat(channel, "/pid/", pid),
+    // Once per channel, not per pid: a worker naming a million made-up pids costs one line.
+    WarnOnce(absl::StrCat(channel, "/foreign"),
              absl::StrCat("ignoring ", channel, " messages of pid ", pid,
-                          ": not a worker of this node (nor in a worker's process group)"));
+                          ": not a worker of this node (nor in a worker's process group); "
+                          "further ones, of any pid, silently"));
   }
   return lr;
 }
@@ -151,17 +185,25 @@ void HangMonitor::ArmExpiryTimer() {
   });
 }
 
-void HangMonitor::OnProgressLine(absl::string_view line, bool oversized) {
+void HangMonitor::OnProgressLine(int lr, absl::string_view line, bool oversized) {
   if (group_ == nullptr) return;
   auto report = oversized ? absl::InvalidArgumentError("oversized") : ParseStepReport(line);
   if (!report.ok()) {
-    WarnOnce("progress/garbage",
-             absl::StrCat("ignoring malformed lines on DDPRUN_PROGRESS_FILE (",
-                          report.status().message(), "); further ones silently"));
+    WarnOnce(
+        absl::StrCat("progress/garbage/", lr),
+        absl::StrCat("ignoring malformed lines on local rank ", lr, "'s DDPRUN_PROGRESS_FILE (",
+                     report.status().message(), "); further ones silently"));
     return;
   }
-  const int lr = RankOf(report->pid, "DDPRUN_PROGRESS_FILE");
-  if (lr < 0) return;
+  // The pipe says which rank; the pid must agree, or a worker could speak for another.
+  if (group_->LocalRankOfDescendant(static_cast<pid_t>(report->pid)) != lr) {
+    WarnOnce(absl::StrCat("progress/foreign/", lr),
+             absl::StrCat("ignoring step reports on local rank ", lr,
+                          "'s DDPRUN_PROGRESS_FILE that name pid ", report->pid,
+                          ", which is not that worker nor a descendant of it; further ones "
+                          "silently"));
+    return;
+  }
   if (enabled()) detector_.OnStep(lr, report->step, std::chrono::steady_clock::now());
   if (on_step_) on_step_(lr, report->step);
 }
@@ -176,7 +218,7 @@ void HangMonitor::Judge() {
   const TimePoint now = std::chrono::steady_clock::now();
   // Judge what the workers said before judging their silence.
   if (timer_pipe_) timer_pipe_->Drain();
-  if (progress_pipe_) progress_pipe_->Drain();
+  for (auto& pipe : progress_pipes_) pipe->Drain();
   // Always: a stopped worker (state T) is the one to blame among several silent ones.
   for (const auto& [lr, state] : group_->ProcessStates()) detector_.OnProcessState(lr, state, now);
   for (int pid : timers_.Pids()) {

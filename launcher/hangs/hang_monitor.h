@@ -7,8 +7,12 @@
 //
 // Only pids of this node's workers (or of processes in their process groups) are believed: a
 // FileTimer request for any other pid is ignored, so a worker cannot make ddprun signal an
-// arbitrary process. Malformed, oversized or flooding input is ignored with one warning per
-// worker (one per pipe when it cannot be attributed).
+// arbitrary process. Step reports come on one progress pipe per local rank (its
+// DDPRUN_PROGRESS_FILE, a random name in a folder nobody may list) and count for that rank only,
+// when their pid is its worker or a descendant: a worker cannot report steps for another rank
+// (and so hide its hang) by naming that rank's pid. Malformed, oversized, foreign or flooding
+// input is ignored with one warning per worker and kind (one per pipe when it cannot be
+// attributed), whatever the number of pids it names.
 #ifndef DDPRUN_LAUNCHER_HANGS_HANG_MONITOR_H_
 #define DDPRUN_LAUNCHER_HANGS_HANG_MONITOR_H_
 
@@ -41,16 +45,20 @@ class HangMonitor {
 
   HangMonitor(EventLoop* loop, const LaunchOptions& options, HangHandler on_hang,
               ProgressHandler on_progress, StepHandler on_step = nullptr);
-  ~HangMonitor();
+  ~HangMonitor();  // ClosePipes()
 
-  // Creates the pipes (private ones inside `private_dir`): the progress pipe always, the
+  // Stops watching and removes the pipes ddprun made (and their folder). Idempotent.
+  void ClosePipes();
+
+  // Creates the pipes (private ones inside `private_dir`): the progress pipes always, the
   // FileTimer pipe with hang detection. InvalidArgument names the variable and path when
   // TORCHELASTIC_TIMER_FILE cannot be used.
   absl::Status Start(const std::string& private_dir);
 
-  // What every worker gets: TORCHELASTIC_TIMER_FILE, DDPRUN_PROGRESS_FILE, and, for Python
-  // workers, PYTHONFAULTHANDLER=1 unless the user set it (SIGABRT then prints every thread).
-  void AddWorkerEnv(bool python, Environment* env) const;
+  // What the worker of `local_rank` gets: TORCHELASTIC_TIMER_FILE, its DDPRUN_PROGRESS_FILE,
+  // and, for Python workers, PYTHONFAULTHANDLER=1 unless the user set it (SIGABRT then prints
+  // every thread).
+  void AddWorkerEnv(int local_rank, bool python, Environment* env) const;
 
   // A group started (`group` outlives the next OnGroupStopping) / is being stopped.
   void OnGroupStarted(const WorkerGroup* group);
@@ -63,7 +71,7 @@ class HangMonitor {
 
  private:
   void OnTimerLine(absl::string_view line, bool oversized);
-  void OnProgressLine(absl::string_view line, bool oversized);
+  void OnProgressLine(int local_rank, absl::string_view line, bool oversized);
   // Attributes `pid` to a local rank; warns once (per `channel`) when it is not a worker's.
   int RankOf(int pid, const char* channel);
   void WarnOnce(const std::string& key, const std::string& message);
@@ -77,7 +85,8 @@ class HangMonitor {
   ProgressHandler on_progress_;
   StepHandler on_step_;
   std::unique_ptr<FifoChannel> timer_pipe_;
-  std::unique_ptr<FifoChannel> progress_pipe_;
+  std::vector<std::unique_ptr<FifoChannel>> progress_pipes_;  // by local rank
+  std::string progress_dir_;  // holds them; mode 0100 while they exist
   TimerTable timers_;
   HangDetector detector_;
   const WorkerGroup* group_ = nullptr;  // while armed

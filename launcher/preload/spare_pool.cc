@@ -211,6 +211,10 @@ void SparePool::OnSpareMessage(int lr) {
     return;
   }
   const std::string message(buf, static_cast<size_t>(n));
+  // A spare says one thing ("ready", or why it failed), then waits for its hand-over: the
+  // socket is not read again, so a spare that repeats itself fills only its own socket buffer
+  // (and the log holds one line per spare, not one per message).
+  loop_->RemoveFd(s.socket);
   if (message == "ready") {
     s.ready = true;
     early_deaths_ = 0;

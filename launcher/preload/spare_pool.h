@@ -15,6 +15,8 @@
 //    wrapper with -E/-I/-S would run the script directly with the spare's environment); if
 //    not, or a module fails to import, or CUDA was touched before the hand-over: one warning
 //    and cold starts for the rest of the run;
+//  - a spare's socket is read for one message ("ready", or why it failed) and not again: a
+//    spare that repeats itself costs the agent nothing (issue 43 D3);
 //  - a spare is its own process group, dies with the agent (PR_SET_PDEATHSIG, the orphan
 //    guard, and end of file on its socket), and a spare that dies is replaced (three deaths
 //    in a row before becoming ready turn preloading off).

@@ -45,6 +45,13 @@ pid_t ProcessGroupOf(pid_t pid) {
   return pgrp;
 }
 
+pid_t ParentOf(pid_t pid) {
+  const std::vector<std::string> fields = StatFieldsAfterName(pid);
+  int ppid = 0;
+  if (fields.size() < 2 || !absl::SimpleAtoi(fields[1], &ppid)) return 0;
+  return ppid;
+}
+
 std::string KernelSideOf(pid_t pid) {
   std::string out = "== kernel side ==\n";
   for (pid_t tid : ThreadsOf(pid)) {

@@ -20,6 +20,9 @@ char ProcessState(pid_t pid);
 // The process group of a process (/proc/PID/stat's pgrp); 0 when it is gone or unreadable.
 pid_t ProcessGroupOf(pid_t pid);
 
+// The parent of a process (/proc/PID/stat's ppid); 0 when it is gone or unreadable.
+pid_t ParentOf(pid_t pid);
+
 // Where a process sleeps in the kernel: state and wchan of every thread, and the kernel stack
 // where readable (root). Multi-line text for a stacks file.
 std::string KernelSideOf(pid_t pid);

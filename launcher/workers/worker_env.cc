@@ -16,12 +16,17 @@ bool ShouldDefaultOmpThreads(const Environment& base, int nproc_per_node) {
   return nproc_per_node > 1 && base.find("OMP_NUM_THREADS") == base.end();
 }
 
+Environment WithoutAgentOnlyVariables(Environment env) {
+  // Secrets of the agent that its children never need: a worker (the job's code) must not be
+  // able to speak to the rendezvous server as an agent (docs/design.md §5), nor read the token
+  // in another child's /proc/PID/environ.
+  for (const char* name : kAgentOnlyVariables) env.erase(name);
+  return env;
+}
+
 Environment BuildWorkerEnv(const Environment& base, const WorkerEnvSpec& spec,
                            const rendezvous::Assignment& a) {
-  Environment env = base;
-  // Secrets of the agent that workers never need: a worker (the job's code) must not be able to
-  // speak to the rendezvous server as an agent (docs/design.md §5).
-  for (const char* name : kAgentOnlyVariables) env.erase(name);
+  Environment env = WithoutAgentOnlyVariables(base);
   const int rank = a.rank_offset + spec.local_rank;
   auto set = [&env](const char* key, const std::string& value) { env[key] = value; };
   set("LOCAL_RANK", absl::StrCat(spec.virtual_gpu ? 0 : spec.local_rank));

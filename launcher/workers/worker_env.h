@@ -31,6 +31,10 @@ Environment BuildWorkerEnv(const Environment& base, const WorkerEnvSpec& spec,
 // (rendezvous/auth/token.h's kTokenEnv) is the agent's credential, not the job's.
 inline constexpr const char* kAgentOnlyVariables[] = {"DDPRUN_RDZV_TOKEN"};
 
+// `env` without kAgentOnlyVariables: the environment of every child of the agent (workers,
+// health checks, nvidia-smi).
+Environment WithoutAgentOnlyVariables(Environment env);
+
 // The variables BuildWorkerEnv sets anew for every start (they depend on the assignment or the
 // attempt); every other variable of a worker is the same at every start on this node.
 inline constexpr const char* kPerStartVariables[] = {"RANK",

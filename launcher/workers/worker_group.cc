@@ -357,6 +357,19 @@ int WorkerGroup::LocalRankOfPid(pid_t pid) const {
   return -1;
 }
 
+int WorkerGroup::LocalRankOfDescendant(pid_t pid) const {
+  // Deep enough for any wrapper chain; bounds the walk whatever /proc says.
+  constexpr int kMaxDepth = 64;
+  const pid_t self = getpid();
+  for (int depth = 0; depth < kMaxDepth && pid > 1 && pid != self; ++depth) {
+    for (const auto& w : workers_) {
+      if (w->running && w->pid == pid) return w->local_rank;
+    }
+    pid = ParentOf(pid);
+  }
+  return -1;
+}
+
 std::string WorkerGroup::StacksPath(int local_rank) const {
   const Worker* w = Find(local_rank);
   return w != nullptr && w->stacks_written ? w->stacks_path : "";

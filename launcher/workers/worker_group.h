@@ -106,6 +106,9 @@ class WorkerGroup {
   pid_t Pid(int local_rank) const;
   std::vector<pid_t> LivePids() const;
   int LocalRankOfPid(pid_t pid) const;  // a worker or a process in its group; -1: none
+  // The worker whose process tree holds `pid` (the worker or a descendant, by the chain of
+  // parents in /proc; a process group can be joined, a parent cannot be chosen); -1: none.
+  int LocalRankOfDescendant(pid_t pid) const;
   // The innermost frames of a worker's stacks file (empty when none was written).
   std::vector<std::string> InnermostFrames(int local_rank, size_t n) const;
   std::string StacksPath(int local_rank) const;

@@ -232,6 +232,14 @@ TEST(ControlMessageTest, RefusesALineOverTheLimit) {
   ExpectRefused(over, absl::StrCat("a line of ", kMaxControlLineBytes + 1, " bytes"));
 }
 
+TEST(ControlMessageTest, RefusesANulByteAnywhere) {
+  const std::string ready = R"({"type":"ready","round":1,"step":2})";
+  ExpectRefused(ready + std::string(1, '\0'), "a NUL byte at offset 35");
+  ExpectRefused(std::string(1, '\0') + ready, "a NUL byte at offset 0");
+  ExpectRefused(R"({"type":"ready","round":1,"step":2,"x":")" + std::string(1, '\0') + "\"}",
+                "a NUL byte");
+}
+
 TEST(ControlMessageTest, RoundStorePrefix) {
   EXPECT_EQ(RoundStorePrefix(0), "/ddprun/round_0/");
   EXPECT_EQ(RoundStorePrefix(12), "/ddprun/round_12/");

@@ -1,5 +1,5 @@
-// The ddprun progress channel, worker side. ddprun makes a FIFO per agent and exports its path
-// as DDPRUN_PROGRESS_FILE; after every optimizer step each rank writes one line
+// The ddprun progress channel, worker side. ddprun makes a FIFO per local rank and exports its
+// path as DDPRUN_PROGRESS_FILE; after every optimizer step each rank writes one line
 //   {"pid":<pid>,"step":<global step>}\n
 // to it, so the launcher sees which rank is making progress (and which stopped) without reading
 // logs. Training must never wait for the launcher: the FIFO is opened non-blocking, a full pipe

@@ -43,6 +43,16 @@ class FakeListener : public ControlServer::Listener {
     pid_t peer_pid;
   };
 
+  pid_t WorkerOf(pid_t peer_pid) override {
+    absl::MutexLock lock(&mu_);
+    return owner_;
+  }
+  // Every connection accepted from now on comes from the process tree of worker `pid` (0: of
+  // none).
+  void SetOwner(pid_t pid) {
+    absl::MutexLock lock(&mu_);
+    owner_ = pid;
+  }
   std::string CheckHello(const control::HelloMessage& hello, pid_t peer_pid) override {
     absl::MutexLock lock(&mu_);
     checked_.push_back({hello.local_rank, hello.pid, peer_pid});
@@ -120,6 +130,7 @@ class FakeListener : public ControlServer::Listener {
   mutable absl::Mutex mu_;
   std::vector<std::pair<int, std::string>> broken_ ABSL_GUARDED_BY(mu_);
   std::string refusal_ ABSL_GUARDED_BY(mu_);
+  pid_t owner_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Checked> checked_ ABSL_GUARDED_BY(mu_);
   std::vector<int> hellos_ ABSL_GUARDED_BY(mu_);
   std::vector<std::pair<int, control::ReadyMessage>> readies_ ABSL_GUARDED_BY(mu_);
@@ -384,18 +395,72 @@ TEST_F(ControlServerTest, AConnectionWithoutAHelloTimesOut) {
   EXPECT_TRUE(Connected(0));
 }
 
-TEST_F(ControlServerTest, AtMost64ConnectionsWaitForTheirHello) {
+// Issue 43 D6: the limit is per worker process tree, so a worker's children (or processes
+// outside the job) holding connections open cannot keep another worker from its channel.
+TEST_F(ControlServerTest, ConnectionsWaitingForTheirHelloAreLimitedPerWorker) {
+  listener_.SetOwner(100);
   std::vector<UnixPeer> silent;
-  for (int i = 0; i < ControlServer::kMaxPendingConnections; ++i) silent.push_back(Connect());
+  for (int i = 0; i < ControlServer::kMaxPendingPerWorker; ++i) silent.push_back(Connect());
   UnixPeer one_too_many = Connect();
-  ExpectClosedFor(&one_too_many, "over 64 connections without a hello; refusing another");
+  ExpectClosedFor(&one_too_many,
+                  "over 8 connections without a hello from the process tree of worker pid 100");
   for (UnixPeer& p : silent) EXPECT_FALSE(p.Closed());
-  // One of them speaks: a place is free again.
-  ASSERT_TRUE(silent[10].Write(Hello(0)));
-  listener_.WaitHellos(1);
-  UnixPeer next = Speaker(1);
+  // Another worker connects as usual.
+  listener_.SetOwner(200);
+  UnixPeer other = Speaker(1);
   EXPECT_TRUE(Connected(1));
+  // One of the silent ones speaks: a place is free again for worker 100's tree.
+  listener_.SetOwner(100);
+  ASSERT_TRUE(silent[3].Write(Hello(0)));
+  listener_.WaitHellos(2);
+  UnixPeer next = Speaker(2);
+  EXPECT_TRUE(Connected(2));
   EXPECT_FALSE(next.Closed());
+  // Refusals after the first are counted, not logged.
+  UnixPeer more = Connect();
+  UnixPeer more2 = Connect();
+  EXPECT_TRUE(more2.WaitClosed(kWait));
+  EXPECT_EQ(::ddprun::testing::CountMatches(log_.text(), "connections without a hello from"), 1)
+      << log_.text();
+}
+
+TEST_F(ControlServerTest, ProcessesOutsideEveryWorkerShareOneSmallLimit) {
+  std::vector<UnixPeer> silent;
+  for (int i = 0; i < ControlServer::kMaxPendingOutsideWorkers; ++i) silent.push_back(Connect());
+  UnixPeer one_too_many = Connect();
+  ExpectClosedFor(&one_too_many,
+                  "over 16 connections without a hello from processes outside every worker");
+  listener_.SetOwner(300);
+  UnixPeer worker = Speaker(0);
+  EXPECT_TRUE(Connected(0));
+}
+
+// Issue 43 D3: a flood of valid messages closes the channel (one line), instead of one log line
+// or more per message.
+TEST_F(ControlServerTest, AFloodOfMessagesClosesTheChannel) {
+  UnixPeer worker = Speaker(0);
+  std::string flood;
+  for (int i = 0; i < 10 * ControlServer::kMessageBurst; ++i) flood += Ready(7, 1);
+  ASSERT_TRUE(worker.Write(flood));
+  ExpectClosedFor(&worker,
+                  "control channel of local rank 0 closed: over 40 messages at more than "
+                  "20 a second (a flood)");
+  EXPECT_LE(listener_.readies(), static_cast<size_t>(ControlServer::kMessageBurst));
+  ASSERT_EQ(listener_.broken().size(), 1u);
+  EXPECT_EQ(listener_.broken()[0].first, 0);
+}
+
+// Connections closed before their hello can be made again at once: a few are logged, the rest
+// counted.
+TEST_F(ControlServerTest, GarbageBeforeAHelloIsLoggedAFewTimesThenCounted) {
+  for (int i = 0; i < 50; ++i) {
+    UnixPeer rude = Connect();
+    ASSERT_TRUE(rude.Write("garbage\n"));
+    EXPECT_TRUE(rude.WaitClosed(kWait));
+  }
+  EXPECT_EQ(::ddprun::testing::CountMatches(log_.text(), "a bad message"), 5) << log_.text();
+  runner_.Call([&] { server_.reset(); });
+  EXPECT_THAT(log_.text(), HasSubstr("45 more closed before a hello than were logged"));
 }
 
 TEST_F(ControlServerTest, AWorkerThatDoesNotReadNeverBlocksTheAgent) {
