@@ -66,12 +66,23 @@ The contract:
   the port is taken (a surviving worker's store from an earlier round, which it keeps serving
   for as long as it lives); every rank connects a fresh client per round, and the round's keys
   go under ``PrefixStore(store_prefix)``.
-* The state agreement: every rank contributes its step (an all_gather); when they differ, the
-  lowest rank with the highest step sends its state to all others (one broadcast of a pickled
-  skeleton and one of the tensors' raw bytes, so values arrive bit for bit). ``state`` maps
-  names to objects with ``state_dict()``/``load_state_dict()`` (loaded in place) or to plain
-  picklable values (replaced in the dict). Equal steps everywhere (the first round, or a round
-  where no one has less) send nothing: the ranks already agree.
+* The state agreement: every rank contributes its step and whether it survived an earlier
+  round (an all_gather); when the steps differ, the lowest rank with the highest step sends its
+  state to all others, so values arrive bit for bit. A step more than ``max_step_lead`` (1)
+  ahead of every other rank's, while another survivor is there to contradict it, cannot be
+  true: it is refused (logged on every rank) and the next is taken. ``state`` maps names to
+  objects with ``state_dict()``/``load_state_dict()`` (loaded in place) or to plain values
+  (replaced in the dict). Equal steps everywhere (the first round, or a round where no one has
+  less) send nothing: the ranks already agree.
+* What ``state`` may hold: dense tensors (cpu or cuda, any usual dtype), None, bool, int,
+  float, str, bytes, and list, tuple, dict and OrderedDict of these (keys: None, bool, int,
+  float, str or tuples of them), torch.dtype and torch.Size; that is, what a model's and an
+  optimizer's state_dict() hold. It travels as JSON metadata and raw tensor bytes, never as a
+  pickle: nothing a peer sends can run code here. Anything else (a function, a numpy array, an
+  object of the script's own class) raises :class:`StateError` naming it on every rank, before
+  anything is sent. A receiver checks every size and count a peer announces against the
+  metadata and against the memory it has (``max_state_bytes``) before allocating; a state that
+  fails a check raises StateError (the worker exits; the agent replaces it).
 * Collective timeout: unless ``timeout`` is given, in-process rounds use the round's
   ``deadline_ms`` (the agent's ``--reform-timeout``, at least 10 s), so a collective that would
   outwait the agent's patience fails instead (a step that legitimately blocks longer in a
@@ -94,11 +105,11 @@ Limits:
 * DistributedDataParallel binds its process group when built: build it in every round.
 """
 
+import base64
+import collections
 import datetime
-import io
 import json
 import os
-import pickle
 import socket
 import stat
 import sys
@@ -116,6 +127,7 @@ __all__ = [
     "Round",
     "RoundInfo",
     "RoundOver",
+    "StateError",
     "connect",
     "rounds",
     "run",
@@ -166,6 +178,12 @@ class ControlError(Exception):
 
 class RecoveryError(Exception):
     """A round failed and no next round came within the deadline (the cause is chained)."""
+
+
+class StateError(Exception):
+    """The state cannot be handed over: it holds a value the hand-over cannot carry (raised on
+    every rank before anything is sent), or what a peer sent is not a valid state. Not a
+    RuntimeError: it is not a failed round, and the worker exits with it."""
 
 
 def _first_line(error):
@@ -599,35 +617,105 @@ def _comm_device(backend):
     return torch.device("cpu")
 
 
-class _Pickler(pickle.Pickler):
-    """Pickles a state with its strided tensors left out (sent as raw bytes instead)."""
+# ---------------------------------------------------------------------------------------------
+# The state hand-over (§6b.3). Nothing a peer sends is ever run or unpickled: the state travels
+# as JSON metadata (plain values, containers, and each tensor's dtype, shape and device) and the
+# tensors' raw bytes. A receiver checks every size and count against bounds, against what the
+# metadata implies and against the memory it has, before it allocates anything.
 
-    def __init__(self, file, tensors):
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self._tensors = tensors
+STATE_FORMAT_VERSION = 1
+_STATE_MAGIC = 0x64647073  # "ddps"
+_HEADER_FIELDS = 6  # magic, version, status (0 ok, 1 the source failed), meta bytes,
+#                     tensor bytes, tensor count
+_MAX_META_BYTES = 64 << 20
+_MAX_DEPTH = 64
+_MAX_DIMS = 64
+_MAX_STEP = 2**62
+_ALLOWED = ("allowed: dense torch tensors on cpu or cuda, None, bool, int, float, str, bytes, "
+            "list, tuple, dict and collections.OrderedDict of these, torch.dtype, torch.Size; "
+            "and, as a value of `state` itself, an object with state_dict()/load_state_dict()")
 
-    def persistent_id(self, obj):
-        if (isinstance(obj, torch.Tensor) and obj.layout == torch.strided
-                and not obj.is_quantized):
-            self._tensors.append(obj)
-            return (len(self._tensors) - 1, str(obj.dtype).replace("torch.", ""),
-                    tuple(obj.shape), obj.device.type)
-        return None
+
+def _dtype_table():
+    sizes = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "complex128": 16,
+             "complex64": 8, "complex32": 4, "int64": 8, "int32": 4, "int16": 2, "int8": 1,
+             "uint8": 1, "uint16": 2, "uint32": 4, "uint64": 8, "bool": 1, "float8_e4m3fn": 1,
+             "float8_e5m2": 1, "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1}
+    return {name: (getattr(torch, name), size) for name, size in sizes.items()
+            if isinstance(getattr(torch, name, None), torch.dtype)}
 
 
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, file, payload, offsets):
-        super().__init__(file)
-        self._payload = payload
-        self._offsets = offsets
+_DTYPES = _dtype_table()
+_DTYPE_NAMES = {dt: name for name, (dt, _) in _DTYPES.items()}
 
-    def persistent_load(self, pid):
-        index, dtype_name, shape, device_type = pid
-        start, end = self._offsets[index], self._offsets[index + 1]
-        t = self._payload[start:end].clone().view(getattr(torch, dtype_name)).view(shape)
-        if device_type == "cuda":
-            return t.to(torch.device("cuda", torch.cuda.current_device()))
-        return t.to(device_type)
+
+def _type_name(obj):
+    t = type(obj)
+    return t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+
+
+class _Encoder:
+    """The metadata of a state: JSON-ready values, dense tensors replaced by {"tensor": i}."""
+
+    def __init__(self):
+        self.tensors = []
+
+    def value(self, obj, path, depth=0):
+        if depth > _MAX_DEPTH:
+            raise StateError(f"{path}: nested deeper than {_MAX_DEPTH} levels (a cycle?)")
+        t = type(obj)
+        if obj is None or t in (bool, int, str):
+            return obj
+        if t is float:
+            return obj  # NaN and infinities too (JSON's NaN/Infinity tokens)
+        if isinstance(obj, torch.Tensor):
+            return self._tensor(obj, path)
+        if t is list:
+            return {"list": [self.value(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(obj)]}
+        if t is tuple:
+            return {"tuple": [self.value(v, f"{path}[{i}]", depth + 1)
+                              for i, v in enumerate(obj)]}
+        if t is dict or t is collections.OrderedDict:
+            items = [[self.key(k, path), self.value(v, f"{path}[{k!r}]", depth + 1)]
+                     for k, v in obj.items()]
+            if t is dict:
+                return {"dict": items}
+            attrs = dict(vars(obj))
+            metadata = attrs.pop("_metadata", None)  # what Module.state_dict() attaches
+            if attrs:
+                raise StateError(f"{path}: an OrderedDict with attributes {sorted(attrs)} "
+                                 "cannot be handed over (only _metadata is carried)")
+            out = {"odict": items}
+            if metadata is not None:
+                out["metadata"] = self.value(metadata, f"{path}._metadata", depth + 1)
+            return out
+        if t is torch.Size:
+            return {"size": list(obj)}
+        if t is torch.dtype and obj in _DTYPE_NAMES:
+            return {"dtype": _DTYPE_NAMES[obj]}
+        if t is bytes:
+            return {"bytes": base64.b64encode(obj).decode("ascii")}
+        raise StateError(f"{path}: a {_type_name(obj)} cannot be handed over to a replacement "
+                         f"({_ALLOWED}); convert it, or keep it out of `state`")
+
+    def key(self, k, path):
+        if k is None or type(k) in (bool, int, float, str):
+            return k
+        if type(k) is tuple:
+            return self.value(k, f"{path} key {k!r}", 1)
+        raise StateError(f"{path}: a dict key of type {_type_name(k)} cannot be handed over "
+                         "(keys: None, bool, int, float, str, or tuples of them)")
+
+    def _tensor(self, t, path):
+        if type(t) not in (torch.Tensor, torch.nn.Parameter):
+            raise StateError(f"{path}: a tensor subclass {_type_name(t)} cannot be handed over "
+                             f"({_ALLOWED})")
+        if (t.layout != torch.strided or t.is_quantized or getattr(t, "is_nested", False)
+                or t.device.type not in ("cpu", "cuda") or t.dtype not in _DTYPE_NAMES):
+            raise StateError(f"{path}: a {t.layout} {t.dtype} tensor on {t.device.type} cannot be "
+                             f"handed over ({_ALLOWED})")
+        self.tensors.append(t)
+        return {"tensor": len(self.tensors) - 1}
 
 
 def _snapshot(state):
@@ -635,61 +723,330 @@ def _snapshot(state):
             for name, obj in state.items()}
 
 
-def _broadcast_state(state, src, device):
-    """Every rank takes rank `src`'s state: a pickled skeleton and the tensors' bytes."""
-    if dist.get_rank() == src:
-        tensors = []
-        skeleton = io.BytesIO()
-        _Pickler(skeleton, tensors).dump(_snapshot(state))
-        parts = [torch.frombuffer(bytearray(skeleton.getvalue()), dtype=torch.uint8).to(device)]
-        sizes = []
-        for t in tensors:
-            raw = t.detach().to(device).contiguous().view(-1).view(torch.uint8)
-            parts.append(raw)
-            sizes.append(raw.numel())
-        header = torch.tensor([skeleton.tell(), len(sizes)] + sizes, dtype=torch.int64)
-        count = torch.tensor([header.numel()], dtype=torch.int64, device=device)
-        dist.broadcast(count, src)
-        dist.broadcast(header.to(device), src)
-        payload = torch.cat(parts)
-        dist.broadcast(payload, src)
-        return
-    count = torch.zeros(1, dtype=torch.int64, device=device)
-    dist.broadcast(count, src)
-    header = torch.zeros(int(count.item()), dtype=torch.int64, device=device)
-    dist.broadcast(header, src)
-    header = header.cpu().tolist()
-    skeleton_len, n = header[0], header[1]
-    offsets = [skeleton_len]
-    for size in header[2:2 + n]:
-        offsets.append(offsets[-1] + size)
-    payload = torch.empty(offsets[-1], dtype=torch.uint8, device=device)
-    dist.broadcast(payload, src)
-    payload = payload.cpu()
-    received = _Unpickler(io.BytesIO(payload[:skeleton_len].numpy().tobytes()), payload,
-                          offsets).load()
+def _encode_state(state):
+    """(metadata bytes, tensors) of `state`; StateError naming the first value it cannot carry."""
+    enc = _Encoder()
+    names = []
+    for name, value in _snapshot(state).items():
+        if type(name) is not str:
+            raise StateError(f"state key {name!r}: the names in `state` must be str")
+        names.append([name, enc.value(value, f"state[{name!r}]")])
+    specs = [{"dtype": _DTYPE_NAMES[t.dtype], "shape": list(t.shape), "device": t.device.type}
+             for t in enc.tensors]
+    meta = json.dumps({"state": names, "tensors": specs}, separators=(",", ":")).encode("utf-8")
+    if len(meta) > _MAX_META_BYTES:
+        raise StateError(f"the state's plain values take {len(meta)} bytes of metadata (at most "
+                         f"{_MAX_META_BYTES}): put bulk data into tensors")
+    return meta, enc.tensors
+
+
+def _int_list(v, what, lo, hi, max_len):
+    if type(v) is not list or len(v) > max_len:
+        raise ValueError(f"{what} is not a list of at most {max_len} integers")
+    for x in v:
+        if type(x) is not int or x < lo or x > hi:
+            raise ValueError(f"{what} holds {x!r}, not an integer in [{lo}, {hi}]")
+    return v
+
+
+def _tensor_layout(specs, count, tensor_bytes):
+    """[(dtype, shape, device type, offset, nbytes)] from the metadata's tensor list, checked:
+    known dtypes, at most _MAX_DIMS dimensions, sizes that add up to exactly `tensor_bytes`."""
+    if type(specs) is not list or len(specs) != count:
+        raise ValueError(f"the header announces {count} tensors, the metadata lists "
+                         f"{len(specs) if type(specs) is list else 'none'}")
+    out, offset = [], 0
+    for i, spec in enumerate(specs):
+        if type(spec) is not dict or set(spec) != {"dtype", "shape", "device"}:
+            raise ValueError(f"tensor {i}: not a {{dtype, shape, device}} object")
+        if spec["dtype"] not in _DTYPES:
+            raise ValueError(f"tensor {i}: unknown dtype {str(spec['dtype'])[:40]!r}")
+        if spec["device"] not in ("cpu", "cuda"):
+            raise ValueError(f"tensor {i}: device {str(spec['device'])[:40]!r} (cpu or cuda)")
+        dtype, itemsize = _DTYPES[spec["dtype"]]
+        shape = _int_list(spec["shape"], f"tensor {i}'s shape", 0, 2**62, _MAX_DIMS)
+        nbytes = itemsize
+        for d in shape:
+            nbytes *= d
+        if nbytes > tensor_bytes - offset:
+            raise ValueError(f"tensor {i} ({spec['dtype']} {shape}) needs {nbytes} bytes, more "
+                             f"than the {tensor_bytes - offset} announced bytes left")
+        out.append((dtype, shape, spec["device"], offset, nbytes))
+        offset += nbytes
+    if offset != tensor_bytes:
+        raise ValueError(f"the tensors take {offset} bytes, the header announces {tensor_bytes}")
+    return out
+
+
+class _Decoder:
+    """Values back from the metadata; each tensor index may be used once (no amplification)."""
+
+    def __init__(self, make_tensor, count):
+        self._make_tensor = make_tensor
+        self._used = [False] * count
+
+    def value(self, v, depth=0):
+        if depth > _MAX_DEPTH:
+            raise ValueError(f"nested deeper than {_MAX_DEPTH} levels")
+        if v is None or type(v) in (bool, int, float, str):
+            return v
+        if type(v) is not dict or not v:
+            raise ValueError(f"a bare {type(v).__name__} where a tagged value was expected")
+        if "odict" in v and set(v) <= {"odict", "metadata"}:
+            out = collections.OrderedDict(self._items(v["odict"], depth))
+            if "metadata" in v:
+                out._metadata = self.value(v["metadata"], depth + 1)
+            return out
+        if len(v) != 1:
+            raise ValueError(f"a tagged value with keys {sorted(v)[:4]}")
+        tag, body = next(iter(v.items()))
+        if tag in ("list", "tuple"):
+            if type(body) is not list:
+                raise ValueError(f'"{tag}" is not a JSON array')
+            items = [self.value(x, depth + 1) for x in body]
+            return items if tag == "list" else tuple(items)
+        if tag == "dict":
+            return dict(self._items(body, depth))
+        if tag == "tensor":
+            if type(body) is not int or not 0 <= body < len(self._used) or self._used[body]:
+                raise ValueError(f"tensor reference {body!r} unknown or used twice")
+            self._used[body] = True
+            return self._make_tensor(body)
+        if tag == "size":
+            return torch.Size(_int_list(body, "a torch.Size", 0, 2**63 - 1, _MAX_DIMS))
+        if tag == "dtype":
+            if body not in _DTYPES:
+                raise ValueError(f"unknown dtype {str(body)[:40]!r}")
+            return _DTYPES[body][0]
+        if tag == "bytes":
+            if type(body) is not str:
+                raise ValueError('"bytes" is not a string')
+            return base64.b64decode(body.encode("ascii"), validate=True)
+        raise ValueError(f"unknown tag {str(tag)[:40]!r}")
+
+    def _items(self, body, depth):
+        if type(body) is not list:
+            raise ValueError("a mapping that is not a list of pairs")
+        out = []
+        for pair in body:
+            if type(pair) is not list or len(pair) != 2:
+                raise ValueError("a mapping entry that is not a [key, value] pair")
+            key = self.value(pair[0], depth + 1)
+            try:
+                hash(key)
+            except TypeError:
+                raise ValueError(f"an unhashable key of type {type(key).__name__}") from None
+            out.append((key, self.value(pair[1], depth + 1)))
+        return out
+
+
+def _meminfo_available():
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError):
+        return None
+
+
+def _cgroup_available():
+    """memory.max - memory.current of this process's cgroup (v2); None without a limit."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            path = next((line.split(":", 2)[2].strip() for line in f if line.startswith("0::")),
+                        None)
+        if path is None:
+            return None
+        base = os.path.join("/sys/fs/cgroup", path.lstrip("/"))
+        with open(os.path.join(base, "memory.max")) as f:
+            limit = f.read().strip()
+        if limit == "max":
+            return None
+        with open(os.path.join(base, "memory.current")) as f:
+            return max(0, int(limit) - int(f.read().strip()))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _receive_limit(device, max_state_bytes):
+    """The most bytes this process accepts from a peer, and what sets that bound."""
+    bounds = []
+    if max_state_bytes is not None:
+        bounds.append((int(max_state_bytes), "max_state_bytes"))
+    for value, what in ((_meminfo_available(), "memory available"),
+                        (_cgroup_available(), "memory left in this cgroup")):
+        if value is not None:
+            bounds.append((value, what))
+    if device.type == "cuda":
+        bounds.append((torch.cuda.mem_get_info(device)[0], f"free memory on {device}"))
+    return min(bounds) if bounds else (1 << 40, "1 TiB")
+
+
+def _check_header(header, src, limit):
+    """(meta bytes, tensor bytes, tensor count) from a source's header, or StateError: the
+    format, the source's status, and sizes within bounds and within `limit` (bytes, why)."""
+    magic, version, status, meta_len, tensor_bytes, count = header
+    if magic != _STATE_MAGIC or version != STATE_FORMAT_VERSION:
+        raise StateError(f"rank {src} sent no state of format {STATE_FORMAT_VERSION} "
+                         f"(header {[magic, version]})")
+    if status != 0:
+        raise StateError(f"rank {src} could not serialise its state (its log says why)")
+    if not 2 <= meta_len <= _MAX_META_BYTES or not 0 <= count <= meta_len or tensor_bytes < 0:
+        raise StateError(f"rank {src} announces {meta_len} bytes of metadata (2 to "
+                         f"{_MAX_META_BYTES}), {count} tensors, {tensor_bytes} tensor bytes")
+    if meta_len + tensor_bytes > limit[0]:
+        raise StateError(f"rank {src} announces a state of {meta_len + tensor_bytes} bytes, "
+                         f"more than this process takes ({limit[0]} bytes: {limit[1]})")
+    return meta_len, tensor_bytes, count
+
+
+def _parse_meta(meta, src, count, tensor_bytes):
+    """The metadata's JSON object and its tensors' layout (_tensor_layout), or StateError."""
+    try:
+        obj = json.loads(meta.decode("utf-8"))
+        if type(obj) is not dict or set(obj) != {"state", "tensors"}:
+            raise ValueError("not a {state, tensors} object")
+        return obj, _tensor_layout(obj["tensors"], count, tensor_bytes)
+    except (ValueError, UnicodeDecodeError, RecursionError) as e:
+        raise StateError(f"rank {src} sent invalid state metadata: {e}") from None
+
+
+def _decode_state(obj, layout, payload, src):
+    """{name: value} from parsed metadata and the CPU uint8 tensor of all tensors' bytes."""
+
+    def make_tensor(i):
+        dtype, shape, device_type, offset, nbytes = layout[i]
+        raw = payload[offset:offset + nbytes]
+        if dtype is torch.bool and nbytes and int(raw.max()) > 1:
+            raise ValueError(f"tensor {i}: bool bytes other than 0 and 1")
+        t = raw.clone().view(dtype).view(shape)
+        if device_type == "cuda":
+            if not torch.cuda.is_available():
+                raise ValueError(f"tensor {i} is a CUDA tensor and this process has no CUDA")
+            return t.to(torch.device("cuda", torch.cuda.current_device()))
+        return t
+
+    try:
+        dec = _Decoder(make_tensor, len(layout))
+        names = obj["state"]
+        if type(names) is not list:
+            raise ValueError("the state is not a list of [name, value] pairs")
+        received = {}
+        for pair in names:
+            if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str:
+                raise ValueError("a state entry that is not a [name, value] pair")
+            received[pair[0]] = dec.value(pair[1])
+        return received
+    except (ValueError, RecursionError) as e:
+        raise StateError(f"rank {src} sent an invalid state: {e}") from None
+
+
+def _load_state(state, received, src):
     for name, value in received.items():
         target = state.get(name)
         if target is not None and hasattr(target, "load_state_dict"):
-            target.load_state_dict(value)
+            try:
+                target.load_state_dict(value)
+            except Exception as e:
+                raise StateError(f"state[{name!r}] from rank {src}: load_state_dict: "
+                                 f"{_first_line(e)}") from e
         else:
             state[name] = value
 
 
-def _agree(state, step, backend):
+def _broadcast_state(state, src, device, max_state_bytes=None):
+    """Every rank takes rank `src`'s state: a fixed header, the metadata, the tensors' bytes."""
+    if dist.get_rank() == src:
+        _send_state(state, src, device)
+        return
+    header = torch.zeros(_HEADER_FIELDS, dtype=torch.int64, device=device)
+    dist.broadcast(header, src)
+    meta_len, tensor_bytes, count = _check_header(header.cpu().tolist(), src,
+                                                  _receive_limit(device, max_state_bytes))
+    meta = torch.empty(meta_len, dtype=torch.uint8, device=device)
+    dist.broadcast(meta, src)
+    obj, layout = _parse_meta(meta.cpu().numpy().tobytes(), src, count, tensor_bytes)
+    payload = torch.empty(tensor_bytes, dtype=torch.uint8, device=device)
+    if tensor_bytes:
+        dist.broadcast(payload, src)
+    _load_state(state, _decode_state(obj, layout, payload.cpu(), src), src)
+
+
+def _pack_state(state, device):
+    """(header, metadata bytes, [uint8 tensor per tensor]) of `state`, its tensors on `device`."""
+    meta, tensors = _encode_state(state)
+    raws = [t.detach().to(device).contiguous().view(-1).view(torch.uint8) for t in tensors]
+    header = [_STATE_MAGIC, STATE_FORMAT_VERSION, 0, len(meta), sum(r.numel() for r in raws),
+              len(raws)]
+    return header, meta, raws
+
+
+def _send_state(state, src, device):
+    try:
+        header, meta, raws = _pack_state(state, device)
+        failure = None
+    except Exception as e:  # the receivers must not wait for bytes that never come
+        header = [_STATE_MAGIC, STATE_FORMAT_VERSION, 1, 0, 0, 0]
+        failure = e
+    dist.broadcast(torch.tensor(header, dtype=torch.int64, device=device), src)
+    if failure is not None:
+        raise failure
+    dist.broadcast(torch.frombuffer(bytearray(meta), dtype=torch.uint8).to(device), src)
+    if header[4]:
+        dist.broadcast(torch.cat(raws), src)
+
+
+def _choose_source(claims, max_step_lead):
+    """Which rank's state the round takes, from every rank's (step, survivor) claim: the lowest
+    rank with the highest step, unless that claim cannot be true. A survivor's step can lead the
+    other survivors' by at most `max_step_lead` (1 under DDP: a rank cannot finish step s+2's
+    all-reduce before every rank finished step s+1), so a claim more than that ahead of every
+    other rank, while other survivors are there to contradict it, is refused, and the next is
+    tried. Returns (source rank or None when nothing moves, agreed step, {rank: why refused})."""
+    refused = {}
+    for r, (step, survivor) in enumerate(claims):
+        if not -1 <= step <= _MAX_STEP or survivor not in (0, 1):
+            refused[r] = f"an invalid claim (step {step}, survivor {survivor})"
+    while True:
+        candidates = [r for r in range(len(claims)) if r not in refused]
+        top = max((claims[r][0] for r in candidates), default=-1)
+        if top < 0:
+            return None, -1, refused
+        src = next(r for r in candidates if claims[r][0] == top)
+        others = [r for r in candidates if r != src]
+        backed = any(claims[r][0] >= top - max_step_lead for r in others)
+        survivors = [r for r in others if claims[r][1] == 1]
+        if backed or not survivors:
+            break
+        best = max(survivors, key=lambda r: claims[r][0])
+        refused[src] = (f"claims step {top}, more than {max_step_lead} ahead of every other "
+                        f"rank (rank {best}, a survivor, holds step {claims[best][0]})")
+    if not refused and all(s == top for s, _ in claims):
+        return None, top, refused  # the ranks agree already
+    return src, top, refused
+
+
+def _agree(state, step, backend, survivor=False, max_step_lead=1, max_state_bytes=None):
     """The state agreement of §6b: returns (agreed step, source rank or None); `state` holds
-    the agreed step's state on return."""
+    the agreed step's state on return. StateError when the state cannot be handed over."""
     device = _comm_device(backend)
-    world = dist.get_world_size()
-    steps = [torch.zeros(1, dtype=torch.int64, device=device) for _ in range(world)]
-    dist.all_gather(steps, torch.tensor([step], dtype=torch.int64, device=device))
-    steps = [int(t.item()) for t in steps]
-    top = max(steps)
-    if all(s == top for s in steps):
-        return top, None
-    src = steps.index(top)
     if state is not None:
-        _broadcast_state(state, src, device)
+        _encode_state(state)  # every rank, before any collective: a clear error, nobody waits
+    world = dist.get_world_size()
+    claims = [torch.zeros(2, dtype=torch.int64, device=device) for _ in range(world)]
+    mine = torch.tensor([step, 1 if survivor else 0], dtype=torch.int64, device=device)
+    dist.all_gather(claims, mine)
+    claims = [tuple(int(x) for x in t.cpu().tolist()) for t in claims]
+    src, top, refused = _choose_source(claims, max_step_lead)
+    for r, why in sorted(refused.items()):
+        _log(f"the state of rank {r} is not taken: it {why}")
+    if src is not None and state is not None:
+        _broadcast_state(state, src, device, max_state_bytes)
     return top, src
 
 
@@ -712,11 +1069,13 @@ def _export_env(info):
     })
 
 
-def _form(ctl, info, backend, state, held, timeout):
+def _form(ctl, info, backend, state, held, timeout, handover):
     """Forms round `info`'s default process group and agrees on the state; returns a Round.
-    Raises RuntimeError (a failed store, group or collective) or RoundOver. held["step"] is the
-    step whose state this process holds, updated as soon as it took another rank's state (even
-    if the round then fails: the next round must not count it as older)."""
+    Raises RuntimeError (a failed store, group or collective), RoundOver, or StateError (the
+    state cannot be handed over). held["step"] is the step whose state this process holds,
+    updated as soon as it took another rank's state (even if the round then fails: the next
+    round must not count it as older); held["survivor"] is True once it took part in a round's
+    state agreement. `handover`: _agree's max_step_lead and max_state_bytes."""
     pg_timeout = _collective_timeout(info, timeout)
     _export_env(info)
     if info.rank == 0:
@@ -732,8 +1091,9 @@ def _form(ctl, info, backend, state, held, timeout):
     dist.init_process_group(backend, store=store, rank=info.rank, world_size=info.world_size,
                             timeout=pg_timeout)
     sockets.formed()
-    agreed, source = _agree(state, held["step"], backend)
+    agreed, source = _agree(state, held["step"], backend, survivor=held["survivor"], **handover)
     held["step"] = agreed
+    held["survivor"] = True
     if ctl.round_over(info.round):
         raise RoundOver(f"round {info.round} ended while it formed")
     ctl.send_ready(info.round, agreed)
@@ -749,17 +1109,24 @@ def _drop_group(ctl):
         dist.destroy_process_group()
 
 
-def rounds(ctl, backend, state=None, timeout=None, start_step=-1):
+def rounds(ctl, backend, state=None, timeout=None, start_step=-1, max_step_lead=1,
+           max_state_bytes=None):
     """Yields the rounds of the job, each with torch.distributed's default group formed.
 
     ctl: from :func:`connect` (None: not in-process, one round with env:// init, no recovery).
     backend: "gloo", "nccl", ... as for init_process_group.
-    state: {name: object with state_dict()/load_state_dict(), or a plain picklable value};
-      when the ranks' steps differ, the lowest rank with the highest step sends its state.
+    state: {name: object with state_dict()/load_state_dict(), or a plain value}; when the
+      ranks' steps differ, the lowest rank with the highest step sends its state. What may be
+      in it (tensors, plain values, containers; see the module's docstring) is checked on every
+      rank at every round: anything else raises StateError naming it.
     timeout: a datetime.timedelta for the process group (default: the round's deadline_ms, at
       least 10 s; without ddprun torch's own default).
     start_step: the step this process holds before the first round (-1: none; the checkpoint's
       step after loading one).
+    max_step_lead: how many steps a survivor can be ahead of every other survivor (1 when
+      every step all-reduces, as DDP does); a claim further ahead is refused as the source.
+    max_state_bytes: the most bytes of state this process takes from a peer (default: the
+      memory it has available).
 
     After a round whose body ended normally the generator ends. After one that failed (``with
     rnd:`` recorded it) it abandons the round and waits for the next round message, at most the
@@ -778,11 +1145,23 @@ def rounds(ctl, backend, state=None, timeout=None, start_step=-1):
         raise RuntimeError("ddprun_inprocess.rounds: the default process group is already "
                            "initialized; under ddprun's in-process mode rounds() forms it for "
                            "every round: do not call init_process_group yourself")
-    held = {"step": start_step}
+    if isinstance(max_step_lead, bool) or not isinstance(max_step_lead, int) or max_step_lead < 0:
+        raise ValueError(f"rounds: max_step_lead must be an int >= 0, not {max_step_lead!r}")
+    if max_state_bytes is not None and (isinstance(max_state_bytes, bool)
+                                        or not isinstance(max_state_bytes, int)
+                                        or max_state_bytes < 0):
+        raise ValueError(f"rounds: max_state_bytes must be None or an int >= 0, not "
+                         f"{max_state_bytes!r}")
+    handover = {"max_step_lead": max_step_lead, "max_state_bytes": max_state_bytes}
+    held = {"step": start_step, "survivor": False}
     info = ctl.current_round()
     while True:
         try:
-            rnd = _form(ctl, info, backend, state, held, timeout)
+            rnd = _form(ctl, info, backend, state, held, timeout, handover)
+        except StateError as e:
+            _log(f"round {info.round}: rank {info.rank}: {_first_line(e)}")
+            _drop_group(ctl)  # the peers fail at once instead of waiting on this process
+            raise
         except (RuntimeError, RoundOver) as e:
             failure = e
             _log(f"round {info.round}: rank {info.rank} could not form the group: "
@@ -811,7 +1190,8 @@ def rounds(ctl, backend, state=None, timeout=None, start_step=-1):
                 from failure
 
 
-def run(train, backend, state=None, timeout=None, start_step=-1, ctl=None, connect_timeout=60.0):
+def run(train, backend, state=None, timeout=None, start_step=-1, ctl=None, connect_timeout=60.0,
+        max_step_lead=1, max_state_bytes=None):
     """Runs ``train(rnd)`` once per round until one call returns; returns what it returned.
 
     The control channel is :func:`connect`'s unless `ctl` is given. Without ddprun's in-process
@@ -821,7 +1201,8 @@ def run(train, backend, state=None, timeout=None, start_step=-1, ctl=None, conne
     if ctl is None:
         ctl = connect(connect_timeout)
     result = None
-    for rnd in rounds(ctl, backend, state=state, timeout=timeout, start_step=start_step):
+    for rnd in rounds(ctl, backend, state=state, timeout=timeout, start_step=start_step,
+                      max_step_lead=max_step_lead, max_state_bytes=max_state_bytes):
         with rnd:
             result = train(rnd)
     return result

@@ -4,7 +4,10 @@
 // (kInProcessModuleSource), written out as the agent will write it.
 //
 // Each worker runs tests/python/scripts/inprocess_worker.py: a tiny deterministic DDP job whose
-// final parameters and momenta, bit for bit, show whether a step was lost or repeated.
+// final parameters and momenta, bit for bit, show whether a step was lost or repeated. With
+// --hostile, a worker lies in the state agreement (tests/python/scripts/hostile_peer.py).
+// Workers run Debian's python3 (torch 1.13; DDPRUN_TEST_PYTHON overrides it, e.g. with the torch
+// 2.11 venv's python to run them all with 2.11); the tests named ...Torch211 run torch 2.11's.
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -27,6 +30,7 @@
 #include "tests/testing/reserved_port.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
+#include "tests/testing/torch2.h"
 
 namespace ddprun {
 namespace {
@@ -47,6 +51,13 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kSteps = 12;
 constexpr int kHoldAt = 4;  // the victim stops after this step; its peers block in the next
+constexpr char kHugeStep[] = "1000000000000000";  // hostile_peer.py's claim
+
+#define USE_TORCH211()                                     \
+  const testing::Torch2& t2 = testing::FindTorch2();       \
+  if (!t2.opted_out.empty()) GTEST_SKIP() << t2.opted_out; \
+  ASSERT_TRUE(t2.error.empty()) << t2.error;               \
+  python_ = t2.python
 
 // One accepted control connection, read line by line with deadlines.
 class Channel {
@@ -167,8 +178,8 @@ class InProcessModuleTest : public ::testing::Test {
   std::unique_ptr<Subprocess> Worker(const std::map<std::string, std::string>& env,
                                      std::vector<std::string> args) {
     std::vector<std::string> argv = {
-        testing::SystemPython(), testing::SourcePath("tests/python/scripts/inprocess_worker.py"),
-        "--steps", absl::StrCat(kSteps)};
+        python_, testing::SourcePath("tests/python/scripts/inprocess_worker.py"), "--steps",
+        absl::StrCat(kSteps)};
     argv.insert(argv.end(), args.begin(), args.end());
     std::map<std::string, std::string> full = {
         {"PYTHONPATH", module_dir_.path()}, {"RANK", "\x01unset"},
@@ -220,10 +231,19 @@ class InProcessModuleTest : public ::testing::Test {
     return rank0;
   }
 
-  void KillAndReplace(int victim, const std::vector<int>& round2, const std::string& api);
+  // `hostile` >= 0: that local rank claims step 10^15 from round 2 on, with a pickle as its
+  // state (hostile_peer.py); a survivor contradicts it, so the honest state must win.
+  void KillAndReplace(int victim, const std::vector<int>& round2, const std::string& api,
+                      int hostile = -1);
+
+  // Two ranks in round 1; local rank 1 claims step 10^15 (nobody can contradict it: no one has
+  // trained yet) and sends `attack` instead of its state. Rank 0 must stop with an error that
+  // contains `expect`, within seconds, and run nothing of what it got.
+  void HostileFirstRound(const std::string& attack, const std::string& expect);
 
   TempDir module_dir_, dir_;
   ReservedPort port_;
+  std::string python_ = testing::SystemPython();
 };
 
 TEST(InProcessModuleSourceTest, TheCompiledInModuleIsTheSourceFileByteForByte) {
@@ -257,15 +277,19 @@ TEST_F(InProcessModuleTest, WithoutAControlSocketTheScriptRunsAsUnderTorchrun) {
 // connections close); the agent aborts round 1, sends round 2 with the ranks `round2` (by local
 // rank) and starts a replacement, which receives the state.
 void InProcessModuleTest::KillAndReplace(int victim, const std::vector<int>& round2,
-                                         const std::string& api) {
+                                         const std::string& api, int hostile) {
   const std::string reference = Reference();
   ControlServer server(dir_.File("control.sock"));
   std::vector<std::unique_ptr<Subprocess>> w(3);
   std::vector<std::unique_ptr<Channel>> ch(3);
   const std::vector<std::string> common = {"--out", dir_.File("final"), "--api", api};
+  const std::string marker = dir_.File("marker");
   for (int lr = 0; lr < 3; ++lr) {
     std::vector<std::string> args = common;
     if (lr == victim) args.insert(args.end(), {"--hold-at", absl::StrCat(kHoldAt)});
+    if (lr == hostile) {
+      args.insert(args.end(), {"--hostile", "pickle", "--marker", marker, "--lie-from-round", "2"});
+    }
     w[lr] = Connected(server, lr, args, &ch[lr]);
     ASSERT_NE(ch[lr], nullptr);
   }
@@ -317,6 +341,15 @@ void InProcessModuleTest::KillAndReplace(int victim, const std::vector<int>& rou
           << "local rank " << lr << " step " << s;
     }
   }
+  if (hostile >= 0) {
+    EXPECT_NE(access(marker.c_str(), F_OK), 0) << "the hostile rank's pickle ran";
+    for (int lr = 0; lr < 3; ++lr) {
+      EXPECT_THAT(w[lr]->err(), HasSubstr(absl::StrCat("the state of rank ", round2[hostile],
+                                                       " is not taken: it claims step ", kHugeStep,
+                                                       ", more than 1 ahead")))
+          << "local rank " << lr;
+    }
+  }
   if (round2[victim] == 0 && victim != 0) {
     // The survivor that served round 1's store (local rank 0) still does: the new rank 0
     // connects to it.
@@ -338,6 +371,67 @@ TEST_F(InProcessModuleTest, WhenTheStoresServerIsKilledItsReplacementServesANewO
 // store, so it connects to that one; the state comes from rank 1, the lowest survivor.
 TEST_F(InProcessModuleTest, WhenRanksMoveTheNewRank0UsesTheSurvivorsStore) {
   KillAndReplace(/*victim=*/1, /*round2=*/{1, 0, 2}, "loop");
+}
+
+// D8: a survivor claims step 10^15 and holds a pickle that would run code where it is loaded.
+// Rank 0, a survivor at step 4, contradicts it: the claim is refused on every rank (logged), the
+// state comes from rank 0, the liar too takes it, and nobody ever sees the pickle.
+TEST_F(InProcessModuleTest, AStepThatCannotBeTrueIsRefusedAndTheHonestStateWins) {
+  KillAndReplace(/*victim=*/2, /*round2=*/{0, 1, 2}, "loop", /*hostile=*/1);
+}
+
+void InProcessModuleTest::HostileFirstRound(const std::string& attack, const std::string& expect) {
+  ControlServer server(dir_.File("control.sock"));
+  std::vector<std::unique_ptr<Subprocess>> w(2);
+  std::vector<std::unique_ptr<Channel>> ch(2);
+  const std::string marker = dir_.File("marker");
+  w[0] = Connected(server, 0, {"--out", dir_.File("final")}, &ch[0]);
+  ASSERT_NE(ch[0], nullptr);
+  w[1] = Connected(server, 1,
+                   {"--out", dir_.File("final"), "--hostile", attack, "--marker", marker}, &ch[1]);
+  ASSERT_NE(ch[1], nullptr);
+  for (int r = 0; r < 2; ++r) ch[r]->Send(Round(1, r, 2, port_.port(), 5000));
+  const std::optional<testing::ExitStatus> st = w[0]->Wait(30s);
+  ASSERT_TRUE(st.has_value()) << "still running:\n" << w[0]->err();
+  EXPECT_EQ(st->exit_code, 1) << w[0]->err();
+  EXPECT_THAT(w[0]->err(), HasSubstr("StateError: " + expect));
+  EXPECT_NE(access(marker.c_str(), F_OK), 0) << "the hostile rank's pickle ran in rank 0";
+  EXPECT_THAT(w[1]->out(), HasSubstr("hostile rank 1: sending the " + attack + " attack"));
+}
+
+// D8: a peer's pickle is never loaded: the state is JSON metadata and raw tensor bytes, and a
+// payload that is not is refused with the source named.
+TEST_F(InProcessModuleTest, AHostileSourcesPickleIsNeverRunAndItsPeerStopsWithAClearError) {
+  HostileFirstRound("pickle", "rank 1 sent invalid state metadata: ");
+}
+
+TEST_F(InProcessModuleTest, AHostileSourcesPickleIsNeverRunTorch211) {
+  USE_TORCH211();
+  HostileFirstRound("pickle", "rank 1 sent invalid state metadata: ");
+}
+
+// D8: a source that announces 10^15 bytes: refused before anything is allocated.
+TEST_F(InProcessModuleTest, AHugeStateAnnouncedByAPeerIsRefusedBeforeAnyAllocation) {
+  HostileFirstRound("size", absl::StrCat("rank 1 announces a state of ", 1000000000000100,
+                                         " bytes, more than this process takes"));
+}
+
+// The format's own checks (tests/python/scripts/state_format_check.py), with both torches: a
+// real model and optimizer arrive bit for bit; every malformed header, metadata and reference
+// is refused; values the format cannot carry are named; the source's choice.
+TEST_F(InProcessModuleTest, TheStateFormatRefusesWhatAPeerMustNotSend) {
+  std::vector<std::string> pythons = {python_};
+  const testing::Torch2& t2 = testing::FindTorch2();
+  ASSERT_TRUE(t2.error.empty() || !t2.opted_out.empty()) << t2.error;
+  if (t2.opted_out.empty()) pythons.push_back(t2.python);
+  for (const std::string& python : pythons) {
+    Subprocess p({python, testing::SourcePath("tests/python/scripts/state_format_check.py")},
+                 {{"PYTHONPATH", module_dir_.path()}});
+    const std::optional<testing::ExitStatus> st = p.Wait(60s);
+    ASSERT_TRUE(st.has_value()) << python;
+    EXPECT_EQ(st->exit_code, 0) << python << ":\n" << p.out() << p.err();
+    EXPECT_THAT(p.out(), HasSubstr("ok: ")) << python;
+  }
 }
 
 // A peer that is gone without a FIN (a lost node; here SIGSTOPped): the survivors are blocked

@@ -8,12 +8,25 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "trainer/io/memory_bound.h"
 
 namespace ddprun::trainer {
 
+namespace {
+
+// What a receiver takes at most: `max_bytes`, else the memory this process has.
+MemoryBound ReceiveBound(std::optional<int64_t> max_bytes) {
+  if (max_bytes.has_value()) return {*max_bytes, "the caller's limit"};
+  std::optional<MemoryBound> memory = AvailableMemory();
+  return memory.has_value() ? *memory : MemoryBound{int64_t{1} << 40, "1 TiB"};
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> BroadcastBytes(const absl::StatusOr<std::string>& payload, int root,
                                            Communicator* comm, const torch::Device& device,
-                                           absl::string_view what) {
+                                           absl::string_view what,
+                                           std::optional<int64_t> max_bytes) {
   const bool mine = comm->rank() == root;
   // Size first; -1 tells the other ranks that the root failed, so nobody waits for bytes.
   const int64_t root_size =
@@ -24,6 +37,15 @@ absl::StatusOr<std::string> BroadcastBytes(const absl::StatusOr<std::string>& pa
   if (mine && !payload.ok()) return payload.status();
   if (n < 0) return absl::DataLossError(absl::StrCat("rank ", root, " could not ", what));
   if (n == 0) return std::string();
+  if (!mine) {
+    // The size is the root's word: check it before allocating what it says.
+    const MemoryBound bound = ReceiveBound(max_bytes);
+    if (n > bound.bytes) {
+      return absl::ResourceExhaustedError(absl::StrCat("rank ", root, " announces ", n,
+                                                       " bytes, more than this process takes (",
+                                                       bound.bytes, " bytes: ", bound.what, ")"));
+    }
+  }
   if (mine) {
     // The root has its bytes already; it only sends them.
     torch::Tensor bytes = torch::from_blob(const_cast<char*>(payload->data()), {n}, torch::kUInt8)

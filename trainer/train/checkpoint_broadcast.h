@@ -22,10 +22,13 @@ namespace ddprun::trainer {
 
 // Collective: `root`'s bytes to every rank. On `root`, `payload` holds the bytes or the error
 // that kept it from having them; then `root` returns that error and every other rank kDataLoss
-// "rank <root> could not <what>", so nobody waits for bytes that never come.
+// "rank <root> could not <what>", so nobody waits for bytes that never come. A receiver takes
+// at most `max_bytes` (nullopt: the memory it has available, memory_bound.h): a larger size
+// announced by the root is kResourceExhausted before anything is allocated.
 absl::StatusOr<std::string> BroadcastBytes(const absl::StatusOr<std::string>& payload, int root,
                                            Communicator* comm, const torch::Device& device,
-                                           absl::string_view what);
+                                           absl::string_view what,
+                                           std::optional<int64_t> max_bytes = std::nullopt);
 
 // Collective: every rank calls it. `store` and `read` matter on rank 0 only (nullptr or false:
 // nothing to read). Returns the payload on every rank, nullopt when there is no checkpoint, or

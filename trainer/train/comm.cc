@@ -43,6 +43,11 @@ class SoloCommunicator final : public Communicator {
   c10::intrusive_ptr<c10d::Work> BroadcastAsync(torch::Tensor& tensor, int root) override {
     return c10::intrusive_ptr<c10d::Work>();
   }
+  c10::intrusive_ptr<c10d::Work> AllGatherAsync(std::vector<torch::Tensor>& out,
+                                                torch::Tensor& in) override {
+    out[0].copy_(in);
+    return c10::intrusive_ptr<c10d::Work>();
+  }
 
  private:
   CommBackend backend_;
@@ -82,6 +87,12 @@ class GroupCommunicator final : public Communicator {
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
     return group_->broadcast(tensors, opts);
+  }
+  c10::intrusive_ptr<c10d::Work> AllGatherAsync(std::vector<torch::Tensor>& out,
+                                                torch::Tensor& in) override {
+    std::vector<std::vector<torch::Tensor>> outputs{out};  // handles on out's storage
+    std::vector<torch::Tensor> inputs{in};
+    return group_->allgather(outputs, inputs, c10d::AllgatherOptions());
   }
 
  private:
@@ -185,6 +196,18 @@ absl::Status Communicator::Broadcast(torch::Tensor& tensor, int root) {
   } catch (const std::exception& e) {
     return CommError("broadcast", e);
   }
+}
+
+absl::StatusOr<std::vector<torch::Tensor>> Communicator::AllGather(const torch::Tensor& tensor) {
+  std::vector<torch::Tensor> out;
+  for (int r = 0; r < world_size(); ++r) out.push_back(torch::empty_like(tensor));
+  torch::Tensor in = tensor;
+  try {
+    DDPRUN_RETURN_IF_ERROR(Wait(AllGatherAsync(out, in)));
+  } catch (const std::exception& e) {
+    return CommError("all-gather", e);
+  }
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> CommunicatorFromStore(

@@ -62,10 +62,16 @@ class Communicator {
   // Blocking collectives; errors as Wait's.
   absl::Status AllReduceSum(torch::Tensor& tensor);
   absl::Status Broadcast(torch::Tensor& tensor, int root);
+  // Every rank's `tensor` (the same shape and dtype on every rank), in rank order: unlike a sum
+  // of slots, each rank's part comes from that rank alone.
+  absl::StatusOr<std::vector<torch::Tensor>> AllGather(const torch::Tensor& tensor);
   virtual absl::Status Barrier() = 0;
 
  protected:
   virtual c10::intrusive_ptr<c10d::Work> BroadcastAsync(torch::Tensor& tensor, int root) = 0;
+  // Fills `out` (world_size tensors shaped like `in`) with every rank's `in`.
+  virtual c10::intrusive_ptr<c10d::Work> AllGatherAsync(std::vector<torch::Tensor>& out,
+                                                        torch::Tensor& in) = 0;
 
  private:
   std::shared_ptr<CollectiveWaiter> waiter_;

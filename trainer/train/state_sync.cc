@@ -8,23 +8,61 @@
 
 namespace ddprun::trainer {
 
-absl::StatusOr<StateSource> AgreeOnStateSource(int64_t step, Communicator* comm,
-                                               const torch::Device& device) {
-  // Slots hold step + 1, so that the zeros of the other ranks' slots read as "no state".
-  torch::Tensor steps = torch::zeros({comm->world_size()}, torch::kInt64);
-  steps[comm->rank()] = step + 1;
-  steps = steps.to(device);
-  DDPRUN_RETURN_IF_ERROR(comm->AllReduceSum(steps));
-  steps = steps.to(torch::kCPU);
-  StateSource source;
-  auto all = steps.accessor<int64_t, 1>();
-  for (int r = 0; r < comm->world_size(); ++r) {
-    if (all[r] - 1 > source.step) {  // strictly greater: the lowest rank wins a tie
-      source.step = all[r] - 1;
-      source.rank = r;
+StateSource ChooseStateSource(const std::vector<StateClaim>& claims, int64_t max_step_lead) {
+  constexpr int64_t kMaxStep = int64_t{1} << 62;
+  const int n = static_cast<int>(claims.size());
+  std::vector<bool> refused(n, false);
+  StateSource out;
+  for (int r = 0; r < n; ++r) {
+    if (claims[r].step < -1 || claims[r].step > kMaxStep) {
+      refused[r] = true;
+      out.refused.emplace_back(r, absl::StrCat("an invalid claim (step ", claims[r].step, ")"));
     }
   }
-  return source;
+  while (true) {
+    int src = -1;
+    for (int r = 0; r < n; ++r) {
+      // Strictly greater: the lowest rank wins a tie.
+      if (!refused[r] && claims[r].step >= 0 && (src < 0 || claims[r].step > claims[src].step)) {
+        src = r;
+      }
+    }
+    if (src < 0) return out;  // nobody holds state
+    const int64_t top = claims[src].step;
+    bool backed = false;
+    int best_survivor = -1;
+    for (int r = 0; r < n; ++r) {
+      if (r == src || refused[r]) continue;
+      backed = backed || claims[r].step >= top - max_step_lead;
+      if (claims[r].survivor &&
+          (best_survivor < 0 || claims[r].step > claims[best_survivor].step)) {
+        best_survivor = r;
+      }
+    }
+    if (backed || best_survivor < 0) {
+      out.rank = src;
+      out.step = top;
+      return out;
+    }
+    refused[src] = true;
+    out.refused.emplace_back(
+        src, absl::StrCat("claims step ", top, ", more than ", max_step_lead,
+                          " ahead of every other rank (rank ", best_survivor,
+                          ", a survivor, holds step ", claims[best_survivor].step, ")"));
+  }
+}
+
+absl::StatusOr<StateSource> AgreeOnStateSource(const StateClaim& mine, Communicator* comm,
+                                               const torch::Device& device) {
+  torch::Tensor claim =
+      torch::tensor({mine.step, int64_t{mine.survivor ? 1 : 0}}, torch::kInt64).to(device);
+  DDPRUN_ASSIGN_OR_RETURN(std::vector<torch::Tensor> all, comm->AllGather(claim));
+  std::vector<StateClaim> claims;
+  for (const torch::Tensor& t : all) {
+    const torch::Tensor c = t.to(torch::kCPU);
+    claims.push_back({c[0].item<int64_t>(), c[1].item<int64_t>() != 0});
+  }
+  return ChooseStateSource(claims, kMaxStepLead);
 }
 
 absl::StatusOr<int64_t> SyncStateFrom(

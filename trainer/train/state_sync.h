@@ -1,8 +1,9 @@
 // In-process recovery's state agreement (docs/design.md §6b.3), and the undo of a step that a
 // failure cut short (§6b.5): after a new round's group forms, every rank says which global step
-// its state belongs to; the lowest rank with the highest step is the source, and every other
-// rank takes the source's state (the checkpoint payload) by broadcast, exactly as it would from
-// a checkpoint. What the payload means stays with each trainer (Serialize/Restore).
+// its state belongs to; the lowest rank with the highest step that can be true is the source,
+// and every other rank takes the source's state (the checkpoint payload) by broadcast, exactly
+// as it would from a checkpoint. What the payload means stays with each trainer
+// (Serialize/Restore).
 #ifndef DDPRUN_TRAINER_TRAIN_STATE_SYNC_H_
 #define DDPRUN_TRAINER_TRAIN_STATE_SYNC_H_
 
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -21,15 +23,33 @@
 
 namespace ddprun::trainer {
 
+// What one rank says of its state: a claim, which its peers check.
+struct StateClaim {
+  int64_t step = -1;      // its last completed global step; -1: no state
+  bool survivor = false;  // it took part in an earlier round of this process's life
+};
+
 struct StateSource {
   int rank = -1;      // -1: no rank holds state (the first round)
   int64_t step = -1;  // the source's last completed global step
+  // Ranks whose claim could not be true, and why (every rank computes the same list).
+  std::vector<std::pair<int, std::string>> refused;
 };
 
-// Collective: each rank contributes `step` (its last completed global step; -1: no state) in its
-// own slot of a world-size tensor, summed, so every rank sees every step and picks the same
-// source.
-absl::StatusOr<StateSource> AgreeOnStateSource(int64_t step, Communicator* comm,
+// Every step all-reduces, so a survivor cannot be more than this many steps ahead of every other
+// survivor (it cannot finish step s+2's all-reduce before every rank finished step s+1).
+inline constexpr int64_t kMaxStepLead = 1;
+
+// Pure: the source, from every rank's claim in rank order: the lowest rank with the highest
+// step, unless that step is more than `max_step_lead` ahead of every other rank's while another
+// survivor is there to contradict it (then refused, and the next claim is tried). A claim
+// outside [-1, 2^62] is refused too. A rank that is the only survivor, or whose claim another
+// rank backs, cannot be contradicted and is taken.
+StateSource ChooseStateSource(const std::vector<StateClaim>& claims, int64_t max_step_lead);
+
+// Collective: every rank's claim (an all-gather: each rank's part comes from that rank alone),
+// then ChooseStateSource on every rank, which therefore picks the same source.
+absl::StatusOr<StateSource> AgreeOnStateSource(const StateClaim& mine, Communicator* comm,
                                                const torch::Device& device);
 
 // Collective: `serialize` runs on the source, its bytes go to every rank, and every other rank

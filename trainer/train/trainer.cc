@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "trainer/io/fault_injection.h"
+#include "trainer/train/archive_check.h"
 #include "trainer/train/checkpoint_broadcast.h"
 #include "trainer/train/state_sync.h"
 
@@ -112,6 +113,11 @@ absl::Status Trainer::AgreeOnSetup(const absl::Status& local) {
   return absl::OkStatus();
 }
 
+absl::Status Trainer::RestoreFromPeer(absl::string_view payload) {
+  DDPRUN_RETURN_IF_ERROR(CheckDataOnlyArchive(payload));
+  return Restore(payload);
+}
+
 absl::Status Trainer::ResumeOrBroadcast() {
   DDPRUN_ASSIGN_OR_RETURN(
       std::optional<std::string> payload,
@@ -123,7 +129,7 @@ absl::Status Trainer::ResumeOrBroadcast() {
     return GradientSynchronizer::BroadcastFromRankZero(tensors, comm_.get());
   }
   const auto t0 = Clock::now();
-  absl::Status s = Restore(*payload);
+  absl::Status s = RestoreFromPeer(*payload);
   if (!s.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint in ", options_.checkpoint_dir, ": ", s.message()));

@@ -124,6 +124,9 @@ class Trainer {
   absl::Status SetupLocal(bool fresh_start);
   absl::Status AgreeOnSetup(const absl::Status& local);
   absl::Status ResumeOrBroadcast();
+  // Restore of bytes another rank sent (a checkpoint rank 0 read, a survivor's state): checked
+  // to be data only (archive_check.h) before LibTorch loads them.
+  absl::Status RestoreFromPeer(absl::string_view payload);
   void NewSynchronizer();  // for comm_ and Model()
   absl::StatusOr<int> TrainEpochsInRound();
   // True when a stop was requested. Adds the epoch's samples and seconds to the arguments.

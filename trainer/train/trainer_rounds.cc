@@ -53,9 +53,13 @@ absl::Status Trainer::JoinRound(const control::RoundMessage& round) {
   restart_count_ = round.restart_count;
   DDPRUN_ASSIGN_OR_RETURN(comm_, rounds_->Form(RoundEnv(env_, round), round.round));
   // Every rank, new or surviving, makes the same collectives from here on, in this order.
-  DDPRUN_ASSIGN_OR_RETURN(
-      StateSource source,
-      AgreeOnStateSource(has_state_ ? state_.global_step : -1, comm_.get(), device_));
+  DDPRUN_ASSIGN_OR_RETURN(StateSource source,
+                          AgreeOnStateSource({has_state_ ? state_.global_step : -1, joined_once_},
+                                             comm_.get(), device_));
+  for (const auto& [rank, why] : source.refused) {
+    Log(absl::StrFormat("round %d: the state of rank %d is not taken: it %s", round.round, rank,
+                        why));
+  }
   // A process's first round: the local setup and its checks as at a cold start, except that a
   // run whose state the others hold makes --resume / --no-resume moot.
   absl::Status local;
@@ -74,14 +78,14 @@ absl::Status Trainer::JoinRound(const control::RoundMessage& round) {
     DDPRUN_RETURN_IF_ERROR(ResumeOrBroadcast());
   } else {
     const auto t1 = Clock::now();
-    DDPRUN_ASSIGN_OR_RETURN(int64_t bytes,
-                            SyncStateFrom(
-                                source, comm_.get(), device_,
-                                [this] {
-                                  state_.world_size = world();
-                                  return Serialize();
-                                },
-                                [this](absl::string_view payload) { return Restore(payload); }));
+    DDPRUN_ASSIGN_OR_RETURN(
+        int64_t bytes, SyncStateFrom(
+                           source, comm_.get(), device_,
+                           [this] {
+                             state_.world_size = world();
+                             return Serialize();
+                           },
+                           [this](absl::string_view payload) { return RestoreFromPeer(payload); }));
     Log(
         absl::StrFormat("round %d: the state of step %d (epoch %d, sample offset %d) from rank "
                         "%d to %d ranks (%.1f MB, %.1f ms)",

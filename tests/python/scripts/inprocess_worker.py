@@ -13,6 +13,9 @@ ready before a fault).
 --kill-at K --kill-rank R: rank R SIGKILLs itself right after step K, in the job's first round
 only (under ddprun --restart-mode=in-process: the agent replaces it, its peers re-form).
 
+--hostile pickle|size --marker PATH --lie-from-round R: this rank lies in the state agreement
+from round R on (hostile_peer.py): what its peers must survive.
+
 --rewrap-at S: build a new DistributedDataParallel before step S, as a recovered round does.
 DDP's first iteration uses its initial bucket layout and later ones the rebuilt layout; gloo's
 ring sums an element in an order that depends on where it lies in the bucket, so re-wrapping
@@ -40,7 +43,13 @@ parser.add_argument("--step-seconds", type=float, default=0.0)
 parser.add_argument("--kill-rank", type=int, default=-1)
 parser.add_argument("--api", choices=["run", "loop"], default="loop")
 parser.add_argument("--connect-timeout", type=float, default=30.0)
+parser.add_argument("--hostile", choices=["pickle", "size"])
+parser.add_argument("--marker", default="")
+parser.add_argument("--lie-from-round", type=int, default=1)
 args = parser.parse_args()
+if args.hostile:
+    import hostile_peer
+    hostile_peer.install(dip, args.hostile, args.marker, args.lie_from_round)
 
 torch.set_num_threads(1)
 torch.manual_seed(0)

@@ -38,6 +38,10 @@ class FakeCommunicator final : public Communicator {
 
  protected:
   c10::intrusive_ptr<c10d::Work> BroadcastAsync(torch::Tensor&, int) override { return {}; }
+  c10::intrusive_ptr<c10d::Work> AllGatherAsync(std::vector<torch::Tensor>&,
+                                                torch::Tensor&) override {
+    return {};
+  }
 
  private:
   Probe* probe_;

@@ -1,11 +1,14 @@
 #include "trainer/train/train_state.h"
 
+#include <caffe2/serialize/inline_container.h>
 #include <torch/torch.h>
 
+#include <cstring>
 #include <sstream>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "trainer/train/archive_check.h"
 #include "trainer/train/rng_state.h"
 
 namespace ddprun::trainer {
@@ -138,6 +141,82 @@ TEST(RngStateTest, AnArchivedStateRepeatsTheSameDraws) {
 TEST(RngStateTest, TheDeviceOfParametersIsTheFirstOnesOrTheCpu) {
   EXPECT_TRUE(DeviceOf({}).is_cpu());
   EXPECT_TRUE(DeviceOf({torch::zeros({1})}).is_cpu());
+}
+
+// What a peer sends is checked before torch::jit::load sees it: loading runs the archive's
+// TorchScript __setstate__ and allocates what its zip directory claims.
+std::string TrainStateBytes() {
+  torch::manual_seed(1);
+  MnistNet model;
+  Adadelta opt(model->parameters(), {0.5});
+  OneStep(model, opt);
+  absl::StatusOr<std::string> bytes = SerializeTrainState(model, opt, TrainProgress{});
+  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  return bytes.ok() ? *bytes : std::string();
+}
+
+// A zip of `records` as LibTorch writes one (stored records, aligned).
+std::string Zip(const std::vector<std::pair<std::string, std::string>>& records) {
+  std::string out;
+  caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t n) {
+    out.append(static_cast<const char*>(data), n);
+    return n;
+  });
+  for (const auto& [name, data] : records) writer.writeRecord(name, data.data(), data.size());
+  writer.writeEndOfFile();
+  return out;
+}
+
+// The first central directory header's field at `offset` (little-endian, `width` bytes).
+void PatchCentral(std::string& zip, size_t offset, uint64_t value, size_t width) {
+  const size_t at = zip.find("PK\x01\x02");
+  ASSERT_NE(at, std::string::npos);
+  for (size_t i = 0; i < width; ++i) zip[at + offset + i] = static_cast<char>(value >> (8 * i));
+}
+
+TEST(ArchiveCheckTest, ATrainStateOfOurOwnIsDataOnly) {
+  const std::string bytes = TrainStateBytes();
+  const absl::Status s = CheckDataOnlyArchive(bytes);
+  EXPECT_TRUE(s.ok()) << s.message();
+}
+
+TEST(ArchiveCheckTest, CodeWithAMethodIsRefused) {
+  const std::string code =
+      "class Module(Module):\n  __parameters__ = []\n  def __setstate__(self: __torch__.Module,"
+      " state: Tuple[Tensor, bool]) -> NoneType:\n    print(\"CODE FROM A PEER RAN\")\n";
+  const absl::Status s = CheckDataOnlyArchive(
+      Zip({{"data.pkl", "x"}, {"code/__torch__.py", code}, {"version", "3\n"}}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("code/__torch__.py: TorchScript code with a method"));
+  EXPECT_THAT(
+      CheckDataOnlyArchive(Zip({{"data.pkl", "c__torch__.torch.classes.q\nP\n"}})).message(),
+      HasSubstr("data.pkl: a TorchScript custom class"));
+}
+
+TEST(ArchiveCheckTest, SizesAndRecordsThatAreNotOursAreRefused) {
+  const std::string good = TrainStateBytes();
+  std::string deflated = good;
+  PatchCentral(deflated, 10, 8, 2);  // method: deflate, over bytes that are not deflated
+  EXPECT_THAT(CheckDataOnlyArchive(deflated).message(),
+              HasSubstr("a compressed record that does not inflate to its size"));
+  PatchCentral(deflated, 24, 0x40000000, 4);  // and claiming 1 GiB once inflated
+  EXPECT_THAT(CheckDataOnlyArchive(deflated).message(),
+              HasSubstr("a compressed record of 1073741824 bytes (at most 1048576)"));
+  std::string bzip2 = good;
+  PatchCentral(bzip2, 10, 12, 2);
+  EXPECT_THAT(CheckDataOnlyArchive(bzip2).message(), HasSubstr("compression method 12"));
+  std::string huge = good;
+  PatchCentral(huge, 20, 0x7fffffff, 4);  // compressed size
+  PatchCentral(huge, 24, 0x7fffffff, 4);  // size
+  EXPECT_THAT(CheckDataOnlyArchive(huge).message(), HasSubstr("its bytes lie beyond the zip"));
+  std::string elsewhere = good;
+  PatchCentral(elsewhere, 42, 0x7ffffff0, 4);  // local header offset
+  EXPECT_THAT(CheckDataOnlyArchive(elsewhere).message(), HasSubstr("no local header"));
+  EXPECT_THAT(CheckDataOnlyArchive(good.substr(0, good.size() / 2)).message(),
+              HasSubstr("not an archive of ddp-train's"));
+  EXPECT_THAT(CheckDataOnlyArchive("").message(), HasSubstr("too short for a zip"));
+  EXPECT_THAT(CheckDataOnlyArchive(std::string(4096, '\0')).message(),
+              HasSubstr("no end of central directory"));
 }
 
 }  // namespace
