@@ -43,17 +43,12 @@ Outcome Launch(const std::vector<std::string>& argv,
   return o;
 }
 
-#define REQUIRE_TORCH2()                                   \
-  const testing::Torch2& t2 = testing::FindTorch2();       \
-  if (!t2.opted_out.empty()) GTEST_SKIP() << t2.opted_out; \
-  ASSERT_TRUE(t2.error.empty()) << t2.error
-
 // Rank 0 exits first; ranks 1-3 wait until its process is gone, then use the job's store (the
 // default group's) and exit, never destroying the group. torchrun 2.11: exit 0. ddprun before:
 // "Broken pipe" / "Connection reset" in ranks 1-3, or SIGABRT ("terminate called without an
 // active exception") in a rank tearing down; now exit 0 as torchrun.
 TEST(AgentStoreTest, RanksOutliveRankZeroAsUnderTorchrun211) {
-  REQUIRE_TORCH2();
+  DDPRUN_REQUIRE_TORCH2();
   const std::string script = testing::IntegrationScript("env_init_no_destroy.py");
   const std::map<std::string, std::string> env = {{"PYTHON_EXEC", t2.python}};
   const Outcome theirs = Launch({t2.torchrun, "--standalone", "--nproc-per-node=4",
@@ -71,7 +66,7 @@ TEST(AgentStoreTest, RanksOutliveRankZeroAsUnderTorchrun211) {
 // The other orders, and a restart: every cold start finds the store empty (the keys of the
 // failed attempt are gone) and the job still forms.
 TEST(AgentStoreTest, AnyExitOrderAndAColdRestartEndWell) {
-  REQUIRE_TORCH2();
+  DDPRUN_REQUIRE_TORCH2();
   const std::string script = testing::IntegrationScript("env_init_no_destroy.py");
   const std::map<std::string, std::string> env = {{"PYTHON_EXEC", t2.python}};
   for (const char* order : {"rank0-last", "together"}) {
