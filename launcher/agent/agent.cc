@@ -453,8 +453,9 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
   ++attempt_;
   // A cold start: every worker of the round is new, and so is the store it finds (the previous
   // workers, all stopped before this round formed, may have left keys under the same
-  // /worker/attempt_N prefix when only the membership changed).
-  if (setup_.store != nullptr) setup_.store->Clear();
+  // /worker/attempt_N prefix when only the membership changed). Not in in-process mode: other
+  // nodes' survivors may already be writing this round's keys (under its own prefix).
+  if (setup_.store != nullptr && !reform_) setup_.store->Clear();
   exits_.assign(options_.nproc_per_node, std::nullopt);
   OpenFilteredLogs();
   std::vector<WorkerLaunch> launches;
