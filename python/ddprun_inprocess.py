@@ -62,10 +62,11 @@ The contract:
   GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
   TORCHELASTIC_RESTART_COUNT and DDPRUN_ROUND in ``os.environ`` to the round's values, as a cold
   start of that round would have them.
-* The store: the worker of rank 0 serves a c10d TCPStore at ``master_addr:master_port`` unless
-  the port is taken (a surviving worker's store from an earlier round, which it keeps serving
-  for as long as it lives); every rank connects a fresh client per round, and the round's keys
-  go under ``PrefixStore(store_prefix)``.
+* The store: under ddprun (``TORCHELASTIC_USE_AGENT_STORE=True``) the agent serves the c10d
+  TCPStore at ``master_addr:master_port`` for the whole job and no worker serves one; otherwise
+  the worker of rank 0 serves it unless the port is taken (a surviving worker's store from an
+  earlier round, which it keeps serving for as long as it lives). Every rank connects a fresh
+  client per round, and the round's keys go under ``PrefixStore(store_prefix)``.
 * The state agreement: every rank contributes its step and whether it survived an earlier
   round (an all_gather); when the steps differ, the lowest rank with the highest step sends its
   state to all others, so values arrive bit for bit. A step more than ``max_step_lead`` (1)
@@ -1078,7 +1079,7 @@ def _form(ctl, info, backend, state, held, timeout, handover):
     state agreement. `handover`: _agree's max_step_lead and max_state_bytes."""
     pg_timeout = _collective_timeout(info, timeout)
     _export_env(info)
-    if info.rank == 0:
+    if info.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         _serve_store_if_free(info, pg_timeout)
     keep_ports = {port for (_, port) in _served_stores}
     sockets = _RoundSockets(keep_ports)

@@ -236,7 +236,7 @@ int Agent::Run() {
   node.nproc_per_node = options_.nproc_per_node;
   node.requested_node_rank = options_.node_rank;
   node.local_addr = options_.local_addr;
-  node.master_port = setup_.master_port.has_value() ? setup_.master_port->port() : 0;
+  node.master_port = setup_.store != nullptr ? setup_.store->port() : 0;
   RecordStep(StepEvent{Step::kJoining});
   if (state_.phase() == AgentStateMachine::Phase::kSittingOut) {
     CheckReadiness();  // the join waits for it
@@ -455,6 +455,11 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
   }
   current_ = a;
   ++attempt_;
+  // A cold start: every worker of the round is new, and so is the store it finds (the previous
+  // workers, all stopped before this round formed, may have left keys under the same
+  // /worker/attempt_N prefix when only the membership changed). Not in in-process mode: other
+  // nodes' survivors may already be writing this round's keys (under its own prefix).
+  if (setup_.store != nullptr && !reform_) setup_.store->Clear();
   exits_.assign(options_.nproc_per_node, std::nullopt);
   OpenFilteredLogs();
   std::vector<WorkerLaunch> launches;

@@ -22,7 +22,6 @@
 #include "launcher/health/health_check.h"
 #include "launcher/preload/spare_pool.h"
 #include "launcher/process/orphan_guard.h"
-#include "launcher/rdzv/port_reservation.h"
 #include "launcher/rdzv/rendezvous_setup.h"
 #include "launcher/workers/console_writer.h"
 #include "launcher/workers/worker_env.h"

@@ -35,6 +35,8 @@ ExecSpec PerTaskExecSpec(const SlurmPlan& plan, const LaunchOptions& options,
   spec.local_world_size = s.LocalTasks();
   spec.max_restarts = 0;
   spec.signals_to_handle = options.signals_to_handle;
+  // No agent stays to serve a store: the worker of rank 0 does, as without ddprun.
+  spec.store_host = StoreHost::kRankZeroWorker;
 
   ExecSpec out;
   out.env = BuildWorkerEnv(base, spec, a);

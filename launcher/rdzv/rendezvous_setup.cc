@@ -148,10 +148,10 @@ absl::StatusOr<C10dSettings> MakeStaticSettings(const LaunchOptions& options) {
   if (s.endpoint_port == options.master_port) {
     return absl::InvalidArgumentError(
         absl::StrCat("--rdzv-conf static_port=", s.endpoint_port,
-                     ": the rank-0 worker's store listens there (--master-port)"));
+                     ": the job's store listens there (--master-port)"));
   }
   // Node 0 hosts, whatever the addresses say (tests run every node on one host); its return is
-  // awaited after a loss, since its workers' store is at MASTER_ADDR too.
+  // awaited after a loss, since the job's store (node 0's agent's) is at MASTER_ADDR too.
   s.host_here = s.must_host = options.node_rank == 0;
   s.host_loss = rendezvous::HostLoss::kAwaitReturn;
   DDPRUN_RETURN_IF_ERROR(TakeConf(conf, options, &s));
@@ -195,6 +195,26 @@ absl::StatusOr<EtcdSettings> MakeEtcdSettings(const LaunchOptions& options) {
 
 namespace {
 
+// The store on a port of this agent's choosing (--master-port not given), or on the given one,
+// which must be free now, not when a worker fails on it.
+absl::StatusOr<std::unique_ptr<store::StoreServer>> StartStore(const LaunchOptions& options,
+                                                               bool given_port) {
+  store::StoreServerOptions o;
+  o.port = given_port ? options.master_port : 0;
+  absl::StatusOr<std::unique_ptr<store::StoreServer>> s = store::StoreServer::Start(o);
+  if (s.ok() || !given_port) return s;
+  return absl::InvalidArgumentError(absl::StrCat("--master-port=", options.master_port,
+                                                 ": cannot serve the job's store there (",
+                                                 s.status().message(), ")"));
+}
+
+// Static jobs of several nodes: node 0's agent serves the store at --master-port, the others
+// none (their workers use node 0's).
+absl::StatusOr<std::unique_ptr<store::StoreServer>> StartStaticStore(const LaunchOptions& options) {
+  if (options.node_rank != 0) return std::unique_ptr<store::StoreServer>();
+  return StartStore(options, /*given_port=*/true);
+}
+
 absl::StatusOr<RendezvousSetup> SetUpStaticCoordinated(const LaunchOptions& options,
                                                        Executor* executor) {
   DDPRUN_ASSIGN_OR_RETURN(C10dSettings settings, MakeStaticSettings(options));
@@ -206,6 +226,7 @@ absl::StatusOr<RendezvousSetup> SetUpStaticCoordinated(const LaunchOptions& opti
   DDPRUN_ASSIGN_OR_RETURN(GrpcRendezvousPlugin * plugin, LoadGrpcRendezvousPlugin());
   DDPRUN_ASSIGN_OR_RETURN(std::unique_ptr<GrpcRendezvous> grpc, plugin->Create(settings, executor));
   RendezvousSetup setup;
+  DDPRUN_ASSIGN_OR_RETURN(setup.store, StartStaticStore(options));
   setup.run_id = options.rdzv_id;
   setup.grpc = grpc.get();
   setup.rendezvous =
@@ -222,10 +243,9 @@ absl::StatusOr<RendezvousSetup> SetUpRendezvous(const LaunchOptions& options, co
   local.max_restarts = options.max_restarts;
   if (options.standalone) {
     setup.run_id = RandomHex(16);
-    DDPRUN_ASSIGN_OR_RETURN(PortReservation reservation, PortReservation::Reserve(0));
-    setup.master_port.emplace(std::move(reservation));
+    DDPRUN_ASSIGN_OR_RETURN(setup.store, StartStore(options, /*given_port=*/false));
     local.master_addr = "127.0.0.1";
-    local.master_port = setup.master_port->port();
+    local.master_port = setup.store->port();
     setup.rendezvous = std::make_unique<LocalRendezvous>(executor, local);
     return setup;
   }
@@ -243,18 +263,11 @@ absl::StatusOr<RendezvousSetup> SetUpRendezvous(const LaunchOptions& options, co
     local.master_port = options.master_port;
     if (options.max_nodes == 1) {
       // One node: no fixed 29500, so that any number of jobs can share a machine (torch 2.12
-      // does the same): a port this agent holds free for its rank-0 worker, as --standalone
-      // does. An explicit --master-port must be free now, not when the worker fails on it.
-      absl::StatusOr<PortReservation> held =
-          PortReservation::Reserve(options.master_port_given ? options.master_port : 0);
-      if (!held.ok()) {
-        if (!options.master_port_given) return held.status();
-        return absl::InvalidArgumentError(
-            absl::StrCat("--master-port=", options.master_port, ": port ", options.master_port,
-                         " is in use on this host (", held.status().message(), ")"));
-      }
-      local.master_port = held->port();
-      setup.master_port.emplace(std::move(*held));
+      // does the same): the store on a free port, as --standalone does, unless one is given.
+      DDPRUN_ASSIGN_OR_RETURN(setup.store, StartStore(options, options.master_port_given));
+      local.master_port = setup.store->port();
+    } else {
+      DDPRUN_ASSIGN_OR_RETURN(setup.store, StartStaticStore(options));
     }
     setup.rendezvous = std::make_unique<LocalRendezvous>(executor, local);
     return setup;
@@ -262,8 +275,7 @@ absl::StatusOr<RendezvousSetup> SetUpRendezvous(const LaunchOptions& options, co
   if (IsEtcd(options.rdzv_backend)) {
     DDPRUN_ASSIGN_OR_RETURN(EtcdSettings settings, MakeEtcdSettings(options));
     setup.run_id = options.rdzv_id;
-    DDPRUN_ASSIGN_OR_RETURN(PortReservation reservation, PortReservation::Reserve(0));
-    setup.master_port.emplace(std::move(reservation));
+    DDPRUN_ASSIGN_OR_RETURN(setup.store, StartStore(options, /*given_port=*/false));
     DDPRUN_ASSIGN_OR_RETURN(GrpcRendezvousPlugin * plugin, LoadGrpcRendezvousPlugin());
     DDPRUN_ASSIGN_OR_RETURN(std::unique_ptr<GrpcRendezvous> etcd,
                             plugin->CreateEtcd(settings, executor));
@@ -273,9 +285,9 @@ absl::StatusOr<RendezvousSetup> SetUpRendezvous(const LaunchOptions& options, co
   }
   DDPRUN_ASSIGN_OR_RETURN(C10dSettings settings, MakeC10dSettings(options, host));
   setup.run_id = options.rdzv_id;
-  // The port this node's rank-0 worker will listen on, held until the job ends.
-  DDPRUN_ASSIGN_OR_RETURN(PortReservation reservation, PortReservation::Reserve(0));
-  setup.master_port.emplace(std::move(reservation));
+  // This agent's store, used when this node holds group rank 0 (its port is announced in the
+  // join).
+  DDPRUN_ASSIGN_OR_RETURN(setup.store, StartStore(options, /*given_port=*/false));
   DDPRUN_ASSIGN_OR_RETURN(GrpcRendezvousPlugin * plugin, LoadGrpcRendezvousPlugin());
   DDPRUN_ASSIGN_OR_RETURN(std::unique_ptr<GrpcRendezvous> grpc, plugin->Create(settings, executor));
   setup.grpc = grpc.get();

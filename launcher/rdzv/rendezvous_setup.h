@@ -1,6 +1,6 @@
 // Chooses and builds the agent's rendezvous from its options:
-//   --standalone            LocalRendezvous with a random run id; the master port is reserved
-//                           here. One node has nobody to agree with, so no server runs (and no
+//   --standalone            LocalRendezvous with a random run id; the store listens on a free
+//                           port. One node has nobody to agree with, so no server runs (and no
 //                           gRPC is loaded: see grpc_rendezvous_plugin.h).
 //   --rdzv-backend=static   one node: LocalRendezvous. More: the c10d rendezvous that node 0's
 //                           agent hosts at MASTER_ADDR:(MASTER_PORT + 1), wrapped so that the
@@ -24,7 +24,7 @@
 #include "launcher/config/host_info.h"
 #include "launcher/config/options.h"
 #include "launcher/config/rdzv_conf.h"
-#include "launcher/rdzv/port_reservation.h"
+#include "launcher/store/store_server.h"
 #include "rendezvous/api/grpc_rendezvous_plugin.h"
 #include "rendezvous/api/rendezvous.h"
 #include "rendezvous/api/run_config.h"
@@ -37,7 +37,11 @@ struct RendezvousSetup {
   std::string run_id;
   std::unique_ptr<rendezvous::Rendezvous> rendezvous;
   GrpcRendezvous* grpc = nullptr;  // `rendezvous` when it is the c10d one
-  std::optional<PortReservation> master_port;
+  // The job's c10d store (TORCHELASTIC_USE_AGENT_STORE=True), listening before any worker
+  // starts and until the agent ends; null where another node's agent hosts it (static jobs:
+  // node 0's, at --master-port). With a rendezvous server every agent hosts one on a port of its
+  // own, announced when it joins; the round's MASTER_PORT is the one of group rank 0's agent.
+  std::unique_ptr<store::StoreServer> store;
 };
 
 // The c10d settings from the options (token loaded, is_host decided); no gRPC involved.

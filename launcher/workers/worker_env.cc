@@ -45,8 +45,9 @@ Environment BuildWorkerEnv(const Environment& base, const WorkerEnvSpec& spec,
   set("TORCHELASTIC_RESTART_COUNT", absl::StrCat(a.restart_count));
   set("TORCHELASTIC_MAX_RESTARTS", absl::StrCat(spec.max_restarts));
   set("TORCHELASTIC_RUN_ID", spec.run_id);
-  // Workers create their own TCPStore at MASTER_ADDR:MASTER_PORT; ddprun has no agent store.
-  set("TORCHELASTIC_USE_AGENT_STORE", "False");
+  // "True": torch's env:// init then makes every rank a client of the store at
+  // MASTER_ADDR:MASTER_PORT, under the prefix /worker/attempt_<TORCHELASTIC_RESTART_COUNT>.
+  set("TORCHELASTIC_USE_AGENT_STORE", spec.store_host == StoreHost::kAgent ? "True" : "False");
   set("TORCHELASTIC_ERROR_FILE", spec.error_file);
   // torch 2.x's launcher exports it; torch.distributed.elastic's worker-side handlers read it.
   set("TORCHELASTIC_SIGNALS_TO_HANDLE", spec.signals_to_handle);

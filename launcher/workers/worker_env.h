@@ -11,6 +11,12 @@
 
 namespace ddprun::launcher {
 
+// Who serves the job's c10d TCPStore at MASTER_ADDR:MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE).
+enum class StoreHost {
+  kAgent,          // "True": the agent whose node holds group rank 0 (launcher/store/)
+  kRankZeroWorker  // "False": the worker of rank 0 (Slurm's per-task mode: no agent runs)
+};
+
 struct WorkerEnvSpec {
   std::string run_id;
   std::string role = "default";
@@ -21,6 +27,7 @@ struct WorkerEnvSpec {
   std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT";  // as --signals-to-handle
   // --virtual-local-rank: this worker's only GPU; it then sees LOCAL_RANK=0.
   std::optional<std::string> virtual_gpu;
+  StoreHost store_host = StoreHost::kAgent;
 };
 
 // `base` is the agent's environment (inherited by every worker).

@@ -259,7 +259,7 @@ TEST(StaticTest, BadStaticSettingsAreRefusedByName) {
   const std::vector<Case> cases = {
       {{"--master-port=65535"}, "--master-port=65535: the static rendezvous listens on"},
       {{"--master-port=29500", "--rdzv-conf=static_port=29500"},
-       "--rdzv-conf static_port=29500: the rank-0 worker's store listens there"},
+       "--rdzv-conf static_port=29500: the job's store listens there"},
       {{"--rdzv-conf=static_coordination=maybe"}, "static_coordination=maybe"},
   };
   for (const Case& c : cases) {

@@ -101,7 +101,7 @@ TEST(Torch2Test, EveryTorchrun211FlagIsKnownToDdprun) {
 // The same torch 2.11 script under torchrun 2.11 and under ddprun writes the same report:
 // init_process_group from the environment (env://) and from tcp://MASTER_ADDR:MASTER_PORT (the
 // only tcp:// port that works under torchrun 2.x, whose workers are clients of its agent's
-// store there; under ddprun rank 0 hosts the store on it), a collective, the local
+// store there; so are ddprun's, whose agent hosts it there too), a collective, the local
 // ranks of the world, torch.distributed.is_torchelastic_launched(), elastic's logging helper.
 class Torch2WorkerTest : public ::testing::TestWithParam<const char*> {};
 

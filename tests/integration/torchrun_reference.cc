@@ -76,14 +76,15 @@ void CompareWithTorchrun(const TorchrunReference& ref,
   DumpEnvWith(ours_argv, ref.python, our_dir.path());
   // Allowed differences: values that are random per run, the error file's location (a temp
   // directory either way), and, against 1.13, the NCCL variable's modern name.
-  // TORCHELASTIC_USE_AGENT_STORE: torchrun's static agent hosts a TCPStore itself ("True");
-  // ddprun hosts none, so its rank-0 worker does ("False" in every mode).
+  // TORCHELASTIC_USE_AGENT_STORE: ddprun's agent hosts the store in every mode ("True"), as
+  // torchrun 2.11's does in every mode and 1.13's static agent does; 1.13's c10d agent
+  // (--standalone) hosts none ("False").
   // MASTER_PORT: a one-node job gets a free port that ddprun holds (as torch 2.12 does), where
   // torchrun takes 29500.
-  std::set<std::string> random_values = {"TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_USE_AGENT_STORE",
-                                         "MASTER_PORT"};
+  std::set<std::string> random_values = {"TORCHELASTIC_ERROR_FILE", "MASTER_PORT"};
   if (ports_random) {
     random_values.insert({"MASTER_PORT", "TORCHELASTIC_RUN_ID", "MASTER_ADDR"});
+    if (!ref.torch2) random_values.insert("TORCHELASTIC_USE_AGENT_STORE");
   }
   const std::set<std::string> renamed = {"NCCL_ASYNC_ERROR_HANDLING"};
   // ddprun's own (the in-process round, the step reports' file); against 1.13 also the two that
@@ -118,7 +119,7 @@ void CompareWithTorchrun(const TorchrunReference& ref,
       EXPECT_EQ(theirs["TORCH_NCCL_ASYNC_ERROR_HANDLING"], mine["TORCH_NCCL_ASYNC_ERROR_HANDLING"]);
       EXPECT_EQ(theirs["TORCHELASTIC_SIGNALS_TO_HANDLE"], mine["TORCHELASTIC_SIGNALS_TO_HANDLE"]);
     }
-    EXPECT_EQ(mine["TORCHELASTIC_USE_AGENT_STORE"], "False");
+    EXPECT_EQ(mine["TORCHELASTIC_USE_AGENT_STORE"], "True");
     EXPECT_THAT(mine["TORCHELASTIC_ERROR_FILE"].get<std::string>(),
                 ::testing::EndsWith("/attempt_0/" + std::to_string(rank) + "/error.json"));
     if (ports_random) {

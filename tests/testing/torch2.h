@@ -26,6 +26,12 @@ struct Torch2 {
 // Checked once per process (it imports torch once: about 1.5 s).
 const Torch2& FindTorch2();
 
+// The check above as one statement: declares `t2`, skips or fails the test as described.
+#define DDPRUN_REQUIRE_TORCH2()                                          \
+  const ::ddprun::testing::Torch2& t2 = ::ddprun::testing::FindTorch2(); \
+  if (!t2.opted_out.empty()) GTEST_SKIP() << t2.opted_out;               \
+  ASSERT_TRUE(t2.error.empty()) << t2.error
+
 }  // namespace ddprun::testing
 
 #endif  // DDPRUN_TESTS_TESTING_TORCH2_H_

@@ -71,7 +71,7 @@ absl::StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectRoundStore(const DistEnv&
   opts.multiTenant = true;
   c10::intrusive_ptr<c10d::TCPStore> tcp;
   std::string serve_error;
-  if (env.rank == 0) {
+  if (env.rank == 0 && !env.use_agent_store) {
     opts.isServer = true;
     try {
       tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
@@ -119,7 +119,9 @@ DistEnv RoundEnv(const DistEnv& env, const control::RoundMessage& round) {
   out.master_port = round.master_port;
   out.restart_count = round.restart_count;
   out.store_prefix = round.store_prefix;
-  out.use_agent_store = false;  // §6b.2: the workers serve the store themselves
+  // Kept from the start: under ddprun the agent serves the store for the whole job; elsewhere
+  // (§6b.2) the workers serve it themselves.
+  out.use_agent_store = env.use_agent_store;
   return out;
 }
 

@@ -6,8 +6,8 @@
 #                                              world passed explicitly. Under torchrun 2.x the
 #                                              workers connect to the agent's store there
 #                                              (TORCHELASTIC_USE_AGENT_STORE=True; any other port
-#                                              hangs: nobody hosts it); under ddprun rank 0 hosts
-#                                              it on the port ddprun held for it.
+#                                              hangs: nobody hosts it); so do they under ddprun,
+#                                              whose agent hosts the store there too.
 import json
 import os
 import sys

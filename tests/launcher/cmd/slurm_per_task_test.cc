@@ -35,6 +35,7 @@ TEST_F(SlurmEnvTest, PerTaskEnvironmentIsTorchruns) {
   EXPECT_EQ(e.at("TORCHELASTIC_RUN_ID"), "4242.0");
   EXPECT_EQ(e.at("TORCHELASTIC_RESTART_COUNT"), "2");
   EXPECT_EQ(e.at("TORCHELASTIC_MAX_RESTARTS"), "0");
+  // No agent stays in per-task mode: the worker of rank 0 hosts the store, as without ddprun.
   EXPECT_EQ(e.at("TORCHELASTIC_USE_AGENT_STORE"), "False");
   EXPECT_EQ(e.at("OMP_NUM_THREADS"), "1");
   EXPECT_EQ(e.count("TORCHELASTIC_ERROR_FILE"), 0u);

@@ -46,7 +46,7 @@ TEST(WorkerEnvTest, TorchrunVariables) {
   EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "2");
   EXPECT_EQ(env["TORCHELASTIC_MAX_RESTARTS"], "5");
   EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], "job");
-  EXPECT_EQ(env["TORCHELASTIC_USE_AGENT_STORE"], "False");
+  EXPECT_EQ(env["TORCHELASTIC_USE_AGENT_STORE"], "True");  // the agent hosts the store
   EXPECT_EQ(env["TORCHELASTIC_ERROR_FILE"], "/logs/attempt_3/3/error.json");
   EXPECT_EQ(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1");
   EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
