@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/testing/torchrun_ports_lock.h"
+
 namespace ddprun::testing {
 
 struct TorchrunReference {
@@ -21,20 +23,6 @@ struct TorchrunReference {
 // ../shared/tools/torchrun113 beside the checkout, else our wrapper with the same Python 3.11
 // fix (tests/integration/scripts/torchrun_py311.py).
 TorchrunReference Torchrun113();
-
-// torchrun takes fixed ports (--standalone: 29400, static: 29500): two tests running it at once
-// (ctest -j) would collide. Each torchrun run holds this lock, shared by every test process
-// through a file; a launcher that is not a torchrun takes no lock.
-class TorchrunPortsLock {
- public:
-  explicit TorchrunPortsLock(const std::string& program);
-  ~TorchrunPortsLock();
-  TorchrunPortsLock(const TorchrunPortsLock&) = delete;
-  TorchrunPortsLock& operator=(const TorchrunPortsLock&) = delete;
-
- private:
-  int fd_ = -1;
-};
 
 nlohmann::json LoadJson(const std::string& path);
 

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tests/integration/torchrun_reference.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
 #include "tests/testing/torch2.h"
+#include "tests/testing/torchrun_ports_lock.h"
 
 namespace ddprun {
 namespace {

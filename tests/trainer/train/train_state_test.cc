@@ -8,7 +8,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "trainer/train/archive_check.h"
+#include "trainer/io/archive_check.h"
 #include "trainer/train/rng_state.h"
 
 namespace ddprun::trainer {

@@ -3,8 +3,8 @@
 // code and runs any __setstate__ it defines, and allocates and inflates what its zip directory
 // claims. A payload of ddp-train's own making has no methods, stored tensor records and a few
 // KiB of deflated code, so anything else is refused. Pure; thread-safe.
-#ifndef DDPRUN_TRAINER_TRAIN_ARCHIVE_CHECK_H_
-#define DDPRUN_TRAINER_TRAIN_ARCHIVE_CHECK_H_
+#ifndef DDPRUN_TRAINER_IO_ARCHIVE_CHECK_H_
+#define DDPRUN_TRAINER_IO_ARCHIVE_CHECK_H_
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -19,4 +19,4 @@ absl::Status CheckDataOnlyArchive(absl::string_view zip);
 
 }  // namespace ddprun::trainer
 
-#endif  // DDPRUN_TRAINER_TRAIN_ARCHIVE_CHECK_H_
+#endif  // DDPRUN_TRAINER_IO_ARCHIVE_CHECK_H_

@@ -1,4 +1,4 @@
-#include "trainer/train/archive_check.h"
+#include "trainer/io/archive_check.h"
 
 #include <cstdint>
 #include <optional>
