@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
-#include "trainer/io/fault_injection.h"
 #include "trainer/io/archive_check.h"
+#include "trainer/io/fault_injection.h"
 #include "trainer/train/checkpoint_broadcast.h"
 #include "trainer/train/state_sync.h"
 
