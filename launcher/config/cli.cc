@@ -917,7 +917,8 @@ std::string HelpText() {
       "  or:  ddprun [options] --no-python PROGRAM [args...]\n"
       "  or:  ddprun status --rdzv-endpoint=HOST:PORT --rdzv-id=ID (see ddprun status --help)\n"
       "\n"
-      "Native replacement for torchrun: same flags (dashes or underscores), same worker\n"
+      "Native replacement for torchrun: same flags (dashes or underscores; a long flag may be\n"
+      "abbreviated to any unambiguous prefix, as torchrun's argparse takes it), same worker\n"
       "environment. Every flag can also come from --config FILE.yaml (same names as keys) or\n"
       "from a PET_<FLAG> environment variable; the command line wins, then the file.\n"
       "\nOptions:\n";
