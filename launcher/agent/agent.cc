@@ -455,11 +455,14 @@ void Agent::StartWorkers(const rendezvous::Assignment& a) {
   }
   current_ = a;
   ++attempt_;
-  // A cold start: every worker of the round is new, and so is the store it finds (the previous
-  // workers, all stopped before this round formed, may have left keys under the same
-  // /worker/attempt_N prefix when only the membership changed). Not in in-process mode: other
-  // nodes' survivors may already be writing this round's keys (under its own prefix).
-  if (setup_.store != nullptr && !reform_) setup_.store->Clear();
+  // A cold start of a one-node job: every worker of the round is new and this agent's, so the
+  // store it finds can be new too (the previous workers may have left keys under the same
+  // /worker/attempt_N prefix when only the restart count stayed). Not with several nodes: the
+  // other nodes' workers of this round may already have written their keys (they start as soon
+  // as their own predecessors stopped), so there the store keeps the job's keys under their
+  // attempt prefixes, as torchrun's does. Not in in-process mode: survivors may already be
+  // writing this round's keys (under its own prefix).
+  if (setup_.store != nullptr && !reform_ && options_.max_nodes == 1) setup_.store->Clear();
   exits_.assign(options_.nproc_per_node, std::nullopt);
   OpenFilteredLogs();
   std::vector<WorkerLaunch> launches;

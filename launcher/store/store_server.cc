@@ -4,9 +4,11 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <future>
@@ -97,6 +99,11 @@ absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(const StoreServe
 
 StoreServer::StoreServer(int listen_fd, int port, const StoreServerOptions& options)
     : options_(options), listen_fd_(listen_fd), port_(port) {
+  rlimit files{};
+  const rlim_t limit = getrlimit(RLIMIT_NOFILE, &files) == 0 ? files.rlim_cur : 1024;
+  const rlim_t reserve = static_cast<rlim_t>(std::max(options.reserved_descriptors, 0));
+  // At least a few: a job always has clients, whatever the limit says.
+  max_connections_ = static_cast<size_t>(limit > reserve + 64 ? limit - reserve : 64);
   // Registered before the thread exists; from then on only the loop's thread touches it.
   loop_.AddFd(listen_fd_, EPOLLIN, [this](uint32_t) { Accept(); });
   thread_ = std::thread([this] { loop_.Run(); });
@@ -132,6 +139,18 @@ void StoreServer::Accept() {
         });
       }
       return;
+    }
+    if (connections_.size() >= max_connections_) {
+      // Held connections must not take the descriptors the agent needs for its workers.
+      close(fd);
+      if (refused_++ == 0) {
+        LogWarning(absl::StrCat("store: ", connections_.size(),
+                                " connections open, the most this agent keeps (its descriptor "
+                                "limit less ",
+                                options_.reserved_descriptors,
+                                " for its own use): further ones are closed at once"));
+      }
+      continue;
     }
     const int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));

@@ -33,6 +33,10 @@ struct StoreServerOptions {
   int port = 0;  // 0: any free port
   ProtocolLimits limits;
   size_t max_pending_reply = 64 * 1024 * 1024;
+  // Descriptors kept for the agent's own use (its workers' pipes and terminals, control
+  // connections, log files): connections beyond the descriptor limit less this are closed at
+  // once, so clients that hold connections open cannot starve the agent of descriptors.
+  int reserved_descriptors = 512;
 };
 
 class StoreServer {
@@ -68,7 +72,9 @@ class StoreServer {
   StoreState state_;
   std::map<StoreState::ConnectionId, std::unique_ptr<Connection>> connections_;
   StoreState::ConnectionId next_id_ = 1;
-  int warnings_left_ = 20;  // bad clients are logged, a few times, not without end
+  int warnings_left_ = 20;      // bad clients are logged, a few times, not without end
+  size_t max_connections_ = 0;  // from the descriptor limit at start, less the reserve
+  uint64_t refused_ = 0;        // connections closed at once for want of descriptors
   std::thread thread_;
 };
 

@@ -95,18 +95,18 @@ ConsoleWriter::~ConsoleWriter() {
 
 int ConsoleWriter::fd() const { return fd_; }
 
-bool ConsoleWriter::IsOpenLineOf(const void* writer) const {
-  std::lock_guard<std::mutex> lock(state_->mu);
-  return state_->line_open && state_->open_line_writer == writer;
-}
-
-bool ConsoleWriter::Write(std::string bytes, const void* writer) {
+bool ConsoleWriter::Write(std::string bytes, const void* writer,
+                          absl::string_view prefix_if_taken) {
   if (bytes.empty()) return true;
   bool first_drop = false;
   {
     std::lock_guard<std::mutex> lock(state_->mu);
+    const bool own_line = state_->line_open && state_->open_line_writer == writer;
+    // The writer meant to continue its line, which is not its own any more: a line of its own.
+    if (!own_line && !prefix_if_taken.empty())
+      bytes.insert(0, prefix_if_taken.data(), prefix_if_taken.size());
     // Another writer's line is open: end it first, so that this one starts a line of its own.
-    if (state_->line_open && state_->open_line_writer != writer) bytes.insert(0, "\n");
+    if (state_->line_open && !own_line) bytes.insert(0, "\n");
     if (state_->queued + bytes.size() <= kMaxQueued) {
       state_->line_open = bytes.back() != '\n';
       state_->open_line_writer = writer;

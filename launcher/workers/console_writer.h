@@ -18,6 +18,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/strings/string_view.h"
 #include "common/log.h"
 
 namespace ddprun::launcher {
@@ -37,11 +38,12 @@ class ConsoleWriter final : public LogSink {
 
   int fd() const;
   // Queues `bytes` from `writer` (any address that names the writer; nullptr is ddprun's own
-  // log); never blocks. False when dropped (the queue was full).
-  bool Write(std::string bytes, const void* writer = nullptr);
-  // Whether the console's last line is open and was left open by `writer`: its next bytes
-  // continue that line. False once another writer has written (it ended the line).
-  bool IsOpenLineOf(const void* writer) const;
+  // log); never blocks. False when dropped (the queue was full). When another writer's line is
+  // open, a newline goes first. `prefix_if_taken`: `bytes` begin by continuing the line `writer`
+  // left open; when that line is no longer the writer's (another wrote since), it starts a line
+  // of its own with this prefix (decided under the console's lock, with the queueing).
+  bool Write(std::string bytes, const void* writer = nullptr,
+             absl::string_view prefix_if_taken = absl::string_view());
   // Waits until everything queued is written, or until no byte was written for `idle`.
   // True when drained.
   bool FlushFor(std::chrono::milliseconds idle);

@@ -16,10 +16,15 @@ bool OutputStream::PassesThrough() const {
   return config_.prefix.empty() && config_.console != Console::kTerminal;
 }
 
-bool OutputStream::ConsoleLineOpen() const {
-  if (!continuing_ && partial_shown_ == 0) return false;
-  // On a shared console another writer may have ended the line since (ConsoleWriter).
-  return config_.console_writer == nullptr || config_.console_writer->IsOpenLineOf(this);
+bool OutputStream::ConsoleLineOpen() const { return continuing_ || partial_shown_ > 0; }
+
+absl::string_view OutputStream::PrefixFor(Batch* batch) const {
+  if (!ConsoleLineOpen()) return config_.prefix;
+  // A continuation, composed without the prefix; whether the line is still this stream's on a
+  // shared console (another writer may have ended it since) is decided where the batch is
+  // queued (ConsoleWriter::Write), under the console's lock.
+  if (batch->console.empty()) batch->continues = true;
+  return absl::string_view();
 }
 
 void OutputStream::EmitLine(absl::string_view line, LineEnd end, Batch* batch) {
@@ -32,8 +37,7 @@ void OutputStream::EmitLine(absl::string_view line, LineEnd end, Batch* batch) {
   const bool redrawn = cr != absl::string_view::npos;
   if (redrawn) text.remove_prefix(cr + 1);
   if (config_.console_fd >= 0 && !PassesThrough()) {
-    const absl::string_view prefix =
-        ConsoleLineOpen() ? absl::string_view() : absl::string_view(config_.prefix);
+    const absl::string_view prefix = PrefixFor(batch);
     // What the console has not shown of the line yet (a line in progress was shown in part).
     absl::string_view unshown = end == LineEnd::kNewline && terminal && !redrawn ? text : line;
     unshown.remove_prefix(std::min(partial_shown_, unshown.size()));
@@ -129,7 +133,9 @@ void OutputStream::Write(const Batch& batch) {
   // One write each: whole lines, never cut by another worker's (one loop thread writes all).
   if (!batch.console.empty()) {
     if (config_.console_writer != nullptr) {
-      config_.console_writer->Write(batch.console, this);
+      config_.console_writer->Write(
+          batch.console, this,
+          batch.continues ? absl::string_view(config_.prefix) : absl::string_view());
     } else {
       WriteAll(config_.console_fd, batch.console);
     }
@@ -151,8 +157,7 @@ void OutputStream::FlushLineInProgress() {
     batch.console = std::move(passthrough_);
     passthrough_.clear();
   } else {
-    const absl::string_view prefix =
-        ConsoleLineOpen() ? absl::string_view() : absl::string_view(config_.prefix);
+    const absl::string_view prefix = PrefixFor(&batch);
     absl::StrAppend(&batch.console, prefix, absl::string_view(partial_).substr(partial_shown_));
     partial_shown_ = partial_.size();
   }

@@ -80,6 +80,8 @@ class OutputStream {
  private:
   struct Batch {
     std::string console, filtered;
+    // The console bytes begin by continuing this stream's open console line (no prefix).
+    bool continues = false;
   };
   enum class LineEnd { kNewline, kPiece };  // a piece: kMaxLine bytes of a longer line
   void EmitLine(absl::string_view line, LineEnd end, Batch* batch);
@@ -87,6 +89,9 @@ class OutputStream {
   bool PassesThrough() const;
   // Whether this stream's last console line is still open for it to continue.
   bool ConsoleLineOpen() const;
+  // The prefix for the next console line of `batch`: none when it continues this stream's open
+  // line (then marked in the batch, when it is the batch's start).
+  absl::string_view PrefixFor(Batch* batch) const;
   void EmitPassThrough(absl::string_view data, Batch* batch);
   void Write(const Batch& batch);
   void ShowUpdate(Batch* batch);

@@ -7,12 +7,16 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "tests/testing/subprocess.h"
@@ -133,6 +137,50 @@ TEST(StoreServerTest, AnExplicitPortInUseIsAClearError) {
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_EQ(second.status().message(), absl::StrCat("port ", first->port(), " is in use"));
+}
+
+// Clients that hold connections open (anyone who reaches the port: the store has no
+// authentication, as torch's) cannot take the descriptors the agent needs for its workers:
+// beyond the limit less the reserve, connections are closed at once, and the store serves
+// again once they go.
+TEST(StoreServerTest, HeldConnectionsLeaveTheAgentItsDescriptors) {
+  rlimit files{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &files), 0);
+  ASSERT_GT(files.rlim_cur, 200u);
+  StoreServerOptions o;
+  o.reserved_descriptors = static_cast<int>(files.rlim_cur) - 70;  // room for 70 connections
+  absl::StatusOr<std::unique_ptr<StoreServer>> server = StoreServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::vector<int> held;
+  for (int i = 0; i < 100; ++i) held.push_back(Connect((*server)->port()));
+  auto closed_by_server = [&] {
+    int closed = 0;
+    for (int fd : held) {
+      pollfd p{fd, POLLIN, 0};
+      char c;
+      if (poll(&p, 1, 0) == 1 && recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0) ++closed;
+    }
+    return closed;
+  };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (closed_by_server() < 30 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // no event for a peer's close
+  }
+  EXPECT_EQ(closed_by_server(), 30);
+  for (int fd : held) close(fd);
+  // The held ones gone, a client is served again (the server notices the closes first).
+  bool served = false;
+  while (!served && std::chrono::steady_clock::now() < deadline + std::chrono::seconds(10)) {
+    const int fd = Connect((*server)->port());
+    Request ping;
+    ping.command = Command::kPing;
+    ping.nonce = 7;
+    const std::string req = EncodeValidation() + EncodeRequest(Dialect::kValidated, ping);
+    served = write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size()) &&
+             ReadN(fd, 4) == EncodeUint32(7);
+    close(fd);
+  }
+  EXPECT_TRUE(served);
 }
 
 }  // namespace
