@@ -175,9 +175,9 @@ TEST(AgentTest, AMasterPortInUseIsRefusedBeforeAnyWorkerStarts) {
   ASSERT_TRUE(st.has_value());
   EXPECT_EQ(st->exit_code, 2);
   const std::string p_str = std::to_string(port);
-  EXPECT_THAT(p.err(), HasSubstr("--master-port=" + p_str +
-                                 ": cannot serve the job's store there (port " + p_str +
-                                 " is in use)"));
+  EXPECT_THAT(p.err(),
+              HasSubstr("--master-port=" + p_str + ": cannot serve the job's store there (port " +
+                        p_str + " is in use)"));
   EXPECT_FALSE(std::filesystem::exists(dir.File("started")));
 }
 
