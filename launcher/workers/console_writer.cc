@@ -1,6 +1,7 @@
 #include "launcher/workers/console_writer.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <condition_variable>
 #include <deque>
@@ -26,12 +27,14 @@ bool SameFile(int a, int b) {
 // One queue and one writing thread per console: two writers of the same file share it, so
 // that their batches reach the file in the order they were queued.
 struct ConsoleWriter::State {
-  explicit State(std::string n) : name(std::move(n)) {}
+  State(std::string n, bool t) : name(std::move(n)), terminal(t) {}
   struct Batch {
     int fd;
     std::string bytes;
   };
   const std::string name;
+  // A terminal: a redraw (\r...) replaces the line shown, whoever left it open.
+  const bool terminal;
   std::mutex mu;
   std::condition_variable changed;
   std::deque<Batch> queue;       // guarded by mu
@@ -71,7 +74,7 @@ ConsoleWriter::ConsoleWriter(int fd, std::string name, const ConsoleWriter* same
     ++state_->owners;
     return;
   }
-  state_ = std::make_shared<State>(std::move(name));
+  state_ = std::make_shared<State>(std::move(name), isatty(fd) == 1);
   state_->owners = 1;  // before the thread starts: it ends once there are none
   // Detached: at exit it may be blocked in write() on a console nobody reads, and must not hold
   // ddprun up; it owns a reference to the state it uses.
@@ -106,7 +109,11 @@ bool ConsoleWriter::Write(std::string bytes, const void* writer,
     if (!own_line && !prefix_if_taken.empty())
       bytes.insert(0, prefix_if_taken.data(), prefix_if_taken.size());
     // Another writer's line is open: end it first, so that this one starts a line of its own.
-    if (state_->line_open && !own_line) bytes.insert(0, "\n");
+    // On a terminal a redraw (a progress bar's \r update) replaces what is shown instead, as
+    // when workers write to the terminal themselves: bars of two ranks take turns on one line
+    // rather than scroll the terminal a line per update. A file or a pipe keeps every line.
+    const bool redraws = state_->terminal && bytes.front() == '\r';
+    if (state_->line_open && !own_line && !redraws) bytes.insert(0, "\n");
     if (state_->queued + bytes.size() <= kMaxQueued) {
       state_->line_open = bytes.back() != '\n';
       state_->open_line_writer = writer;

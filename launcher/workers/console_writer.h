@@ -7,9 +7,10 @@
 // Several writers share one console (each worker stream, and ddprun's own log lines). A writer
 // may leave the console's last line open (a progress bar, or a line in progress shown before
 // it ends); the console's open line belongs to that writer. When another writer writes while
-// the line is open, a newline is put first, so that two writers never share a line. ddprun's
-// stdout and stderr on one file (`2>&1`, a terminal, a Slurm output file) share one queue and
-// one open line, so that this holds across them too.
+// the line is open, a newline is put first, so that two writers never share a line (on a
+// terminal a redraw, "\r...", replaces the line shown instead, as when workers share a terminal).
+// ddprun's stdout and stderr on one file (`2>&1`, a terminal, a Slurm output file) share one queue
+// and one open line, so that this holds across them too.
 #ifndef DDPRUN_LAUNCHER_WORKERS_CONSOLE_WRITER_H_
 #define DDPRUN_LAUNCHER_WORKERS_CONSOLE_WRITER_H_
 

@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <pty.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -319,6 +321,37 @@ TEST(OutputStreamTest, StdoutAndStderrOnOneFileNeverShareALine) {
     fclose(file);
     fclose(other);
   }
+}
+
+// On a terminal two ranks' bars take turns on one line (a redraw replaces the line shown, as
+// when workers write to the terminal themselves) instead of scrolling it a line per update; a
+// whole line still gets a line of its own.
+TEST(OutputStreamTest, OnATerminalTwoRanksRedrawsTakeTurnsOnOneLine) {
+  int master = -1, slave = -1;
+  ASSERT_EQ(openpty(&master, &slave, nullptr, nullptr, nullptr), 0);
+  termios raw{};
+  tcgetattr(slave, &raw);
+  cfmakeraw(&raw);  // bytes as written, no \n -> \r\n
+  tcsetattr(slave, TCSANOW, &raw);
+  {
+    ConsoleWriter writer(slave, "test");
+    OutputStream::Config c{slave, "", -1, 0};
+    c.console = OutputStream::Console::kTerminal;
+    c.console_writer = &writer;
+    OutputStream a(c), b(c), other(c);
+    a.Feed("\r@0 10%");
+    b.Feed("\r@1 10%");
+    a.Feed("\r@0 20%");
+    other.Feed("done\n");
+    ASSERT_TRUE(writer.FlushFor(std::chrono::seconds(5)));
+  }
+  close(slave);
+  std::string seen;
+  char buf[256];
+  ssize_t n;
+  while ((n = read(master, buf, sizeof(buf))) > 0) seen.append(buf, static_cast<size_t>(n));
+  close(master);
+  EXPECT_EQ(seen, "\r@0 10%\r@1 10%\r@0 20%\ndone\n");
 }
 
 }  // namespace
