@@ -267,10 +267,13 @@ void ControlServer::Close(Connection* c, const std::string& why) {
   }
   if (c->hello_timer != 0) loop_->CancelTimer(c->hello_timer);
   loop_->RemoveFd(c->fd);
-  close(c->fd);
+  const int fd = c->fd;
   const int broken_rank = why.empty() ? -1 : c->local_rank;
-  connections_.erase(c->fd);  // deletes c
+  connections_.erase(fd);  // deletes c
+  // The listener hears of it before the peer sees the end of its channel: whoever waits for
+  // that end finds the agent's reaction (the worker's replacement) already under way.
   if (broken_rank >= 0) listener_->OnChannelBroken(broken_rank, why);
+  close(fd);
 }
 
 }  // namespace ddprun::launcher
