@@ -8,10 +8,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/strings.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -72,11 +72,9 @@ absl::Status HangMonitor::Start(const std::string& private_dir) {
     progress_dir_.clear();
     return absl::InternalError(absl::StrCat(private_dir, "/steps: ", strerror(err)));
   }
-  std::random_device random;
   for (int lr = 0; lr < options_.nproc_per_node; ++lr) {
-    const uint64_t name = (uint64_t{random()} << 32) ^ random();
     auto pipe = FifoChannel::Open(
-        loop_, absl::StrCat(progress_dir_, "/", absl::Hex(name, absl::kZeroPad16)),
+        loop_, absl::StrCat(progress_dir_, "/", RandomHex(8)),
         [this, lr](absl::string_view l, bool big) { OnProgressLine(lr, l, big); });
     if (!pipe.ok()) return pipe.status();
     progress_pipes_.push_back(*std::move(pipe));
