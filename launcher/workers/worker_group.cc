@@ -346,10 +346,15 @@ void WorkerGroup::GiveUpOnUnreaped() {
   }
 }
 
-int WorkerGroup::LocalRankOfPid(pid_t pid) const {
+int WorkerGroup::LocalRankOfWorker(pid_t pid) const {
   for (const auto& w : workers_) {
     if (w->running && w->pid == pid) return w->local_rank;
   }
+  return -1;
+}
+
+int WorkerGroup::LocalRankOfPid(pid_t pid) const {
+  if (const int lr = LocalRankOfWorker(pid); lr >= 0) return lr;
   const pid_t group = getpgid(pid);  // a worker's child (each worker leads its own group)
   for (const auto& w : workers_) {
     if (w->running && group == w->pid) return w->local_rank;
@@ -362,9 +367,7 @@ int WorkerGroup::LocalRankOfDescendant(pid_t pid) const {
   constexpr int kMaxDepth = 64;
   const pid_t self = getpid();
   for (int depth = 0; depth < kMaxDepth && pid > 1 && pid != self; ++depth) {
-    for (const auto& w : workers_) {
-      if (w->running && w->pid == pid) return w->local_rank;
-    }
+    if (const int lr = LocalRankOfWorker(pid); lr >= 0) return lr;
     pid = ParentOf(pid);
   }
   return -1;

@@ -138,6 +138,8 @@ class WorkerGroup {
     bool python = false;
     bool stacks_written = false;
   };
+  // The local rank of the running worker whose pid is `pid`; -1: none.
+  int LocalRankOfWorker(pid_t pid) const;
   void DumpPythonStacks(const StackPlan& plan);
   void FinishStacks(const StackPlan& plan);
   void GiveUpOnUnreaped();
