@@ -749,8 +749,10 @@ absl::Status ValidateLogDir(const LaunchOptions& o) {
   return absl::OkStatus();
 }
 
-// Cross-flag rules, checked once every source is merged.
-absl::Status Validate(const Environment& env, LaunchOptions* o) {
+// Cross-flag rules, checked once every source is merged. What is worth a warning, not an error,
+// goes to `warnings`.
+absl::Status Validate(const Environment& env, LaunchOptions* o,
+                      std::vector<std::string>* warnings) {
   DDPRUN_RETURN_IF_ERROR(ApplyHangEnvironment(env, o));
   if (!o->hang_startup_given.empty() && o->hang_timeout.count() == 0) {
     return absl::InvalidArgumentError(
@@ -760,7 +762,10 @@ absl::Status Validate(const Environment& env, LaunchOptions* o) {
   }
   DDPRUN_RETURN_IF_ERROR(ValidateLogDir(*o));
   // Every --rdzv-conf value (and the lease they make) as the rendezvous setup will read it.
-  DDPRUN_RETURN_IF_ERROR(ParseRdzvConf(o->rdzv_conf).status());
+  DDPRUN_ASSIGN_OR_RETURN(const RdzvConf conf, ParseRdzvConf(o->rdzv_conf));
+  for (const std::string& key : conf.unknown_keys) {
+    warnings->push_back(UnknownKeyWarning(key, o->rdzv_conf.at(key)));
+  }
   if (o->rdzv_backend != RdzvBackend::kStatic || o->standalone) {
     for (const char* key : {"static_coordination", "static_port"}) {
       if (o->rdzv_conf.count(key) > 0) {
@@ -1104,11 +1109,7 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
     o.entrypoint = rest.front();
     o.entrypoint_args.assign(rest.begin() + 1, rest.end());
   }
-  DDPRUN_RETURN_IF_ERROR(Validate(env, &o));
-  DDPRUN_ASSIGN_OR_RETURN(const RdzvConf conf, ParseRdzvConf(o.rdzv_conf));
-  for (const std::string& key : conf.unknown_keys) {
-    result.warnings.push_back(UnknownKeyWarning(key, o.rdzv_conf.at(key)));
-  }
+  DDPRUN_RETURN_IF_ERROR(Validate(env, &o, &result.warnings));
   return result;
 }
 
