@@ -1,12 +1,17 @@
-// Issue 43 S2 on hosts made from network namespaces (tests/testing/net_hosts.h): a token holder
-// cut off together with the agent that hosts a job's rendezvous claims to be a member of the
-// other side back under a new id (a join's formerly_node_id, without that member's key). The
-// majority rule (rendezvous/core/last_round_majority.h) must not count it: the cut-off side
-// forms no round while the real majority fails over and trains, so that two worlds never train
-// the same job. Before the cut the same token holder sent a refused join claiming to be the
-// host: that must not rename the host either (the survivors would then try the cut-off host as
-// its own successor first, a lease late). Real ddprun agents, rdzv-test-agent as the forger.
-// Started by the tests as root; without root the case is skipped with the reason, as the other
+// Issue 43 S2 on hosts made from network namespaces (tests/testing/net_hosts.h), with real ddprun
+// agents on hosts 2-4 (host 2's hosts the rendezvous) and rdzv-test-agent --formerly as a token
+// holder's forged join:
+// - host 2 cut off, and a token holder on host 2 joins its server claiming to be host 3's agent
+//   back under a new id (formerly_node_id without that member's key). The majority rule
+//   (rendezvous/core/last_round_majority.h) must not count it: the cut-off side forms no round
+//   while hosts 3 and 4 fail over and train, so two worlds never train the same job. The forger
+//   joins once host 2's server has given up hosts 3 and 4: joining while one of them is still
+//   within its lease, even a plain new node without any claim fills the restart round up to
+//   --nnodes' maximum with that silent member and then counts as a member of that round (a
+//   separate hole of the majority rule, not what this test is about);
+// - a refused join claiming to be the host must not rename the host: the survivors of the
+//   host's death would then walk to its dead address first, a lease late.
+// Started by the tests as root; without root the cases are skipped with the reason, as the other
 // multi-host tests are.
 #include <signal.h>
 
