@@ -5,10 +5,12 @@
 //   back under a new id (formerly_node_id without that member's key). The majority rule
 //   (rendezvous/core/last_round_majority.h) must not count it: the cut-off side forms no round
 //   while hosts 3 and 4 fail over and train, so two worlds never train the same job. The forger
-//   joins once host 2's server has given up hosts 3 and 4: joining while one of them is still
-//   within its lease, even a plain new node without any claim fills the restart round up to
-//   --nnodes' maximum with that silent member and then counts as a member of that round (a
-//   separate hole of the majority rule, not what this test is about);
+//   joins once host 2's server has given up hosts 3 and 4, so that only the claim is tested;
+// - a plain newcomer joining host 2's server at the cut, while hosts 3 and 4 are still within
+//   their leases: it fills the restart round up to --nnodes' maximum with the one still within
+//   its lease, and before the rule counted unconfirmed rounds (joint consensus,
+//   last_round_majority.h) host 2's side then went on as a majority of that round, in rounds
+//   of 3 and then 2, beside hosts 3 and 4;
 // - a refused join claiming to be the host must not rename the host: the survivors of the
 //   host's death would then walk to its dead address first, a lease late.
 // Started by the tests as root; without root the cases are skipped with the reason, as the other
@@ -212,6 +214,56 @@ TEST_F(ForgedFormerIdTest, AClaimToBeAMemberOfTheOtherSideDoesNotMakeTheCutOffSi
   ASSERT_TRUE(WaitUntil([&] { return CountMatches(Log(), "restart=[1-9] world=3") == 3; }, 40s))
       << Log() << AllErr();
   EXPECT_THAT(agents_[0]->err(), HasSubstr("this agent stops hosting and joins there"));
+  testing::WriteFile(dir_.File("done"), "");
+  ASSERT_TRUE(testing::ExpectAllExit(agents_, 0, 30s)) << Log() << AllErr();
+}
+
+// A newcomer at the cut (no claim at all). Host 2's server gives up hosts 3 and 4 one tick
+// apart; at the first, the other is still within its lease and the newcomer fills a round of
+// three with it, a round it never hears of. That round cannot train (its silent member never
+// starts), and it must not become the reference that makes host 2 and the newcomer 2 of 3:
+// hosts 3 and 4 are 2 of the round before, with their successor.
+TEST_F(ForgedFormerIdTest, ANewcomerAtTheCutDoesNotMakeTheCutOffSideAMajority) {
+  StartTheJob();
+  if (HasFatalFailure()) return;
+  const auto cut = std::chrono::steady_clock::now();
+  hosts_->Cut(2);
+  std::unique_ptr<Subprocess> newcomer = Forger("newcomer", "1:3", "");
+  auto since_cut = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count();
+  };
+  const std::string majority_round = "host=n[34] [^\\n]*restart=1 world=2";
+  std::optional<double> survivors;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        if (!survivors && CountMatches(Log(), majority_round) == 2) survivors = since_cut();
+        return survivors.has_value();
+      },
+      30s))
+      << Log() << AllErr() << newcomer->out();
+  // Both leases on host 2's side are over a lease after the cut; then two more for any round
+  // that side would form.
+  WaitUntil([&] { return since_cut() > 3 * kLeaseSeconds; }, 30s);
+  std::cout << "host 2 cut off with a newcomer joining it: the majority ran a world of two after "
+            << *survivors << " s (lease " << kLeaseSeconds << " s)" << std::endl;
+  // Host 2's side: no world smaller than the job's three (one would be a second world), and
+  // none the newcomer was told of.
+  EXPECT_EQ(CountMatches(Log(), "host=n2 [^\\n]*world=[12]\\b"), 0)
+      << "the cut-off side ran a second world:\n"
+      << Log();
+  EXPECT_EQ(CountMatches(newcomer->out(), "group_world_size=[12]\\b"), 0) << newcomer->out();
+  for (int host : {3, 4}) {
+    EXPECT_TRUE(agents_[host - 2]->running()) << agents_[host - 2]->err();
+  }
+  newcomer->Signal(SIGTERM);
+  newcomer->Wait(10s);
+  // The heal: one world of three again (host 2's side may have started a worker for the round
+  // of three that could not train: counted from here).
+  const int before = CountMatches(Log(), "restart=[1-9] world=3");
+  hosts_->Heal(2);
+  ASSERT_TRUE(
+      WaitUntil([&] { return CountMatches(Log(), "restart=[1-9] world=3") >= before + 3; }, 40s))
+      << Log() << AllErr();
   testing::WriteFile(dir_.File("done"), "");
   ASSERT_TRUE(testing::ExpectAllExit(agents_, 0, 30s)) << Log() << AllErr();
 }
