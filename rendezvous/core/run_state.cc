@@ -492,9 +492,12 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
   for (int i = 0; i < size; ++i) by_rank[ranks[i]] = order[i];
 
   for (auto& [conn, node] : nodes_) node.group_rank = -1;  // the waiting ones lose old ranks
-  std::vector<std::string> member_ids;
-  for (const Node* n : by_rank) member_ids.push_back(n->info.node_id);
-  last_round_.Formed(round_ + 1, std::move(member_ids));
+  if (quorum_ == RoundQuorum::kMajorityOfLastRound) {
+    // Only where the rule applies: elsewhere nobody would ever forget the rounds kept.
+    std::vector<std::string> member_ids;
+    for (const Node* n : by_rank) member_ids.push_back(n->info.node_id);
+    last_round_.Formed(round_ + 1, std::move(member_ids));
+  }
   ++round_;
   phase_ = RunPhase::kRunning;
   succeeded_in_round_ = 0;
