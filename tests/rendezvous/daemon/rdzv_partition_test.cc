@@ -264,6 +264,8 @@ TEST_F(ForgedFormerIdTest, ANewcomerAtTheCutDoesNotMakeTheCutOffSideAMajority) {
   ASSERT_TRUE(
       WaitUntil([&] { return CountMatches(Log(), "restart=[1-9] world=3") >= before + 3; }, 40s))
       << Log() << AllErr();
+  // Found among the members of round 1: round 2, the last host 2 knows, lacks the successor.
+  EXPECT_THAT(agents_[0]->err(), HasSubstr("this agent stops hosting and joins there"));
   testing::WriteFile(dir_.File("done"), "");
   ASSERT_TRUE(testing::ExpectAllExit(agents_, 0, 30s)) << Log() << AllErr();
 }
