@@ -7,7 +7,8 @@
 #   dependencies   readelf: no NEEDED entry, no program interpreter; each stripped <= 30 MB
 #   no_proc        a root without /proc: one clear line, exit 2
 #   hosts          a c10d job through ddprun-rdzv whose endpoint is a name from the root's
-#                  /etc/hosts (glibc's built-in files lookup, and gRPC's own resolver)
+#                  /etc/hosts (glibc's built-in files lookup, and gRPC's own resolver), with an
+#                  /etc/nsswitch.conf that names modules (sss, ldap) the root does not have
 #   tls_roots      protocol=https with no tls_ca: the CA found at Debian/Ubuntu, RHEL and SLES
 #                  bundle paths, through SSL_CERT_FILE, SSL_CERT_DIR and
 #                  GRPC_DEFAULT_SSL_ROOTS_FILE_PATH; refused with none
@@ -131,6 +132,9 @@ check_no_proc() {
 check_hosts() {
   local out rc=0
   make_root hosts
+  # A cluster's switch file names modules a static binary cannot load (no libnss_*.so here):
+  # glibc passes over them to its built-in files and dns.
+  printf 'passwd: files sss\nhosts: files sss ldap dns\n' >"$root/etc/nsswitch.conf"
   start_rdzv || {
     fail hosts "ddprun-rdzv did not start"
     return
