@@ -4,7 +4,8 @@
 # that holds nothing but them, busybox-static, an /etc/hosts and (unless a check removes it)
 # /proc — no libc, no /usr, no /etc/nsswitch.conf.
 #
-#   dependencies   readelf: no NEEDED entry, no program interpreter; each stripped <= 30 MB
+#   dependencies   readelf: no NEEDED entry, no program interpreter; each stripped <= 30 MB,
+#                  its debug info in a separate file (objcopy --only-keep-debug, debuglink)
 #   no_proc        a root without /proc: one clear line, exit 2
 #   hosts          a c10d job through ddprun-rdzv whose endpoint is a name from the root's
 #                  /etc/hosts (glibc's built-in files lookup, and gRPC's own resolver), with an
@@ -34,7 +35,7 @@ die() {
 [[ $(id -u) == 0 ]] || die "needs root (chroot and mount)"
 busybox=$(command -v busybox || true)
 [[ -n "$busybox" ]] || die "no busybox: install busybox-static (scripts/install-deps.sh)"
-readelf -d "$busybox" | grep -q "no dynamic section" ||
+[[ $(readelf -d "$busybox") == *"no dynamic section"* ]] ||
   die "$busybox is not static: install busybox-static"
 command -v openssl >/dev/null || die "no openssl (scripts/install-deps.sh)"
 for b in ddprun ddprun-rdzv ddprun-launch; do
@@ -97,15 +98,29 @@ check_dependencies() {
   local b ok=1
   for b in ddprun ddprun-rdzv ddprun-launch; do
     local f="$bin/$b" stripped="$work/$b.stripped"
-    if readelf -dW "$f" | grep -q NEEDED; then
-      fail dependencies "$b has NEEDED entries: $(readelf -dW "$f" | grep NEEDED | tr -s ' ')"
+    # Whole outputs, not `readelf | grep -q`: grep's early exit would fail readelf (SIGPIPE).
+    local dynamic program sections debug
+    dynamic=$(readelf -dW "$f")
+    program=$(readelf -lW "$f")
+    if [[ "$dynamic" == *NEEDED* ]]; then
+      fail dependencies "$b has NEEDED entries: $(grep NEEDED <<<"$dynamic" | tr -s ' ')"
       ok=0
     fi
-    if readelf -lW "$f" | grep -q INTERP; then
+    if [[ "$program" == *INTERP* ]]; then
       fail dependencies "$b has a program interpreter (INTERP)"
       ok=0
     fi
+    # As a release ships them: stripped, the debug info in a file of its own that gdb finds
+    # through the stripped binary's .gnu_debuglink.
+    objcopy --only-keep-debug "$f" "$work/$b.debug"
     strip -o "$stripped" "$f"
+    (cd "$work" && objcopy --add-gnu-debuglink="$b.debug" "$stripped")
+    sections=$(readelf -SW "$stripped")
+    debug=$(readelf -SW "$work/$b.debug")
+    if [[ "$sections" != *gnu_debuglink* || "$debug" != *debug_info* ]]; then
+      fail dependencies "$b: no separate debug file (objcopy --only-keep-debug)"
+      ok=0
+    fi
     local size
     size=$(stat -L -c %s "$stripped")
     echo "  $b: $(stat -L -c %s "$f") bytes, stripped $size bytes"
