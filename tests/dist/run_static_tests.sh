@@ -154,14 +154,20 @@ check_hosts() {
     fail hosts "ddprun-rdzv did not start"
     return
   }
-  out=$(timeout 60 chroot "$root" /bin/env -i PATH=/bin /bin/ddprun --nnodes=1 --nproc-per-node=1 \
-    --rdzv-backend=c10d --rdzv-endpoint="rdzv-host.test:$port" --rdzv-id=hosts \
-    --no-python /bin/sh -c "echo worker ran rank \$RANK" 2>&1) || rc=$?
-  if [[ $rc == 0 && "$out" == *"worker ran rank 0"* ]]; then
-    pass hosts
-  else
-    fail hosts "exit $rc, output: $out"
-  fi
+  # gRPC's default resolver (c-ares, which reads /etc/hosts itself), then its native one
+  # (glibc's getaddrinfo, as ddprun's own lookups).
+  local resolver ok=1
+  for resolver in ares native; do
+    out=$(timeout 60 chroot "$root" /bin/env -i PATH=/bin GRPC_DNS_RESOLVER=$resolver \
+      /bin/ddprun --nnodes=1 --nproc-per-node=1 --rdzv-backend=c10d \
+      --rdzv-endpoint="rdzv-host.test:$port" --rdzv-id="hosts-$resolver" \
+      --no-python /bin/sh -c "echo worker ran rank \$RANK" 2>&1) || rc=$?
+    if [[ $rc != 0 || "$out" != *"worker ran rank 0"* ]]; then
+      fail hosts "GRPC_DNS_RESOLVER=$resolver: exit $rc, output: $out"
+      ok=0
+    fi
+  done
+  if ((ok)); then pass hosts; fi
 }
 
 make_certificates() {
