@@ -16,8 +16,9 @@
 #   time_zone      log line times from /etc/localtime and from TZ (static glibc reads both)
 #   locale         a job and --help under a locale the root does not have: same output
 #   project tests  (with a second argument: the dynamic build with its tests) the integration
-#                  tests of the kernel log (/dev/kmsg), memory cgroups (v1/v2) and nvidia-smi
-#                  discovery on PATH, run against the static binaries (DDPRUN_BIN_DIR)
+#                  tests of the kernel log (/dev/kmsg), memory cgroups (v1/v2), nvidia-smi
+#                  discovery on PATH and etcd over TLS, run against the static binaries
+#                  (DDPRUN_BIN_DIR)
 #
 # Usage: tests/dist/run_static_tests.sh BUILD_STATIC [BUILD_WITH_TESTS]. Needs root (chroot,
 # mount), busybox-static and openssl (scripts/install-deps.sh); a missing one fails the run.
@@ -296,11 +297,14 @@ check_locale() {
 }
 
 # The project's own integration tests of what the static build might lose, run against the
-# static binaries: the kernel log and memory cgroups (OOM causes), nvidia-smi found on PATH.
+# static binaries: the kernel log and memory cgroups (OOM causes), nvidia-smi found on PATH, and
+# TLS (mutual too) to a real etcd on this host (whose OpenSSL configuration the static OpenSSL
+# reads).
 check_project_tests() {
   local t filter
   for t in "causes_integration_test|CausesTest.*" \
-    "health_check_integration_test|*ARestartWaitsUntilTheFailedWorkersGpuMemoryIsReleased"; do
+    "health_check_integration_test|*ARestartWaitsUntilTheFailedWorkersGpuMemoryIsReleased" \
+    "etcd_integration_test|EtcdTlsTest.*"; do
     IFS='|' read -r name filter <<<"$t"
     local exe="$tests_dir/tests/$name"
     if [[ ! -x "$exe" ]]; then
