@@ -10,6 +10,7 @@
 #   hosts          a c10d job through ddprun-rdzv whose endpoint is a name from the root's
 #                  /etc/hosts (glibc's built-in files lookup, and gRPC's own resolver), with an
 #                  /etc/nsswitch.conf that names modules (sss, ldap) the root does not have
+#   http           ddprun-rdzv's /metrics (libmicrohttpd rebuilt without HTTPS), without /proc
 #   tls_roots      protocol=https with no tls_ca: the CA found at Debian/Ubuntu, RHEL and SLES
 #                  bundle paths, through SSL_CERT_FILE, SSL_CERT_DIR and
 #                  GRPC_DEFAULT_SSL_ROOTS_FILE_PATH; refused with none
@@ -72,7 +73,7 @@ make_root() {
   chmod 1777 "$root/tmp"
   cp "$bin/ddprun" "$bin/ddprun-rdzv" "$busybox" "$root/bin/"
   ln -s ddprun "$root/bin/ddprun-launch"
-  for tool in sh true cat echo sleep env; do ln -s busybox "$root/bin/$tool"; done
+  for tool in sh true cat echo sleep env wget; do ln -s busybox "$root/bin/$tool"; done
   printf '127.0.0.1 localhost\n127.0.0.1 rdzv-host.test\n' >"$root/etc/hosts"
   if [[ "$with_proc" == proc ]]; then
     mount -t proc proc "$root/proc"
@@ -169,6 +170,29 @@ check_hosts() {
     fi
   done
   if ((ok)); then pass hosts; fi
+}
+
+# ddprun-rdzv's /metrics from the libmicrohttpd rebuilt without HTTPS (a root without /proc).
+check_http() {
+  local out http_port="" log
+  make_root http noproc
+  log="$root/tmp/rdzv.log"
+  start_rdzv --http-port 0 || {
+    fail http "ddprun-rdzv did not start"
+    return
+  }
+  for _ in $(seq 50); do
+    http_port=$(sed -n 's/.*http on [^ ]*:\([0-9]*\).*/\1/p' "$log")
+    [[ -n "$http_port" ]] && break
+    sleep 0.1
+  done
+  out=$(chroot "$root" /bin/env -i /bin/wget -q -O - "http://127.0.0.1:$http_port/metrics" 2>&1) ||
+    true
+  if [[ "$out" == *"# TYPE ddprun_"* ]]; then
+    pass http
+  else
+    fail http "GET /metrics on port '$http_port': $out"
+  fi
 }
 
 make_certificates() {
@@ -324,6 +348,7 @@ check_project_tests() {
 check_dependencies
 check_no_proc
 check_hosts
+check_http
 check_tls_roots
 check_time_zone
 check_locale
