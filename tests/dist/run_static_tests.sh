@@ -7,6 +7,7 @@
 #   dependencies   readelf: no NEEDED entry, no program interpreter; each stripped <= 30 MB,
 #                  its debug info in a separate file (objcopy --only-keep-debug, debuglink)
 #   no_proc        a root without /proc: one clear line, exit 2
+#   old_kernel     uname saying 2.6 (setarch --uname-2.6): one clear line, exit 2
 #   hosts          a c10d job through ddprun-rdzv whose endpoint is a name from the root's
 #                  /etc/hosts (glibc's built-in files lookup, and gRPC's own resolver), with an
 #                  /etc/nsswitch.conf that names modules (sss, ldap) the root does not have
@@ -144,6 +145,28 @@ check_no_proc() {
   else
     fail no_proc "exit $rc, output: $out"
   fi
+}
+
+# A kernel older than 3.10 (setarch's UNAME26 personality makes uname say 2.6.x): one line, 2.
+check_old_kernel() {
+  local b out rc ok=1
+  local -a args
+  make_root oldkernel
+  for b in ddprun ddprun-rdzv; do
+    rc=0
+    if [[ $b == ddprun ]]; then
+      args=(--standalone --nproc-per-node=1 --no-python /bin/true)
+    else
+      args=(--port 0)
+    fi
+    out=$(setarch "$(uname -m)" --uname-2.6 chroot "$root" /bin/env -i PATH=/bin "/bin/$b" \
+      "${args[@]}" 2>&1) || rc=$?
+    if [[ $rc != 2 || $(wc -l <<<"$out") != 1 || "$out" != *"is too old"*"Linux 3.10"* ]]; then
+      fail old_kernel "$b: exit $rc, output: $out"
+      ok=0
+    fi
+  done
+  if ((ok)); then pass old_kernel; fi
 }
 
 check_hosts() {
@@ -347,6 +370,7 @@ check_project_tests() {
 
 check_dependencies
 check_no_proc
+check_old_kernel
 check_hosts
 check_http
 check_tls_roots
