@@ -1,0 +1,278 @@
+#!/usr/bin/env bash
+# `make dist`: ddprun's release files in dist/, from the static build (CMakePresets.json: static,
+# build-static/) and, where the tree has the aarch64 preset, the cross build (build-aarch64/):
+#
+#   ddprun-VERSION-linux-ARCH.tar.gz        ddprun-VERSION/{bin,share,lib,etc,README.md}: the
+#                                           programs stripped, man pages, completions, the
+#                                           systemd unit, ddprun_inprocess.py, the licences
+#   ddprun-VERSION-linux-ARCH.debug.tar.gz  ddprun-VERSION/bin/.debug/*.debug (gdb finds them)
+#   ddprun-VERSION-py3-none-manylinux_2_17_ARCH.manylinux2014_ARCH.whl
+#
+# VERSION is project(VERSION) of CMakeLists.txt; every program's --version and man page are
+# checked against it. Each binary must be fully static (no NEEDED entry, no interpreter), so the
+# manylinux2014 tag is honest: it needs no library of the host, only a kernel. The wheel is
+# built by scikit-build-core (pyproject.toml, packaging/wheel/) from the tree staged here, in the
+# pinned venv of scripts/dist-requirements.txt, then checked by `twine check --strict` and
+# `auditwheel show`.
+#
+#   scripts/make-dist.sh                 both architectures where the tree has both presets
+#   DIST_ARCHES=x86_64 scripts/make-dist.sh
+#   DIST_BUILD_DIR=build DIST_ALLOW_DYNAMIC=1 scripts/make-dist.sh   (development only: packs a
+#       dynamic build's binaries into dist-dev/, never dist/; no wheel tag is claimed for them)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+JOBS=${JOBS:-$(nproc)}
+VENV=${DIST_VENV:-/root/.cache/ddprun/venv-dist}
+PROGRAMS=(ddprun ddprun-rdzv)  # ddprun-launch is a link to ddprun (a script in the wheel)
+
+say() { printf 'make-dist: %s\n' "$*"; }
+die() { printf 'make-dist: error: %s\n' "$*" >&2; exit 1; }
+
+VERSION=$(sed -n 's/^project(ddprun VERSION \([^ )]*\).*/\1/p' CMakeLists.txt)
+[ -n "$VERSION" ] || die "no project(ddprun VERSION ...) in CMakeLists.txt"
+OUT=$ROOT/dist
+if [ "${DIST_ALLOW_DYNAMIC:-0}" = 1 ]; then OUT=$ROOT/dist-dev; fi
+EPOCH=$(git log -1 --format=%ct 2>/dev/null || date +%s)  # reproducible tar entries
+
+has_preset() { grep -q "\"name\": *\"$1\"" CMakePresets.json; }
+
+# The pinned tools; made once, kept outside the checkout like the torch venv.
+dist_venv() {
+  local stamp="$VENV/.requirements"
+  if ! cmp -s scripts/dist-requirements.txt "$stamp" 2>/dev/null; then
+    say "making $VENV (scripts/dist-requirements.txt)"
+    rm -rf "$VENV"
+    /usr/bin/python3 -m venv "$VENV"
+    "$VENV/bin/pip" install -q --no-deps -r scripts/dist-requirements.txt
+    cp scripts/dist-requirements.txt "$stamp"
+  fi
+}
+
+# build_dir ARCH -> the build folder, built (its default target: programs, man pages, completions).
+build_arch() {
+  local arch=$1 preset dir
+  if [ -n "${DIST_BUILD_DIR:-}" ]; then
+    [ "$arch" = "$(uname -m)" ] || die "DIST_BUILD_DIR is for the host's architecture only"
+    cmake --build "$DIST_BUILD_DIR" -j "$JOBS" >&2
+    echo "$DIST_BUILD_DIR"
+    return
+  fi
+  case $arch in
+    x86_64) preset=static; dir=build-static ;;
+    aarch64) preset=${DIST_AARCH64_PRESET:-aarch64}; dir=build-aarch64 ;;
+    *) die "no preset for the architecture $arch" ;;
+  esac
+  has_preset "$preset" || die "CMakePresets.json has no preset '$preset': no $arch release files"
+  local launcher=()
+  if command -v ccache >/dev/null; then
+    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+  fi
+  cmake --preset "$preset" "${launcher[@]}" >&2
+  cmake --build "$dir" -j "$JOBS" >&2
+  echo "$dir"
+}
+
+# Fully static: no NEEDED entry and no program interpreter (readelf reads any architecture).
+check_static() {
+  local file=$1
+  local needed interp
+  needed=$(readelf -d "$file" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
+  interp=$(readelf -l "$file" | grep -c 'Requesting program interpreter' || true)
+  if [ -n "$needed" ] || [ "$interp" != 0 ]; then
+    [ "${DIST_ALLOW_DYNAMIC:-0}" = 1 ] && { say "warning: $file is dynamic ($needed)"; return; }
+    die "$file is not fully static (needs: ${needed:-an interpreter}): make dist packs the static presets' binaries"
+  fi
+}
+
+# The archives (or, for a dynamic development build, the shared libraries) the programs were
+# linked from, one path a line.
+linked_files() {
+  local build=$1 program cmd
+  for program in "${PROGRAMS[@]}"; do
+    if [ "${DIST_ALLOW_DYNAMIC:-0}" = 1 ] && readelf -d "$build/bin/$program" | grep -q NEEDED; then
+      ldd "$build/bin/$program" | sed -n 's/.*=> \(\/[^ ]*\) .*/\1/p'
+      continue
+    fi
+    if [ -f "$build/build.ninja" ]; then
+      cmd=$(ninja -C "$build" -t commands "$program" | tail -1)
+    else
+      cmd=$(cat "$(find "$build" -path "*/$program.dir/link.txt" | head -1)")
+    fi
+    local cxx
+    cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
+    local word
+    for word in $cmd; do
+      case $word in
+        /*.a) echo "$word" ;;
+        -l*) "$cxx" -print-file-name="lib${word#-l}.a" ;;
+      esac
+    done
+    # What the compiler driver adds to a static link.
+    for word in libstdc++.a libgcc.a libgcc_eh.a libc.a libm.a; do
+      "$cxx" -print-file-name="$word"
+    done
+  done | while read -r f; do [ -e "$f" ] && echo "$f"; done | sort -u
+}
+
+# The Debian package that owns FILE (by its path, its real path, or either under / for /usr:
+# dpkg records /lib/... on a merged-/usr system).
+owner_of() {
+  local f=$1 real candidate
+  real=$(readlink -f "$f")
+  for candidate in "$f" "$real" "${f#/usr}" "${real#/usr}"; do
+    dpkg -S "$candidate" 2>/dev/null | head -1 | cut -d: -f1 && return
+  done
+  return 0
+}
+
+# licenses/SOURCE.copyright for each Debian source package whose files were linked, and
+# licenses/PACKAGES: package, version, the linked files.
+collect_licenses() {
+  local build=$1 dest=$2
+  mkdir -p "$dest"
+  : > "$dest/PACKAGES.tmp"
+  local f pkg src ver doc
+  while read -r f; do
+    pkg=$(owner_of "$f")
+    if [ -z "$pkg" ]; then
+      case $f in "$ROOT"/*) continue ;; esac  # the project's own archives
+      die "$f is linked but no Debian package owns it (its licence is unknown)"
+    fi
+    src=$(dpkg-query -W -f='${source:Package}' "$pkg")
+    ver=$(dpkg-query -W -f='${Version}' "$pkg")
+    doc=/usr/share/doc/$pkg/copyright
+    [ -e "$doc" ] || die "$pkg (linked: $f) has no $doc"
+    cp -L "$doc" "$dest/$src.copyright"
+    printf '%s\t%s\t%s\t%s\n' "$src" "$pkg" "$ver" "$f" >> "$dest/PACKAGES.tmp"
+  done < <(linked_files "$build")
+  {
+    echo "# Debian source package, binary package, version, file linked into ddprun/ddprun-rdzv"
+    sort -u "$dest/PACKAGES.tmp"
+  } > "$dest/PACKAGES"
+  rm "$dest/PACKAGES.tmp"
+}
+
+tool_for() {  # objcopy for ARCH (Debian's cross binutils for aarch64)
+  if [ "$1" = "$(uname -m)" ]; then echo "$2"; else echo "$1-linux-gnu-$2"; fi
+}
+
+# stage ARCH BUILD_DIR STAGE: the release tree STAGE/ddprun-VERSION, stripped, debug info aside.
+stage_tree() {
+  local arch=$1 build=$2 stage=$3 objcopy
+  objcopy=$(tool_for "$arch" objcopy)
+  command -v "$objcopy" >/dev/null || die "$objcopy missing (binutils for $arch)"
+  rm -rf "$stage"
+  mkdir -p "$stage"
+  local prefix=/opt/ddprun-$VERSION  # the systemd unit's paths (README: unpack there or edit)
+  DESTDIR=$stage/destdir cmake --install "$build" --prefix "$prefix" >/dev/null
+  mv "$stage/destdir$prefix" "$stage/ddprun-$VERSION"
+  rm -rf "$stage/destdir"
+  local tree=$stage/ddprun-$VERSION
+  # Only the launcher's programs (a development build also installs ddp-train and the plugin).
+  find "$tree/bin" -mindepth 1 -maxdepth 1 ! -name ddprun ! -name ddprun-rdzv ! -name ddprun-launch \
+    -exec rm -f {} +
+  rm -rf "$tree/lib/ddprun" "$tree/share/man/man1/ddp-train.1.gz"
+  [ "$(readlink "$tree/bin/ddprun-launch")" = ddprun ] || die "bin/ddprun-launch is not a link to ddprun"
+  mkdir -p "$tree/bin/.debug"
+  local p
+  for p in "${PROGRAMS[@]}"; do
+    check_static "$tree/bin/$p"
+    "$objcopy" --only-keep-debug "$tree/bin/$p" "$tree/bin/.debug/$p.debug"
+    (cd "$tree/bin" && "$objcopy" --strip-all --add-gnu-debuglink=".debug/$p.debug" "$p")
+  done
+  cp packaging/dist/README.md "$tree/README.md"
+  collect_licenses "$build" "$tree/share/doc/ddprun/licenses"
+  check_version "$arch" "$tree"
+}
+
+# Every program's --version and man page say VERSION (the programs run only on their own arch).
+check_version() {
+  local arch=$1 tree=$2 p line
+  for p in ddprun ddprun-rdzv; do
+    zcat "$tree/share/man/man1/$p.1.gz" | grep -q "$p $VERSION" ||
+      die "share/man/man1/$p.1.gz does not say $p $VERSION"
+  done
+  if [ "$arch" != "$(uname -m)" ]; then
+    say "$arch: --version not run here (another architecture); man pages say $VERSION"
+    return
+  fi
+  for p in ddprun ddprun-rdzv ddprun-launch; do
+    line=$("$tree/bin/$p" --version)
+    case $line in
+      "ddprun $VERSION" | "ddprun-rdzv $VERSION") ;;
+      *) die "bin/$p --version says '$line', not $VERSION" ;;
+    esac
+  done
+}
+
+tarballs() {
+  local arch=$1 stage=$2
+  local name=ddprun-$VERSION-linux-$arch
+  local tar_flags=(--sort=name --owner=0 --group=0 --numeric-owner --mtime="@$EPOCH" -C "$stage")
+  tar "${tar_flags[@]}" --exclude="ddprun-$VERSION/bin/.debug" -cf - "ddprun-$VERSION" |
+    gzip -9n > "$OUT/$name.tar.gz"
+  tar "${tar_flags[@]}" -cf - "ddprun-$VERSION/bin/.debug" | gzip -9n > "$OUT/$name.debug.tar.gz"
+  say "$OUT/$name.tar.gz ($(du -k "$OUT/$name.tar.gz" | cut -f1) KiB)"
+  say "$OUT/$name.debug.tar.gz ($(du -k "$OUT/$name.debug.tar.gz" | cut -f1) KiB)"
+}
+
+make_wheel() {
+  local arch=$1 stage=$2
+  local tag=manylinux_2_17_$arch.manylinux2014_$arch
+  local tmp=$stage/wheel
+  rm -rf "$tmp"
+  mkdir -p "$tmp"
+  # In-tree build folder (ccache's base_dir and a warm CMake cache across runs).
+  "$VENV/bin/python" -m pip wheel -q "$ROOT" --no-build-isolation --no-deps -w "$tmp" \
+    --config-settings=cmake.define.DDPRUN_DIST_TREE="$stage/ddprun-$VERSION" \
+    --config-settings=build-dir="build-wheel/$arch" >&2
+  local built
+  built=$(ls "$tmp"/ddprun-"$VERSION"-py3-none-*.whl)
+  if [ "${DIST_ALLOW_DYNAMIC:-0}" = 1 ]; then
+    mv "$built" "$OUT/"
+    say "$OUT/$(basename "$built") (dynamic development build: no manylinux tag)"
+    return
+  fi
+  # The platform tag scikit-build-core computes is this interpreter's (linux_x86_64); the
+  # binaries are static and fit manylinux2014, on x86_64 and aarch64 alike.
+  "$VENV/bin/wheel" tags --remove --platform-tag "$tag" "$built" >/dev/null
+  local whl=ddprun-$VERSION-py3-none-$tag.whl
+  [ -f "$tmp/$whl" ] || die "wheel tags did not write $whl"
+  mv "$tmp/$whl" "$OUT/$whl"
+  "$VENV/bin/twine" check --strict "$OUT/$whl" >&2
+  "$VENV/bin/auditwheel" show "$OUT/$whl" > "$stage/auditwheel.txt" 2>&1 ||
+    { cat "$stage/auditwheel.txt" >&2; die "auditwheel show $whl failed"; }
+  grep -q "manylinux_2_17_$arch" "$stage/auditwheel.txt" ||
+    { cat "$stage/auditwheel.txt" >&2; die "auditwheel does not find $whl consistent with manylinux_2_17_$arch"; }
+  say "$OUT/$whl ($(du -k "$OUT/$whl" | cut -f1) KiB); auditwheel: $(tr '\n' ' ' < "$stage/auditwheel.txt" | tr -s ' ' | cut -c1-200)"
+}
+
+main() {
+  local arches
+  if [ -n "${DIST_ARCHES:-}" ]; then
+    read -r -a arches <<< "$DIST_ARCHES"
+  else
+    arches=(x86_64)
+    if has_preset "${DIST_AARCH64_PRESET:-aarch64}"; then
+      arches+=(aarch64)
+    else
+      say "CMakePresets.json has no aarch64 preset: x86_64 release files only, none for aarch64"
+    fi
+  fi
+  dist_venv
+  mkdir -p "$OUT"
+  local arch build stage
+  for arch in "${arches[@]}"; do
+    say "== $arch"
+    build=$(build_arch "$arch")
+    stage=$ROOT/build-dist/$arch
+    stage_tree "$arch" "$build" "$stage"
+    tarballs "$arch" "$stage"
+    make_wheel "$arch" "$stage"
+  done
+  say "release $VERSION in $OUT:"
+  ls -l "$OUT"
+}
+
+main "$@"
