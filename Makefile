@@ -4,7 +4,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-unit sanitize format-check torch2-build demo bench package install format clean
+.PHONY: all deps configure build test test-unit sanitize format-check torch2-build static test-static demo bench package install format clean
 
 all: build
 
@@ -38,6 +38,19 @@ format-check:
 # and its LibTorch tests on the CPU (build-torch2/; README, torch versions). CI runs it.
 torch2-build: deps
 	scripts/build-torch2.sh build-torch2
+
+# ddprun, ddprun-rdzv and ddprun-launch fully static, the gRPC rendezvous linked in (preset
+# `static`, build-static/bin/; README, "Static binaries"): they need nothing from the host but a
+# kernel. Compiled as `make` compiles them (ccache serves both), only the link differs;
+# libmicrohttpd is Debian's source package rebuilt without HTTPS (scripts/build-static-microhttpd.sh).
+static: deps
+	cmake --preset static $(CMAKE_ARGS)
+	cmake --build build-static -j $(JOBS) --target ddprun ddprun-rdzv
+
+# The static binaries' checks (tests/dist/: no NEEDED/INTERP, size, a root with nothing but the
+# binary). CI runs it.
+test-static: static
+	tests/dist/run_static_tests.sh build-static
 
 # Only what the demo needs: its packages and the three programs (not the tests).
 demo:

@@ -44,6 +44,7 @@ TEST_PACKAGES=(
   dpkg-dev                   # dpkg-shlibdeps: the package's dependencies from its binaries
   man-db zsh                 # tests/packaging: render the man pages, parse the zsh completion
   debootstrap                # scripts/check-package.sh: a clean Debian 12 root (not make test)
+  busybox-static             # tests/dist: a root with nothing but the static binaries (make test-static)
 )
 
 case "${1:-}" in
