@@ -4,7 +4,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-unit sanitize format-check torch2-build static test-static demo bench package install format clean
+.PHONY: all deps configure build test test-unit sanitize format-check torch2-build static test-static dist test-dist demo bench package install format clean
 
 all: build
 
@@ -52,6 +52,17 @@ static: deps
 test-static: static
 	tests/dist/run_static_tests.sh build-static
 
+# The release files in dist/ (scripts/make-dist.sh): ddprun-VERSION-linux-ARCH.tar.gz, its
+# .debug.tar.gz and the wheel ddprun-VERSION-py3-none-manylinux_2_17_ARCH...whl, from the static
+# build, for x86_64 and, where the tree has its preset, aarch64.
+dist: deps
+	scripts/make-dist.sh
+
+# The x86_64 release files on "any Linux" (scripts/test-dist.sh: a busybox-only root, a Debian
+# 11 root, the wheel in a torch 2.11 venv; root, about 30 s). CI runs it.
+test-dist: dist
+	scripts/test-dist.sh dist
+
 # Only what the demo needs: its packages and the three programs (not the tests).
 demo:
 	@scripts/install-deps.sh --demo
@@ -62,10 +73,12 @@ demo:
 bench: build
 	bench/run_all.sh $(BUILD_DIR)
 
-# build/ddprun_VERSION_amd64.deb (packaging/CMakeLists.txt); scripts/check-package.sh installs it
-# on a clean Debian 12 root.
-package: build
-	cd $(BUILD_DIR) && cpack -G DEB
+# build-static/ddprun_VERSION_amd64.deb from the static programs: no library dependency, so it
+# installs on Ubuntu as on Debian (packaging/CMakeLists.txt); scripts/check-package.sh installs
+# it on a clean Debian 12 root.
+package: static
+	cmake --build build-static -j $(JOBS)
+	cd build-static && cpack -G DEB
 
 # Into CMAKE_INSTALL_PREFIX (/usr/local unless configured otherwise); PREFIX=... overrides.
 install: build

@@ -134,10 +134,14 @@ collect_licenses() {
   : > "$dest/PACKAGES.tmp"
   local f pkg src ver doc
   while read -r f; do
+    case $f in "$ROOT"/*) continue ;; esac  # the project's own archives
     pkg=$(owner_of "$f")
     if [ -z "$pkg" ]; then
-      case $f in "$ROOT"/*) continue ;; esac  # the project's own archives
-      die "$f is linked but no Debian package owns it (its licence is unknown)"
+      # An archive rebuilt from a Debian source package (scripts/build-static-microhttpd.sh):
+      # the licence is that of the package that ships the same archive.
+      pkg=$(dpkg -S "*/$(basename "$f")" 2>/dev/null | head -1 | cut -d: -f1) || true
+      [ -n "$pkg" ] || die "$f is linked but no Debian package owns it (its licence is unknown)"
+      f="$f (rebuilt from the source of $pkg)"
     fi
     src=$(dpkg-query -W -f='${source:Package}' "$pkg")
     ver=$(dpkg-query -W -f='${Version}' "$pkg")
