@@ -45,6 +45,7 @@ TEST_PACKAGES=(
   man-db zsh                 # tests/packaging: render the man pages, parse the zsh completion
   debootstrap                # scripts/check-package.sh: a clean Debian 12 root (not make test)
   busybox-static             # tests/dist: a root with nothing but the static binaries (make test-static)
+  ninja-build python3-venv   # make dist: the static preset's generator; the pinned wheel tools' venv
 )
 
 case "${1:-}" in
