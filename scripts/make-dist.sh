@@ -137,11 +137,12 @@ collect_licenses() {
     case $f in "$ROOT"/*) continue ;; esac  # the project's own archives
     pkg=$(owner_of "$f")
     if [ -z "$pkg" ]; then
-      # An archive rebuilt from a Debian source package (scripts/build-static-microhttpd.sh):
-      # the licence is that of the package that ships the same archive.
+      # An archive rebuilt from a Debian source package (scripts/build-static-microhttpd.sh)
+      # or one of a cross build's sysroot: the licence is that of the package here that ships
+      # an archive of the same name (the same Debian source).
       pkg=$(dpkg -S "*/$(basename "$f")" 2>/dev/null | head -1 | cut -d: -f1) || true
       [ -n "$pkg" ] || die "$f is linked but no Debian package owns it (its licence is unknown)"
-      f="$f (rebuilt from the source of $pkg)"
+      f="$f (not in this system's dpkg database; $pkg ships an archive of that name)"
     fi
     src=$(dpkg-query -W -f='${source:Package}' "$pkg")
     ver=$(dpkg-query -W -f='${Version}' "$pkg")

@@ -296,6 +296,15 @@ done
 MOD=$(in_venv python -c 'import ddprun_inprocess, torch; print(ddprun_inprocess.__file__, torch.__version__)')
 case $MOD in "$SITE/ddprun_inprocess.py 2.11."*) ;; *) fail "import ddprun_inprocess, torch: $MOD" ;; esac
 ok "ddprun, ddprun-rdzv, ddprun-launch on PATH; python -m ddprun; ddprun_inprocess with torch ${MOD##* }"
+# ddprun-launch (a sh script in the wheel) gives the worker torch.distributed.launch's
+# --local-rank argument, as the link of the tarball does.
+# shellcheck disable=SC2016  # expanded by the worker's sh
+printf '#!/bin/sh\necho "$@" > "$0.out"\n' > "$WORK/args.sh"
+chmod +x "$WORK/args.sh"
+in_venv ddprun-launch --standalone --nproc-per-node=1 --no-python "$WORK/args.sh" a b > "$WORK/launch.out" 2>&1 ||
+  fail "ddprun-launch: $(cat "$WORK/launch.out")"
+[ "$(cat "$WORK/args.sh.out")" = "--local-rank=0 a b" ] || fail "ddprun-launch's worker got: $(cat "$WORK/args.sh.out")"
+ok "ddprun-launch: the worker gets --local-rank=0"
 cat > "$WORK/train.py" <<'EOF'
 """torch DDP on the CPU (gloo): 5 steps of a linear model; rank 0 writes the final weights."""
 import os
