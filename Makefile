@@ -4,7 +4,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-unit sanitize format-check torch2-build demo bench package install format clean
+.PHONY: all deps configure build test test-unit sanitize format-check torch2-build aarch64 test-aarch64 demo bench package install format clean
 
 all: build
 
@@ -38,6 +38,23 @@ format-check:
 # and its LibTorch tests on the CPU (build-torch2/; README, torch versions). CI runs it.
 torch2-build: deps
 	scripts/build-torch2.sh build-torch2
+
+# ddprun, ddprun-rdzv and ddprun-launch for aarch64 Linux in build-aarch64/bin/ (preset aarch64),
+# and the unit tests: Debian's cross compiler against a sysroot of Debian's arm64 packages
+# (scripts/make-arm64-sysroot.sh, cached under ~/.cache/ddprun; the host's packages are left as
+# they are). README, "aarch64".
+aarch64:
+	@scripts/install-deps.sh --aarch64
+	DDPRUN_ARM64_SYSROOT=$$(scripts/make-arm64-sysroot.sh) cmake --preset aarch64 $(CMAKE_ARGS)
+	cmake --build build-aarch64 -j $(JOBS) --target ddprun ddprun-rdzv ddprun_grpc unit-tests
+
+# The aarch64 build under qemu-user: its unit tests, then a standalone and a 2-node c10d job with
+# aarch64 workers (tests/dist/aarch64_test.sh). CI runs it.
+test-aarch64: aarch64
+	sysroot=$$(scripts/make-arm64-sysroot.sh) && \
+	  tests/dist/with_aarch64_binfmt.sh "$$sysroot" \
+	    ctest --test-dir build-aarch64 --output-on-failure -L unit -j $(JOBS) && \
+	  tests/dist/aarch64_test.sh build-aarch64 "$$sysroot"
 
 # Only what the demo needs: its packages and the three programs (not the tests).
 demo:
