@@ -4,7 +4,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-unit sanitize format-check torch2-build aarch64 test-aarch64 demo bench package install format clean
+.PHONY: all deps configure build test test-unit sanitize format-check torch2-build static test-static aarch64 test-aarch64 demo bench package install format clean
 
 all: build
 
@@ -39,14 +39,28 @@ format-check:
 torch2-build: deps
 	scripts/build-torch2.sh build-torch2
 
-# ddprun, ddprun-rdzv and ddprun-launch for aarch64 Linux in build-aarch64/bin/ (preset aarch64),
-# and the unit tests: Debian's cross compiler against a sysroot of Debian's arm64 packages
+# ddprun, ddprun-rdzv and ddprun-launch fully static, the gRPC rendezvous linked in (preset
+# `static`, build-static/bin/; README, "Static binaries"): they need nothing from the host but a
+# kernel. Compiled as `make` compiles them (ccache serves both), only the link differs;
+# libmicrohttpd is Debian's source package rebuilt without HTTPS (scripts/build-static-microhttpd.sh).
+static: deps
+	cmake --preset static $(CMAKE_ARGS)
+	cmake --build build-static -j $(JOBS) --target ddprun ddprun-rdzv
+
+# The static binaries' checks (tests/dist/: no NEEDED/INTERP, size, a root with nothing but the
+# binary). CI runs it.
+test-static: static
+	tests/dist/run_static_tests.sh build-static
+
+# ddprun, ddprun-rdzv and ddprun-launch for aarch64 Linux, fully static as `make static` makes them,
+# in build-aarch64/bin/ (preset aarch64), and the unit tests: Debian's cross compiler against a
+# sysroot of Debian's arm64 packages
 # (scripts/make-arm64-sysroot.sh, cached under ~/.cache/ddprun; the host's packages are left as
 # they are). README, "aarch64".
 aarch64:
 	@scripts/install-deps.sh --aarch64
 	DDPRUN_ARM64_SYSROOT=$$(scripts/make-arm64-sysroot.sh) cmake --preset aarch64 $(CMAKE_ARGS)
-	cmake --build build-aarch64 -j $(JOBS) --target ddprun ddprun-rdzv ddprun_grpc unit-tests
+	cmake --build build-aarch64 -j $(JOBS) --target ddprun ddprun-rdzv unit-tests
 
 # The aarch64 build under qemu-user: its unit tests, then a standalone and a 2-node c10d job with
 # aarch64 workers (tests/dist/aarch64_test.sh). CI runs it.

@@ -45,6 +45,7 @@ TEST_PACKAGES=(
   dpkg-dev                   # dpkg-shlibdeps: the package's dependencies from its binaries
   man-db zsh                 # tests/packaging: render the man pages, parse the zsh completion
   debootstrap                # scripts/check-package.sh: a clean Debian 12 root (not make test)
+  busybox-static             # tests/dist: a root with nothing but the static binaries (make test-static)
 )
 
 # `make aarch64`: the cross build's host tools. Its arm64 libraries are not installed on the host

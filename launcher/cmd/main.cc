@@ -1,4 +1,6 @@
 // ddprun: parse the options, build the agent, run it (or `ddprun status ...`).
+#include <unistd.h>
+
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -10,6 +12,15 @@
 #include "launcher/cmd/slurm_per_task.h"
 #include "launcher/cmd/status_command.h"
 #include "launcher/config/cli.h"
+
+namespace {
+
+// The agent finds its workers' process trees, their threads' states and the orphans it must
+// reap in /proc. In a root without it (a chroot, a bare container; the static binaries run
+// there) none of that would work and jobs would misbehave quietly, so ddprun refuses to start.
+bool ProcMounted() { return access("/proc/self/stat", R_OK) == 0; }
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace ddprun::launcher;
@@ -49,6 +60,12 @@ int main(int argc, char** argv) {
       ddprun::WriteAll(2, absl::StrCat("ddprun: error: ", s.message(), "\n"));
       return kExitUsage;
     }
+  }
+  if (!ProcMounted()) {
+    ddprun::WriteAll(2,
+                     "ddprun: error: /proc is not mounted (no /proc/self/stat): the agent needs it "
+                     "to follow its workers; mount it (mount -t proc proc /proc) in this root\n");
+    return kExitUsage;
   }
   // Before the agent forks anything (its orphan guard shares this memory).
   AgentSecretsOptions secrets;

@@ -1,11 +1,69 @@
 #include "rendezvous/grpc/security.h"
 
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/file_text.h"
 #include "grpcpp/security/server_credentials.h"
 #include "rendezvous/grpc/scoped_token.h"
 
 namespace ddprun::rendezvous {
+namespace {
+
+const char* NonEmptyEnv(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : nullptr;
+}
+
+// The PEM certificates of every file in OpenSSL's certificate folders ($SSL_CERT_DIR, a
+// ':'-separated list), each file once (the hashed names are links to the same files).
+absl::StatusOr<std::string> ReadCertificateFolders(const std::string& folders) {
+  std::string pem;
+  std::set<std::filesystem::path> seen;
+  for (absl::string_view folder : absl::StrSplit(folders, ':', absl::SkipEmpty())) {
+    std::error_code ec;
+    std::filesystem::directory_iterator it(std::string(folder), ec);
+    if (ec) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SSL_CERT_DIR: cannot read the folder ", folder, ": ", ec.message()));
+    }
+    for (const auto& entry : it) {
+      if (!entry.is_regular_file(ec)) continue;
+      if (!seen.insert(std::filesystem::canonical(entry.path(), ec)).second) continue;
+      absl::StatusOr<std::string> text = ReadRequiredFile("SSL_CERT_DIR file", entry.path());
+      if (text.ok() && absl::StrContains(*text, "-----BEGIN CERTIFICATE-----")) {
+        absl::StrAppend(&pem, *text, "\n");
+      }
+    }
+  }
+  if (pem.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SSL_CERT_DIR=", folders, ": no PEM certificate in it"));
+  }
+  return pem;
+}
+
+// The CA certificates a client trusts when it was given no CA file; empty: gRPC's choice.
+// gRPC honours its own GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, then finds the distributions' bundles
+// itself (Debian/Ubuntu /etc/ssl/certs/ca-certificates.crt, RHEL /etc/pki/tls/certs/
+// ca-bundle.crt and /etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem, SLES
+// /etc/ssl/ca-bundle.pem, and certificate folders), which the static build relies on too: its
+// OpenSSL's compiled-in folder is the build host's. But gRPC ignores OpenSSL's SSL_CERT_FILE and
+// SSL_CERT_DIR, which users set for every other TLS client: those are read here.
+absl::StatusOr<std::string> DefaultRootCertificates() {
+  if (NonEmptyEnv("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH") != nullptr) return std::string();
+  if (const char* file = NonEmptyEnv("SSL_CERT_FILE")) {
+    return ReadRequiredFile("SSL_CERT_FILE", file);
+  }
+  if (const char* folders = NonEmptyEnv("SSL_CERT_DIR")) return ReadCertificateFolders(folders);
+  return std::string();
+}
+
+}  // namespace
 
 std::optional<std::string> CallScope(const grpc::ServerContextBase& context,
                                      absl::string_view token) {
@@ -57,6 +115,10 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
     absl::StatusOr<std::string> ca = ReadRequiredFile("TLS CA", tls.ca_file);
     if (!ca.ok()) return ca.status();
     options.pem_root_certs = *ca;
+  } else {
+    absl::StatusOr<std::string> roots = DefaultRootCertificates();
+    if (!roots.ok()) return roots.status();
+    options.pem_root_certs = *roots;
   }
   if (!tls.cert_file.empty() || !tls.key_file.empty()) {
     absl::StatusOr<std::string> cert = ReadRequiredFile("TLS certificate", tls.cert_file);

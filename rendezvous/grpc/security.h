@@ -31,6 +31,7 @@ struct TlsServerFiles {
 
 struct TlsClientFiles {
   std::string ca_file;    // PEM roots to verify the server; empty with no cert: plaintext
+                          // (with TLS: $SSL_CERT_FILE, $SSL_CERT_DIR or gRPC's default roots)
   std::string cert_file;  // client certificate for mutual TLS
   std::string key_file;
   std::string server_name_override;  // for certificates that name another host (tests)

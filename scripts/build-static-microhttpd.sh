@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# libmicrohttpd.a without HTTPS, for the static build (DDPRUN_STATIC; cmake/DdprunStatic.cmake).
+#
+# Why: Debian's libmicrohttpd.a is built with HTTPS, so it pulls in GnuTLS, whose global
+# initialisation (run by libmicrohttpd's constructor) links PKCS#11 support from p11-kit — and
+# Debian ships p11-kit only as a shared library (no libp11-kit.a). ddprun serves plain HTTP
+# (/metrics and the status page on loopback or a private port; rendezvous/http), so this rebuilds
+# the SAME Debian source package as the installed libmicrohttpd-dev (same version, Debian's
+# patches applied) with --disable-https. It is fetched from Debian's archive by name and
+# version through a private apt configuration (no change to the host's apt sources) and cached
+# outside the checkout. Prints the folder holding lib/libmicrohttpd.a.
+#
+# Usage: scripts/build-static-microhttpd.sh [--host TRIPLET]   (TRIPLET for a cross build; CC
+#        from the environment, default TRIPLET-gcc or gcc)
+set -euo pipefail
+
+host=""
+if [[ "${1:-}" == "--host" ]]; then
+  host="$2"
+fi
+version=$(dpkg-query -W -f='${Version}' libmicrohttpd-dev 2>/dev/null) || {
+  echo "build-static-microhttpd: libmicrohttpd-dev is not installed (scripts/install-deps.sh)" >&2
+  exit 2
+}
+cache="${DDPRUN_CACHE:-$HOME/.cache/ddprun}"
+out="$cache/libmicrohttpd-$version-nohttps${host:+-$host}"
+if [[ -f "$out/lib/libmicrohttpd.a" ]]; then
+  echo "$out"
+  exit 0
+fi
+
+apt_dir="$cache/apt-src"
+mkdir -p "$apt_dir/lists/partial"
+codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
+echo "deb-src http://deb.debian.org/debian $codename main" >"$apt_dir/sources.list"
+apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o "Dir::Etc::SourceParts=/dev/null"
+  -o "Dir::State::Lists=$apt_dir/lists" -o "APT::Sandbox::User=root" -q)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+(
+  cd "$work"
+  apt-get "${apt_opts[@]}" update >&2
+  apt-get "${apt_opts[@]}" source --download-only "libmicrohttpd=$version" >&2
+  dpkg-source -x ./*.dsc src >&2
+  cd src
+  ./configure ${host:+--host="$host"} --disable-https --enable-static --disable-shared --with-pic \
+    --disable-doc --disable-examples --disable-curl --disable-nls --without-gnutls \
+    --prefix="$out" >&2
+  make -C src/microhttpd -j "$(nproc)" >&2
+  make -C src/microhttpd install >&2
+)
+echo "$out"
