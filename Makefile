@@ -4,7 +4,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-unit sanitize format-check torch2-build static test-static dist test-dist demo bench package install format clean
+.PHONY: all deps configure build test test-unit sanitize format-check torch2-build static test-static aarch64 test-aarch64 dist test-dist demo bench package install format clean
 
 all: build
 
@@ -51,6 +51,24 @@ static: deps
 # binary). CI runs it.
 test-static: static
 	tests/dist/run_static_tests.sh build-static
+
+# ddprun, ddprun-rdzv and ddprun-launch for aarch64 Linux, fully static as `make static` makes them,
+# in build-aarch64/bin/ (preset aarch64), and the unit tests: Debian's cross compiler against a
+# sysroot of Debian's arm64 packages
+# (scripts/make-arm64-sysroot.sh, cached under ~/.cache/ddprun; the host's packages are left as
+# they are). README, "aarch64".
+aarch64:
+	@scripts/install-deps.sh --aarch64
+	DDPRUN_ARM64_SYSROOT=$$(scripts/make-arm64-sysroot.sh) cmake --preset aarch64 $(CMAKE_ARGS)
+	cmake --build build-aarch64 -j $(JOBS) --target ddprun ddprun-rdzv unit-tests
+
+# The aarch64 build under qemu-user: its unit tests, then a standalone and a 2-node c10d job with
+# aarch64 workers (tests/dist/aarch64_test.sh). CI runs it.
+test-aarch64: aarch64
+	sysroot=$$(scripts/make-arm64-sysroot.sh) && \
+	  tests/dist/with_aarch64_binfmt.sh "$$sysroot" \
+	    ctest --test-dir build-aarch64 --output-on-failure -L unit -j $(JOBS) && \
+	  tests/dist/aarch64_test.sh build-aarch64 "$$sysroot"
 
 # The release files in dist/ (scripts/make-dist.sh): ddprun-VERSION-linux-ARCH.tar.gz, its
 # .debug.tar.gz and the wheel ddprun-VERSION-py3-none-manylinux_2_17_ARCH...whl, from the static
