@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # `make dist`: ddprun's release files in dist/, from the static build (CMakePresets.json: static,
-# build-static/) and, where the tree has the aarch64 preset, the cross build (build-aarch64/):
+# build-static/) and, where the tree has the aarch64 preset, the static cross build
+# (build-aarch64/, `make aarch64`; its tree is the x86_64 one with aarch64 programs, the man
+# pages and completions being the same text). Without that preset it says so and writes the
+# x86_64 files only; a build or check that fails for aarch64 fails make dist. Per ARCH:
 #
 #   ddprun-VERSION-linux-ARCH.tar.gz        ddprun-VERSION/{bin,share,lib,etc,README.md}: the
 #                                           programs stripped, man pages, completions, the
@@ -51,26 +54,37 @@ dist_venv() {
 
 # build_dir ARCH -> the build folder, built (its default target: programs, man pages, completions).
 build_arch() {
-  local arch=$1 preset dir
+  local arch=$1
   if [ -n "${DIST_BUILD_DIR:-}" ]; then
     [ "$arch" = "$(uname -m)" ] || die "DIST_BUILD_DIR is for the host's architecture only"
     cmake --build "$DIST_BUILD_DIR" -j "$JOBS" >&2
     echo "$DIST_BUILD_DIR"
     return
   fi
-  case $arch in
-    x86_64) preset=static; dir="build-static" ;;
-    aarch64) preset=${DIST_AARCH64_PRESET:-aarch64}; dir="build-aarch64" ;;
-    *) die "no preset for the architecture $arch" ;;
-  esac
-  has_preset "$preset" || die "CMakePresets.json has no preset '$preset': no $arch release files"
   local launcher=()
   if command -v ccache >/dev/null; then
     launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
   fi
-  cmake --preset "$preset" "${launcher[@]}" >&2
-  cmake --build "$dir" -j "$JOBS" >&2
-  echo "$dir"
+  case $arch in
+    x86_64)
+      has_preset static || die "CMakePresets.json has no preset 'static': no x86_64 release files"
+      cmake --preset static "${launcher[@]}" >&2
+      cmake --build build-static -j "$JOBS" >&2  # the programs, man pages, completions
+      echo build-static
+      ;;
+    aarch64)
+      # As `make aarch64` builds it, the programs only: the man pages and completions are text
+      # the programs print, the same for every architecture, so they come from the x86_64 tree.
+      has_preset aarch64 || die "CMakePresets.json has no preset 'aarch64': no aarch64 release files"
+      scripts/install-deps.sh --aarch64 >&2
+      local sysroot
+      sysroot=$(scripts/make-arm64-sysroot.sh)
+      DDPRUN_ARM64_SYSROOT=$sysroot cmake --preset aarch64 >&2
+      cmake --build build-aarch64 -j "$JOBS" --target ddprun ddprun-rdzv >&2
+      echo build-aarch64
+      ;;
+    *) die "no preset for the architecture $arch" ;;
+  esac
 }
 
 # Fully static: no NEEDED entry and no program interpreter (readelf reads any architecture).
@@ -83,6 +97,16 @@ check_static() {
     [ "${DIST_ALLOW_DYNAMIC:-0}" = 1 ] && { say "warning: $file is dynamic ($needed)"; return; }
     die "$file is not fully static (needs: ${needed:-an interpreter}): make dist packs the static presets' binaries"
   fi
+}
+
+# The ELF machine of FILE is ARCH's (a tarball named aarch64 holds aarch64 programs).
+check_machine() {
+  local arch=$1 file=$2 machine
+  machine=$(readelf -h "$file" | sed -n 's/^ *Machine: *//p')
+  case "$arch:$machine" in
+    x86_64:*X86-64* | aarch64:AArch64) ;;
+    *) die "$file is for '$machine', not $arch" ;;
+  esac
 }
 
 # The archives (or, for a dynamic development build, the shared libraries) the programs were
@@ -99,18 +123,22 @@ linked_files() {
     else
       cmd=$(cat "$(find "$build" -path "*/$program.dir/link.txt" | head -1)")
     fi
-    local cxx
-    cxx=$(sed -n 's/^CMAKE_CXX_COMPILER:[A-Z]*=//p' "$build/CMakeCache.txt")
-    local word
+    local cxx=() sysroot word
+    # The compiler CMake found (a toolchain file's is not in the cache, it is in here).
+    cxx=("$(sed -n 's/^set(CMAKE_CXX_COMPILER "\(.*\)")$/\1/p' \
+      "$(find "$build/CMakeFiles" -name CMakeCXXCompiler.cmake | head -1)")")
+    [ -n "${cxx[0]}" ] || die "$build: no C++ compiler in CMakeFiles/*/CMakeCXXCompiler.cmake"
+    sysroot=$(sed -n 's/^DDPRUN_ARM64_SYSROOT:[A-Z]*=//p' "$build/CMakeCache.txt")
+    [ -z "$sysroot" ] || cxx+=("--sysroot=$sysroot")
     for word in $cmd; do
       case $word in
         /*.a) echo "$word" ;;
-        -l*) "$cxx" -print-file-name="lib${word#-l}.a" ;;
+        -l*) "${cxx[@]}" -print-file-name="lib${word#-l}.a" ;;
       esac
     done
     # What the compiler driver adds to a static link.
     for word in libstdc++.a libgcc.a libgcc_eh.a libc.a libm.a; do
-      "$cxx" -print-file-name="$word"
+      "${cxx[@]}" -print-file-name="$word"
     done
   done | while read -r f; do [ -e "$f" ] && echo "$f"; done | sort -u
 }
@@ -170,10 +198,20 @@ stage_tree() {
   rm -rf "$stage"
   mkdir -p "$stage"
   local prefix=/opt/ddprun-$VERSION  # the systemd unit's paths (README: unpack there or edit)
-  DESTDIR=$stage/destdir cmake --install "$build" --prefix "$prefix" >/dev/null
-  mv "$stage/destdir$prefix" "$stage/ddprun-$VERSION"
-  rm -rf "$stage/destdir"
   local tree=$stage/ddprun-$VERSION
+  if [ "$arch" = "$(uname -m)" ]; then
+    DESTDIR=$stage/destdir cmake --install "$build" --prefix "$prefix" >/dev/null
+    mv "$stage/destdir$prefix" "$tree"
+    rm -rf "$stage/destdir"
+  else
+    # The host's tree (made first) with this architecture's programs and their licences.
+    local host_tree
+    host_tree=$ROOT/build-dist/$(uname -m)/ddprun-$VERSION
+    [ -d "$host_tree" ] || die "$arch's tree is made from the $(uname -m) one: make that first"
+    cp -a "$host_tree" "$tree"
+    rm -rf "$tree/bin/.debug" "$tree/share/doc/ddprun/licenses" "$tree/README.md"
+    cp "$build/bin/ddprun" "$build/bin/ddprun-rdzv" "$tree/bin/"
+  fi
   # Only the launcher's programs (a development build also installs ddp-train and the plugin).
   find "$tree/bin" -mindepth 1 -maxdepth 1 ! -name ddprun ! -name ddprun-rdzv ! -name ddprun-launch \
     -exec rm -f {} +
@@ -183,6 +221,7 @@ stage_tree() {
   local p
   for p in "${PROGRAMS[@]}"; do
     check_static "$tree/bin/$p"
+    check_machine "$arch" "$tree/bin/$p"
     "$objcopy" --only-keep-debug "$tree/bin/$p" "$tree/bin/.debug/$p.debug"
     (cd "$tree/bin" && "$objcopy" --strip-all --add-gnu-debuglink=".debug/$p.debug" "$p")
   done
@@ -191,19 +230,21 @@ stage_tree() {
   check_version "$arch" "$tree"
 }
 
-# Every program's --version and man page say VERSION (the programs run only on their own arch).
+# Every program's --version and man page say VERSION (another architecture's under qemu-user).
 check_version() {
   local arch=$1 tree=$2 p line
   for p in ddprun ddprun-rdzv; do
     zcat "$tree/share/man/man1/$p.1.gz" | grep -q "$p $VERSION" ||
       die "share/man/man1/$p.1.gz does not say $p $VERSION"
   done
+  local run=()
   if [ "$arch" != "$(uname -m)" ]; then
-    say "$arch: --version not run here (another architecture); man pages say $VERSION"
-    return
+    # A static program runs under qemu-user as it is (no library root, no binfmt needed).
+    run=("qemu-$arch-static")
+    command -v "${run[0]}" >/dev/null || die "${run[0]} missing (scripts/install-deps.sh --aarch64)"
   fi
   for p in ddprun ddprun-rdzv ddprun-launch; do
-    line=$("$tree/bin/$p" --version)
+    line=$(cd "$tree/bin" && "${run[@]}" "./$p" --version)
     case $line in
       "ddprun $VERSION" | "ddprun-rdzv $VERSION") ;;
       *) die "bin/$p --version says '$line', not $VERSION" ;;
@@ -263,10 +304,10 @@ make_wheel() {
 main() {
   local arches
   if [ -n "${DIST_ARCHES:-}" ]; then
-    read -r -a arches <<< "$DIST_ARCHES"
+    read -r -a arches <<< "$DIST_ARCHES"  # x86_64 first: the aarch64 tree is made from it
   else
     arches=(x86_64)
-    if has_preset "${DIST_AARCH64_PRESET:-aarch64}"; then
+    if has_preset aarch64; then
       arches+=(aarch64)
     else
       say "CMakePresets.json has no aarch64 preset: x86_64 release files only, none for aarch64"
