@@ -121,12 +121,12 @@ linked_files() {
     if [ -f "$build/build.ninja" ]; then
       cmd=$(ninja -C "$build" -t commands "$program" | tail -1)
     else
-      cmd=$(cat "$(find "$build" -path "*/$program.dir/link.txt" | head -1)")
+      cmd=$(cat "$(find "$build" -path "*/$program.dir/link.txt" | sed -n 1p)")
     fi
     local cxx=() sysroot word
     # The compiler CMake found (a toolchain file's is not in the cache, it is in here).
     cxx=("$(sed -n 's/^set(CMAKE_CXX_COMPILER "\(.*\)")$/\1/p' \
-      "$(find "$build/CMakeFiles" -name CMakeCXXCompiler.cmake | head -1)")")
+      "$(find "$build/CMakeFiles" -name CMakeCXXCompiler.cmake | sed -n 1p)")")
     [ -n "${cxx[0]}" ] || die "$build: no C++ compiler in CMakeFiles/*/CMakeCXXCompiler.cmake"
     sysroot=$(sed -n 's/^DDPRUN_ARM64_SYSROOT:[A-Z]*=//p' "$build/CMakeCache.txt")
     [ -z "$sysroot" ] || cxx+=("--sysroot=$sysroot")
@@ -149,7 +149,7 @@ owner_of() {
   local f=$1 real candidate
   real=$(readlink -f "$f")
   for candidate in "$f" "$real" "${f#/usr}" "${real#/usr}"; do
-    dpkg -S "$candidate" 2>/dev/null | head -1 | cut -d: -f1 && return
+    dpkg -S "$candidate" 2>/dev/null | sed -n 1p | cut -d: -f1 && return
   done
   return 0
 }
@@ -168,7 +168,7 @@ collect_licenses() {
       # An archive rebuilt from a Debian source package (scripts/build-static-microhttpd.sh)
       # or one of a cross build's sysroot: the licence is that of the package here that ships
       # an archive of the same name (the same Debian source).
-      pkg=$(dpkg -S "*/$(basename "$f")" 2>/dev/null | head -1 | cut -d: -f1) || true
+      pkg=$(dpkg -S "*/$(basename "$f")" 2>/dev/null | sed -n 1p | cut -d: -f1) || true
       [ -n "$pkg" ] || die "$f is linked but no Debian package owns it (its licence is unknown)"
       f="$f (not in this system's dpkg database; $pkg ships an archive of that name)"
     fi

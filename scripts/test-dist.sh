@@ -173,7 +173,7 @@ on_host 1 /ddprun/bin/ddprun-rdzv --host "$SUBNET.1" --port=0 --token-file /cert
   --tls-cert /certs/server.crt --tls-key /certs/server.key > "$WORK/rdzv.out" 2>&1 &
 PIDS+=($!)
 wait_for "$WORK/rdzv.out" 'listening' 20 || fail "ddprun-rdzv did not start: $(cat "$WORK/rdzv.out")"
-PORT=$(grep -oE 'listening[^0-9]*[0-9.]+:[0-9]+' "$WORK/rdzv.out" | head -1 | sed 's/.*://')
+PORT=$(grep -oE 'listening[^0-9]*[0-9.]+:[0-9]+' "$WORK/rdzv.out" | sed -n 1p | sed 's/.*://')
 [ -n "$PORT" ] || fail "no port in: $(cat "$WORK/rdzv.out")"
 cat > "$BB/job/c10d.sh" <<'EOF'
 #!/bin/sh
@@ -203,7 +203,7 @@ ok "a world of 4 on h2 and h3 through $RDZV_NAME:$PORT (TLS, token); both agents
 # ---------------------------------------------------------------------------------------------
 step "b. Debian 11 (glibc 2.31): a 2-node job of Python 3.9 workers"
 if [ ! -x "$DEBIAN11/usr/bin/python3" ]; then
-  MIRROR=$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
+  MIRROR=$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | sed -n 1p)
   echo "test-dist: making $DEBIAN11 once (debootstrap bullseye, minbase + python3)"
   rm -rf "$DEBIAN11.tmp"
   debootstrap --variant=minbase --include=python3 bullseye "$DEBIAN11.tmp" \
@@ -216,7 +216,7 @@ mkdir -p "$D11" "$WORK/d11-upper" "$WORK/d11-work"
 # The cached root stays as debootstrap made it: this run writes to an overlay.
 mount -t overlay overlay -o "lowerdir=$DEBIAN11,upperdir=$WORK/d11-upper,workdir=$WORK/d11-work" "$D11"
 mount -t proc proc "$D11/proc"
-GLIBC=$(chroot "$D11" /usr/bin/ldd --version | head -1 | grep -oE '[0-9]+\.[0-9]+$')
+GLIBC=$(chroot "$D11" /usr/bin/ldd --version | sed -n 1p | grep -oE '[0-9]+\.[0-9]+$')
 [ "$GLIBC" = 2.31 ] || fail "the Debian 11 root has glibc $GLIBC, not 2.31"
 cp -a "$TREE" "$D11/opt/ddprun"
 mkdir -p "$D11/out"
@@ -254,7 +254,7 @@ EOF
 chroot "$D11" /opt/ddprun/bin/ddprun-rdzv --port=0 > "$WORK/d11-rdzv.out" 2>&1 &
 PIDS+=($!)
 wait_for "$WORK/d11-rdzv.out" 'listening' 20 || fail "ddprun-rdzv: $(cat "$WORK/d11-rdzv.out")"
-PORT=$(grep -oE 'listening[^0-9]*[0-9.]+:[0-9]+' "$WORK/d11-rdzv.out" | head -1 | sed 's/.*://')
+PORT=$(grep -oE 'listening[^0-9]*[0-9.]+:[0-9]+' "$WORK/d11-rdzv.out" | sed -n 1p | sed 's/.*://')
 AGENTS=()
 for n in 1 2; do
   chroot "$D11" /usr/bin/env -i PATH=/usr/bin:/bin /opt/ddprun/bin/ddprun --nnodes=2 \
@@ -337,7 +337,7 @@ in_venv timeout 180 ddprun --standalone --nproc-per-node=2 --max-restarts=1 --re
   --kill-at 3 --kill-rank 1 > "$WORK/inproc.out" 2>&1 || fail "in-process job: $(tail -30 "$WORK/inproc.out")"
 grep -q "recovered (in-process) from worker_signal" "$WORK/inproc.out" ||
   fail "no in-process recovery: $(tail -30 "$WORK/inproc.out")"
-ok "in-process recovery: $(grep -o 'in-process recovery, [^.;]*' "$WORK/inproc.out" | head -1)"
+ok "in-process recovery: $(grep -o 'in-process recovery, [^.;]*' "$WORK/inproc.out" | sed -n 1p)"
 in_venv "$VENV/bin/pip" uninstall -q -y ddprun > "$WORK/pip-uninstall.out" 2>&1 ||
   fail "pip uninstall: $(cat "$WORK/pip-uninstall.out")"
 find "$VENV" -path '*/__pycache__' -prune -o -print | sort > "$WORK/venv-after.txt"
