@@ -22,7 +22,8 @@
 #   DIST_ARCHES=x86_64 scripts/make-dist.sh
 #   DIST_BUILD_DIR=build DIST_ALLOW_DYNAMIC=1 scripts/make-dist.sh   (development only: packs a
 #       dynamic build's binaries into dist-dev/, never dist/; no wheel tag is claimed for them)
-set -euo pipefail
+set -Eeuo pipefail  # -E: the ERR trap below also in functions
+trap 'echo "make-dist: error: line $LINENO: $BASH_COMMAND (exit $?)" >&2' ERR  # no silent set -e exit
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 JOBS=${JOBS:-$(nproc)}

@@ -19,7 +19,8 @@
 # Root only (chroot, mount, network namespaces). About a minute once the Debian 11 root exists.
 #
 #   scripts/test-dist.sh [DIST_DIR]      (default dist/; KEEP=1 keeps the work folder)
-set -euo pipefail
+set -Eeuo pipefail  # -E: the ERR trap below also in functions
+trap 'echo "test-dist: FAILED: line $LINENO: $BASH_COMMAND (exit $?)" >&2' ERR  # no silent set -e exit
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 DIST=$(readlink -f "${1:-dist}")
