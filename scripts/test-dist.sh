@@ -109,10 +109,8 @@ LIBS=$(find "$BB" \( -name 'libc.so*' -o -name 'ld-linux*' -o -name '*.so' -o -n
 if [ -n "$LIBS" ] || [ -e "$BB/usr" ] || [ -e "$BB/lib" ]; then fail "the root holds libraries: $LIBS"; fi
 
 step "d. without /proc: one line, exit 2"
-set +e
-MSG=$(chroot "$BB" /ddprun/bin/ddprun --standalone --nproc-per-node=1 --no-python /bin/true 2>&1)
-CODE=$?
-set -e
+MSG=$(chroot "$BB" /ddprun/bin/ddprun --standalone --nproc-per-node=1 --no-python /bin/true 2>&1) &&
+  CODE=0 || CODE=$?
 [ "$CODE" = 2 ] || fail "ddprun without /proc exited $CODE, not 2: $MSG"
 [ "$(printf '%s\n' "$MSG" | wc -l)" = 1 ] || fail "ddprun without /proc said more than one line: $MSG"
 printf '%s\n' "$MSG" | grep -q /proc || fail "ddprun without /proc does not name /proc: $MSG"
@@ -356,10 +354,7 @@ if [ ! -f "$OTHER" ]; then
     "$WORK/$(basename "$WHEEL")" > /dev/null
   OTHER=$WORK/ddprun-$VERSION-py3-none-manylinux_2_17_aarch64.whl
 fi
-set +e
-MSG=$(in_venv "$VENV/bin/pip" install --no-index "$OTHER" 2>&1)
-CODE=$?
-set -e
+MSG=$(in_venv "$VENV/bin/pip" install --no-index "$OTHER" 2>&1) && CODE=0 || CODE=$?
 [ "$CODE" != 0 ] || fail "pip installed the aarch64 wheel on $(uname -m)"
 printf '%s\n' "$MSG" | grep -q "is not a supported wheel on this platform" || fail "pip said: $MSG"
 ok "exit $CODE: $(printf '%s\n' "$MSG" | grep 'not a supported wheel')"
