@@ -18,8 +18,16 @@ host=""
 if [[ "${1:-}" == "--host" ]]; then
   host="$2"
 fi
-version=$(dpkg-query -W -f='${Version}' libmicrohttpd-dev 2>/dev/null) || {
-  echo "build-static-microhttpd: libmicrohttpd-dev is not installed (scripts/install-deps.sh)" >&2
+# The -dev package of the target architecture (multiarch: libmicrohttpd-dev:arm64 for a cross
+# build), whose version is the one rebuilt.
+if [[ -n "$host" ]]; then
+  arch=$(dpkg-architecture -t "$host" -q DEB_HOST_ARCH 2>/dev/null)
+else
+  arch=$(dpkg --print-architecture)
+fi
+package="libmicrohttpd-dev:$arch"
+version=$(dpkg-query -W -f='${Version}' "$package" 2>/dev/null) || {
+  echo "build-static-microhttpd: $package is not installed (scripts/install-deps.sh)" >&2
   exit 2
 }
 cache="${DDPRUN_CACHE:-$HOME/.cache/ddprun}"
@@ -31,7 +39,7 @@ fi
 
 apt_dir="$cache/apt-src"
 mkdir -p "$apt_dir/lists/partial"
-codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
+codename=$(sed -n 's/^VERSION_CODENAME=//p' /etc/os-release)
 echo "deb-src http://deb.debian.org/debian $codename main" >"$apt_dir/sources.list"
 apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o "Dir::Etc::SourceParts=/dev/null"
   -o "Dir::State::Lists=$apt_dir/lists" -o "APT::Sandbox::User=root" -q)
