@@ -27,12 +27,17 @@ fail() {
 }
 pass() { echo "aarch64_test: ok: $*"; }
 
-# 0. The programs are aarch64 executables.
+# 0. The programs are aarch64 executables; fully static (no NEEDED entry, no program interpreter)
+#    when the build is DDPRUN_STATIC.
+static=no
+if grep -q '^DDPRUN_STATIC:BOOL=ON$' "$1/CMakeCache.txt" 2>/dev/null; then static=yes; fi
 for program in ddprun ddprun-rdzv ddprun-launch; do
   [ -e "$bin/$program" ] || fail "$bin/$program does not exist"
-  machine=$(readelf -h "$(realpath "$bin/$program")" | sed -n 's/^ *Machine: *//p')
+  file=$(realpath "$bin/$program")
+  machine=$(readelf -h "$file" | sed -n 's/^ *Machine: *//p')
   [ "$machine" = AArch64 ] || fail "$program is built for '$machine', not AArch64"
-  if readelf -d "$(realpath "$bin/$program")" | grep -q NEEDED; then
+  if readelf -d "$file" | grep -q NEEDED || readelf -l "$file" | grep -q INTERP; then
+    [ $static = no ] || fail "$program of a DDPRUN_STATIC build is dynamic:$(printf '\n'; readelf -d "$file" | grep NEEDED)"
     linkage="dynamic (libraries from $sysroot)"
   else
     linkage=static

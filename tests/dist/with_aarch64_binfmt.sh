@@ -2,8 +2,8 @@
 # Runs a command where aarch64 programs run like native ones: in a user and mount namespace of
 # its own, with a private binfmt_misc (Linux >= 6.7 gives each user namespace its own) in which
 # qemu-user (Debian's qemu-user-static) is registered for aarch64 ELF files. Any process of the
-# command can then execve an aarch64 program: ctest's test binaries, the agents and their
-# aarch64 workers. Dynamic aarch64 programs find their loader and libraries in SYSROOT
+# command, an emulated one too, can then execve an aarch64 program: tests/dist/aarch64_test.sh's
+# emulated agents start aarch64 workers. Dynamic aarch64 programs find their loader and libraries in SYSROOT
 # (QEMU_LD_PREFIX). Nothing changes outside the namespace: the host's binfmt_misc is untouched.
 #
 #   tests/dist/with_aarch64_binfmt.sh SYSROOT COMMAND [ARG...]
