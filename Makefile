@@ -77,7 +77,7 @@ test-aarch64: aarch64
 # .debug.tar.gz and the wheel ddprun-VERSION-py3-none-manylinux_2_17_ARCH...whl, from the static
 # build, for x86_64 and, where the tree has its preset, aarch64.
 dist: deps
-	scripts/make-dist.sh
+	CMAKE_ARGS='$(CMAKE_ARGS)' scripts/make-dist.sh
 
 # The x86_64 release files on "any Linux" (scripts/test-dist.sh: a busybox-only root, a Debian
 # 11 root, the wheel in a torch 2.11 venv; root, about 30 s). CI runs it.

@@ -23,6 +23,7 @@
 #   DIST_BUILD_DIR=build DIST_ALLOW_DYNAMIC=1 scripts/make-dist.sh   (development only: packs a
 #       dynamic build's binaries into dist-dev/, never dist/; no wheel tag is claimed for them)
 set -Eeuo pipefail  # -E: the ERR trap below also in functions
+shopt -s inherit_errexit  # and a failure inside $(...) fails the script too
 trap 'echo "make-dist: error: line $LINENO: $BASH_COMMAND (exit $?)" >&2' ERR  # no silent set -e exit
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -62,14 +63,14 @@ build_arch() {
     echo "$DIST_BUILD_DIR"
     return
   fi
-  local launcher=()
-  if command -v ccache >/dev/null; then
-    launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
-  fi
+  # Configured as `make static` / `make aarch64` configure them (CMAKE_ARGS from the Makefile),
+  # so a tree they built is reused as it is, not rebuilt for a changed compile command.
+  local cmake_args=()
+  read -r -a cmake_args <<< "${CMAKE_ARGS:-}"
   case $arch in
     x86_64)
       has_preset static || die "CMakePresets.json has no preset 'static': no x86_64 release files"
-      cmake --preset static "${launcher[@]}" >&2
+      cmake --preset static "${cmake_args[@]}" >&2
       cmake --build build-static -j "$JOBS" >&2  # the programs, man pages, completions
       echo build-static
       ;;
@@ -80,7 +81,7 @@ build_arch() {
       scripts/install-deps.sh --aarch64 >&2
       local sysroot
       sysroot=$(scripts/make-arm64-sysroot.sh)
-      DDPRUN_ARM64_SYSROOT=$sysroot cmake --preset aarch64 >&2
+      DDPRUN_ARM64_SYSROOT=$sysroot cmake --preset aarch64 "${cmake_args[@]}" >&2
       cmake --build build-aarch64 -j "$JOBS" --target ddprun ddprun-rdzv >&2
       echo build-aarch64
       ;;
@@ -141,14 +142,14 @@ linked_files() {
     for word in libstdc++.a libgcc.a libgcc_eh.a libc.a libm.a; do
       "${cxx[@]}" -print-file-name="$word"
     done
-  done | while read -r f; do [ -e "$f" ] && echo "$f"; done | sort -u
+  done | while read -r f; do if [ -e "$f" ]; then echo "$f"; fi; done | sort -u
 }
 
 # The Debian package that owns FILE (by its path, its real path, or either under / for /usr:
 # dpkg records /lib/... on a merged-/usr system).
 owner_of() {
   local f=$1 real candidate
-  real=$(readlink -f "$f")
+  real=$(readlink -f "$f" || echo "$f")
   for candidate in "$f" "$real" "${f#/usr}" "${real#/usr}"; do
     dpkg -S "$candidate" 2>/dev/null | sed -n 1p | cut -d: -f1 && return
   done
@@ -162,6 +163,8 @@ collect_licenses() {
   mkdir -p "$dest"
   : > "$dest/PACKAGES.tmp"
   local f pkg src ver doc
+  linked_files "$build" > "$dest/linked.tmp"
+  [ -s "$dest/linked.tmp" ] || die "$build: no archive found on the programs' link lines"
   while read -r f; do
     case $f in "$ROOT"/*) continue ;; esac  # the project's own archives
     pkg=$(owner_of "$f")
@@ -179,7 +182,8 @@ collect_licenses() {
     [ -e "$doc" ] || die "$pkg (linked: $f) has no $doc"
     cp -L "$doc" "$dest/$src.copyright"
     printf '%s\t%s\t%s\t%s\n' "$src" "$pkg" "$ver" "$f" >> "$dest/PACKAGES.tmp"
-  done < <(linked_files "$build")
+  done < "$dest/linked.tmp"
+  rm "$dest/linked.tmp"
   {
     echo "# Debian source package, binary package, version, file linked into ddprun/ddprun-rdzv"
     sort -u "$dest/PACKAGES.tmp"
@@ -315,6 +319,8 @@ main() {
     fi
   fi
   dist_venv
+  # Only this run's files: an architecture that fails leaves none of an earlier run behind.
+  rm -rf "$OUT"
   mkdir -p "$OUT"
   local arch build stage
   for arch in "${arches[@]}"; do
