@@ -4,8 +4,7 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-unit sanitize format-check torch2-build demo bench package install format clean
-.PHONY: static test-static
+.PHONY: all deps configure build test test-unit sanitize format-check torch2-build static test-static aarch64 test-aarch64 dist test-dist demo bench package install format clean
 
 all: build
 
@@ -59,6 +58,34 @@ test-static: static configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target $(STATIC_PROJECT_TESTS)
 	tests/dist/run_static_tests.sh build-static $(BUILD_DIR)
 
+# ddprun, ddprun-rdzv and ddprun-launch for aarch64 Linux, fully static as `make static` makes them,
+# in build-aarch64/bin/ (preset aarch64), and the unit tests: Debian's cross compiler against a
+# sysroot of Debian's arm64 packages
+# (scripts/make-arm64-sysroot.sh, cached under ~/.cache/ddprun; the host's packages are left as
+# they are). README, "aarch64".
+aarch64:
+	@scripts/install-deps.sh --aarch64
+	DDPRUN_ARM64_SYSROOT=$$(scripts/make-arm64-sysroot.sh) cmake --preset aarch64 $(CMAKE_ARGS)
+	cmake --build build-aarch64 -j $(JOBS) --target ddprun ddprun-rdzv unit-tests
+
+# The aarch64 build under qemu-user: its unit tests (ctest runs each under qemu, the toolchain
+# file's CMAKE_CROSSCOMPILING_EMULATOR), then a standalone and a 2-node c10d job with aarch64
+# workers (tests/dist/aarch64_test.sh). CI runs it.
+test-aarch64: aarch64
+	cd build-aarch64 && ctest --output-on-failure -L unit -j $(JOBS)
+	tests/dist/aarch64_test.sh build-aarch64 "$$(scripts/make-arm64-sysroot.sh)"
+
+# The release files in dist/ (scripts/make-dist.sh): ddprun-VERSION-linux-ARCH.tar.gz, its
+# .debug.tar.gz and the wheel ddprun-VERSION-py3-none-manylinux_2_17_ARCH...whl, from the static
+# build, for x86_64 and, where the tree has its preset, aarch64.
+dist: deps
+	CMAKE_ARGS='$(CMAKE_ARGS)' scripts/make-dist.sh
+
+# The x86_64 release files on "any Linux" (scripts/test-dist.sh: a busybox-only root, a Debian
+# 11 root, the wheel in a torch 2.11 venv; root, about 30 s). CI runs it.
+test-dist: dist
+	scripts/test-dist.sh dist
+
 # Only what the demo needs: its packages and the three programs (not the tests).
 demo:
 	@scripts/install-deps.sh --demo
@@ -69,10 +96,12 @@ demo:
 bench: build
 	bench/run_all.sh $(BUILD_DIR)
 
-# build/ddprun_VERSION_amd64.deb (packaging/CMakeLists.txt); scripts/check-package.sh installs it
-# on a clean Debian 12 root.
-package: build
-	cd $(BUILD_DIR) && cpack -G DEB
+# build-static/ddprun_VERSION_amd64.deb from the static programs: no library dependency, so it
+# installs on Ubuntu as on Debian (packaging/CMakeLists.txt); scripts/check-package.sh installs
+# it on a clean Debian 12 root.
+package: static
+	cmake --build build-static -j $(JOBS)
+	cd build-static && cpack -G DEB
 
 # Into CMAKE_INSTALL_PREFIX (/usr/local unless configured otherwise); PREFIX=... overrides.
 install: build

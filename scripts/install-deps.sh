@@ -8,6 +8,7 @@
 #                                    DDPRUN_NO_TORCH2=1 leaves it out)
 #   scripts/install-deps.sh --demo   only what `make demo` needs: the build of the three programs,
 #                                    the dataset and the plot (no test peers: Slurm, etcd, torch)
+#   scripts/install-deps.sh --aarch64  only the aarch64 cross build's host tools (`make aarch64`)
 set -euo pipefail
 
 DEMO_PACKAGES=(
@@ -45,12 +46,24 @@ TEST_PACKAGES=(
   man-db zsh                 # tests/packaging: render the man pages, parse the zsh completion
   debootstrap                # scripts/check-package.sh: a clean Debian 12 root (not make test)
   busybox-static             # tests/dist: a root with nothing but the static binaries (make test-static)
+  ninja-build python3-venv   # make dist: the wheel build's generator and the pinned tools' venv
+)
+
+# `make aarch64`: the cross build's host tools. Its arm64 libraries are not installed on the host
+# but unpacked into a sysroot (scripts/make-arm64-sysroot.sh, which the Makefile runs).
+AARCH64_PACKAGES=(
+  cmake make pkg-config ccache
+  protobuf-compiler protobuf-compiler-grpc   # the host's code generators
+  g++-aarch64-linux-gnu      # Debian's cross compiler (and its arm64 libc, libstdc++)
+  qemu-user-static           # the aarch64 tests run under qemu-user (tests/dist/)
+  libmicrohttpd-dev dpkg-dev # the static build's libmicrohttpd (scripts/build-static-microhttpd.sh)
 )
 
 case "${1:-}" in
   "") PACKAGES=("${DEMO_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
   --demo) PACKAGES=("${DEMO_PACKAGES[@]}") ;;
-  *) echo "install-deps: unknown argument '$1' (expected nothing or --demo)" >&2; exit 2 ;;
+  --aarch64) PACKAGES=("${AARCH64_PACKAGES[@]}") ;;
+  *) echo "install-deps: unknown argument '$1' (expected nothing, --demo or --aarch64)" >&2; exit 2 ;;
 esac
 
 missing=()
@@ -72,6 +85,6 @@ else
 fi
 
 # torch 2.11 from PyPI in a venv of its own (the torch 2.x tests); not for the demo.
-if [ "${1:-}" != --demo ]; then
+if [ -z "${1:-}" ]; then
   "$(dirname "$(realpath "$0")")/install-torch2.sh"
 fi
