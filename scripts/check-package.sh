@@ -93,9 +93,10 @@ step "the installed programs"
 in_root ddprun --standalone --nproc-per-node=2 --no-python /bin/true || fail "standalone job"
 echo "ddprun --standalone --nproc-per-node=2 --no-python /bin/true: exit 0"
 in_root ddprun-rdzv --help | head -3
-for p in ddprun ddprun-rdzv ddp-train; do
+for p in ddprun ddprun-rdzv; do
   [ "$(in_root "$p" --version)" = "$p $VERSION" ] || fail "$p --version"
 done
+[[ "$(in_root ddp-train --version)" == "ddp-train $VERSION (built for torch "* ]] || fail "ddp-train --version"
 echo "ddprun, ddprun-rdzv, ddp-train --version: $VERSION"
 in_root man ddprun 2>/dev/null | head -4
 in_root man -w ddprun-rdzv ddp-train >/dev/null || fail "man pages of ddprun-rdzv, ddp-train"
