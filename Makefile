@@ -4,6 +4,18 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
+# Every CMake build below (the presets, the scripts' builds, the wheels' scikit-build-core) compiles
+# through ccache when it is installed (scripts/install-deps.sh installs it): CMake takes the
+# launcher from these variables at a build folder's first configure. Paths are hashed relative to
+# this checkout, so a fresh clone (CI) finds what an earlier one compiled, as it finds the torch
+# venv: the static, aarch64 and wheel builds then cost minutes of linking, not of compiling.
+ifneq ($(shell command -v ccache 2>/dev/null),)
+export CMAKE_CXX_COMPILER_LAUNCHER ?= ccache
+export CMAKE_C_COMPILER_LAUNCHER ?= ccache
+export CCACHE_BASEDIR ?= $(CURDIR)
+export CCACHE_NOHASHDIR ?= 1
+endif
+
 .PHONY: all deps configure build test test-unit sanitize format-check torch2-build static test-static aarch64 test-aarch64 dist test-dist demo bench package install format clean
 
 all: build

@@ -331,6 +331,11 @@ main() {
     tarballs "$arch" "$stage"
     make_wheel "$arch" "$stage"
   done
+  # ddp-train for PyPI's torch 2.11 (x86_64: the torch venv's LibTorch is that architecture's).
+  if [ "${DIST_TRAIN_WHEEL:-1}" = 1 ]; then
+    say "== ddprun_train (ddp-train against LibTorch 2.11)"
+    DDPRUN_DIST_VENV="$VENV" "$ROOT/scripts/make-train-wheel.sh" "$OUT" >&2
+  fi
   say "release $VERSION in $OUT:"
   ls -l "$OUT"
 }

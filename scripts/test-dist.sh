@@ -359,4 +359,9 @@ MSG=$(in_venv "$VENV/bin/pip" install --no-index "$OTHER" 2>&1) && CODE=0 || COD
 printf '%s\n' "$MSG" | grep -q "is not a supported wheel on this platform" || fail "pip said: $MSG"
 ok "exit $CODE: $(printf '%s\n' "$MSG" | grep 'not a supported wheel')"
 
+step "the ddprun_train wheel in fresh venvs (tests/dist/train_wheel_test.sh)"
+TRAIN_WHEEL=$(ls "$DIST"/ddprun_train-"$VERSION"-*.whl)
+"$ROOT/tests/dist/train_wheel_test.sh" "$TRAIN_WHEEL" "$TREE/bin/ddprun" || fail "the ddprun_train wheel"
+ok "$(basename "$TRAIN_WHEEL")"
+
 printf '\ntest-dist: OK: %s and %s run on any Linux\n' "$(basename "$TARBALL")" "$(basename "$WHEEL")"
