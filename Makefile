@@ -47,10 +47,14 @@ static: deps
 	cmake --preset static $(CMAKE_ARGS)
 	cmake --build build-static -j $(JOBS) --target ddprun ddprun-rdzv
 
-# The static binaries' checks (tests/dist/: no NEEDED/INTERP, size, a root with nothing but the
-# binary). CI runs it.
-test-static: static
-	tests/dist/run_static_tests.sh build-static
+# The static binaries' checks (tests/dist/run_static_tests.sh: no NEEDED/INTERP, size, roots with
+# nothing but the binaries: /proc, /etc/hosts, TLS roots, time zones, locale), then the kernel
+# log, cgroup and nvidia-smi integration tests of $(BUILD_DIR) run against them. Needs root.
+# CI runs it after `make test` (about 1 minute then).
+STATIC_PROJECT_TESTS = causes_integration_test health_check_integration_test
+test-static: static configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target $(STATIC_PROJECT_TESTS)
+	tests/dist/run_static_tests.sh build-static $(BUILD_DIR)
 
 # ddprun, ddprun-rdzv and ddprun-launch for aarch64 Linux, fully static as `make static` makes them,
 # in build-aarch64/bin/ (preset aarch64), and the unit tests: Debian's cross compiler against a

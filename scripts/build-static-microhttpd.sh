@@ -10,16 +10,30 @@
 # version through a private apt configuration (no change to the host's apt sources) and cached
 # outside the checkout. Prints the folder holding lib/libmicrohttpd.a.
 #
-# Usage: scripts/build-static-microhttpd.sh [--host TRIPLET]   (TRIPLET for a cross build; CC
-#        from the environment, default TRIPLET-gcc or gcc)
+# Usage: scripts/build-static-microhttpd.sh [--host TRIPLET] [--sysroot DIR]   (TRIPLET for a
+#        cross build; CC from the environment, default TRIPLET-gcc or gcc. DIR: the cross build's
+#        sysroot, whose dpkg database says the version, e.g. scripts/make-arm64-sysroot.sh's)
 set -euo pipefail
 
 host=""
-if [[ "${1:-}" == "--host" ]]; then
-  host="$2"
+admindir=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --host) host="$2"; shift 2 ;;
+    --sysroot) admindir=(--admindir="$2/var/lib/dpkg"); shift 2 ;;
+    *) echo "build-static-microhttpd: unknown argument '$1' (--host TRIPLET, --sysroot DIR)" >&2; exit 2 ;;
+  esac
+done
+# The -dev package of the target architecture (multiarch: libmicrohttpd-dev:arm64 for a cross
+# build), whose version is the one rebuilt.
+if [[ -n "$host" ]]; then
+  arch=$(dpkg-architecture -t "$host" -q DEB_HOST_ARCH 2>/dev/null)
+else
+  arch=$(dpkg --print-architecture)
 fi
-version=$(dpkg-query -W -f='${Version}' libmicrohttpd-dev 2>/dev/null) || {
-  echo "build-static-microhttpd: libmicrohttpd-dev is not installed (scripts/install-deps.sh)" >&2
+package="libmicrohttpd-dev:$arch"
+version=$(dpkg-query "${admindir[@]}" -W -f='${Version}' "$package" 2>/dev/null) || {
+  echo "build-static-microhttpd: $package is not installed (scripts/install-deps.sh)" >&2
   exit 2
 }
 cache="${DDPRUN_CACHE:-$HOME/.cache/ddprun}"
@@ -31,7 +45,7 @@ fi
 
 apt_dir="$cache/apt-src"
 mkdir -p "$apt_dir/lists/partial"
-codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
+codename=$(sed -n 's/^VERSION_CODENAME=//p' /etc/os-release)
 echo "deb-src http://deb.debian.org/debian $codename main" >"$apt_dir/sources.list"
 apt_opts=(-o "Dir::Etc::SourceList=$apt_dir/sources.list" -o "Dir::Etc::SourceParts=/dev/null"
   -o "Dir::State::Lists=$apt_dir/lists" -o "APT::Sandbox::User=root" -q)

@@ -20,17 +20,15 @@ const char* NonEmptyEnv(const char* name) {
 }
 
 // The PEM certificates of every file in OpenSSL's certificate folders ($SSL_CERT_DIR, a
-// ':'-separated list), each file once (the hashed names are links to the same files).
+// ':'-separated list), each file once (the hashed names are links to the same files). As in
+// OpenSSL, a folder that is not there is passed over; none with a certificate is an error.
 absl::StatusOr<std::string> ReadCertificateFolders(const std::string& folders) {
   std::string pem;
   std::set<std::filesystem::path> seen;
   for (absl::string_view folder : absl::StrSplit(folders, ':', absl::SkipEmpty())) {
     std::error_code ec;
     std::filesystem::directory_iterator it(std::string(folder), ec);
-    if (ec) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("SSL_CERT_DIR: cannot read the folder ", folder, ": ", ec.message()));
-    }
+    if (ec) continue;
     for (const auto& entry : it) {
       if (!entry.is_regular_file(ec)) continue;
       if (!seen.insert(std::filesystem::canonical(entry.path(), ec)).second) continue;
@@ -42,7 +40,7 @@ absl::StatusOr<std::string> ReadCertificateFolders(const std::string& folders) {
   }
   if (pem.empty()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("SSL_CERT_DIR=", folders, ": no PEM certificate in it"));
+        absl::StrCat("SSL_CERT_DIR=", folders, ": no readable PEM certificate there"));
   }
   return pem;
 }

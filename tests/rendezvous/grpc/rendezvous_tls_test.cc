@@ -2,7 +2,9 @@
 // openssl for this test: a TLS client is served, a plaintext client is not; with a client CA the
 // server also refuses clients without a certificate.
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -90,6 +92,69 @@ TEST_F(RendezvousTlsTest, MutualTlsRequiresAClientCertificate) {
   std::optional<absl::Status> closed = without.recorder.WaitClosed(kWait);
   ASSERT_TRUE(closed.has_value());
   EXPECT_EQ(closed->code(), absl::StatusCode::kUnavailable) << *closed;
+}
+
+// Sets or unsets a variable for one test (each test runs in a process of its own), and restores it.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    if (old != nullptr) old_ = old;
+    if (value != nullptr) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (old_.has_value()) {
+      setenv(name_, old_->c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
+// Without a CA file, TLS clients trust OpenSSL's SSL_CERT_FILE, then SSL_CERT_DIR (gRPC alone
+// ignores both; the static build, whose OpenSSL looks in the build host's folder, needs them).
+TEST_F(RendezvousTlsTest, WithoutACaFileTheClientTrustsSslCertFileThenSslCertDir) {
+  auto server = StartServer(false);
+  ASSERT_NE(server, nullptr);
+  ScopedEnv no_grpc_roots("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", nullptr);
+  ClientOptions o = Options(*server, false, false);
+  o.tls.required = true;
+  {
+    ScopedEnv file("SSL_CERT_FILE", dir_.File("ca.crt").c_str());
+    TestAgent agent(o, MakeNode("run", "a", 1, 1));
+    ASSERT_TRUE(agent.recorder.WaitAssignment(0, kWait).has_value());
+  }
+  std::filesystem::create_directory(dir_.File("certs"));
+  std::filesystem::copy_file(dir_.File("ca.crt"), dir_.File("certs/ca.pem"));
+  const std::string folders = "/nonexistent:" + dir_.File("certs");
+  ScopedEnv no_file("SSL_CERT_FILE", nullptr);
+  ScopedEnv folder("SSL_CERT_DIR", folders.c_str());
+  TestAgent agent(o, MakeNode("run2", "b", 1, 1));
+  ASSERT_TRUE(agent.recorder.WaitAssignment(0, kWait).has_value());
+}
+
+TEST_F(RendezvousTlsTest, AnSslCertFileThatIsNotThereIsNamed) {
+  auto server = StartServer(false);
+  ASSERT_NE(server, nullptr);
+  ScopedEnv no_grpc_roots("GRPC_DEFAULT_SSL_ROOTS_FILE_PATH", nullptr);
+  ScopedEnv file("SSL_CERT_FILE", "/nonexistent/ca.pem");
+  ClientOptions o = Options(*server, false, false);
+  o.tls.required = true;
+  TestAgent agent(o, MakeNode("run", "a", 1, 1));
+  std::optional<absl::Status> closed = agent.recorder.WaitClosed(kWait);
+  ASSERT_TRUE(closed.has_value());
+  EXPECT_EQ(closed->code(), absl::StatusCode::kInvalidArgument) << *closed;
+  EXPECT_THAT(std::string(closed->message()),
+              ::testing::AllOf(::testing::StartsWith("SSL_CERT_FILE: "),
+                               ::testing::HasSubstr("/nonexistent/ca.pem")));
 }
 
 TEST(RendezvousTlsOptionsTest, BadTlsFilesAreInvalidArgument) {
