@@ -4,7 +4,9 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-unit sanitize format-check torch2-build static test-static aarch64 test-aarch64 demo bench package install format clean
+.PHONY: all deps configure build test test-unit sanitize format-check torch2-build demo bench package install format clean
+.PHONY: static test-static
+.PHONY: aarch64 test-aarch64
 
 all: build
 
@@ -42,16 +44,18 @@ torch2-build: deps
 # ddprun, ddprun-rdzv and ddprun-launch fully static, the gRPC rendezvous linked in (preset
 # `static`, build-static/bin/; README, "Static binaries"): they need nothing from the host but a
 # kernel. Compiled as `make` compiles them (ccache serves both), only the link differs;
-# libmicrohttpd is Debian's source package rebuilt without HTTPS (scripts/build-static-microhttpd.sh).
+# libmicrohttpd is Debian's source package rebuilt without HTTPS
+# (scripts/build-static-microhttpd.sh).
 static: deps
 	cmake --preset static $(CMAKE_ARGS)
 	cmake --build build-static -j $(JOBS) --target ddprun ddprun-rdzv
 
 # The static binaries' checks (tests/dist/run_static_tests.sh: no NEEDED/INTERP, size, roots with
 # nothing but the binaries: /proc, /etc/hosts, TLS roots, time zones, locale), then the kernel
-# log, cgroup and nvidia-smi integration tests of $(BUILD_DIR) run against them. Needs root.
-# CI runs it after `make test` (about 1 minute then).
-STATIC_PROJECT_TESTS = causes_integration_test health_check_integration_test
+# log, cgroup, nvidia-smi and etcd TLS integration tests of $(BUILD_DIR) run against them. Needs
+# root. CI runs it after `make test`: the static tree's compile (no tests, no trainer), then
+# about 45 s of checks.
+STATIC_PROJECT_TESTS = causes_integration_test health_check_integration_test etcd_integration_test
 test-static: static configure
 	cmake --build $(BUILD_DIR) -j $(JOBS) --target $(STATIC_PROJECT_TESTS)
 	tests/dist/run_static_tests.sh build-static $(BUILD_DIR)

@@ -3,8 +3,10 @@
 #
 # The packages' CMake and pkg-config files name their shared libraries (.so). For a static link,
 # every imported target the executables reach is pointed at the static archive that the same
-# package installs beside it (libfoo.so.1.2 -> libfoo.a in the same folder), and a pkg-config
-# module's private dependencies (Libs.private) are added. Only link flags change: the objects
+# package installs beside it (libfoo.so.1.2 -> libfoo.a in the same folder); the packages' CMake
+# files already list every dependency (gRPC: c-ares, re2, upb, address_sorting, OpenSSL, zlib,
+# Abseil), so CMake orders the archives. libmicrohttpd is the exception (ddprun_static_microhttpd,
+# below). Only link flags change: the objects
 # are compiled exactly as in the dynamic build (so ccache serves both). No path names an
 # architecture: the archives are found beside the .so files the toolchain's packages name.
 #

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/environment.h"
+#include "common/kernel_version.h"
 #include "common/log.h"
 #include "launcher/agent/agent.h"
 #include "launcher/cmd/agent_secrets.h"
@@ -60,6 +61,10 @@ int main(int argc, char** argv) {
       ddprun::WriteAll(2, absl::StrCat("ddprun: error: ", s.message(), "\n"));
       return kExitUsage;
     }
+  }
+  if (absl::Status kernel = ddprun::CheckKernelVersion(); !kernel.ok()) {
+    ddprun::WriteAll(2, absl::StrCat("ddprun: error: ", kernel.message(), "\n"));
+    return kExitUsage;
   }
   if (!ProcMounted()) {
     ddprun::WriteAll(2,

@@ -27,6 +27,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/kernel_version.h"
 #include "common/log.h"
 #include "common/strings.h"
 #include "common/version.h"
@@ -113,6 +114,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   ddprun::SetLogTag("ddprun-rdzv");
   ddprun::SetVerbose(!quiet);
+  if (absl::Status kernel = ddprun::CheckKernelVersion(); !kernel.ok()) {
+    ddprun::LogError(kernel.message());
+    return 2;
+  }
   // Debian's Abseil checks every Mutex acquisition for lock-order cycles (a debug aid that
   // costs a graph lookup per lock); the daemon's locks are short and never nested.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);

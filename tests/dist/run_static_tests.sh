@@ -7,17 +7,20 @@
 #   dependencies   readelf: no NEEDED entry, no program interpreter; each stripped <= 30 MB,
 #                  its debug info in a separate file (objcopy --only-keep-debug, debuglink)
 #   no_proc        a root without /proc: one clear line, exit 2
+#   old_kernel     uname saying 2.6 (setarch --uname-2.6): one clear line, exit 2
 #   hosts          a c10d job through ddprun-rdzv whose endpoint is a name from the root's
 #                  /etc/hosts (glibc's built-in files lookup, and gRPC's own resolver), with an
 #                  /etc/nsswitch.conf that names modules (sss, ldap) the root does not have
+#   http           ddprun-rdzv's /metrics (libmicrohttpd rebuilt without HTTPS), without /proc
 #   tls_roots      protocol=https with no tls_ca: the CA found at Debian/Ubuntu, RHEL and SLES
 #                  bundle paths, through SSL_CERT_FILE, SSL_CERT_DIR and
 #                  GRPC_DEFAULT_SSL_ROOTS_FILE_PATH; refused with none
 #   time_zone      log line times from /etc/localtime and from TZ (static glibc reads both)
 #   locale         a job and --help under a locale the root does not have: same output
 #   project tests  (with a second argument: the dynamic build with its tests) the integration
-#                  tests of the kernel log (/dev/kmsg), memory cgroups (v1/v2) and nvidia-smi
-#                  discovery on PATH, run against the static binaries (DDPRUN_BIN_DIR)
+#                  tests of the kernel log (/dev/kmsg), memory cgroups (v1/v2), nvidia-smi
+#                  discovery on PATH and etcd over TLS, run against the static binaries
+#                  (DDPRUN_BIN_DIR)
 #
 # Usage: tests/dist/run_static_tests.sh BUILD_STATIC [BUILD_WITH_TESTS]. Needs root (chroot,
 # mount), busybox-static and openssl (scripts/install-deps.sh); a missing one fails the run.
@@ -71,7 +74,7 @@ make_root() {
   chmod 1777 "$root/tmp"
   cp "$bin/ddprun" "$bin/ddprun-rdzv" "$busybox" "$root/bin/"
   ln -s ddprun "$root/bin/ddprun-launch"
-  for tool in sh true cat echo sleep env; do ln -s busybox "$root/bin/$tool"; done
+  for tool in sh true cat echo sleep env wget; do ln -s busybox "$root/bin/$tool"; done
   printf '127.0.0.1 localhost\n127.0.0.1 rdzv-host.test\n' >"$root/etc/hosts"
   if [[ "$with_proc" == proc ]]; then
     mount -t proc proc "$root/proc"
@@ -134,16 +137,39 @@ check_dependencies() {
   if ((ok)); then pass dependencies; fi
 }
 
+# Whether a bad-input run ended as the project's standards say: exit 2 and one line with TEXT.
+one_line_exit_2() {
+  local rc="$1" out="$2" text="$3"
+  [[ $rc == 2 && $(wc -l <<<"$out") == 1 && "$out" == *"$text"* ]]
+}
+
 check_no_proc() {
   local out rc=0
   make_root noproc noproc
   out=$(chroot "$root" /bin/env -i /bin/ddprun --standalone --nproc-per-node=1 --no-python \
     /bin/true 2>&1) || rc=$?
-  if [[ $rc == 2 && $(wc -l <<<"$out") == 1 && "$out" == *"/proc is not mounted"* ]]; then
+  if one_line_exit_2 "$rc" "$out" "/proc is not mounted"; then
     pass no_proc
   else
     fail no_proc "exit $rc, output: $out"
   fi
+}
+
+# A kernel older than 3.10 (setarch's UNAME26 personality makes uname say 2.6.x): one line, 2.
+check_old_kernel() {
+  local b out rc failed=""
+  local -a args
+  make_root oldkernel
+  for b in ddprun ddprun-rdzv; do
+    rc=0
+    args=(--port 0)
+    [[ $b == ddprun ]] && args=(--standalone --nproc-per-node=1 --no-python /bin/true)
+    out=$(setarch "$(uname -m)" --uname-2.6 chroot "$root" /bin/env -i PATH=/bin "/bin/$b" \
+      "${args[@]}" 2>&1) || rc=$?
+    one_line_exit_2 "$rc" "$out" "is too old: ddprun needs Linux 3.10" ||
+      failed+="$b: exit $rc, output: $out; "
+  done
+  if [[ -z "$failed" ]]; then pass old_kernel; else fail old_kernel "$failed"; fi
 }
 
 check_hosts() {
@@ -170,6 +196,29 @@ check_hosts() {
     fi
   done
   if ((ok)); then pass hosts; fi
+}
+
+# ddprun-rdzv's /metrics from the libmicrohttpd rebuilt without HTTPS (a root without /proc).
+check_http() {
+  local out http_port="" log
+  make_root http noproc
+  log="$root/tmp/rdzv.log"
+  start_rdzv --http-port 0 || {
+    fail http "ddprun-rdzv did not start"
+    return
+  }
+  for _ in $(seq 50); do
+    http_port=$(sed -n 's/.*http on [^ ]*:\([0-9]*\).*/\1/p' "$log")
+    [[ -n "$http_port" ]] && break
+    sleep 0.1
+  done
+  out=$(chroot "$root" /bin/env -i /bin/wget -q -O - "http://127.0.0.1:$http_port/metrics" 2>&1) ||
+    true
+  if [[ "$out" == *"# TYPE ddprun_"* ]]; then
+    pass http
+  else
+    fail http "GET /metrics on port '$http_port': $out"
+  fi
 }
 
 make_certificates() {
@@ -298,11 +347,14 @@ check_locale() {
 }
 
 # The project's own integration tests of what the static build might lose, run against the
-# static binaries: the kernel log and memory cgroups (OOM causes), nvidia-smi found on PATH.
+# static binaries: the kernel log and memory cgroups (OOM causes), nvidia-smi found on PATH, and
+# TLS (mutual too) to a real etcd on this host (whose OpenSSL configuration the static OpenSSL
+# reads).
 check_project_tests() {
   local t filter
   for t in "causes_integration_test|CausesTest.*" \
-    "health_check_integration_test|*ARestartWaitsUntilTheFailedWorkersGpuMemoryIsReleased"; do
+    "health_check_integration_test|*ARestartWaitsUntilTheFailedWorkersGpuMemoryIsReleased" \
+    "etcd_integration_test|EtcdTlsTest.*"; do
     IFS='|' read -r name filter <<<"$t"
     local exe="$tests_dir/tests/$name"
     if [[ ! -x "$exe" ]]; then
@@ -321,7 +373,9 @@ check_project_tests() {
 
 check_dependencies
 check_no_proc
+check_old_kernel
 check_hosts
+check_http
 check_tls_roots
 check_time_zone
 check_locale
