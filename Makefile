@@ -4,9 +4,19 @@ BUILD_TYPE ?= RelWithDebInfo
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-unit sanitize format-check torch2-build demo bench package install format clean
-.PHONY: static test-static
-.PHONY: aarch64 test-aarch64
+# Every CMake build below (the presets, the scripts' builds, the wheels' scikit-build-core) compiles
+# through ccache when it is installed (scripts/install-deps.sh installs it): CMake takes the
+# launcher from these variables at a build folder's first configure. Paths are hashed relative to
+# this checkout, so a fresh clone (CI) finds what an earlier one compiled, as it finds the torch
+# venv: the static, aarch64 and wheel builds then cost minutes of linking, not of compiling.
+ifneq ($(shell command -v ccache 2>/dev/null),)
+export CMAKE_CXX_COMPILER_LAUNCHER ?= ccache
+export CMAKE_C_COMPILER_LAUNCHER ?= ccache
+export CCACHE_BASEDIR ?= $(CURDIR)
+export CCACHE_NOHASHDIR ?= 1
+endif
+
+.PHONY: all deps configure build test test-unit sanitize format-check torch2-build static test-static aarch64 test-aarch64 dist test-dist demo bench package install format clean
 
 all: build
 
@@ -82,6 +92,17 @@ test-aarch64: aarch64
 	  tests/dist/with_aarch64_binfmt.sh "$$(scripts/make-arm64-sysroot.sh)" \
 	  tests/dist/run_static_tests.sh build-aarch64
 
+# The release files in dist/ (scripts/make-dist.sh): ddprun-VERSION-linux-ARCH.tar.gz, its
+# .debug.tar.gz and the wheel ddprun-VERSION-py3-none-manylinux_2_17_ARCH...whl, from the static
+# build, for x86_64 and, where the tree has its preset, aarch64.
+dist: deps
+	CMAKE_ARGS='$(CMAKE_ARGS)' scripts/make-dist.sh
+
+# The x86_64 release files on "any Linux" (scripts/test-dist.sh: a busybox-only root, a Debian
+# 11 root, the wheel in a torch 2.11 venv; root, about 30 s). CI runs it.
+test-dist: dist
+	scripts/test-dist.sh dist
+
 # Only what the demo needs: its packages and the three programs (not the tests).
 demo:
 	@scripts/install-deps.sh --demo
@@ -92,10 +113,12 @@ demo:
 bench: build
 	bench/run_all.sh $(BUILD_DIR)
 
-# build/ddprun_VERSION_amd64.deb (packaging/CMakeLists.txt); scripts/check-package.sh installs it
-# on a clean Debian 12 root.
-package: build
-	cd $(BUILD_DIR) && cpack -G DEB
+# build-static/ddprun_VERSION_amd64.deb from the static programs: no library dependency, so it
+# installs on Ubuntu as on Debian (packaging/CMakeLists.txt); scripts/check-package.sh installs
+# it on a clean Debian 12 root.
+package: static
+	cmake --build build-static -j $(JOBS)
+	cd build-static && cpack -G DEB
 
 # Into CMAKE_INSTALL_PREFIX (/usr/local unless configured otherwise); PREFIX=... overrides.
 install: build

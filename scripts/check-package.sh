@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# Checks the Debian package on a clean system: builds build/ddprun_VERSION_amd64.deb, makes a
-# fresh Debian 12 root with debootstrap (Debian's own packages, from the mirror this machine's
-# apt uses), installs the .deb there with apt, and runs the installed programs inside it:
+# Checks the Debian package on a clean system: builds BUILD_DIR/ddprun_VERSION_amd64.deb (`make
+# package`: the static build, build-static/; a dynamic build/ works too), makes a fresh Debian
+# 12 root with debootstrap (Debian's own packages, from the mirror this machine's apt uses),
+# installs the .deb there with apt, and runs the installed programs inside it:
 #   - `ddprun --standalone --nproc-per-node=2 --no-python /bin/true`, `ddprun-rdzv --help`,
-#     `man ddprun`, the three --version lines, a one-node c10d job (the plugin is found);
-#   - apt pulled no build tools (no -dev package, no compiler, no cmake);
+#     `man ddprun`, every program's --version line, a one-node c10d job (the gRPC rendezvous
+#     linked in, or the plugin found);
+#   - the static package depends on no library; apt pulled no build tools (no -dev package, no
+#     compiler, no cmake);
 #   - an upgrade over an older version keeps an edited /etc/default/ddprun-rdzv;
-#   - with the plugin missing, a c10d job names the file and exits 3, standalone still runs;
+#   - (dynamic build) with the plugin missing, a c10d job names the file and exits 3;
 #   - removing the package stops nothing that is running (a ddprun-rdzv started before it).
 # Root only; takes minutes (most of it downloading). Not part of `make test`.
 #
 #   scripts/check-package.sh [BUILD_DIR]      KEEP_ROOT=1 keeps the root for a look afterwards
 set -euo pipefail
-BUILD_DIR=${1:-build}
+BUILD_DIR=${1:-build-static}
 ROOT=${CHECK_ROOT:-/var/tmp/ddprun-check-root}
 CACHE=${CHECK_CACHE:-/var/cache/ddprun-check-package}  # debootstrap's downloads, reused
 SUITE=bookworm
@@ -42,6 +45,13 @@ DEB=$(ls -t "$BUILD_DIR"/ddprun_*_amd64.deb | head -1)
 VERSION=$(dpkg-deb -f "$DEB" Version)
 echo "$DEB: version $VERSION, $(du -k "$DEB" | cut -f1) KiB"
 echo "Depends: $(dpkg-deb -f "$DEB" Depends)"
+# The programs the package holds (the static build has no ddp-train and no plugin).
+PROGRAMS=$(dpkg-deb -c "$DEB" | sed -n 's|.* \./usr/bin/\([^ ]*\).*|\1|p' | tr '\n' ' ')
+HAS_PLUGIN=$(dpkg-deb -c "$DEB" | grep -c 'usr/lib/ddprun/libddprun_grpc.so' || true)
+if [ "$HAS_PLUGIN" = 0 ]; then
+  [ -z "$(dpkg-deb -f "$DEB" Depends)" ] || fail "the static package depends on libraries"
+  echo "static package: no Depends; programs: $PROGRAMS"
+fi
 
 step "a fresh Debian 12 root ($ROOT)"
 MIRROR=$(sed -n 's/^URIs: *\([^ ]*\).*/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
@@ -93,16 +103,26 @@ step "the installed programs"
 in_root ddprun --standalone --nproc-per-node=2 --no-python /bin/true || fail "standalone job"
 echo "ddprun --standalone --nproc-per-node=2 --no-python /bin/true: exit 0"
 in_root ddprun-rdzv --help | head -3
-for p in ddprun ddprun-rdzv ddp-train; do
-  [ "$(in_root "$p" --version)" = "$p $VERSION" ] || fail "$p --version"
+for p in $PROGRAMS; do
+  want="$p $VERSION"
+  [ "$p" = ddprun-launch ] && want="ddprun $VERSION"
+  got=$(in_root "$p" --version)
+  # ddp-train also names the torch its LibTorch came from.
+  [ "$p" = ddp-train ] && got=${got% (built for torch *)}
+  [ "$got" = "$want" ] || fail "$p --version"
 done
-echo "ddprun, ddprun-rdzv, ddp-train --version: $VERSION"
+echo "$PROGRAMS--version: $VERSION"
 in_root man ddprun 2>/dev/null | head -4
-in_root man -w ddprun-rdzv ddp-train >/dev/null || fail "man pages of ddprun-rdzv, ddp-train"
+for p in $PROGRAMS; do
+  [ "$p" = ddprun-launch ] && continue
+  in_root man -w "$p" >/dev/null || fail "no man page of $p"
+  in_root man "$p" 2>/dev/null | grep -q "$p $VERSION" || fail "the man page of $p does not say $VERSION"
+done
 in_root ddprun --nnodes=1 --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:29499 \
   --rdzv-conf=is_host=1 --quiet --no-python /bin/true || fail "a one-node c10d job"
-echo "a one-node c10d job (the gRPC plugin from /usr/lib/ddprun): exit 0"
+echo "a one-node c10d job (the gRPC rendezvous $([ "$HAS_PLUGIN" = 0 ] && echo linked in || echo plugin from /usr/lib/ddprun)): exit 0"
 
+if [ "$HAS_PLUGIN" != 0 ]; then
 step "the plugin missing"
 mv "$ROOT/usr/lib/ddprun/libddprun_grpc.so" "$ROOT/tmp/plugin.aside"
 set +e
@@ -115,6 +135,7 @@ mv "$ROOT/tmp/plugin.aside" "$ROOT/usr/lib/ddprun/libddprun_grpc.so.tmp"
 echo "$MSG" | grep -q "/usr/lib/ddprun/libddprun_grpc.so" || fail "no path in: $MSG"
 echo "c10d job: exit 3: $(echo "$MSG" | grep plugin)"
 mv "$ROOT/usr/lib/ddprun/libddprun_grpc.so.tmp" "$ROOT/usr/lib/ddprun/libddprun_grpc.so"
+fi
 
 step "removing the package stops nothing"
 chroot "$ROOT" /usr/bin/ddprun-rdzv --port=0 --quiet > "$CACHE/rdzv.out" 2>&1 &

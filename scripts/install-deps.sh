@@ -46,6 +46,7 @@ TEST_PACKAGES=(
   man-db zsh                 # tests/packaging: render the man pages, parse the zsh completion
   debootstrap                # scripts/check-package.sh: a clean Debian 12 root (not make test)
   busybox-static             # tests/dist: a root with nothing but the static binaries (make test-static)
+  ninja-build python3-venv   # make dist: the wheel build's generator and the pinned tools' venv
 )
 
 # `make aarch64`: the cross build's host tools. Its arm64 libraries are not installed on the host

@@ -162,6 +162,8 @@ absl::Status RunState::GroupStatus(ConnId conn, int64_t round, GroupState state,
   auto it = nodes_.find(conn);
   if (it == nodes_.end()) return absl::NotFoundError("unknown stream");
   Touch(it->second, now);
+  // Whatever the state, and even for a round already past: the node knows `round`.
+  last_round_.Confirmed(round, it->second.info.node_id);
   if (phase_ == RunPhase::kRecovering && it->second.claim.has_value() &&
       it->second.claim->last.round == round && round > 0) {
     // Reported after the claim was sent: the claim says it now.
@@ -275,8 +277,7 @@ void RunState::Tick(TimePoint now, Outbox* out) {
         absl::DeadlineExceededError(absl::StrCat(
             "run '", run_id_, "': no majority of its last round came back within join_timeout (",
             ToMillis(timeouts_.join_timeout), " ms): ",
-            last_round_.Describe([this](const std::string& id) { return PresentAsMember(id); },
-                                 round_),
+            last_round_.Describe([this](const std::string& id) { return PresentAsMember(id); }),
             "; the others may be running the job without this side of a partition")),
         std::nullopt, out);
     return;
@@ -491,9 +492,12 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
   for (int i = 0; i < size; ++i) by_rank[ranks[i]] = order[i];
 
   for (auto& [conn, node] : nodes_) node.group_rank = -1;  // the waiting ones lose old ranks
-  std::vector<std::string> member_ids;
-  for (const Node* n : by_rank) member_ids.push_back(n->info.node_id);
-  last_round_.Reset(std::move(member_ids));
+  if (quorum_ == RoundQuorum::kMajorityOfLastRound) {
+    // Only where the rule applies: elsewhere nobody would ever forget the rounds kept.
+    std::vector<std::string> member_ids;
+    for (const Node* n : by_rank) member_ids.push_back(n->info.node_id);
+    last_round_.Formed(round_ + 1, std::move(member_ids));
+  }
   ++round_;
   phase_ = RunPhase::kRunning;
   succeeded_in_round_ = 0;

@@ -65,6 +65,7 @@ void RunState::TakeOver(ConnId conn, const JoinRequest& request, TimePoint now, 
   out->push_back({conn, JoinedNotice{request.peer_host, timeouts_.keep_alive_interval}});
   Node& n = nodes_.at(conn);
   const ResumeClaim& claim = *request.resume;
+  last_round_.Confirmed(claim.last.round, n.info.node_id);  // it knows the round it claims
   if (phase_ == RunPhase::kRecovering) {
     AddClaim(n, claim, now, out);
     return;
@@ -203,7 +204,7 @@ void RunState::Settle(TimePoint now, Outbox* out) {
         member_ids[rank] = nodes_.at(conn).info.node_id;
       }
     }
-    last_round_.Reset(std::move(member_ids), gone);
+    last_round_.Reset(newest, std::move(member_ids), gone);
   }
   if (shape != nullptr && contradiction.empty()) {
     for (int r = 0; r < shape->group_world_size; ++r) {

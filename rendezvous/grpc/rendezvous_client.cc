@@ -179,7 +179,7 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
       break;
     case proto::ServerMessage::kAssignment: {
       Assignment a = FromProto(m.assignment());
-      if (!a.successors.empty()) successors_ = a.successors;
+      if (!a.successors.empty()) RememberMembers(a.successors);
       // An agent that joined before the host did learned no host from Joined.
       if (!m.assignment().host_node_id().empty()) host_node_id_ = m.assignment().host_node_id();
       claim_.last = a;
@@ -393,6 +393,23 @@ void RendezvousClient::StartFailover(const std::string& why, bool host_refused) 
   AdvanceFailover();
 }
 
+void RendezvousClient::RememberMembers(const std::vector<Successor>& members) {
+  auto in = [](const std::vector<Successor>& list, const Successor& s) {
+    return std::any_of(list.begin(), list.end(),
+                       [&s](const Successor& o) { return o.node_id == s.node_id; });
+  };
+  std::vector<Successor> earlier;
+  for (const Successor& s : successors_) {
+    if (!in(members, s) && s.node_id != node_.node_id) earlier.push_back(s);
+  }
+  for (const Successor& s : earlier_members_) {
+    if (!in(members, s) && !in(earlier, s)) earlier.push_back(s);
+  }
+  if (earlier.size() > kMaxEarlierMembers) earlier.resize(kMaxEarlierMembers);
+  earlier_members_ = std::move(earlier);
+  successors_ = members;
+}
+
 bool RendezvousClient::FailsOverOnSilence() const {
   return server_embedded_ && options_.host_loss == HostLoss::kFailOver && !successors_.empty() &&
          !host_node_id_.empty() && host_node_id_ != node_.node_id;
@@ -436,6 +453,10 @@ void RendezvousClient::MaybeLookForTheRun() {
       continue;
     }
     consider(FormatHostPort(successors_[i].addr, port), static_cast<int>(i));
+  }
+  for (size_t i = 0; i < earlier_members_.size(); ++i) {
+    consider(FormatHostPort(earlier_members_[i].addr, port),
+             static_cast<int>(successors_.size() + i));
   }
   probe_loop_->Post([this, options = options_, run_id = node_.run_id, mine, others]() mutable {
     constexpr std::chrono::milliseconds kProbe{300}, kRpc{1000};
@@ -714,7 +735,11 @@ void RendezvousClient::ReportStep(const std::string& json) {
 void RendezvousClient::ReportGroupState(int64_t round, GroupState state,
                                         const std::optional<WorkerFailure>& failure) {
   loop_->Post([this, round, state, failure] {
-    if (round == claim_.last.round && round > 0) {  // a re-registration says it too
+    // A re-registration says it too. Not once a restart of that round was heard (kWaiting): the
+    // agent reports what its workers did before it stopped them, and a claim of a group running
+    // would keep a hosting agent that waits for a round from looking for the other side of a
+    // partition (MaybeLookForTheRun), and tell a new server a round is running that is not.
+    if (round == claim_.last.round && round > 0 && claim_.group != ResumeClaim::Group::kWaiting) {
       claim_.Report(state, failure);
     }
     if (events_.closed() || call_ == nullptr) return;

@@ -147,9 +147,13 @@ class RendezvousClient final : public Rendezvous {
   // gone or cut off, or this node may be. The survivors fail over all the same: the majority
   // rule keeps a cut-off minority (its successor, or the old host) from forming a round.
   bool FailsOverOnSilence() const;
+  // A new assignment's members become successors_; those of the previous ones it lacks are
+  // kept in earlier_members_ for MaybeLookForTheRun.
+  void RememberMembers(const std::vector<Successor>& members);
+  static constexpr size_t kMaxEarlierMembers = 64;
   // While this agent hosts the run's server and has waited a lease without a round: asks the
-  // other hosts of the last round, on probe_loop_, whether one of them serves the run and went
-  // on; FollowServedRun moves there.
+  // other hosts of the last round and of earlier ones, on probe_loop_, whether one of them serves
+  // the run and went on; FollowServedRun moves there.
   void MaybeLookForTheRun();
   void FollowServedRun(const ServedRun& other, const ServedRun& mine);
   void AdvanceFailover();  // the next successor, hosting here when it is this node
@@ -191,7 +195,11 @@ class RendezvousClient final : public Rendezvous {
   std::string endpoint_;               // the server's address: options_.endpoint, or a successor
   std::string host_node_id_;           // the node whose agent hosts an embedded server
   std::vector<Successor> successors_;  // from the last assignment
-  bool failing_over_ = false;          // walking failover_candidates_
+  // Members of earlier rounds that the last one lacks, newest first (at most
+  // kMaxEarlierMembers): the other side of a partition may be serving the run among them
+  // (a round formed on this side with a member that never heard of it; last_round_majority.h).
+  std::vector<Successor> earlier_members_;
+  bool failing_over_ = false;  // walking failover_candidates_
   std::vector<Successor> failover_candidates_;
   size_t failover_next_ = 0;
   TimePoint candidate_deadline_{};

@@ -11,6 +11,8 @@
 //            peer was signalled exits 143; with in-process recovery also while waiting for a
 //            round (then the last round's rank 0 saves its own state)
 // On 1 and 2 the error is also written to TORCHELASTIC_ERROR_FILE (torch's @record format).
+#include <torch/version.h>
+
 #include <CLI/CLI.hpp>
 #include <cstdlib>
 #include <iostream>
@@ -209,7 +211,10 @@ int Main(int argc, char** argv) {
 
   CLI::App app{"ddp-train: data-parallel LibTorch training (run under ddprun or torchrun)"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", absl::StrCat("ddp-train ", kVersion));
+  // The torch it was built for: a LibTorch build runs only against that torch's libraries
+  // (the ddprun_train wheel refuses another one before it starts this binary).
+  app.set_version_flag(
+      "--version", absl::StrCat("ddp-train ", kVersion, " (built for torch ", TORCH_VERSION, ")"));
   MnistOptions options;
   CLI::App* mnist = app.add_subcommand("mnist", "the classic MNIST CNN on MNIST-format data");
   AddMnistFlags(mnist, &options);

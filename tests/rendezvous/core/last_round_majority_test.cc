@@ -4,8 +4,10 @@
 #include "rendezvous/core/last_round_majority.h"
 
 #include <chrono>
+#include <optional>
 #include <set>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "common/clock.h"
@@ -31,7 +33,7 @@ LastRoundMajority::IsPresent Among(std::set<std::string> ids) {
 
 TEST(LastRoundMajorityTest, MoreThanHalfOfTheMembersHoldsIt) {
   LastRoundMajority m;
-  m.Reset({"a", "b", "c"});
+  m.Reset(1, {"a", "b", "c"});
   EXPECT_TRUE(m.HeldBy(Among({"b", "c"})));
   EXPECT_TRUE(m.HeldBy(Among({"a", "b", "c"})));
   EXPECT_FALSE(m.HeldBy(Among({"a"})));
@@ -41,25 +43,25 @@ TEST(LastRoundMajorityTest, MoreThanHalfOfTheMembersHoldsIt) {
 
 TEST(LastRoundMajorityTest, ExactlyHalfHoldsItOnlyWithTheLowestRank) {
   LastRoundMajority m;
-  m.Reset({"a", "b"});
+  m.Reset(1, {"a", "b"});
   EXPECT_TRUE(m.HeldBy(Among({"a"})));
   EXPECT_FALSE(m.HeldBy(Among({"b"})));
-  m.Reset({"a", "b", "c", "d"});
+  m.Reset(1, {"a", "b", "c", "d"});
   EXPECT_TRUE(m.HeldBy(Among({"a", "d"})));
   EXPECT_FALSE(m.HeldBy(Among({"b", "c"})));  // the other half has rank 0
 }
 
 TEST(LastRoundMajorityTest, MembersKnownGoneDoNotCount) {
   LastRoundMajority m;
-  m.Reset({"a", "b", "c"});
+  m.Reset(1, {"a", "b", "c"});
   m.MarkGone("b");
   m.MarkGone("c");
   EXPECT_TRUE(m.HeldBy(Among({"a"})));  // the only member that may be alive
   // Unknown ranks (a recovered round's lost host) count as silent unless named gone.
-  m.Reset({"", "b", "c"});
+  m.Reset(1, {"", "b", "c"});
   EXPECT_TRUE(m.HeldBy(Among({"b", "c"})));
   EXPECT_FALSE(m.HeldBy(Among({"b"})));
-  m.Reset({"", "b", "c"}, {0});
+  m.Reset(1, {"", "b", "c"}, {0});
   EXPECT_TRUE(m.HeldBy(Among({"b"})));  // 1 of 2, and b is the lowest rank left
   m.MarkGone("b");
   m.MarkGone("c");
@@ -73,10 +75,53 @@ TEST(LastRoundMajorityTest, NoRoundYetHoldsIt) {
 
 TEST(LastRoundMajorityTest, DescribesWhoIsHereAndWhoIsSilent) {
   LastRoundMajority m;
-  m.Reset({"a", "", "c"});
-  EXPECT_EQ(m.Describe(Among({"a"}), 4),
+  m.Reset(4, {"a", "", "c"});
+  EXPECT_EQ(m.Describe(Among({"a"})),
             "1 of the 3 members of round 4 that may still be alive (here: node a; silent: group "
             "rank 1, node c)");
+}
+
+// Joint consensus: a round this server formed counts beside the confirmed one until each of
+// its members showed it knows it; a member of the new round that never heard of it may be on
+// the other side with the round before as its reference.
+TEST(LastRoundMajorityTest, AnUnconfirmedRoundCountsBesideTheRoundBefore) {
+  LastRoundMajority m;
+  m.Reset(1, {"a", "b", "c"});
+  m.Formed(2, {"a", "c", "d"});  // c was silent, still within its lease, when it formed
+  EXPECT_EQ(m.rounds_counted(), 2u);
+  EXPECT_FALSE(m.HeldBy(Among({"a", "d"})));  // 2 of round 2, but 1 of round 1
+  EXPECT_TRUE(m.HeldBy(Among({"a", "b", "d"})));
+  m.Confirmed(2, "a");
+  m.Confirmed(2, "d");
+  m.Confirmed(1, "c");  // an older round proves nothing of round 2
+  EXPECT_EQ(m.rounds_counted(), 2u);
+  m.Confirmed(2, "c");
+  EXPECT_EQ(m.rounds_counted(), 1u);
+  EXPECT_TRUE(m.HeldBy(Among({"a", "d"})));  // round 1 is forgotten
+}
+
+TEST(LastRoundMajorityTest, MembersKnownGoneNeedNotConfirm) {
+  LastRoundMajority m;
+  m.Reset(1, {"a", "b"});
+  m.Formed(2, {"a", "b", "c"});
+  m.Formed(3, {"a", "b"});
+  m.Confirmed(3, "a");
+  EXPECT_EQ(m.rounds_counted(), 3u);
+  m.MarkGone("b");                    // b's stream broke while it was heard from
+  EXPECT_EQ(m.rounds_counted(), 1u);  // round 3 is confirmed by everyone who may be alive
+  EXPECT_TRUE(m.HeldBy(Among({"a"})));
+}
+
+TEST(LastRoundMajorityTest, DescribesTheOldestRoundWhoseMajorityIsMissing) {
+  LastRoundMajority m;
+  m.Reset(1, {"a", "b", "c"});
+  m.Formed(2, {"a", "c", "d"});
+  EXPECT_EQ(m.Describe(Among({"a", "d"})),
+            "1 of the 3 members of round 1 that may still be alive (here: node a; silent: node b, "
+            "node c)");
+  EXPECT_EQ(m.Describe(Among({"a", "b", "c"})),
+            "2 of the 3 members of round 2 that may still be alive (here: node a, node c; "
+            "silent: node d)");
 }
 
 class MajorityRunTest : public ::ddprun::rendezvous::testing::ServerStateTest {
@@ -255,6 +300,46 @@ TEST_F(MajorityRunTest, AMemberThatRejoinsAsANewNodeCountsAsItself) {
   Outbox out = Tick();
   ASSERT_EQ(Count<Assignment>(out), 2);
   EXPECT_EQ(Find<Assignment>(out, 2)->round, 2);
+}
+
+// Issue 43 (found by rendezvous_partition_test): the host is cut off from nodes 2 and 3, whose
+// leases run out 500 ms apart, and a newcomer joins the host's side. When node 2 is given up,
+// node 3 is still within its lease: host, node 3 and the newcomer make a full round 2, which node
+// 3 never hears of. When node 3 is given up too, host and newcomer are 2 of round 2's 3 — but
+// nodes 2 and 3, on the other side, are 2 of round 1's 3 with a successor. Round 2 was never
+// confirmed by node 3, so round 1 still counts: the host's side forms nothing more.
+TEST_F(MajorityRunTest, ARoundAMemberNeverConfirmedDoesNotMakeTheCutOffSideAMajority) {
+  FormRoundOfThree();
+  for (ConnId c : {1, 2, 3}) {
+    state_.GroupStatus(c, 1, GroupState::kRunning, std::nullopt, clock_.Now());
+  }
+  clock_.Advance(milliseconds(500));
+  Beat({1, 3});  // node 2's last word
+  Join(4, MakeJoin("run", "4", 1, 3));
+  Outbox out;
+  for (int i = 0; i < 6; ++i) {  // node 2's lease ends first, then node 3's
+    clock_.Advance(milliseconds(500));
+    Beat({1, 4});
+    Outbox o = Tick();
+    for (const Outgoing& sent : o) {  // the host and the newcomer start their workers
+      const auto* a = std::get_if<Assignment>(&sent.msg);
+      if (a != nullptr && (sent.conn == 1 || sent.conn == 4)) {
+        state_.GroupStatus(sent.conn, a->round, GroupState::kRunning, std::nullopt, clock_.Now());
+      }
+    }
+    out.insert(out.end(), o.begin(), o.end());
+  }
+  const Assignment* formed = Find<Assignment>(out, 4);
+  ASSERT_NE(formed, nullptr) << "round 2 (host, node 3 within its lease, newcomer) formed";
+  EXPECT_EQ(formed->round, 2);
+  EXPECT_EQ(formed->group_world_size, 3);
+  for (int i = 0; i < 20; ++i) {
+    clock_.Advance(milliseconds(500));
+    Beat({1, 4});
+    out = Tick();
+    EXPECT_EQ(Count<Assignment>(out), 0) << "the cut-off side formed round " << Status().round;
+  }
+  EXPECT_EQ(Status().round, 2);
 }
 
 }  // namespace

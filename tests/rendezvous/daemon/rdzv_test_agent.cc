@@ -6,6 +6,8 @@
 //   STEPS SENT n                    (after the first assignment, with --step JSON, repeatable:
 //                                    timeline steps sent as the agent's ReportStep would)
 // Exits like the agent would: 0 closed OK, 1 restart budget spent, 3 any other close.
+// --formerly NODE_ID joins claiming to be that node back under a new id, without its member key
+// (what a forger can do; the server must not count it as that node).
 // The token comes from $DDPRUN_RDZV_TOKEN. SIGTERM/SIGINT: leave the run and exit 0.
 #include <signal.h>
 #include <unistd.h>
@@ -73,7 +75,7 @@ class PrintingEvents final : public ddprun::rendezvous::RendezvousEvents {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string endpoint, run_id = "test", node_id, nnodes = "1:1";
+  std::string endpoint, run_id = "test", node_id, nnodes = "1:1", formerly;
   int nproc = 2, max_restarts = 3, node_rank = -1, master_port = 29500;
   double last_call = 0.2, keep_alive = 0.2, read_timeout = 10;
   int keep_alive_attempts = 5;
@@ -81,6 +83,7 @@ int main(int argc, char** argv) {
   app.add_option("--endpoint", endpoint)->required();
   app.add_option("--run", run_id);
   app.add_option("--node", node_id);
+  app.add_option("--formerly", formerly);
   app.add_option("--nnodes", nnodes);
   app.add_option("--nproc", nproc);
   app.add_option("--max-restarts", max_restarts);
@@ -98,6 +101,7 @@ int main(int argc, char** argv) {
   node.run_id = run_id;
   node.node_id = node_id.empty() ? absl::StrCat("agent_", getpid()) : node_id;
   node.hostname = "localhost";
+  node.formerly_node_id = formerly;
   const size_t colon = nnodes.find(':');
   node.min_nodes = std::stoi(nnodes.substr(0, colon));
   node.max_nodes =
