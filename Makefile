@@ -81,11 +81,16 @@ aarch64:
 	cmake --build build-aarch64 -j $(JOBS) --target ddprun ddprun-rdzv unit-tests
 
 # The aarch64 build under qemu-user: its unit tests (ctest runs each under qemu, the toolchain
-# file's CMAKE_CROSSCOMPILING_EMULATOR), then a standalone and a 2-node c10d job with aarch64
-# workers (tests/dist/aarch64_test.sh). CI runs it.
+# file's CMAKE_CROSSCOMPILING_EMULATOR), a standalone and a 2-node c10d job with aarch64 workers
+# (tests/dist/aarch64_test.sh), and the static binaries' checks of `make test-static` on the
+# aarch64 binaries (tests/dist/run_static_tests.sh, its roots' programs run through qemu). CI
+# runs it.
 test-aarch64: aarch64
 	cd build-aarch64 && ctest --output-on-failure -L unit -j $(JOBS)
 	tests/dist/aarch64_test.sh build-aarch64 "$$(scripts/make-arm64-sysroot.sh)"
+	OBJCOPY=aarch64-linux-gnu-objcopy STRIP=aarch64-linux-gnu-strip \
+	  tests/dist/with_aarch64_binfmt.sh "$$(scripts/make-arm64-sysroot.sh)" \
+	  tests/dist/run_static_tests.sh build-aarch64
 
 # The release files in dist/ (scripts/make-dist.sh): ddprun-VERSION-linux-ARCH.tar.gz, its
 # .debug.tar.gz and the wheel ddprun-VERSION-py3-none-manylinux_2_17_ARCH...whl, from the static

@@ -101,6 +101,9 @@ function(ddprun_static_microhttpd target)
     set(host_args)
     if(CMAKE_CROSSCOMPILING AND CMAKE_LIBRARY_ARCHITECTURE)
       set(host_args --host ${CMAKE_LIBRARY_ARCHITECTURE})
+      if(CMAKE_SYSROOT)  # its dpkg database names the version (scripts/make-arm64-sysroot.sh)
+        list(APPEND host_args --sysroot ${CMAKE_SYSROOT})
+      endif()
     endif()
     execute_process(COMMAND ${CMAKE_SOURCE_DIR}/scripts/build-static-microhttpd.sh ${host_args}
                     OUTPUT_VARIABLE prefix OUTPUT_STRIP_TRAILING_WHITESPACE

@@ -10,14 +10,20 @@
 # version through a private apt configuration (no change to the host's apt sources) and cached
 # outside the checkout. Prints the folder holding lib/libmicrohttpd.a.
 #
-# Usage: scripts/build-static-microhttpd.sh [--host TRIPLET]   (TRIPLET for a cross build; CC
-#        from the environment, default TRIPLET-gcc or gcc)
+# Usage: scripts/build-static-microhttpd.sh [--host TRIPLET] [--sysroot DIR]   (TRIPLET for a
+#        cross build; CC from the environment, default TRIPLET-gcc or gcc. DIR: the cross build's
+#        sysroot, whose dpkg database says the version, e.g. scripts/make-arm64-sysroot.sh's)
 set -euo pipefail
 
 host=""
-if [[ "${1:-}" == "--host" ]]; then
-  host="$2"
-fi
+admindir=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --host) host="$2"; shift 2 ;;
+    --sysroot) admindir=(--admindir="$2/var/lib/dpkg"); shift 2 ;;
+    *) echo "build-static-microhttpd: unknown argument '$1' (--host TRIPLET, --sysroot DIR)" >&2; exit 2 ;;
+  esac
+done
 # The -dev package of the target architecture (multiarch: libmicrohttpd-dev:arm64 for a cross
 # build), whose version is the one rebuilt.
 if [[ -n "$host" ]]; then
@@ -26,7 +32,7 @@ else
   arch=$(dpkg --print-architecture)
 fi
 package="libmicrohttpd-dev:$arch"
-version=$(dpkg-query -W -f='${Version}' "$package" 2>/dev/null) || {
+version=$(dpkg-query "${admindir[@]}" -W -f='${Version}' "$package" 2>/dev/null) || {
   echo "build-static-microhttpd: $package is not installed (scripts/install-deps.sh)" >&2
   exit 2
 }

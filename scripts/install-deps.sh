@@ -56,6 +56,7 @@ AARCH64_PACKAGES=(
   protobuf-compiler protobuf-compiler-grpc   # the host's code generators
   g++-aarch64-linux-gnu      # Debian's cross compiler (and its arm64 libc, libstdc++)
   qemu-user-static           # the aarch64 tests run under qemu-user (tests/dist/)
+  busybox-static openssl     # tests/dist/run_static_tests.sh on the aarch64 binaries
   libmicrohttpd-dev dpkg-dev # the static build's libmicrohttpd (scripts/build-static-microhttpd.sh)
 )
 

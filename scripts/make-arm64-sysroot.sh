@@ -29,7 +29,8 @@ PACKAGES=(
 )
 
 CACHE=${DDPRUN_CACHE:-/root/.cache/ddprun}
-key=$(printf '%s\n' "${PACKAGES[@]}" | sha256sum | cut -c1-16)
+LAYOUT=3  # bump when what this script makes of the packages changes
+key=$(printf '%s\n' "layout $LAYOUT" "${PACKAGES[@]}" | sha256sum | cut -c1-16)
 sysroot="$CACHE/sysroot-arm64-bookworm"
 if [ "$(cat "$sysroot/.complete" 2>/dev/null)" = "$key" ]; then
   echo "$sysroot"
@@ -74,7 +75,13 @@ while IFS= read -r -d '' link; do
   rel=$(realpath -m --relative-to="$(dirname "$link")" "$sysroot.tmp$target")
   ln -sfn "$rel" "$link"
 done < <(find "$sysroot.tmp" -type l -lname '/*' -print0)
-for deb in "${debs[@]}"; do basename "$deb"; done >"$sysroot.tmp/.packages"
+# A dpkg database of what is unpacked, so that `dpkg-query --admindir=<root>/var/lib/dpkg` answers
+# which arm64 versions the root holds (scripts/build-static-microhttpd.sh --sysroot).
+mkdir -p "$sysroot.tmp/var/lib/dpkg"
+for deb in "${debs[@]}"; do
+  dpkg-deb -f "$deb" Package Version Architecture Multi-Arch Source Maintainer Description
+  printf 'Status: install ok installed\n\n'
+done >"$sysroot.tmp/var/lib/dpkg/status"
 echo "$key" >"$sysroot.tmp/.complete"
 rm -rf "$sysroot"
 mv "$sysroot.tmp" "$sysroot"

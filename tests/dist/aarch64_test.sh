@@ -36,8 +36,11 @@ for program in ddprun ddprun-rdzv ddprun-launch; do
   file=$(realpath "$bin/$program")
   machine=$(readelf -h "$file" | sed -n 's/^ *Machine: *//p')
   [ "$machine" = AArch64 ] || fail "$program is built for '$machine', not AArch64"
-  if readelf -d "$file" | grep -q NEEDED || readelf -l "$file" | grep -q INTERP; then
-    [ $static = no ] || fail "$program of a DDPRUN_STATIC build is dynamic:$(printf '\n'; readelf -d "$file" | grep NEEDED)"
+  # Whole outputs matched: `readelf | grep -q` fails under pipefail when grep stops reading early.
+  dynamic=$(readelf -d "$file")
+  headers=$(readelf -l "$file")
+  if [[ "$dynamic" == *NEEDED* || "$headers" == *INTERP* ]]; then
+    [ $static = no ] || fail "$program of a DDPRUN_STATIC build is dynamic:$(printf '\n%s' "$dynamic")"
     linkage="dynamic (libraries from $sysroot)"
   else
     linkage=static

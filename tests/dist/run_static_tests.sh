@@ -115,9 +115,11 @@ check_dependencies() {
     fi
     # As a release ships them: stripped, the debug info in a file of its own that gdb finds
     # through the stripped binary's .gnu_debuglink.
-    objcopy --only-keep-debug "$f" "$work/$b.debug"
-    strip -o "$stripped" "$f"
-    (cd "$work" && objcopy --add-gnu-debuglink="$b.debug" "$stripped")
+    # OBJCOPY, STRIP: the target's binutils for another architecture's binaries (make
+    # test-aarch64: aarch64-linux-gnu-objcopy, aarch64-linux-gnu-strip).
+    "${OBJCOPY:-objcopy}" --only-keep-debug "$f" "$work/$b.debug"
+    "${STRIP:-strip}" -o "$stripped" "$f"
+    (cd "$work" && "${OBJCOPY:-objcopy}" --add-gnu-debuglink="$b.debug" "$stripped")
     sections=$(readelf -SW "$stripped")
     debug=$(readelf -SW "$work/$b.debug")
     if [[ "$sections" != *gnu_debuglink* || "$debug" != *debug_info* ]]; then

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Runs a command where aarch64 programs run like native ones: in a user and mount namespace of
-# its own, with a private binfmt_misc (Linux >= 6.7 gives each user namespace its own) in which
+# Runs a command where aarch64 programs run like native ones: in a user, mount and PID namespace
+# of its own (the PID namespace lets the command mount a /proc, as tests/dist/run_static_tests.sh
+# does), with a private binfmt_misc (Linux >= 6.7 gives each user namespace its own) in which
 # qemu-user (Debian's qemu-user-static) is registered for aarch64 ELF files. Any process of the
 # command, an emulated one too, can then execve an aarch64 program: tests/dist/aarch64_test.sh's
-# emulated agents start aarch64 workers. Dynamic aarch64 programs find their loader and libraries in SYSROOT
-# (QEMU_LD_PREFIX). Nothing changes outside the namespace: the host's binfmt_misc is untouched.
+# emulated agents start aarch64 workers. Dynamic aarch64 programs find their loader and
+# libraries in SYSROOT (QEMU_LD_PREFIX). Nothing changes outside the namespace: the host's
+# binfmt_misc is untouched.
 #
 #   tests/dist/with_aarch64_binfmt.sh SYSROOT COMMAND [ARG...]
 set -euo pipefail
@@ -25,7 +27,8 @@ qemu=$(command -v qemu-aarch64-static) || {
 }
 
 if [ "${DDPRUN_AARCH64_BINFMT_NS:-}" != 1 ]; then
-  exec env DDPRUN_AARCH64_BINFMT_NS=1 unshare --user --map-root-user --mount -- "$0" "$sysroot" "$@"
+  exec env DDPRUN_AARCH64_BINFMT_NS=1 unshare --user --map-root-user --mount --pid --fork \
+    --mount-proc -- "$0" "$sysroot" "$@"
 fi
 
 binfmt=/proc/sys/fs/binfmt_misc

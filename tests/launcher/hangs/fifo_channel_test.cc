@@ -112,6 +112,7 @@ TEST_F(FifoChannelTest, AFloodingWriterDoesNotStarveTheLoop) {
   auto channel = FifoChannel::Open(&loop_, path_, [&](absl::string_view, bool) { ++count; });
   ASSERT_TRUE(channel.ok());
   std::atomic<bool> stop{false};
+  std::atomic<bool> flood_done{false};
   std::thread flood([&] {
     int fd = open(path_.c_str(), O_WRONLY);
     const std::string junk(100, 'j');
@@ -120,6 +121,7 @@ TEST_F(FifoChannelTest, AFloodingWriterDoesNotStarveTheLoop) {
       if (write(fd, line.data(), line.size()) < 0) break;
     }
     close(fd);
+    flood_done.store(true);
   });
   // Timers keep firing on time while the pipe never runs dry.
   int ticks = 0;
@@ -127,6 +129,9 @@ TEST_F(FifoChannelTest, AFloodingWriterDoesNotStarveTheLoop) {
   RunUntil([&] { return ++ticks >= 20; });
   const auto took = std::chrono::steady_clock::now() - start;
   stop.store(true);
+  // The writer may be blocked on a full pipe, where it cannot see `stop`: the loop reads on until
+  // it has (a slow machine, or qemu, fills the pipe before `stop` is set).
+  RunUntil([&] { return flood_done.load(); });
   flood.join();
   EXPECT_GE(ticks, 20);
   EXPECT_LT(took, std::chrono::seconds(3));
