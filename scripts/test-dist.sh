@@ -360,7 +360,8 @@ printf '%s\n' "$MSG" | grep -q "is not a supported wheel on this platform" || fa
 ok "exit $CODE: $(printf '%s\n' "$MSG" | grep 'not a supported wheel')"
 
 step "the ddprun_train wheel in fresh venvs (tests/dist/train_wheel_test.sh)"
-TRAIN_WHEEL=$(ls "$DIST"/ddprun_train-"$VERSION"-*.whl)
+TRAIN_WHEEL=$(ls "$DIST"/ddprun_train-"$VERSION"-*.whl 2>/dev/null) ||
+  fail "no ddprun_train-$VERSION wheel in $DIST (make dist makes it unless DIST_TRAIN_WHEEL=0)"
 "$ROOT/tests/dist/train_wheel_test.sh" "$TRAIN_WHEEL" "$TREE/bin/ddprun" || fail "the ddprun_train wheel"
 ok "$(basename "$TRAIN_WHEEL")"
 

@@ -50,6 +50,9 @@ def _torch_version(folder):
 def checked_torch_lib():
     """The lib folder of this environment's torch, after checking it is the release built for."""
     built = _release(TORCH_VERSION)
+    if built is None:
+        _fail("this ddprun_train names no torch release it was built for (%r): rebuild the wheel"
+              % TORCH_VERSION)
     want = "torch==%d.%d.*" % built
     folder = _torch_folder()
     if folder is None:

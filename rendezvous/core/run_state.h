@@ -195,6 +195,8 @@ class RunState {
   // Decides the run from the claims: the round goes on, or restarts (the rule is documented
   // in run_state_recovery.cc).
   void Settle(TimePoint now, Outbox* out);
+  // The majority rule's reference after a recovery: round `newest` as its claims show it.
+  void ResetMajorityToClaimedRound(int64_t newest, const std::set<int>& gone);
 
   const std::string run_id_;
   const int min_nodes_;

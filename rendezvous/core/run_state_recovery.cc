@@ -32,6 +32,7 @@
 //     restarts_used is the highest any claim reports. A member that had already finished and
 //     left before the restart cannot be told from a lost one: it counts as lost.
 #include <algorithm>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -153,6 +154,28 @@ std::set<int> RunState::GoneGroupRanks(int64_t round) const {
   return gone;
 }
 
+void RunState::ResetMajorityToClaimedRound(int64_t newest, const std::set<int>& gone) {
+  // The recovered round is the last one for the majority rule: its size from the claims, the
+  // ranks nobody claimed counted as silent unless a claim names them gone. Every claim of it
+  // counts, also those whose workers were already stopped (a restart of the round was heard):
+  // the round is still what the other side of a partition may hold a majority of, and without
+  // it this server would have no reference at all and any number of nodes could go on.
+  const Assignment* shape = nullptr;
+  std::map<int, std::string> by_rank;
+  for (const auto& [conn, node] : nodes_) {
+    if (!node.claim || node.claim->last.round != newest || newest == 0) continue;
+    const Assignment& a = node.claim->last;
+    if (shape == nullptr) shape = &a;
+    if (a.group_rank >= 0) by_rank.emplace(a.group_rank, node.info.node_id);
+  }
+  if (shape == nullptr) return;
+  std::vector<std::string> member_ids(std::clamp(shape->group_world_size, 0, max_nodes_));
+  for (const auto& [rank, id] : by_rank) {
+    if (rank < static_cast<int>(member_ids.size())) member_ids[rank] = id;
+  }
+  last_round_.Reset(newest, std::move(member_ids), gone);
+}
+
 void RunState::Settle(TimePoint now, Outbox* out) {
   recovery_deadline_.reset();
   int64_t newest = 0;
@@ -195,17 +218,7 @@ void RunState::Settle(TimePoint now, Outbox* out) {
   }
   std::vector<int> missing;
   const std::set<int> gone = GoneGroupRanks(newest);
-  if (shape != nullptr) {
-    // The recovered round is the last one for the majority rule: its size from the claims, the
-    // ranks nobody claimed counted as silent unless a claim names them gone.
-    std::vector<std::string> member_ids(std::clamp(shape->group_world_size, 0, max_nodes_));
-    for (const auto& [rank, conn] : by_rank) {
-      if (rank >= 0 && rank < static_cast<int>(member_ids.size())) {
-        member_ids[rank] = nodes_.at(conn).info.node_id;
-      }
-    }
-    last_round_.Reset(newest, std::move(member_ids), gone);
-  }
+  ResetMajorityToClaimedRound(newest, gone);
   if (shape != nullptr && contradiction.empty()) {
     for (int r = 0; r < shape->group_world_size; ++r) {
       if (by_rank.count(r) == 0) missing.push_back(r);

@@ -23,13 +23,14 @@ std::optional<ServedRun> AskServer(ClientOptions options, const std::string& end
   run.round = status->round;
   run.agents = status->members.size();
   run.server_instance = status->server_instance;
+  run.running = status->phase == RunPhase::kRunning;
   return run;
 }
 
 bool Supersedes(const ServedRun& other, const ServedRun& mine) {
-  // Later round, more agents, earlier host: greater is better, so the order is negated.
-  return std::make_tuple(other.round, other.agents, -other.order) >
-         std::make_tuple(mine.round, mine.agents, -mine.order);
+  // Running, later round, more agents, earlier host: greater is better, so the order is negated.
+  return std::make_tuple(other.running, other.round, other.agents, -other.order) >
+         std::make_tuple(mine.running, mine.round, mine.agents, -mine.order);
 }
 
 }  // namespace ddprun::rendezvous

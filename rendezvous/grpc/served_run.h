@@ -26,6 +26,7 @@ struct ServedRun {
   // (the original host), else the group rank of the node hosting it in the last round.
   int order = 0;
   std::string server_instance;  // RunStatus::server_instance
+  bool running = false;         // a round runs there (RunPhase::kRunning)
 };
 
 // The run `run_id` at `endpoint`, when that server serves it open. The address is probed
@@ -36,9 +37,10 @@ std::optional<ServedRun> AskServer(ClientOptions options, const std::string& end
                                    std::chrono::milliseconds probe_timeout,
                                    std::chrono::milliseconds rpc_timeout);
 
-// Whether the agents of `mine` should move to `other`: a later round (it went on), or the same
-// round with more agents, or as many and earlier in the order of hosts. A total order, so two
-// servers never each move to the other.
+// Whether the agents of `mine` should move to `other`: a round running there (the side that
+// went on; a side without a majority cannot run one, however many newcomers it gathered), then a
+// later round, then the same round with more agents, then as many and earlier in the order of
+// hosts. A total order, so two servers never each move to the other.
 bool Supersedes(const ServedRun& other, const ServedRun& mine);
 
 }  // namespace ddprun::rendezvous

@@ -43,7 +43,7 @@ find "$good" -path '*/__pycache__' -prune -o -print | sort > "$WORK/before"
 install_wheel "$good"
 [ -x "$good/bin/ddp-train" ] || fail "pip install put no ddp-train into $good/bin"
 "$good/bin/pip" show ddprun_train | grep -qx 'Requires: torch' || fail "the wheel does not require torch"
-version=$("$good/bin/ddp-train" --version)
+version=$("$good/bin/ddp-train" --version) || fail "ddp-train --version failed in a venv with torch 2.11"
 [[ $version == *"built for torch 2.11."* ]] || fail "ddp-train --version says: $version"
 [ "$("$good/bin/python" -m ddprun_train --version)" = "$version" ] ||
   fail "python -m ddprun_train --version differs from ddp-train --version"

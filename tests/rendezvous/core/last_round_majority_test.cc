@@ -275,6 +275,30 @@ TEST_F(MajorityRunTest, ALonelySuccessorFormsNoRound) {
   EXPECT_EQ(Status().round, 4);
 }
 
+// The same with claims whose workers were already stopped: a restart of round 4 was heard
+// before the split (a worker failed, the old host restarted the round; its last call is when the
+// link went). Round 4 is still the reference: the successor of two of its five members forms no
+// round, while the old host's side, three of five, may. (Before, a successor whose claims were
+// all "waiting" took no reference at all, and any number of nodes went on.)
+TEST_F(MajorityRunTest, ASuccessorOfWaitingClaimsStillNeedsAMajorityOfTheirRound) {
+  for (ConnId c : {4, 5}) {
+    JoinRequest r = MakeJoin("run", std::to_string(c), 2, 5);
+    ResumeClaim claim;
+    claim.last.round = 4;
+    claim.last.group_rank = static_cast<int>(c) - 1;
+    claim.last.group_world_size = 5;
+    claim.last.world_size = 5;
+    claim.group = ResumeClaim::Group::kWaiting;
+    r.resume = claim;
+    Join(c, r);
+  }
+  for (int i = 0; i < 20; ++i) {
+    clock_.Advance(milliseconds(500));
+    Beat({4, 5});
+    EXPECT_EQ(Count<Assignment>(Tick()), 0) << "two of round 4's five formed a round";
+  }
+}
+
 // A job of two, cut in two: only the side with group rank 0 goes on.
 TEST_F(MajorityRunTest, AnEvenSplitGoesOnOnlyOnTheSideOfRankZero) {
   for (ConnId c : {1, 2}) Join(c, MakeJoin("run", std::to_string(c), 1, 2));
