@@ -132,6 +132,22 @@ class MajorityRunTest : public ::ddprun::rendezvous::testing::ServerStateTest {
     for (ConnId c : {1, 2, 3}) Join(c, MakeJoin("run", std::to_string(c), 1, 3));
     ASSERT_EQ(Status().round, 1);
   }
+  // Node `c` re-registers (after a failover) claiming group rank c-1 of round 4, a round of
+  // `nodes` nodes, in a run of `min_nodes`:`max_nodes`.
+  void JoinClaimingRound4(ConnId c, int min_nodes, int max_nodes, int nodes,
+                          ResumeClaim::Group group = ResumeClaim::Group::kRunning) {
+    JoinRequest r = MakeJoin("run", std::to_string(c), min_nodes, max_nodes);
+    ResumeClaim claim;
+    claim.last.round = 4;
+    claim.last.group_rank = static_cast<int>(c) - 1;
+    claim.last.group_world_size = nodes;
+    claim.last.world_size = 2 * nodes;
+    claim.last.master_addr = "10.0.0.1";
+    claim.last.master_port = 29500;
+    claim.group = group;
+    r.resume = claim;
+    Join(c, r);
+  }
   // Only `alive` speak for the lease (3 s): the others are lost to silence.
   Outbox SilenceOthers(std::initializer_list<ConnId> alive) {
     Outbox all;
@@ -232,19 +248,7 @@ TEST_F(MajorityRunTest, TheMajoritySideGoesOnWithoutTheSilentMember) {
 // the host gone (it was only silent). The run waits a lease for it, then restarts without it:
 // two of three is a majority.
 TEST_F(MajorityRunTest, TheSuccessorWithTheMajorityFormsTheNextRound) {
-  for (ConnId c : {2, 3}) {
-    JoinRequest r = MakeJoin("run", std::to_string(c), 1, 3);
-    ResumeClaim claim;
-    claim.last.round = 4;
-    claim.last.group_rank = static_cast<int>(c) - 1;
-    claim.last.group_world_size = 3;
-    claim.last.world_size = 6;
-    claim.last.master_addr = "10.0.0.1";
-    claim.last.master_port = 29500;
-    claim.group = ResumeClaim::Group::kRunning;
-    r.resume = claim;
-    Join(c, r);
-  }
+  for (ConnId c : {2, 3}) JoinClaimingRound4(c, 1, 3, 3);
   Outbox out = SilenceOthers({2, 3});
   ASSERT_NE(Find<RestartNotice>(out, 2), nullptr);
   EXPECT_THAT(Find<RestartNotice>(out, 2)->reason, HasSubstr("group rank 0 of round 4"));
@@ -258,15 +262,7 @@ TEST_F(MajorityRunTest, TheSuccessorWithTheMajorityFormsTheNextRound) {
 
 // A cut-off node that made itself the successor, alone: one claim of three, no round.
 TEST_F(MajorityRunTest, ALonelySuccessorFormsNoRound) {
-  JoinRequest r = MakeJoin("run", "3", 1, 3);
-  ResumeClaim claim;
-  claim.last.round = 4;
-  claim.last.group_rank = 2;
-  claim.last.group_world_size = 3;
-  claim.last.world_size = 6;
-  claim.group = ResumeClaim::Group::kRunning;
-  r.resume = claim;
-  Join(3, r);
+  JoinClaimingRound4(3, 1, 3, 3);
   for (int i = 0; i < 20; ++i) {
     clock_.Advance(milliseconds(500));
     Beat({3});
@@ -281,17 +277,7 @@ TEST_F(MajorityRunTest, ALonelySuccessorFormsNoRound) {
 // round, while the old host's side, three of five, may. (Before, a successor whose claims were
 // all "waiting" took no reference at all, and any number of nodes went on.)
 TEST_F(MajorityRunTest, ASuccessorOfWaitingClaimsStillNeedsAMajorityOfTheirRound) {
-  for (ConnId c : {4, 5}) {
-    JoinRequest r = MakeJoin("run", std::to_string(c), 2, 5);
-    ResumeClaim claim;
-    claim.last.round = 4;
-    claim.last.group_rank = static_cast<int>(c) - 1;
-    claim.last.group_world_size = 5;
-    claim.last.world_size = 5;
-    claim.group = ResumeClaim::Group::kWaiting;
-    r.resume = claim;
-    Join(c, r);
-  }
+  for (ConnId c : {4, 5}) JoinClaimingRound4(c, 2, 5, 5, ResumeClaim::Group::kWaiting);
   for (int i = 0; i < 20; ++i) {
     clock_.Advance(milliseconds(500));
     Beat({4, 5});
