@@ -31,6 +31,9 @@ JOBS=${JOBS:-$(nproc)}
 VENV=${DIST_VENV:-/root/.cache/ddprun/venv-dist}
 PROGRAMS=(ddprun ddprun-rdzv)  # ddprun-launch is a link to ddprun (a script in the wheel)
 
+# shellcheck source=lib/elf.sh
+. "$ROOT/scripts/lib/elf.sh"
+
 say() { printf 'make-dist: %s\n' "$*"; }
 die() { printf 'make-dist: error: %s\n' "$*" >&2; exit 1; }
 
@@ -89,22 +92,20 @@ build_arch() {
   esac
 }
 
-# Fully static: no NEEDED entry and no program interpreter (readelf reads any architecture).
+# Fully static: no NEEDED entry and no program interpreter.
 check_static() {
-  local file=$1
-  local needed interp
-  needed=$(readelf -d "$file" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p' | tr '\n' ' ')
-  interp=$(readelf -l "$file" | grep -c 'Requesting program interpreter' || true)
-  if [ -n "$needed" ] || [ "$interp" != 0 ]; then
-    [ "${DIST_ALLOW_DYNAMIC:-0}" = 1 ] && { say "warning: $file is dynamic ($needed)"; return; }
-    die "$file is not fully static (needs: ${needed:-an interpreter}): make dist packs the static presets' binaries"
+  local file=$1 problem
+  problem=$(elf_static_problem "$file")
+  if [ -n "$problem" ]; then
+    [ "${DIST_ALLOW_DYNAMIC:-0}" = 1 ] && { say "warning: $file is dynamic ($problem)"; return; }
+    die "$file is not fully static ($problem): make dist packs the static presets' binaries"
   fi
 }
 
 # The ELF machine of FILE is ARCH's (a tarball named aarch64 holds aarch64 programs).
 check_machine() {
   local arch=$1 file=$2 machine
-  machine=$(readelf -h "$file" | sed -n 's/^ *Machine: *//p')
+  machine=$(elf_machine "$file")
   case "$arch:$machine" in
     x86_64:*X86-64* | aarch64:AArch64) ;;
     *) die "$file is for '$machine', not $arch" ;;
@@ -116,7 +117,7 @@ check_machine() {
 linked_files() {
   local build=$1 program cmd
   for program in "${PROGRAMS[@]}"; do
-    if [ "${DIST_ALLOW_DYNAMIC:-0}" = 1 ] && readelf -d "$build/bin/$program" | grep -q NEEDED; then
+    if [ "${DIST_ALLOW_DYNAMIC:-0}" = 1 ] && [ -n "$(elf_static_problem "$build/bin/$program")" ]; then
       ldd "$build/bin/$program" | sed -n 's/.*=> \(\/[^ ]*\) .*/\1/p'
       continue
     fi

@@ -32,6 +32,9 @@ DEBIAN11=$CACHE/debian11-root
 TORCH_VENV=$CACHE/venv-torch-2.11.0
 MAX_BYTES=$((30 * 1024 * 1024))
 
+# shellcheck source=lib/elf.sh
+. "$(dirname "$(realpath "$0")")/lib/elf.sh"
+
 step() { printf '\ntest-dist: == %s\n' "$*"; }
 ok() { printf 'test-dist: ok: %s\n' "$*"; }
 fail() { printf 'test-dist: FAILED: %s\n' "$*" >&2; exit 1; }
@@ -74,12 +77,11 @@ tar xzf "$TARBALL" -C "$WORK/unpacked"
 TREE=$WORK/unpacked/ddprun-$VERSION
 for p in ddprun ddprun-rdzv; do
   f=$TREE/bin/$p
-  if readelf -d "$f" | grep -q NEEDED || readelf -l "$f" | grep -q 'program interpreter'; then
-    fail "bin/$p is not fully static: $(readelf -d "$f" | grep NEEDED | tr -s ' ')"
-  fi
+  problem=$(elf_static_problem "$f")
+  [ -z "$problem" ] || fail "bin/$p is not fully static: it $problem"
   size=$(stat -c %s "$f")
   [ "$size" -le "$MAX_BYTES" ] || fail "bin/$p is $size bytes, over 30 MB"
-  readelf -S "$f" | grep -q '\.debug_info' && fail "bin/$p is not stripped"
+  ! elf_has_debug_info "$f" || fail "bin/$p is not stripped"
   ok "bin/$p: static, stripped, $((size / 1024)) KiB"
 done
 [ "$(readlink "$TREE/bin/ddprun-launch")" = ddprun ] || fail "bin/ddprun-launch is not a link to ddprun"
@@ -98,7 +100,7 @@ mkdir -p "$BB/bin" "$BB/etc" "$BB/proc" "$BB/tmp" "$BB/job" "$BB/out" "$BB/certs
 chmod 1777 "$BB/tmp"
 cp -a "$TREE" "$BB/ddprun"
 cp /bin/busybox "$BB/bin/busybox"
-readelf -d "$BB/bin/busybox" | grep -q NEEDED && fail "/bin/busybox is not busybox-static's"
+[ -z "$(elf_static_problem "$BB/bin/busybox")" ] || fail "/bin/busybox is not busybox-static's"
 chroot "$BB" /bin/busybox --install -s /bin
 RDZV_NAME=ddprun-dist-rdzv.test  # in this root's /etc/hosts only
 getent hosts "$RDZV_NAME" >/dev/null && fail "$RDZV_NAME resolves on this machine: the test would prove nothing"

@@ -21,6 +21,9 @@ if [ "${DDPRUN_AARCH64_BINFMT_NS:-}" != 1 ]; then
   exec "$(dirname "$(realpath "$0")")/with_aarch64_binfmt.sh" "$sysroot" "$(realpath "$0")" "$@"
 fi
 
+# shellcheck source=../../scripts/lib/elf.sh
+. "$(dirname "$(realpath "$0")")/../../scripts/lib/elf.sh"
+
 fail() {
   echo "aarch64_test: FAIL: $*" >&2
   exit 1
@@ -34,13 +37,11 @@ if grep -q '^DDPRUN_STATIC:BOOL=ON$' "$1/CMakeCache.txt" 2>/dev/null; then stati
 for program in ddprun ddprun-rdzv ddprun-launch; do
   [ -e "$bin/$program" ] || fail "$bin/$program does not exist"
   file=$(realpath "$bin/$program")
-  machine=$(readelf -h "$file" | sed -n 's/^ *Machine: *//p')
+  machine=$(elf_machine "$file")
   [ "$machine" = AArch64 ] || fail "$program is built for '$machine', not AArch64"
-  # Whole outputs matched: `readelf | grep -q` fails under pipefail when grep stops reading early.
-  dynamic=$(readelf -d "$file")
-  headers=$(readelf -l "$file")
-  if [[ "$dynamic" == *NEEDED* || "$headers" == *INTERP* ]]; then
-    [ $static = no ] || fail "$program of a DDPRUN_STATIC build is dynamic:$(printf '\n%s' "$dynamic")"
+  problem=$(elf_static_problem "$file")
+  if [ -n "$problem" ]; then
+    [ $static = no ] || fail "$program of a DDPRUN_STATIC build is dynamic: it $problem"
     linkage="dynamic (libraries from $sysroot)"
   else
     linkage=static

@@ -31,6 +31,9 @@ tests_dir=${2:+$(realpath "$2")}
 bin="$static_dir/bin"
 max_stripped_bytes=$((30 * 1024 * 1024))
 
+# shellcheck source=../../scripts/lib/elf.sh
+. "$(dirname "$(realpath "$0")")/../../scripts/lib/elf.sh"
+
 die() {
   echo "run_static_tests: $*" >&2
   exit 1
@@ -101,16 +104,10 @@ check_dependencies() {
   local b ok=1
   for b in ddprun ddprun-rdzv ddprun-launch; do
     local f="$bin/$b" stripped="$work/$b.stripped"
-    # Whole outputs, not `readelf | grep -q`: grep's early exit would fail readelf (SIGPIPE).
-    local dynamic program sections debug
-    dynamic=$(readelf -dW "$f")
-    program=$(readelf -lW "$f")
-    if [[ "$dynamic" == *NEEDED* ]]; then
-      fail dependencies "$b has NEEDED entries: $(grep NEEDED <<<"$dynamic" | tr -s ' ')"
-      ok=0
-    fi
-    if [[ "$program" == *INTERP* ]]; then
-      fail dependencies "$b has a program interpreter (INTERP)"
+    local problem sections
+    problem=$(elf_static_problem "$f")
+    if [[ -n "$problem" ]]; then
+      fail dependencies "$b $problem"
       ok=0
     fi
     # As a release ships them: stripped, the debug info in a file of its own that gdb finds
@@ -121,8 +118,7 @@ check_dependencies() {
     "${STRIP:-strip}" -o "$stripped" "$f"
     (cd "$work" && "${OBJCOPY:-objcopy}" --add-gnu-debuglink="$b.debug" "$stripped")
     sections=$(readelf -SW "$stripped")
-    debug=$(readelf -SW "$work/$b.debug")
-    if [[ "$sections" != *gnu_debuglink* || "$debug" != *debug_info* ]]; then
+    if [[ "$sections" != *gnu_debuglink* ]] || ! elf_has_debug_info "$work/$b.debug"; then
       fail dependencies "$b: no separate debug file (objcopy --only-keep-debug)"
       ok=0
     fi
