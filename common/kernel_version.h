@@ -4,8 +4,6 @@
 #ifndef DDPRUN_COMMON_KERNEL_VERSION_H_
 #define DDPRUN_COMMON_KERNEL_VERSION_H_
 
-#include <string>
-
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 

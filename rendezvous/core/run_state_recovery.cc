@@ -160,10 +160,11 @@ void RunState::ResetMajorityToClaimedRound(int64_t newest, const std::set<int>& 
   // counts, also those whose workers were already stopped (a restart of the round was heard):
   // the round is still what the other side of a partition may hold a majority of, and without
   // it this server would have no reference at all and any number of nodes could go on.
+  if (newest == 0) return;  // no claim names a round
   const Assignment* shape = nullptr;
   std::map<int, std::string> by_rank;
   for (const auto& [conn, node] : nodes_) {
-    if (!node.claim || node.claim->last.round != newest || newest == 0) continue;
+    if (!node.claim || node.claim->last.round != newest) continue;
     const Assignment& a = node.claim->last;
     if (shape == nullptr) shape = &a;
     if (a.group_rank >= 0) by_rank.emplace(a.group_rank, node.info.node_id);
