@@ -3,7 +3,8 @@
 #include <tuple>
 #include <utility>
 
-#include "rendezvous/grpc/endpoint_probe.h"
+#include "rendezvous/client/endpoint_probe.h"
+#include "rendezvous/grpc/run_status_query.h"
 
 namespace ddprun::rendezvous {
 

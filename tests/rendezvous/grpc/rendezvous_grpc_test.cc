@@ -18,6 +18,7 @@
 #include "rendezvous/grpc/proto_convert.h"
 #include "rendezvous/grpc/rendezvous_server.h"
 #include "rendezvous/grpc/rendezvous_service.h"
+#include "rendezvous/grpc/run_status_query.h"
 #include "rendezvous/grpc/security.h"
 #include "tests/rendezvous/grpc/test_agent.h"
 #include "tests/testing/subprocess.h"

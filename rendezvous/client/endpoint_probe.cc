@@ -1,4 +1,4 @@
-#include "rendezvous/grpc/endpoint_probe.h"
+#include "rendezvous/client/endpoint_probe.h"
 
 #include <errno.h>
 #include <fcntl.h>
