@@ -176,6 +176,21 @@ TEST(ConnectionStateTest, FixedWorldIsFencedAfterALeaseOfSilence) {
   EXPECT_EQ(d.now() - last_word, 4 * kInterval);
 }
 
+TEST(ConnectionStateTest, UnansweredHeartbeatsAloneDoNotFence) {
+  // Urgent progress reports (a hang being reported) send heartbeats between the timer's: many
+  // unanswered, but the silence is still shorter than the lease.
+  Driver d;
+  d.Join();
+  d.Joined();
+  const TimePoint last_word = d.now();
+  for (int i = 0; i < 2 * kAttempts; ++i) {
+    ASSERT_EQ(d.m().OnProgress(/*urgent=*/true).size(), 1u);
+  }
+  d.HeartbeatUntilDecided();
+  ASSERT_TRUE(d.Has(Type::kClose));
+  EXPECT_EQ(d.now() - last_word, 4 * kInterval);  // silence > 3 s, not >= 3 s
+}
+
 TEST(ConnectionStateTest, AnyWordFromTheServerRestartsTheLease) {
   Driver d;
   d.Join();
