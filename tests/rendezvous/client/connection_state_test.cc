@@ -156,6 +156,11 @@ class Driver {
   std::map<Wake::Kind, ClientAction> pending_;  // the latest wake of each kind
 };
 
+bool HasAction(const ClientActions& actions, Type type) {
+  return std::any_of(actions.begin(), actions.end(),
+                     [type](const ClientAction& a) { return a.type == type; });
+}
+
 const std::vector<Successor> kMembers = {
     {"host", "10.0.0.1"}, {"me", "10.0.0.2"}, {"third", "10.0.0.3"}};
 
@@ -379,12 +384,9 @@ TEST(ConnectionStateTest, StepOutLeavesAndStepInJoinsAsANewNode) {
   d.Join(1, 4);
   d.Joined();
   const ClientActions out = d.m().OnStepOut("health check failed", d.now());
-  auto has = [&](Type t) {
-    return std::any_of(out.begin(), out.end(), [t](const ClientAction& a) { return a.type == t; });
-  };
-  EXPECT_TRUE(has(Type::kSendLeave));
-  EXPECT_TRUE(has(Type::kCutCallLater));
-  EXPECT_TRUE(has(Type::kRetireCall));
+  EXPECT_TRUE(HasAction(out, Type::kSendLeave));
+  EXPECT_TRUE(HasAction(out, Type::kCutCallLater));
+  EXPECT_TRUE(HasAction(out, Type::kRetireCall));
   EXPECT_EQ(d.m().state(), ConnectionState::kSteppedOut);
   const ClientActions in = d.m().OnStepIn(d.now());
   ASSERT_GE(in.size(), 2u);
@@ -551,12 +553,8 @@ TEST(ConnectionStateTest, AHostWithoutARoundForALeaseLooksForTheRunAndMovesThere
   RunServer other{"10.0.0.3:29400", 2, 3, 1};
   RunServer mine{"10.0.0.1:29400", 2, 1, -1};
   const ClientActions moved = d.m().OnLookAnswered(other, mine, d.now());
-  auto has = [&](Type t) {
-    return std::any_of(moved.begin(), moved.end(),
-                       [t](const ClientAction& a) { return a.type == t; });
-  };
-  EXPECT_TRUE(has(Type::kStopHosting));
-  EXPECT_TRUE(has(Type::kStartCall));
+  EXPECT_TRUE(HasAction(moved, Type::kStopHosting));
+  EXPECT_TRUE(HasAction(moved, Type::kStartCall));
   EXPECT_EQ(d.m().endpoint(), "10.0.0.3:29400");
   EXPECT_EQ(d.m().state(), ConnectionState::kJoining);
 }
