@@ -25,6 +25,9 @@ constexpr int kAttempts = 3;             // keep_alive_max_attempt: the lease is
 constexpr milliseconds kReadTimeout{20000};
 constexpr milliseconds kJoinTimeout{60000};
 
+const std::vector<Successor> kMembers = {
+    {"host", "10.0.0.1"}, {"me", "10.0.0.2"}, {"third", "10.0.0.3"}};
+
 // The machine plus a fake clock and the actions of the last event.
 class Driver {
  public:
@@ -79,6 +82,8 @@ class Driver {
     w.assignment.successors = members;
     return Say(w);
   }
+  // Joined to a server embedded in agent "host", with the three kMembers in round 1.
+  void JoinEmbedded(int min_nodes, int max_nodes);
   const ClientActions& Ack() {
     ServerWord w;
     w.kind = ServerWord::Kind::kAck;
@@ -156,13 +161,16 @@ class Driver {
   std::map<Wake::Kind, ClientAction> pending_;  // the latest wake of each kind
 };
 
+void Driver::JoinEmbedded(int min_nodes, int max_nodes) {
+  Join(min_nodes, max_nodes);
+  Joined(/*embedded=*/true, "host");
+  Assigned(1, kMembers);
+}
+
 bool HasAction(const ClientActions& actions, Type type) {
   return std::any_of(actions.begin(), actions.end(),
                      [type](const ClientAction& a) { return a.type == type; });
 }
-
-const std::vector<Successor> kMembers = {
-    {"host", "10.0.0.1"}, {"me", "10.0.0.2"}, {"third", "10.0.0.3"}};
 
 // ---- Fencing ----
 
@@ -428,9 +436,7 @@ TEST(ConnectionStateTest, ARefusingHostIsReplacedByItsFirstSuccessor) {
 
 TEST(ConnectionStateTest, TheFirstSuccessorHostsTheRunItself) {
   Driver d(HostLoss::kFailOver, /*can_host=*/true);
-  d.Join(1, 4);
-  d.Joined(true, "host");
-  d.Assigned(1, kMembers);
+  d.JoinEmbedded(1, 4);
   d.End(StreamEnd::Code::kUnavailable);
   d.Probed(ProbeResult::kRefused);
   const ClientAction* host = d.Find(Type::kHostHere);
@@ -445,9 +451,7 @@ TEST(ConnectionStateTest, AHostThatStillAcceptsIsReconnectedToNotFailedOver) {
   // The server ended this stream only (or a successor already serves there): five probes in a
   // row accepted, 50 ms apart.
   Driver d;
-  d.Join(1, 4);
-  d.Joined(true, "host");
-  d.Assigned(1, kMembers);
+  d.JoinEmbedded(1, 4);
   d.End(StreamEnd::Code::kOk);
   for (int i = 0; i < kAcceptingProbesToReconnect - 1; ++i) {
     d.Probed(ProbeResult::kAccepting);
@@ -462,9 +466,7 @@ TEST(ConnectionStateTest, AHostThatStillAcceptsIsReconnectedToNotFailedOver) {
 
 TEST(ConnectionStateTest, AStaticJobAwaitsItsHostsReturn) {
   Driver d(HostLoss::kAwaitReturn);
-  d.Join(2, 2);
-  d.Joined(true, "host");
-  d.Assigned(1, kMembers);
+  d.JoinEmbedded(2, 2);
   d.End(StreamEnd::Code::kUnavailable);
   d.Probed(ProbeResult::kRefused);
   EXPECT_EQ(d.m().state(), ConnectionState::kReconnecting);
@@ -474,9 +476,7 @@ TEST(ConnectionStateTest, AStaticJobAwaitsItsHostsReturn) {
 
 TEST(ConnectionStateTest, ASilentHostIsFailedOverAfterTheProbingTime) {
   Driver d;
-  d.Join(1, 4);
-  d.Joined(true, "host");
-  d.Assigned(1, kMembers);
+  d.JoinEmbedded(1, 4);
   const TimePoint broke = d.now();
   d.End(StreamEnd::Code::kUnavailable);
   while (!d.Has(Type::kReconnecting)) {
@@ -492,9 +492,7 @@ TEST(ConnectionStateTest, ASilentHostIsFailedOverAfterTheProbingTime) {
 
 TEST(ConnectionStateTest, ALeaseOfSilenceFromAnEmbeddedServerFailsOverInsteadOfFencing) {
   Driver d(HostLoss::kFailOver, /*can_host=*/false);
-  d.Join(1, 4);
-  d.Joined(true, "host");
-  d.Assigned(1, kMembers);
+  d.JoinEmbedded(1, 4);
   d.HeartbeatUntilDecided();
   EXPECT_TRUE(d.Has(Type::kCancelCall));
   EXPECT_FALSE(d.Has(Type::kRejoinAsNewNode));
