@@ -3,6 +3,8 @@
 // process is gone: nobody is deciding anything about this node, so its workers may keep running
 // while it waits for a new server. No answer (or no route) means this node may be the one cut
 // off while its peers still talk to the server, which gives it up after the lease.
+//
+// Stateless; thread-safe (it blocks the calling thread for the probe).
 #ifndef DDPRUN_RENDEZVOUS_CLIENT_ENDPOINT_PROBE_H_
 #define DDPRUN_RENDEZVOUS_CLIENT_ENDPOINT_PROBE_H_
 
