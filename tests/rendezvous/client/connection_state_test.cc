@@ -346,6 +346,29 @@ TEST(ConnectionStateTest, ReconnectingGivesUpAfterReadTimeout) {
   EXPECT_EQ(d.now() - broke, kReadTimeout);
 }
 
+TEST(ConnectionStateTest, AReRegistrationClaimsWhatTheNodeKnowsOfItsLastRound) {
+  Driver d;
+  d.Join(1, 4);
+  EXPECT_FALSE(d.m().ever_joined());  // the first join claims nothing
+  d.Joined();
+  d.Assigned(3, kMembers);
+  EXPECT_TRUE(d.m().ever_joined());
+  EXPECT_EQ(d.m().claim().last.round, 3);
+  EXPECT_EQ(d.m().claim().group, ResumeClaim::Group::kRunning);
+  d.m().OnGroupState(3, GroupState::kSucceeded, std::nullopt);
+  EXPECT_EQ(d.m().claim().group, ResumeClaim::Group::kSucceeded);
+  // A restart of round 3 heard: the workers are being stopped, whatever they report after.
+  ServerWord restart;
+  restart.kind = ServerWord::Kind::kRestart;
+  restart.round = 3;
+  restart.restart_count = 2;
+  d.Say(restart);
+  EXPECT_EQ(d.m().claim().group, ResumeClaim::Group::kWaiting);
+  EXPECT_EQ(d.m().claim().restarts_used, 2);
+  d.m().OnGroupState(3, GroupState::kRunning, std::nullopt);
+  EXPECT_EQ(d.m().claim().group, ResumeClaim::Group::kWaiting);
+}
+
 // ---- The first join ----
 
 TEST(ConnectionStateTest, AJoinBrokenBeforeItsAcknowledgementIsRetriedWithinItsBudget) {
