@@ -19,8 +19,8 @@
 #include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/etcd/etcd_status.h"
 #include "rendezvous/grpc/rendezvous_client.h"
-#include "rendezvous/grpc/run_status_query.h"
 #include "rendezvous/grpc/rendezvous_server.h"
+#include "rendezvous/grpc/run_status_query.h"
 #include "rendezvous/grpc/security.h"
 #include "rendezvous/grpc/served_run.h"
 
