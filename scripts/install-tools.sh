@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The venv of the tree's pinned Python tools (scripts/tools-requirements.txt: MkDocs for
-# `make docs`), made once outside the checkout like the torch venv, and made again only when the
-# requirements file changes (a copy of it in the venv is the stamp). Prints nothing when the venv
-# is current.
+# `make docs`, lizard for the code-size test), made once outside the checkout like the torch
+# venv, and made again only when the requirements file changes (a copy of it in the venv is the
+# stamp). Prints nothing when the venv is current.
 #
 #   DDPRUN_TOOLS_VENV   where the venv lives (default /root/.cache/ddprun/venv-tools for root,
 #                       else ~/.cache/ddprun/venv-tools)
