@@ -10,7 +10,7 @@
 #include <string>
 
 #include "common/event_loop.h"
-#include "launcher/agent/agent_state.h"
+#include "launcher/agent/state/agent_state.h"
 #include "launcher/agent/goodput_ledger.h"
 #include "launcher/agent/in_process_rounds.h"
 #include "launcher/agent/run_timeline.h"

@@ -31,8 +31,8 @@
 //       +------------------- failed: step out ------------------------- kRunning
 //
 // In-process recovery's survivors keep running: a re-formed round is not gated.
-#ifndef DDPRUN_LAUNCHER_AGENT_AGENT_STATE_H_
-#define DDPRUN_LAUNCHER_AGENT_AGENT_STATE_H_
+#ifndef DDPRUN_LAUNCHER_AGENT_STATE_AGENT_STATE_H_
+#define DDPRUN_LAUNCHER_AGENT_STATE_AGENT_STATE_H_
 
 #include <optional>
 #include <string>
@@ -198,4 +198,4 @@ class AgentStateMachine {
 
 }  // namespace ddprun::launcher
 
-#endif  // DDPRUN_LAUNCHER_AGENT_AGENT_STATE_H_
+#endif  // DDPRUN_LAUNCHER_AGENT_STATE_AGENT_STATE_H_

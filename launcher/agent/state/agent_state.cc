@@ -1,4 +1,4 @@
-#include "launcher/agent/agent_state.h"
+#include "launcher/agent/state/agent_state.h"
 
 #include <csignal>
 
