@@ -60,6 +60,7 @@ class AgentStream final
 };
 
 // A stream refused before it starts (bad token): finishes with `status` and deletes itself.
+// No state of its own: gRPC calls it, from any thread.
 class RefusedStream final
     : public grpc::ServerBidiReactor<proto::AgentMessage, proto::ServerMessage> {
  public:
