@@ -10,6 +10,7 @@
 #ifndef DDPRUN_COMMON_LOOP_THREAD_H_
 #define DDPRUN_COMMON_LOOP_THREAD_H_
 
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
