@@ -595,9 +595,9 @@ void Agent::Execute(const std::vector<AgentAction>& actions) {
         failure.exit_code = e.exit_code;
         failure.signal = e.signal;
         failure.hang = !e.hang.empty();
-        failure.cause_kind = failure.hang          ? rendezvous::kFailureHang
-                             : failure.signal != 0 ? DeathCauseLabel(e.cause.kind)
-                                                   : rendezvous::kFailureExit;
+        failure.cause_kind = failure.hang          ? rendezvous::Cause::kHang
+                             : failure.signal != 0 ? DeathCauseOf(e.cause.kind)
+                                                   : rendezvous::Cause::kExit;
         failure.cause = e.cause.text;
         std::vector<std::string> tail =
             group_ ? group_->StderrTail(e.local_rank) : std::vector<std::string>{};
@@ -618,16 +618,17 @@ void Agent::Execute(const std::vector<AgentAction>& actions) {
         if (options_.crash_loop == CrashLoop::kStop && !failure.hang &&
             (failure.signal == 0 || MayRepeatByItself(e.cause.kind, failure.signal))) {
           // The cause's kind, not its text: a fault's address differs from one attempt to the next.
-          failure.signature = absl::StrCat(
-              failure.signal != 0 ? absl::StrCat("signal ", SignalName(failure.signal))
-                                  : absl::StrCat("exit code ", failure.exit_code),
-              " (", failure.cause_kind, ")", failure.message.empty() ? "" : ": ", failure.message);
+          failure.signature =
+              absl::StrCat(failure.signal != 0 ? absl::StrCat("signal ", SignalName(failure.signal))
+                                               : absl::StrCat("exit code ", failure.exit_code),
+                           " (", rendezvous::CauseLabel(failure.cause_kind), ")",
+                           failure.message.empty() ? "" : ": ", failure.message);
           failure.made_progress = progress_in_attempt_;
         }
         StepEvent detected{Step::kFailureDetected};
-        detected.cause = failure.hang          ? kCauseHang
-                         : failure.signal != 0 ? kCauseWorkerSignal
-                                               : kCauseWorkerExit;
+        detected.cause = failure.hang          ? rendezvous::Cause::kHang
+                         : failure.signal != 0 ? rendezvous::Cause::kWorkerSignal
+                                               : rendezvous::Cause::kWorkerExit;
         detected.rank = e.rank;
         detected.host = host_.hostname;
         detected.detail = failure.hang ? absl::StrCat("hung (", e.hang, ")")
@@ -810,12 +811,12 @@ void Agent::OnAssignment(const rendezvous::Assignment& assignment) {
   Execute(state_.OnAssignment(assignment));
 }
 
-void Agent::OnRestart(const std::string& reason,
+void Agent::OnRestart(rendezvous::Cause cause, const std::string& reason,
                       const std::optional<rendezvous::HangNotice>& hang) {
   LogInfo(reason);
   if (!failure_in_cycle_) {  // else the restart is the consequence of this node's own failure
     StepEvent detected{Step::kFailureDetected};
-    detected.cause = CauseOfRestart(reason, hang.has_value());
+    detected.cause = HeardCause(cause, hang.has_value());
     detected.detail = reason;
     RecordStep(detected);
   }
@@ -1018,7 +1019,7 @@ void Agent::NoteInLedger(const StepEvent& e) {
   if (ledger_ == nullptr) return;
   switch (e.step) {
     case Step::kFailureDetected:
-      ledger_->OnFailure(e.when, e.cause, std::nullopt);
+      ledger_->OnFailure(e.when, e.cause.value_or(rendezvous::Cause::kUnspecified), std::nullopt);
       break;
     case Step::kStopFinished:
     case Step::kRoundAborted:

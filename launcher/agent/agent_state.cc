@@ -3,6 +3,7 @@
 #include <csignal>
 
 #include "absl/strings/str_cat.h"
+#include "rendezvous/api/crash_loop.h"
 
 namespace ddprun::launcher {
 
@@ -82,7 +83,8 @@ std::vector<AgentAction> AgentStateMachine::Reform(const rendezvous::Assignment&
 int AgentStateMachine::ExitCodeForClose(const absl::Status& status) {
   if (status.ok()) return kExitSuccess;
   if (status.code() == absl::StatusCode::kResourceExhausted) return kExitWorkersFailed;
-  if (status.code() == absl::StatusCode::kAborted) return kExitCrashLoop;
+  // The crash loop by its mark, not by kAborted alone (which also means a stale round).
+  if (rendezvous::IsCrashLoopStop(status)) return kExitCrashLoop;
   return kExitRendezvous;
 }
 
