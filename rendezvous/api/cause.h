@@ -9,6 +9,7 @@
 #ifndef DDPRUN_RENDEZVOUS_API_CAUSE_H_
 #define DDPRUN_RENDEZVOUS_API_CAUSE_H_
 
+#include <cstddef>
 #include <optional>
 
 #include "absl/strings/string_view.h"
@@ -115,7 +116,8 @@ inline constexpr Cause kRestartCauses[] = {
     Cause::kWorkerFailure, Cause::kHang,     Cause::kNodeLostStream, Cause::kNodeLostLease,
     Cause::kNodeJoined,    Cause::kNodeLeft, Cause::kServerRestart};
 // What agents recover from (ddprun_rdzv_recoveries_total{cause}): their timeline's causes, less
-// stop_signal (never recovered from) and server_restart (no recovery is timed after it).
+// stop_signal (never recovered from); a recovery after a server_restart counts as "other", as it
+// did when agents could not name that cause.
 inline constexpr Cause kRecoveryCauses[] = {
     Cause::kWorkerExit,     Cause::kWorkerSignal,  Cause::kHang,       Cause::kRemoteFailure,
     Cause::kNodeLostStream, Cause::kNodeLostLease, Cause::kNodeJoined, Cause::kNodeLeft};

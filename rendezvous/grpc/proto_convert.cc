@@ -22,8 +22,9 @@ static_assert(static_cast<int>(Cause::kHang) == proto::CAUSE_HANG);
 static_assert(static_cast<int>(Cause::kServerRestart) == proto::CAUSE_SERVER_RESTART);
 static_assert(kLastCause == proto::Cause_MAX);
 
-// An old agent's cause_kind label, for a server that reads death_cause first.
-Cause DeathCauseOf(const proto::WorkerFailure& p) {
+// A report's death cause: death_cause, or from an agent from before it, its cause_kind label
+// (a label, never prose: anything else is kUnspecified).
+Cause ReportedDeathCause(const proto::WorkerFailure& p) {
   if (p.death_cause() != proto::CAUSE_UNSPECIFIED) return FromProto(p.death_cause());
   const std::optional<Cause> labelled = CauseFromLabel(p.cause_kind());
   return labelled.value_or(Cause::kUnspecified);
@@ -106,7 +107,7 @@ WorkerFailure FromProto(const proto::WorkerFailure& p) {
   f.signal = p.signal();
   f.message = p.message();
   f.hang = p.hang();
-  f.cause_kind = DeathCauseOf(p);
+  f.cause_kind = ReportedDeathCause(p);
   f.cause = p.cause();
   f.signature = p.signature();
   f.made_progress = p.made_progress();
