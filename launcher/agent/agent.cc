@@ -158,12 +158,12 @@ void Agent::OnAssignment(const rendezvous::Assignment& assignment) {
   Execute(state_.OnAssignment(assignment));
 }
 
-void Agent::OnRestart(const std::string& reason,
+void Agent::OnRestart(rendezvous::Cause cause, const std::string& reason,
                       const std::optional<rendezvous::HangNotice>& hang) {
   LogInfo(reason);
   if (!failure_in_cycle_) {  // else the restart is the consequence of this node's own failure
     StepEvent detected{Step::kFailureDetected};
-    detected.cause = CauseOfRestart(reason, hang.has_value());
+    detected.cause = HeardCause(cause, hang.has_value());
     detected.detail = reason;
     RecordStep(detected);
   }

@@ -262,7 +262,7 @@ Outbox ServerState::GroupStatus(ConnId conn, int64_t round, GroupState state,
   absl::Status status = run->state->GroupStatus(conn, round, state, cut, now, &out);
   if (result != nullptr) *result = status;
   if (status.ok() && state == GroupState::kFailed) {
-    ++metrics_.worker_failures[FailureCauseLabel(cut.value_or(WorkerFailure{}))];
+    ++metrics_.worker_failures[CountedDeathCause(cut.value_or(WorkerFailure{}))];
   }
   AfterEvent(run_id, out, now);
   return out;

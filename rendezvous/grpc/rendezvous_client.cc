@@ -196,7 +196,7 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
         claim_.group = ResumeClaim::Group::kWaiting;
         waiting_since_ = std::chrono::steady_clock::now();
       }
-      events_.Restart(m.restart().reason(), HangOf(m.restart()));
+      events_.Restart(FromProto(m.restart().cause()), m.restart().reason(), HangOf(m.restart()));
       break;
     }
     case proto::ServerMessage::kResumed: {
