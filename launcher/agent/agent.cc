@@ -188,8 +188,7 @@ absl::Status Agent::Prepare() {
     check.timeout = options_.health_check_timeout;
     check.env = WithoutAgentOnlyVariables(env_);
     health_ = std::make_unique<HealthCheck>(&loop_, std::move(check));
-    DDPRUN_ASSIGN_OR_RETURN(RdzvConf conf, ParseRdzvConf(options_.rdzv_conf));
-    health_give_up_after_ = conf.timeouts.join_timeout;
+    health_give_up_after_ = options_.rdzv.timeouts.join_timeout;
   }
 
   sigset_t set = AgentSignalSet(options_);
