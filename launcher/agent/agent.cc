@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "common/env_variables.h"
 #include "common/file_text.h"
 #include "common/log.h"
 #include "common/signal_names.h"
@@ -209,8 +210,7 @@ int Agent::Run() {
                : kExitRendezvous;
   }
   {
-    auto kmsg = env_.find("DDPRUN_KERNEL_LOG");
-    explainer_ = std::make_unique<DeathExplainer>(kmsg != env_.end() ? kmsg->second : "/dev/kmsg");
+    explainer_ = std::make_unique<DeathExplainer>(ReadVariable(env_, kKernelLogVariable));
     if (!explainer_->readable() && Verbose()) {
       LogInfo(
           absl::StrCat("a worker killed by a signal will have a cause only from its memory "
@@ -250,9 +250,7 @@ int Agent::Run() {
 absl::Status Agent::PlanNumaBinding() {
   if (!options_.numa_binding.has_value()) return absl::OkStatus();
   const std::string flag = absl::StrCat("--numa-binding=", options_.numa_binding_name, ": ");
-  // DDPRUN_SYSFS_ROOT: another tree shaped like /sys (the tests' fake machines).
-  auto root = env_.find("DDPRUN_SYSFS_ROOT");
-  auto topology = NumaTopology::Read(root != env_.end() ? root->second : "/sys");
+  auto topology = NumaTopology::Read(ReadVariable(env_, kSysfsRootVariable));  // a test hook
   if (!topology.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(flag, topology.status().message()));
   }

@@ -296,10 +296,10 @@ std::string FlagReferenceMarkdown() {
       "| Flag | Value | Environment | Description |\n"
       "|---|---|---|---|\n";
   for (const FlagDef& f : FlagTable()) {
-    std::string value = f.is_bool ? "none (a switch)" : "VALUE";
-    if (!f.is_bool && f.choices[0] != '\0') {
-      value = CodeList(absl::StrSplit(f.choices, ' ', absl::SkipEmpty()));  // or as the text says
-    }
+    const char* value = f.is_bool                       ? "none (a switch)"
+                        : f.value == ValueKind::kFolder ? "a folder"
+                        : f.value == ValueKind::kFile   ? "a file"
+                                                        : "a value";
     absl::StrAppend(&out, "| ", CodeList(Spellings(f)), " | ", value, " | `", PetName(f.name),
                     "` | ", MarkdownCell(f.help), " |\n");
   }

@@ -21,18 +21,16 @@
 namespace ddprun::launcher {
 namespace {
 
-using Sourced = FlagValue;
-
-absl::Status Invalid(const Sourced& s, absl::string_view why) {
+absl::Status Invalid(const FlagValue& s, absl::string_view why) {
   return absl::InvalidArgumentError(
       absl::StrCat(s.where, "=", ValueForMessage(s.value), ": ", why));
 }
 
-absl::StatusOr<int64_t> IntOf(const Sourced& s, int64_t min, int64_t max) {
+absl::StatusOr<int64_t> IntOf(const FlagValue& s, int64_t min, int64_t max) {
   return ParseInt(s.where, s.value, min, max);
 }
 
-absl::StatusOr<bool> BoolOf(const Sourced& s) { return ParseBool(s.where, s.value); }
+absl::StatusOr<bool> BoolOf(const FlagValue& s) { return ParseBool(s.where, s.value); }
 
 // A dotted module name (torch, torch.distributed): identifiers of letters, digits and '_' (any
 // non-ASCII byte counts as a letter, as Python allows Unicode names), not starting with a digit.
@@ -51,11 +49,11 @@ bool IsPythonModuleName(absl::string_view name) {
 // How each flag's value is read into the options (the `apply` of its kFlags entry). Errors are
 // kInvalidArgument naming the source and the value (Invalid()).
 
-absl::Status ApplyNnodes(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyNnodes(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   return ParseNnodes(s.where, s.value, &o->min_nodes, &o->max_nodes);
 }
 
-absl::Status ApplyNprocPerNode(const Sourced& s, const HostInfo& host, LaunchOptions* o) {
+absl::Status ApplyNprocPerNode(const FlagValue& s, const HostInfo& host, LaunchOptions* o) {
   const std::string v = absl::AsciiStrToLower(s.value);
   o->nproc_per_node_text = v;
   if (v == "cpu") {
@@ -77,7 +75,7 @@ absl::Status ApplyNprocPerNode(const Sourced& s, const HostInfo& host, LaunchOpt
   return absl::OkStatus();
 }
 
-absl::Status ApplyRdzvBackend(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyRdzvBackend(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   std::optional<RdzvBackend> backend = ParseRdzvBackend(s.value);
   if (!backend.has_value()) return Invalid(s, "must be static, c10d, etcd or etcd-v3");
   o->rdzv_backend = *backend;
@@ -86,7 +84,7 @@ absl::Status ApplyRdzvBackend(const Sourced& s, const HostInfo&, LaunchOptions* 
 
 // HOST[:PORT], or for etcd a comma-separated list of them (its cluster's members); whether a
 // list is allowed depends on --rdzv-backend, checked in Validate() once every source is read.
-absl::Status ApplyRdzvEndpoint(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyRdzvEndpoint(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   o->rdzv_endpoint = s.value;
   for (absl::string_view part : absl::StrSplit(s.value, ',', absl::SkipEmpty())) {
     DDPRUN_RETURN_IF_ERROR(ParseHostPort(s.where, part, 0).status());
@@ -97,7 +95,7 @@ absl::Status ApplyRdzvEndpoint(const Sourced& s, const HostInfo&, LaunchOptions*
 // The run id is sent to the rendezvous and names the run's folder under --log-dir
 // (LOG_DIR/RUN_ID): it must be one folder name there, never a path ("../../x") or text with
 // control characters, and no longer than the rendezvous accepts.
-absl::Status ApplyRdzvId(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyRdzvId(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   if (s.value.empty()) return Invalid(s, "must not be empty");
   if (s.value.size() > kMaxRendezvousFieldBytes) {
     return Invalid(s, absl::StrCat("must be at most ", kMaxRendezvousFieldBytes, " bytes"));
@@ -114,7 +112,7 @@ absl::Status ApplyRdzvId(const Sourced& s, const HostInfo&, LaunchOptions* o) {
   return absl::OkStatus();
 }
 
-absl::Status ApplyRdzvConf(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyRdzvConf(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   if (absl::StripAsciiWhitespace(s.value).empty()) return absl::OkStatus();
   for (absl::string_view item : absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
     std::vector<std::string> kv = absl::StrSplit(item, absl::MaxSplits('=', 1));
@@ -130,14 +128,14 @@ absl::Status ApplyRdzvConf(const Sourced& s, const HostInfo&, LaunchOptions* o) 
 
 // A boolean flag that sets `field` (--standalone, --use-env, --virtual-local-rank).
 template <bool LaunchOptions::*field>
-absl::Status ApplyBool(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyBool(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   DDPRUN_ASSIGN_OR_RETURN(o->*field, BoolOf(s));
   return absl::OkStatus();
 }
 
 // A boolean flag that clears `field` (--no-worker-tty, --quiet).
 template <bool LaunchOptions::*field>
-absl::Status ApplyNegatedBool(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyNegatedBool(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   DDPRUN_ASSIGN_OR_RETURN(bool on, BoolOf(s));
   o->*field = !on;
   return absl::OkStatus();
@@ -145,23 +143,23 @@ absl::Status ApplyNegatedBool(const Sourced& s, const HostInfo&, LaunchOptions* 
 
 // A boolean flag with nothing to set here, whose value is only checked: --run-path (the
 // default), --no-slurm (read by SlurmWanted()), --no-platform-env (read by PlanPlatform()).
-absl::Status CheckBool(const Sourced& s, const HostInfo&, LaunchOptions*) {
+absl::Status CheckBool(const FlagValue& s, const HostInfo&, LaunchOptions*) {
   return BoolOf(s).status();
 }
 
-absl::Status ApplyMaxRestarts(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyMaxRestarts(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   DDPRUN_ASSIGN_OR_RETURN(int64_t v, IntOf(s, 0, 1 << 30));
   o->max_restarts = static_cast<int>(v);
   return absl::OkStatus();
 }
 
-absl::Status ApplyMonitorInterval(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyMonitorInterval(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   DDPRUN_ASSIGN_OR_RETURN(auto ms, ParseSeconds(s.where, s.value));
   o->monitor_interval_s = ms.count() / 1000.0;
   return absl::OkStatus();
 }
 
-absl::Status ApplyStartMethod(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyStartMethod(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   if (s.value != "spawn" && s.value != "fork" && s.value != "forkserver") {
     return Invalid(s, "must be spawn, fork or forkserver");
   }
@@ -169,13 +167,13 @@ absl::Status ApplyStartMethod(const Sourced& s, const HostInfo&, LaunchOptions* 
   return absl::OkStatus();
 }
 
-absl::Status ApplyRole(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyRole(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   if (s.value.empty()) return Invalid(s, "must not be empty");
   o->role = s.value;
   return absl::OkStatus();
 }
 
-absl::Status ApplyModule(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyModule(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   DDPRUN_ASSIGN_OR_RETURN(bool on, BoolOf(s));
   if (!on) return absl::OkStatus();
   if (o->entrypoint_kind == EntrypointKind::kBinary) {
@@ -185,7 +183,7 @@ absl::Status ApplyModule(const Sourced& s, const HostInfo&, LaunchOptions* o) {
   return absl::OkStatus();
 }
 
-absl::Status ApplyNoPython(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyNoPython(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   DDPRUN_ASSIGN_OR_RETURN(bool on, BoolOf(s));
   if (!on) return absl::OkStatus();
   if (o->entrypoint_kind == EntrypointKind::kPythonModule) {
@@ -195,21 +193,21 @@ absl::Status ApplyNoPython(const Sourced& s, const HostInfo&, LaunchOptions* o) 
   return absl::OkStatus();
 }
 
-absl::Status ApplyLogDir(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyLogDir(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   o->log_dir = s.value;
   return absl::OkStatus();
 }
 
 // --redirects, --tee.
 template <StdSpec LaunchOptions::*field>
-absl::Status ApplyStdSpec(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyStdSpec(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   DDPRUN_ASSIGN_OR_RETURN(o->*field, ParseStdSpec(s.where, s.value));
   return absl::OkStatus();
 }
 
 // --local-ranks-filter, --ranks-filter.
 template <std::set<int> LaunchOptions::*field>
-absl::Status ApplyRanksFilter(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyRanksFilter(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   (o->*field).clear();
   for (absl::string_view item : absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
     int rank = 0;
@@ -223,7 +221,7 @@ absl::Status ApplyRanksFilter(const Sourced& s, const HostInfo&, LaunchOptions* 
   return absl::OkStatus();
 }
 
-absl::Status ApplyLogLinePrefixTemplate(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyLogLinePrefixTemplate(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   std::vector<std::string> unknown;
   SubstituteTemplate(s.value, LogLinePrefixValues("r", 0, 0, "h"), &unknown);
   if (!unknown.empty()) {
@@ -235,19 +233,19 @@ absl::Status ApplyLogLinePrefixTemplate(const Sourced& s, const HostInfo&, Launc
   return absl::OkStatus();
 }
 
-absl::Status ApplyEventLogHandler(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyEventLogHandler(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   if (s.value != "null" && s.value != "console") return Invalid(s, "must be null or console");
   o->event_log_handler = s.value;
   return absl::OkStatus();
 }
 
-absl::Status ApplyNodeRank(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyNodeRank(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   DDPRUN_ASSIGN_OR_RETURN(int64_t v, IntOf(s, 0, 1 << 20));
   o->node_rank = static_cast<int>(v);
   return absl::OkStatus();
 }
 
-absl::Status ApplyMasterAddr(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyMasterAddr(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   if (s.value.empty()) return Invalid(s, "must not be empty");
   // A host the workers can reach ("[::1" would have them wait for ever on a store that no
   // address names): an IP address or a host name, without a port (--master-port gives it).
@@ -258,7 +256,7 @@ absl::Status ApplyMasterAddr(const Sourced& s, const HostInfo&, LaunchOptions* o
   return absl::OkStatus();
 }
 
-absl::Status ApplyMasterPort(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyMasterPort(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   DDPRUN_ASSIGN_OR_RETURN(int64_t v, IntOf(s, 1, 65535));
   o->master_port = static_cast<int>(v);
   o->master_port_given = true;
@@ -266,7 +264,7 @@ absl::Status ApplyMasterPort(const Sourced& s, const HostInfo&, LaunchOptions* o
 }
 
 // A host name or IP address the rendezvous passes on to the other nodes (empty: detected).
-absl::Status ApplyLocalAddr(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyLocalAddr(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   o->local_addr = s.value;
   if (s.value.empty()) return absl::OkStatus();
   if (s.value.size() > kMaxRendezvousFieldBytes) {
@@ -280,13 +278,13 @@ absl::Status ApplyLocalAddr(const Sourced& s, const HostInfo&, LaunchOptions* o)
 
 // --duplicate-stdout-filters, --duplicate-stderr-filters.
 template <std::vector<std::string> LaunchOptions::*field>
-absl::Status ApplyFilters(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyFilters(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   std::vector<std::string> filters = absl::StrSplit(s.value, ',', absl::SkipEmpty());
   o->*field = std::move(filters);
   return absl::OkStatus();
 }
 
-absl::Status ApplyLocalRankArg(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyLocalRankArg(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   if (s.value != "local_rank" && s.value != "local-rank" && !s.value.empty()) {
     return Invalid(s, "expected local_rank (--local_rank=N) or local-rank (--local-rank=N)");
   }
@@ -294,7 +292,7 @@ absl::Status ApplyLocalRankArg(const Sourced& s, const HostInfo&, LaunchOptions*
   return absl::OkStatus();
 }
 
-absl::Status ApplySignals(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplySignals(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   o->extra_signals.clear();
   o->signals_to_handle = s.value;
   for (absl::string_view item : absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
@@ -311,7 +309,7 @@ absl::Status ApplySignals(const Sourced& s, const HostInfo&, LaunchOptions* o) {
 // decides where workers' logs go. ddprun runs no Python, so it cannot load one; its own layout
 // is torchrun's DefaultLogsSpecs, which torch 2.x registers as `default` (and some wrappers name):
 // that one is accepted, any other is refused with what to use instead.
-absl::Status ApplyLogsSpecs(const Sourced& s, const HostInfo&, LaunchOptions*) {
+absl::Status ApplyLogsSpecs(const FlagValue& s, const HostInfo&, LaunchOptions*) {
   if (s.value == "default") return absl::OkStatus();
   return Invalid(s,
                  "a torchrun.logs_specs entry point is Python code, which ddprun does not load; "
@@ -320,12 +318,12 @@ absl::Status ApplyLogsSpecs(const Sourced& s, const HostInfo&, LaunchOptions*) {
 }
 
 // --stop-timeout and torch 2.x's --shutdown-timeout.
-absl::Status ApplyStopTimeout(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyStopTimeout(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   DDPRUN_ASSIGN_OR_RETURN(o->stop_timeout, ParseSeconds(s.where, s.value));
   return absl::OkStatus();
 }
 
-absl::Status ApplyNumaBinding(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyNumaBinding(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   auto mode = ParseNumaMode(s.value);
   if (!mode.ok()) return Invalid(s, mode.status().message());
   o->numa_binding = *mode;
@@ -333,7 +331,7 @@ absl::Status ApplyNumaBinding(const Sourced& s, const HostInfo&, LaunchOptions* 
   return absl::OkStatus();
 }
 
-absl::Status ApplyPreload(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyPreload(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   std::vector<std::string> modules;
   for (absl::string_view item : absl::StrSplit(s.value, ',', absl::SkipWhitespace())) {
     item = absl::StripAsciiWhitespace(item);
@@ -347,13 +345,13 @@ absl::Status ApplyPreload(const Sourced& s, const HostInfo&, LaunchOptions* o) {
   return absl::OkStatus();
 }
 
-absl::Status ApplyHangTimeout(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyHangTimeout(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   DDPRUN_ASSIGN_OR_RETURN(o->hang_timeout, ParseSeconds(s.where, s.value));
   if (o->hang_timeout.count() <= 0) return Invalid(s, "must be a positive number of seconds");
   return absl::OkStatus();
 }
 
-absl::Status ApplyHangStartupTimeout(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyHangStartupTimeout(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   DDPRUN_ASSIGN_OR_RETURN(o->hang_startup_timeout, ParseSeconds(s.where, s.value));
   if (o->hang_startup_timeout.count() <= 0) {
     return Invalid(s, "must be a positive number of seconds");
@@ -362,7 +360,7 @@ absl::Status ApplyHangStartupTimeout(const Sourced& s, const HostInfo&, LaunchOp
   return absl::OkStatus();
 }
 
-absl::Status ApplyRestartMode(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyRestartMode(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   if (s.value == "cold") {
     o->restart_mode = RestartMode::kCold;
   } else if (s.value == "in-process") {
@@ -373,7 +371,7 @@ absl::Status ApplyRestartMode(const Sourced& s, const HostInfo&, LaunchOptions* 
   return absl::OkStatus();
 }
 
-absl::Status ApplyCrashLoop(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyCrashLoop(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   if (s.value == "stop") {
     o->crash_loop = CrashLoop::kStop;
   } else if (s.value == "retry") {
@@ -384,13 +382,13 @@ absl::Status ApplyCrashLoop(const Sourced& s, const HostInfo&, LaunchOptions* o)
   return absl::OkStatus();
 }
 
-absl::Status ApplyHealthCheck(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyHealthCheck(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   if (absl::StripAsciiWhitespace(s.value).empty()) return Invalid(s, "an empty command");
   o->health_check = s.value;
   return absl::OkStatus();
 }
 
-absl::Status ApplyHealthCheckTimeout(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyHealthCheckTimeout(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   DDPRUN_ASSIGN_OR_RETURN(o->health_check_timeout, ParseSeconds(s.where, s.value));
   if (o->health_check_timeout.count() <= 0) {
     return Invalid(s, "must be a positive number of seconds");
@@ -398,12 +396,12 @@ absl::Status ApplyHealthCheckTimeout(const Sourced& s, const HostInfo&, LaunchOp
   return absl::OkStatus();
 }
 
-absl::Status ApplyGpuReleaseTimeout(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyGpuReleaseTimeout(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   DDPRUN_ASSIGN_OR_RETURN(o->gpu_release_timeout, ParseSeconds(s.where, s.value));
   return absl::OkStatus();
 }
 
-absl::Status ApplyReformTimeout(const Sourced& s, const HostInfo&, LaunchOptions* o) {
+absl::Status ApplyReformTimeout(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   DDPRUN_ASSIGN_OR_RETURN(o->reform_timeout, ParseSeconds(s.where, s.value));
   if (o->reform_timeout.count() <= 0) return Invalid(s, "must be a positive number of seconds");
   return absl::OkStatus();
