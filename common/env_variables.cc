@@ -14,8 +14,8 @@ std::vector<EnvVariable> DdprunVariables() {
           kControlSocketVariable,  kPreloadFdVariable,    kPreloadIdleVariable,
           kPreloadModulesVariable, kPreloadProbeVariable, kPreloadPythonpathVariable,
           kCacheVariable,          kArm64SysrootVariable, kTorch2VenvVariable,
-          kNoTorch2Variable,       kDistVenvVariable,     kRdzvHostVariable,
-          kRdzvPortVariable,       kRdzvArgsVariable};
+          kNoTorch2Variable,       kDistVenvVariable,     kToolsVenvVariable,
+          kRdzvHostVariable,       kRdzvPortVariable,     kRdzvArgsVariable};
 }
 
 std::string ReadVariable(const Environment& env, const EnvVariable& v) {

@@ -204,6 +204,14 @@ inline constexpr EnvVariable kDistVenvVariable{
     VariableUse::kBuild,
     "scripts/make-train-wheel.sh",
     "The virtual environment with the pinned packaging tools (scripts/install-dist-tools.sh)."};
+inline constexpr EnvVariable kToolsVenvVariable{
+    "DDPRUN_TOOLS_VENV",
+    "path",
+    "~/.cache/ddprun/venv-tools",
+    "",
+    VariableUse::kBuild,
+    "scripts/install-tools.sh, `make docs`",
+    "The virtual environment with the pinned developer tools (MkDocs for `make docs`)."};
 inline constexpr EnvVariable kRdzvHostVariable{
     "DDPRUN_RDZV_HOST",
     "address",

@@ -38,7 +38,10 @@ struct Pattern {
   std::string regex;
 };
 const Pattern kCxx{kCodeFolders, {".cc", ".h"}, R"re("(DDPRUN_[A-Z0-9_]+)")re"};
-const Pattern kPython{kCodeFolders, {".py"}, R"re(b?["'](DDPRUN_[A-Z0-9_]+)["'])re"};
+const Pattern kPython{
+    {"common", "control", "launcher", "python", "rendezvous", "scripts", "trainer"},
+    {".py"},
+    R"re(b?["'](DDPRUN_[A-Z0-9_]+)["'])re"};
 const Pattern kShell{{"scripts", "packaging"}, {".sh", ".in"}, R"re(\$\{?(DDPRUN_[A-Z0-9_]+))re"};
 const Pattern kCmake{{"cmake"}, {".cmake"}, R"re(\$ENV\{(DDPRUN_[A-Z0-9_]+)\})re"};
 
