@@ -16,7 +16,7 @@ export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
 endif
 
-.PHONY: all deps configure build test test-unit sanitize format-check thread-safety torch2-build static test-static aarch64 test-aarch64 dist test-dist demo bench package install format clean
+.PHONY: all deps configure build flag-reference test test-unit sanitize format-check thread-safety torch2-build static test-static aarch64 test-aarch64 dist test-dist demo bench package install format clean
 
 all: build
 
@@ -30,6 +30,11 @@ configure: deps
 
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# docs/reference/flags.md and environment.md, generated from the flag table and the table of
+# environment variables (launcher/cmd/reference_main.cc); `make test` fails until they are.
+flag-reference: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target flag-reference
 
 # Every test: units and real-process integration tests (real torchrun, real data).
 test: build

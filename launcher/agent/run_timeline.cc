@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/message_limit.h"
 
 namespace ddprun::launcher {
 
@@ -82,7 +83,7 @@ std::string RunTimeline::Add(const StepEvent& e) {
   if (e.cause.has_value()) j["cause"] = rendezvous::CauseLabel(*e.cause);
   if (e.rank >= 0) j["rank"] = e.rank;
   if (!e.host.empty()) j["host"] = e.host;
-  if (!e.detail.empty()) j["detail"] = e.detail;
+  if (!e.detail.empty()) j["detail"] = AbbreviateMessage(e.detail);  // message_limit.h
   if (e.recovery.has_value()) {
     const RecoveryRecord& r = *e.recovery;
     j["mode"] = r.mode;

@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/env_variables.h"
 #include "common/log.h"
 #include "common/strings.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
@@ -280,13 +281,13 @@ class EtcdRendezvousImpl final : public GrpcRendezvous {
 // The etcd password: from a file (first line) or $DDPRUN_ETCD_PASSWORD, never the command line.
 absl::StatusOr<std::string> LoadEtcdPassword(const std::string& file) {
   if (file.empty()) {
-    const char* env = std::getenv("DDPRUN_ETCD_PASSWORD");
-    if (env == nullptr || *env == '\0') {
+    std::string env = ReadProcessVariable(kEtcdPasswordVariable);
+    if (env.empty()) {
       return absl::InvalidArgumentError(
           "--rdzv-conf etcd_user needs a password: set DDPRUN_ETCD_PASSWORD or --rdzv-conf "
           "etcd_password_file=FILE");
     }
-    return std::string(env);
+    return env;
   }
   std::ifstream in(file);
   std::string line;
