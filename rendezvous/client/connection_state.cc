@@ -228,6 +228,7 @@ ClientActions ConnectionStateMachine::OnServerWord(uint64_t generation, const Se
         waiting_since_ = now;
       }
       ClientAction a(ClientAction::Type::kRestart);
+      a.cause = word.cause;
       a.message = word.reason;
       a.hang = word.hang;
       Do(std::move(a));

@@ -27,6 +27,7 @@
 
 #include "absl/status/status.h"
 #include "common/clock.h"
+#include "rendezvous/api/cause.h"
 #include "rendezvous/api/rendezvous.h"
 #include "rendezvous/api/run_config.h"
 #include "rendezvous/client/endpoint_probe.h"
@@ -78,6 +79,7 @@ struct ServerWord {
   std::string member_key;              // kJoined
   int64_t keep_alive_interval_ms = 0;  // kJoined: the run's (0: unsaid)
   Assignment assignment;               // kAssignment
+  Cause cause = Cause::kUnspecified;   // kRestart
   int restart_count = 0;               // kRestart
   int64_t round = 0;                   // kRestart, kResumed
   std::string reason;                  // kRestart
@@ -140,7 +142,7 @@ struct ClientAction {
     kLookForTheRun,  // ask `others` whether one serves the run and went on; OnLookAnswered
     // To the agent (RendezvousEvents through EventDelivery).
     kAssigned,         // `assignment`
-    kRestart,          // `message`, `hang`
+    kRestart,          // `cause`, `message`, `hang`
     kResumed,          // `round`
     kReconnecting,     // `message`
     kRejoinAsNewNode,  // `message`; mutable_node() renamed
@@ -159,6 +161,7 @@ struct ClientAction {
   int port = 0;
   Assignment assignment;
   int64_t round = 0;
+  Cause cause = Cause::kUnspecified;
   std::optional<HangNotice> hang;
   absl::Status status;
   RunServer mine;                 // kLookForTheRun

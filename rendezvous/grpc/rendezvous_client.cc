@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/loop_thread.h"
+#include "common/message_limit.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/client/endpoint_probe.h"
@@ -15,8 +16,6 @@
 
 namespace ddprun::rendezvous {
 namespace {
-
-constexpr size_t kMaxFailureMessage = 8192;
 
 ConnectionConfig ConfigOf(const ClientOptions& options) {
   ConnectionConfig config;
@@ -51,6 +50,7 @@ ServerWord WordOf(const proto::ServerMessage& m) {
       break;
     case proto::ServerMessage::kRestart:
       w.kind = ServerWord::Kind::kRestart;
+      w.cause = FromProto(m.restart().cause());
       w.restart_count = m.restart().restart_count();
       w.round = m.restart().round();
       w.reason = m.restart().reason();
@@ -156,7 +156,8 @@ void RendezvousClient::ReportStep(const std::string& json) {
   loop_->Post([this, json] {
     if (!machine_.MaySendStep() || call_ == nullptr) return;
     proto::AgentMessage m;
-    m.mutable_step()->set_json(json.substr(0, kMaxFailureMessage));
+    if (json.size() > kMaxStructuredMessageBytes) return;  // never a cut object (message_limit.h)
+    m.mutable_step()->set_json(json);
     call_->Send(std::move(m));
   });
 }
@@ -174,9 +175,7 @@ void RendezvousClient::ReportGroupState(int64_t round, GroupState state,
                                                    : proto::GroupStatus::FAILED);
     if (failure) {
       *g->mutable_failure() = ToProto(*failure);
-      if (g->failure().message().size() > kMaxFailureMessage) {
-        g->mutable_failure()->mutable_message()->resize(kMaxFailureMessage);
-      }
+      *g->mutable_failure()->mutable_message() = AbbreviateMessage(g->failure().message());
     }
     call_->Send(std::move(m));
   });
@@ -219,7 +218,7 @@ void RendezvousClient::Tell(const ClientAction& a) {
       events_.Assigned(a.assignment);
       break;
     case ClientAction::Type::kRestart:
-      events_.Restart(a.message, a.hang);
+      events_.Restart(a.cause, a.message, a.hang);
       break;
     case ClientAction::Type::kResumed:
       events_.Resumed(a.round);

@@ -362,7 +362,10 @@ TEST(ConnectionStateTest, AReRegistrationClaimsWhatTheNodeKnowsOfItsLastRound) {
   restart.kind = ServerWord::Kind::kRestart;
   restart.round = 3;
   restart.restart_count = 2;
+  restart.cause = Cause::kWorkerFailure;
   d.Say(restart);
+  ASSERT_TRUE(d.Has(Type::kRestart));
+  EXPECT_EQ(d.Find(Type::kRestart)->cause, Cause::kWorkerFailure);  // handed on as it came
   EXPECT_EQ(d.m().claim().group, ResumeClaim::Group::kWaiting);
   EXPECT_EQ(d.m().claim().restarts_used, 2);
   d.m().OnGroupState(3, GroupState::kRunning, std::nullopt);
