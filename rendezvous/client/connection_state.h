@@ -267,12 +267,14 @@ class ConnectionStateMachine {
 
   NodeInfo node_;
   std::string endpoint_;  // the server's address: config_.endpoint, a successor, another host
-  bool has_call_ = false;
+  // Not states but facts the decisions read: which of the client's resources exist (a current
+  // call, the two cancellable timers), what ended the current call, what the server said.
+  bool has_call_ = false;  // a kStartCall not yet retired
   uint64_t call_generation_ = 0;
-  bool budget_cut_ = false;   // the read timeout cancelled the current call (not a break)
-  bool ever_joined_ = false;  // re-registrations carry claim_
-  bool read_armed_ = false;
-  bool heartbeat_armed_ = false;
+  bool budget_cut_ = false;       // the read timeout cancelled the current call (not a break)
+  bool ever_joined_ = false;      // re-registrations carry claim_
+  bool read_armed_ = false;       // a kReadTimeout wake is pending
+  bool heartbeat_armed_ = false;  // a kHeartbeat wake is pending
   std::chrono::milliseconds heartbeat_interval_;  // ours, or the run's when that is shorter
   TimePoint last_heard_{};                        // the server's last message (fencing)
   int unanswered_ = 0;                            // heartbeats sent since then
