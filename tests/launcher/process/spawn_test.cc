@@ -128,7 +128,13 @@ TEST(SpawnTest, ChildStartsWithAnEmptySignalMaskAndDefaultSigpipe) {
   sigaddset(&block, SIGTERM);
   ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &block, &old), 0);
   signal(SIGPIPE, SIG_IGN);
-  auto [out, status] = RunForOutput(Shell("grep -E '^Sig(Blk|Ign):' /proc/self/status"));
+  // grep itself, not a shell (which may clear its mask on start): what it reads is the mask
+  // and dispositions the exec kept.
+  SpawnRequest grep;
+  grep.program = "grep";
+  grep.argv = {"grep", "-E", "^Sig(Blk|Ign):", "/proc/self/status"};
+  grep.env = {{"PATH", "/usr/bin:/bin"}};
+  auto [out, status] = RunForOutput(grep);
   signal(SIGPIPE, SIG_DFL);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   EXPECT_TRUE(absl::StrContains(out, "SigBlk:\t0000000000000000")) << out;
