@@ -7,6 +7,8 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -157,6 +159,23 @@ TEST_F(LoadTokenTest, WithoutAFileTheEnvironmentStrippedOrNothing) {
   EXPECT_EQ(LoadToken("").value(), "env-token");
   setenv(kTokenEnv, "", 1);
   EXPECT_EQ(LoadToken("").value(), "");
+}
+
+TEST_F(LoadTokenTest, TokenFromTheEnvironmentMustBePrintableAsciiToo) {
+  // It travels in the same header: gRPC aborts the process on a value it may not carry (a
+  // non-ASCII token made `ddprun status` exit 134), and a server with it refuses every agent.
+  for (const auto& [value, byte] :
+       std::vector<std::pair<std::string, std::string>>{{"t\xc3\xb6k", "byte 0xc3 at column 2"},
+                                                        {"tok\x01", "byte 0x01 at column 4"},
+                                                        {" a\tb ", "byte 0x09 at column 2"},
+                                                        {"ab\x7f", "byte 0x7f at column 3"}}) {
+    setenv(kTokenEnv, value.c_str(), 1);
+    absl::StatusOr<std::string> token = LoadToken("");
+    ASSERT_FALSE(token.ok()) << value;
+    EXPECT_EQ(token.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(token.status().message(), absl::StrCat("DDPRUN_RDZV_TOKEN: the token has ", byte,
+                                                     "; it must be printable ASCII"));
+  }
 }
 
 }  // namespace

@@ -98,6 +98,17 @@ TEST_F(GrpcPluginTest, BinaryTokenFileIsRefusedBeforeAnythingConnects) {
       << status.status();
 }
 
+TEST_F(GrpcPluginTest, TokenThatCannotTravelInAHeaderIsAnErrorNotAnAbort) {
+  setenv("DDPRUN_RDZV_TOKEN", "t\xc3\xb6k", 1);  // gRPC aborts on such a metadata value
+  auto status = plugin_->QueryRun(Joining(1), "unit");
+  unsetenv("DDPRUN_RDZV_TOKEN");
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      absl::StartsWith(status.status().message(), "DDPRUN_RDZV_TOKEN: the token has byte 0xc3"))
+      << status.status();
+}
+
 TEST_F(GrpcPluginTest, EtcdUserWithoutAPasswordIsAnError) {
   EtcdSettings s;
   s.endpoints = {"127.0.0.1:1"};
