@@ -15,6 +15,7 @@
 #include <chrono>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -253,6 +254,39 @@ TEST_F(HttpEndpointTest, ExpiredSessionIsRefused) {
   ASSERT_FALSE(cookie.empty());
   EXPECT_EQ(Request(endpoint->port(), "GET", "/", absl::StrCat("Cookie: ", cookie, "\r\n")).status,
             401);
+}
+
+TEST_F(HttpEndpointTest, At1024SessionsTheOldestGoes) {
+  auto endpoint = StartWithToken();
+  ASSERT_NE(endpoint, nullptr);
+  const std::string form = "token=tok%2Ben%2Fwith%25%26%3Dchars";
+  const std::string first = Login(endpoint->port(), form);
+  const std::string second = Login(endpoint->port(), form);
+  for (int i = 2; i < 1024; ++i) ASSERT_NE(Login(endpoint->port(), form), "");
+  auto page = [&](const std::string& cookie) {
+    return Request(endpoint->port(), "GET", "/", absl::StrCat("Cookie: ", cookie, "\r\n")).status;
+  };
+  EXPECT_EQ(page(first), 200) << "1024 sessions fit";
+  const std::string newest = Login(endpoint->port(), form);
+  EXPECT_EQ(page(first), 401) << "the 1025th login pushed out the oldest";
+  EXPECT_EQ(page(second), 200);
+  EXPECT_EQ(page(newest), 200);
+}
+
+TEST_F(HttpEndpointTest, SeventeenthConnectionFromOneAddressIsClosedAtOnce) {
+  auto endpoint = Start();
+  ASSERT_NE(endpoint, nullptr);
+  std::vector<int> idle;
+  for (int i = 0; i < 16; ++i) idle.push_back(Connect(endpoint->port()));
+  // Each of the 16 is accepted and kept (it gets an answer once it asks).
+  const int extra = Connect(endpoint->port());
+  char byte;
+  EXPECT_EQ(recv(extra, &byte, 1, 0), 0) << "the 17th is closed without an answer";
+  close(extra);
+  const std::string get = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+  ASSERT_EQ(send(idle[0], get.data(), get.size(), MSG_NOSIGNAL), static_cast<ssize_t>(get.size()));
+  EXPECT_EQ(Parse(ReadToEnd(idle[0])).status, 200);
+  for (int fd : idle) close(fd);
 }
 
 TEST_F(HttpEndpointTest, WithoutATokenLoginIsNotNeededButHarmless) {
