@@ -28,6 +28,7 @@ namespace {
 
 using ::ddprun::testing::CapturedLog;
 using ::ddprun::testing::LoopRunner;
+using ::ddprun::testing::ReadUntilEof;
 using ::ddprun::testing::TempDir;
 using ::ddprun::testing::WaitForChild;
 using ::ddprun::testing::WaitUntil;
@@ -93,15 +94,6 @@ class SparePoolTest : public ::testing::Test {
   std::unique_ptr<SparePool> pool_;
 };
 
-// Everything written to the read end of a pipe until every writer has closed it.
-std::string ReadAll(int fd) {
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  return out;
-}
-
 TEST_F(SparePoolTest, HandsTheStartToTheReadySpareWithItsEnvironmentAndOutput) {
   MakePool(SpareHook::kNativeProgram);
   ASSERT_TRUE(Start({NativeSpare("ready")}).ok());
@@ -123,7 +115,7 @@ TEST_F(SparePoolTest, HandsTheStartToTheReadySpareWithItsEnvironmentAndOutput) {
   ASSERT_TRUE(worker.ok()) << worker.status();
   EXPECT_EQ(*worker, spare) << "the spare became the worker";
   EXPECT_EQ(runner_.Call([&] { return pool_->handed_over(); }), 1);
-  EXPECT_EQ(ReadAll(out[0]), "worker MARK=handed-over\n");
+  EXPECT_EQ(ReadUntilEof(out[0]), "worker MARK=handed-over\n");
   close(out[0]);
   int status = 0;
   EXPECT_FALSE(Reap(spare, &status)) << "a handed-over spare is the worker's, not the pool's";

@@ -21,26 +21,12 @@
 namespace ddprun::launcher {
 namespace {
 
+using ::ddprun::testing::ReadUntilEof;
 using ::ddprun::testing::TempDir;
 using ::ddprun::testing::WaitForChild;
 using std::chrono::milliseconds;
 
 constexpr milliseconds kExitTimeout{10000};
-
-// Everything written to the read end of a pipe until every writer has closed it.
-std::string ReadAll(int fd) {
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) != 0) {
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
-}
 
 SpawnRequest Shell(const std::string& script) {
   SpawnRequest r;
@@ -62,7 +48,7 @@ std::pair<std::string, int> RunForOutput(SpawnRequest request) {
     ADD_FAILURE() << pid.status();
     return {"", -1};
   }
-  std::string text = ReadAll(out[0]);
+  std::string text = ReadUntilEof(out[0]);
   close(out[0]);
   std::optional<int> status = WaitForChild(*pid, kExitTimeout);
   EXPECT_TRUE(status.has_value());
@@ -155,8 +141,8 @@ TEST(SpawnTest, KeepFdStaysOpenAtItsNumberAndOthersClose) {
   auto [out, status] = RunForOutput(r);
   close(kept[1]);
   close(other[1]);
-  EXPECT_EQ(ReadAll(kept[0]), "kept\n");
-  EXPECT_EQ(ReadAll(other[0]), "");
+  EXPECT_EQ(ReadUntilEof(kept[0]), "kept\n");
+  EXPECT_EQ(ReadUntilEof(other[0]), "");
   EXPECT_TRUE(absl::StrContains(out, "closed")) << out;
   close(kept[0]);
   close(other[0]);
@@ -213,20 +199,10 @@ TEST(SpawnTest, ChildDiesWithTheProcessThatSpawnedIt) {
   // This test process becomes a subreaper so that the orphan is re-parented here and its wait
   // status can be read.
   ASSERT_EQ(prctl(PR_SET_CHILD_SUBREAPER, 1), 0);
-  int report[2];
-  ASSERT_EQ(pipe2(report, O_CLOEXEC), 0);
-  const pid_t middle = fork();
-  ASSERT_GE(middle, 0);
-  if (middle == 0) {
+  const auto [middle, sleeper] = ddprun::testing::ForkMiddle([] {
     absl::StatusOr<pid_t> pid = Spawn(Shell("exec sleep 30"));
-    const pid_t value = pid.ok() ? *pid : -1;
-    (void)!write(report[1], &value, sizeof(value));
-    _exit(0);
-  }
-  close(report[1]);
-  pid_t sleeper = -1;
-  ASSERT_EQ(read(report[0], &sleeper, sizeof(sleeper)), static_cast<ssize_t>(sizeof(sleeper)));
-  close(report[0]);
+    return pid.ok() ? *pid : -1;
+  });
   ASSERT_GT(sleeper, 0);
   ASSERT_TRUE(WaitForChild(middle, kExitTimeout).has_value());
   std::optional<int> status = WaitForChild(sleeper, kExitTimeout);

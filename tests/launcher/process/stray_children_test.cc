@@ -71,23 +71,16 @@ TEST_F(StrayChildrenTest, KillsStraysAndTheirGroupsButNotOurs) {
 TEST_F(StrayChildrenTest, DetachedGrandchildReparentedHereIsKilledToo) {
   // A worker-like child double-forks a daemon into its own session and exits: the daemon is
   // re-parented to this subreaper, outside every group we know.
-  int report[2];
-  ASSERT_EQ(pipe2(report, O_CLOEXEC), 0);
-  const pid_t parent = fork();
-  if (parent == 0) {
-    const pid_t daemon = fork();
-    if (daemon == 0) {
+  const auto [parent, daemon] = ddprun::testing::ForkMiddle([] {
+    const pid_t pid = fork();
+    if (pid == 0) {
       setsid();
       execl("/bin/sleep", "sleep", "30", static_cast<char*>(nullptr));
       _exit(127);
     }
-    (void)!write(report[1], &daemon, sizeof(daemon));
-    _exit(0);
-  }
-  close(report[1]);
-  pid_t daemon = -1;
-  ASSERT_EQ(read(report[0], &daemon, sizeof(daemon)), static_cast<ssize_t>(sizeof(daemon)));
-  close(report[0]);
+    return pid;
+  });
+  ASSERT_GT(daemon, 0);
   ASSERT_TRUE(WaitForChild(parent, milliseconds(10000)).has_value());
   ASSERT_EQ(ParentOf(daemon), getpid());
 

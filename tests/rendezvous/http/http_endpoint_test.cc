@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "tests/testing/test_env.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -39,15 +40,6 @@ int Connect(int port) {
   addr.sin_port = htons(static_cast<uint16_t>(port));
   EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << strerror(errno);
   return fd;
-}
-
-// Reads until the server closes the connection (or the receive timeout passes).
-std::string ReadToEnd(int fd) {
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = recv(fd, buf, sizeof(buf), 0)) > 0) out.append(buf, static_cast<size_t>(n));
-  return out;
 }
 
 struct Response {
@@ -85,7 +77,7 @@ Response Request(int port, const std::string& method, const std::string& path,
   absl::StrAppend(&request, "\r\n", body);
   EXPECT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL),
             static_cast<ssize_t>(request.size()));
-  Response r = Parse(ReadToEnd(fd));
+  Response r = Parse(ddprun::testing::ReadUntilEof(fd));
   close(fd);
   return r;
 }
@@ -285,7 +277,7 @@ TEST_F(HttpEndpointTest, SeventeenthConnectionFromOneAddressIsClosedAtOnce) {
   close(extra);
   const std::string get = "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
   ASSERT_EQ(send(idle[0], get.data(), get.size(), MSG_NOSIGNAL), static_cast<ssize_t>(get.size()));
-  EXPECT_EQ(Parse(ReadToEnd(idle[0])).status, 200);
+  EXPECT_EQ(Parse(ddprun::testing::ReadUntilEof(idle[0])).status, 200);
   for (int fd : idle) close(fd);
 }
 
