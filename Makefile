@@ -124,6 +124,14 @@ package: static
 install: build
 	cmake --install $(BUILD_DIR) $(if $(PREFIX),--prefix $(PREFIX))
 
+# README.md and docs/ as a site in build/docs/ (open build/docs/index.html): MkDocs from the
+# pinned venv of scripts/tools-requirements.txt (scripts/install-tools.sh), `mkdocs build --strict`
+# (scripts/build-docs.py). CI runs it.
+.PHONY: docs
+docs:
+	@scripts/install-deps.sh --tools
+	NO_MKDOCS_2_WARNING=1 scripts/build-docs.py "$${DDPRUN_TOOLS_VENV:-$$HOME/.cache/ddprun/venv-tools}/bin/mkdocs"
+
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h')
 

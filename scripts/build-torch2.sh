@@ -7,7 +7,7 @@
 #
 # DDPRUN_TORCH2_VENV: the venv (default ~/.cache/ddprun/venv-torch-2.11.0). The result,
 # BUILD_DIR/bin/ddp-train, finds LibTorch through its RUNPATH (the venv's torch/lib);
-# scripts/ddp-train-torch2 runs it against another PyTorch 2.11 (README, torch versions).
+# scripts/ddp-train-torch2 runs it against another PyTorch 2.11 (docs/guide/torch-versions.md).
 set -euo pipefail
 HERE=$(dirname "$(realpath "$0")")
 SRC=$(dirname "$HERE")

@@ -9,6 +9,9 @@
 #   scripts/install-deps.sh --demo   only what `make demo` needs: the build of the three programs,
 #                                    the dataset and the plot (no test peers: Slurm, etcd, torch)
 #   scripts/install-deps.sh --aarch64  only the aarch64 cross build's host tools (`make aarch64`)
+#   scripts/install-deps.sh --tools  only the venv of the pinned Python tools (`make docs`:
+#                                    install-tools.sh, scripts/tools-requirements.txt); the
+#                                    default installs it too
 set -euo pipefail
 
 DEMO_PACKAGES=(
@@ -64,7 +67,8 @@ case "${1:-}" in
   "") PACKAGES=("${DEMO_PACKAGES[@]}" "${TEST_PACKAGES[@]}") ;;
   --demo) PACKAGES=("${DEMO_PACKAGES[@]}") ;;
   --aarch64) PACKAGES=("${AARCH64_PACKAGES[@]}") ;;
-  *) echo "install-deps: unknown argument '$1' (expected nothing, --demo or --aarch64)" >&2; exit 2 ;;
+  --tools) PACKAGES=(python3-venv) ;;
+  *) echo "install-deps: unknown argument '$1' (expected nothing, --demo, --aarch64 or --tools)" >&2; exit 2 ;;
 esac
 
 missing=()
@@ -88,4 +92,9 @@ fi
 # torch 2.11 from PyPI in a venv of its own (the torch 2.x tests); not for the demo.
 if [ -z "${1:-}" ]; then
   "$(dirname "$(realpath "$0")")/install-torch2.sh"
+fi
+
+# The pinned Python tools (MkDocs) in a venv of their own: `make docs`, and `make test`'s checks.
+if [ -z "${1:-}" ] || [ "$1" = --tools ]; then
+  "$(dirname "$(realpath "$0")")/install-tools.sh"
 fi

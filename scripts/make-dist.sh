@@ -203,7 +203,7 @@ stage_tree() {
   command -v "$objcopy" >/dev/null || die "$objcopy missing (binutils for $arch)"
   rm -rf "$stage"
   mkdir -p "$stage"
-  local prefix=/opt/ddprun-$VERSION  # the systemd unit's paths (README: unpack there or edit)
+  local prefix=/opt/ddprun-$VERSION  # the unit's paths (docs/operations/systemd.md)
   local tree=$stage/ddprun-$VERSION
   if [ "$arch" = "$(uname -m)" ]; then
     DESTDIR=$stage/destdir cmake --install "$build" --prefix "$prefix" >/dev/null

@@ -48,6 +48,60 @@ void StoreState::Wait(ConnectionId from, const std::vector<std::string>& keys,
   awaited_[from] = missing;
 }
 
+std::string StoreState::CompareSet(const std::string& key, const std::string& expected,
+                                   const std::string& desired) {
+  auto it = data_.find(key);
+  if (it == data_.end()) {
+    // An absent key is set only when the caller expected it absent (an empty value); else
+    // the caller gets its own expectation back, as torch's servers answer.
+    if (expected.empty()) data_[key] = desired;
+    return EncodeBytes(expected.empty() ? desired : expected);
+  }
+  if (it->second == expected) it->second = desired;
+  return EncodeBytes(it->second);
+}
+
+std::string StoreState::MultiGet(const std::vector<std::string>& keys) const {
+  std::string out;
+  for (const std::string& k : keys) {
+    auto it = data_.find(k);
+    out += EncodeBytes(it == data_.end() ? "" : it->second);
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> StoreState::Add(const std::string& key, int64_t amount) {
+  int64_t now = 0;
+  auto it = data_.find(key);
+  if (it != data_.end() && !absl::SimpleAtoi(it->second, &now)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ADD to key '", key, "', whose value is not an integer"));
+  }
+  // Wraps on overflow (two's complement) instead of torch's undefined behaviour.
+  now = static_cast<int64_t>(static_cast<uint64_t>(now) + static_cast<uint64_t>(amount));
+  data_[key] = absl::StrCat(now);
+  return EncodeInt64(now);
+}
+
+std::string StoreState::QueuePop(const std::string& key) {
+  // The queue's length before the pop, then the item when there was one.
+  auto q = queues_.find(key);
+  const size_t len = q == queues_.end() ? 0 : q->second.size();
+  std::string out = EncodeInt64(static_cast<int64_t>(len));
+  if (len > 0) {
+    out += EncodeBytes(q->second.front());
+    q->second.pop_front();
+    if (q->second.empty()) queues_.erase(q);
+  }
+  return out;
+}
+
+std::string StoreState::ListKeys() const {
+  std::string out = EncodeInt64(static_cast<int64_t>(data_.size()));
+  for (const auto& [k, v] : data_) out += EncodeBytes(k);
+  return out;
+}
+
 absl::Status StoreState::Apply(ConnectionId from, const Request& r, std::vector<Reply>* replies) {
   auto reply = [&](std::string bytes) { replies->push_back({from, std::move(bytes)}); };
   switch (r.command) {
@@ -61,46 +115,22 @@ absl::Status StoreState::Apply(ConnectionId from, const Request& r, std::vector<
         Wake(r.keys[i], false, replies);
       }
       break;
-    case Command::kCompareSet: {
-      const std::string& expected = r.values[0];
-      auto it = data_.find(r.keys[0]);
-      if (it == data_.end()) {
-        // An absent key is set only when the caller expected it absent (an empty value); else
-        // the caller gets its own expectation back, as torch's servers answer.
-        if (expected.empty()) data_[r.keys[0]] = r.values[1];
-        reply(EncodeBytes(expected.empty() ? r.values[1] : expected));
-      } else {
-        if (it->second == expected) it->second = r.values[1];
-        reply(EncodeBytes(it->second));
-      }
+    case Command::kCompareSet:
+      reply(CompareSet(r.keys[0], r.values[0], r.values[1]));
       Wake(r.keys[0], false, replies);  // libuv's server wakes waiters here; classic does not
       break;
-    }
     case Command::kGet: {
       auto it = data_.find(r.keys[0]);
       reply(EncodeBytes(it == data_.end() ? "" : it->second));  // clients WAIT first
       break;
     }
-    case Command::kMultiGet: {
-      std::string out;
-      for (const std::string& k : r.keys) {
-        auto it = data_.find(k);
-        out += EncodeBytes(it == data_.end() ? "" : it->second);
-      }
-      reply(std::move(out));
+    case Command::kMultiGet:
+      reply(MultiGet(r.keys));
       break;
-    }
     case Command::kAdd: {
-      int64_t now = 0;
-      auto it = data_.find(r.keys[0]);
-      if (it != data_.end() && !absl::SimpleAtoi(it->second, &now)) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("ADD to key '", r.keys[0], "', whose value is not an integer"));
-      }
-      // Wraps on overflow (two's complement) instead of torch's undefined behaviour.
-      now = static_cast<int64_t>(static_cast<uint64_t>(now) + static_cast<uint64_t>(r.amount));
-      data_[r.keys[0]] = absl::StrCat(now);
-      reply(EncodeInt64(now));
+      absl::StatusOr<std::string> sum = Add(r.keys[0], r.amount);
+      if (!sum.ok()) return sum.status();
+      reply(*std::move(sum));
       Wake(r.keys[0], false, replies);
       break;
     }
@@ -132,30 +162,17 @@ absl::Status StoreState::Apply(ConnectionId from, const Request& r, std::vector<
       queues_[r.keys[0]].push_back(r.values[0]);
       Wake(r.keys[0], true, replies);
       break;
-    case Command::kQueuePop: {
-      // The queue's length before the pop, then the item when there was one.
-      auto q = queues_.find(r.keys[0]);
-      const size_t len = q == queues_.end() ? 0 : q->second.size();
-      std::string out = EncodeInt64(static_cast<int64_t>(len));
-      if (len > 0) {
-        out += EncodeBytes(q->second.front());
-        q->second.pop_front();
-        if (q->second.empty()) queues_.erase(q);
-      }
-      reply(std::move(out));
+    case Command::kQueuePop:
+      reply(QueuePop(r.keys[0]));
       break;
-    }
     case Command::kQueueLen: {
       auto q = queues_.find(r.keys[0]);
       reply(EncodeInt64(q == queues_.end() ? 0 : static_cast<int64_t>(q->second.size())));
       break;
     }
-    case Command::kListKeys: {
-      std::string out = EncodeInt64(static_cast<int64_t>(data_.size()));
-      for (const auto& [k, v] : data_) out += EncodeBytes(k);
-      reply(std::move(out));
+    case Command::kListKeys:
+      reply(ListKeys());
       break;
-    }
   }
   return absl::OkStatus();
 }

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "launcher/store/store_protocol.h"
 
 namespace ddprun::launcher::store {
@@ -44,6 +45,14 @@ class StoreState {
   bool Present(const std::string& key) const;
   void Wake(const std::string& key, bool just_one, std::vector<Reply>* replies);
   void Wait(ConnectionId from, const std::vector<std::string>& keys, std::vector<Reply>* replies);
+
+  // The commands with more than a line of work; each returns its reply's bytes.
+  std::string CompareSet(const std::string& key, const std::string& expected,
+                         const std::string& desired);
+  std::string MultiGet(const std::vector<std::string>& keys) const;
+  absl::StatusOr<std::string> Add(const std::string& key, int64_t amount);
+  std::string QueuePop(const std::string& key);
+  std::string ListKeys() const;
 
   std::unordered_map<std::string, std::string> data_;
   std::unordered_map<std::string, std::deque<std::string>> queues_;

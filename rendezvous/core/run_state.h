@@ -195,6 +195,24 @@ class RunState {
   // Decides the run from the claims: the round goes on, or restarts (the rule is documented
   // in run_state_recovery.cc).
   void Settle(TimePoint now, Outbox* out);
+  // The claims of the newest round: who claims it with workers, the shape they share, their
+  // group ranks, and the first thing wrong with them (empty when nothing is).
+  struct ClaimSurvey {
+    std::vector<ConnId> claimants;
+    std::string contradiction;
+    std::string told_over;  // a node that was told the round is over
+    const Assignment* shape = nullptr;
+    std::map<int, ConnId> by_rank;
+  };
+  ClaimSurvey SurveyClaims(int64_t newest) const;
+  // What is wrong with `node`'s claim against the round's shape and the ranks claimed so far
+  // (its own rank is added to `by_rank`); empty when nothing is.
+  std::string ContradictionOf(ConnId conn, const Node& node, const Assignment& shape,
+                              std::map<int, ConnId>* by_rank) const;
+  // Applies what the claimants' groups reported while the server was away.
+  void ReplayClaimedGroups(const std::vector<ConnId>& claimants,
+                           const std::map<ConnId, ResumeClaim>& claims, int64_t newest,
+                           TimePoint now, Outbox* out);
   // The majority rule's reference after a recovery: round `newest` as its claims show it.
   void ResetMajorityToClaimedRound(int64_t newest, const std::set<int>& gone);
 

@@ -177,6 +177,64 @@ void RunState::ResetMajorityToClaimedRound(int64_t newest, const std::set<int>& 
   last_round_.Reset(newest, std::move(member_ids), gone);
 }
 
+RunState::ClaimSurvey RunState::SurveyClaims(int64_t newest) const {
+  ClaimSurvey survey;
+  for (const auto& [conn, node] : nodes_) {
+    if (!node.claim || node.claim->last.round != newest || newest == 0) continue;
+    const Assignment& a = node.claim->last;
+    if (!HasWorkers(*node.claim)) {
+      if (survey.told_over.empty()) survey.told_over = Describe(node);
+      continue;
+    }
+    survey.claimants.push_back(conn);
+    if (survey.shape == nullptr) survey.shape = &a;
+    if (survey.contradiction.empty()) {
+      survey.contradiction = ContradictionOf(conn, node, *survey.shape, &survey.by_rank);
+    }
+  }
+  return survey;
+}
+
+std::string RunState::ContradictionOf(ConnId conn, const Node& node, const Assignment& shape,
+                                      std::map<int, ConnId>* by_rank) const {
+  const Assignment& a = node.claim->last;
+  if (a.group_world_size < 1 || a.group_world_size > max_nodes_) {
+    return absl::StrCat(Describe(node), " claims a round of ", a.group_world_size,
+                        " nodes; the run has at most ", max_nodes_);
+  }
+  if (!SameShape(a, shape)) {
+    return absl::StrCat(Describe(node), " claims a round of ", a.group_world_size,
+                        " nodes, world size ", a.world_size, ", master ", a.master_addr, ":",
+                        a.master_port, "; others claim ", shape.group_world_size,
+                        " nodes, world size ", shape.world_size, ", master ", shape.master_addr,
+                        ":", shape.master_port);
+  }
+  if (a.group_rank < 0 || a.group_rank >= a.group_world_size) {
+    return absl::StrCat(Describe(node), " claims group rank ", a.group_rank, " of ",
+                        a.group_world_size);
+  }
+  if (auto [it, fresh] = by_rank->emplace(a.group_rank, conn); !fresh) {
+    return absl::StrCat(Describe(nodes_.at(it->second)), " and ", Describe(node),
+                        " both claim group rank ", a.group_rank);
+  }
+  return "";
+}
+
+void RunState::ReplayClaimedGroups(const std::vector<ConnId>& claimants,
+                                   const std::map<ConnId, ResumeClaim>& claims, int64_t newest,
+                                   TimePoint now, Outbox* out) {
+  // What the groups reported while the server was away, as if it arrived now.
+  for (ConnId conn : claimants) {
+    const ResumeClaim& claim = claims.at(conn);
+    // Claimants are members of the newest round, so GroupStatus cannot refuse these.
+    if (claim.group == Group::kSucceeded) {
+      GroupStatus(conn, newest, GroupState::kSucceeded, std::nullopt, now, out).IgnoreError();
+    } else if (claim.group == Group::kFailed) {
+      GroupStatus(conn, newest, GroupState::kFailed, claim.failure, now, out).IgnoreError();
+    }
+  }
+}
+
 void RunState::Settle(TimePoint now, Outbox* out) {
   recovery_deadline_.reset();
   int64_t newest = 0;
@@ -185,38 +243,12 @@ void RunState::Settle(TimePoint now, Outbox* out) {
   }
   round_ = newest;
 
-  // The claimants of the newest round, and what is wrong with their claims.
-  std::vector<ConnId> claimants;
-  std::string contradiction, told_over;
-  const Assignment* shape = nullptr;
-  std::map<int, ConnId> by_rank;
-  for (const auto& [conn, node] : nodes_) {
-    if (!node.claim || node.claim->last.round != newest || newest == 0) continue;
-    const Assignment& a = node.claim->last;
-    if (!HasWorkers(*node.claim)) {
-      if (told_over.empty()) told_over = Describe(node);
-      continue;
-    }
-    claimants.push_back(conn);
-    if (shape == nullptr) shape = &a;
-    if (!contradiction.empty()) continue;
-    if (a.group_world_size < 1 || a.group_world_size > max_nodes_) {
-      contradiction = absl::StrCat(Describe(node), " claims a round of ", a.group_world_size,
-                                   " nodes; the run has at most ", max_nodes_);
-    } else if (!SameShape(a, *shape)) {
-      contradiction = absl::StrCat(Describe(node), " claims a round of ", a.group_world_size,
-                                   " nodes, world size ", a.world_size, ", master ", a.master_addr,
-                                   ":", a.master_port, "; others claim ", shape->group_world_size,
-                                   " nodes, world size ", shape->world_size, ", master ",
-                                   shape->master_addr, ":", shape->master_port);
-    } else if (a.group_rank < 0 || a.group_rank >= a.group_world_size) {
-      contradiction = absl::StrCat(Describe(node), " claims group rank ", a.group_rank, " of ",
-                                   a.group_world_size);
-    } else if (auto [it, fresh] = by_rank.emplace(a.group_rank, conn); !fresh) {
-      contradiction = absl::StrCat(Describe(nodes_.at(it->second)), " and ", Describe(node),
-                                   " both claim group rank ", a.group_rank);
-    }
-  }
+  ClaimSurvey survey = SurveyClaims(newest);
+  std::vector<ConnId>& claimants = survey.claimants;
+  const std::string& contradiction = survey.contradiction;
+  const std::string& told_over = survey.told_over;
+  const Assignment* shape = survey.shape;
+  const std::map<int, ConnId>& by_rank = survey.by_rank;
   std::vector<int> missing;
   const std::set<int> gone = GoneGroupRanks(newest);
   ResetMajorityToClaimedRound(newest, gone);
@@ -286,16 +318,7 @@ void RunState::Settle(TimePoint now, Outbox* out) {
     return;
   }
   for (ConnId conn : claimants) out->push_back({conn, ResumedNotice{newest}});
-  // What the groups reported while the server was away, as if it arrived now.
-  for (ConnId conn : claimants) {
-    const ResumeClaim& claim = claims.at(conn);
-    // Claimants are members of the newest round, so GroupStatus cannot refuse these.
-    if (claim.group == Group::kSucceeded) {
-      GroupStatus(conn, newest, GroupState::kSucceeded, std::nullopt, now, out).IgnoreError();
-    } else if (claim.group == Group::kFailed) {
-      GroupStatus(conn, newest, GroupState::kFailed, claim.failure, now, out).IgnoreError();
-    }
-  }
+  ReplayClaimedGroups(claimants, claims, newest, now, out);
   if (phase_ != RunPhase::kRunning || succeeded_in_round_ > 0) return;
   if (static_cast<size_t>(members_in_round()) < nodes_.size() && members_in_round() < max_nodes_) {
     for (const auto& [conn, node] : nodes_) {

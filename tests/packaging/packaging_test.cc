@@ -87,6 +87,9 @@ TEST_F(PackagingTest, InstallsEveryPieceWhereTheLayoutSays) {
       "share/ddprun/python/ddprun_inprocess.py",
       "share/doc/ddprun/README.md",
       "share/doc/ddprun/design.md",
+      "share/doc/ddprun/docs/guide/install.md",  // README.md's links, at their paths
+      "share/doc/ddprun/docs/troubleshooting.md",
+      "share/doc/ddprun/docs/images/status-page.png",
       "share/bash-completion/completions/ddprun",
       "share/zsh/vendor-completions/_ddprun",
       "lib/systemd/system/ddprun-rdzv.service",
