@@ -15,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "launcher/process/proc_info.h"
 #include "tests/testing/captured_log.h"
@@ -38,8 +39,10 @@ constexpr milliseconds kTimeout{10000};
 
 SpawnRequest NativeSpare(const std::string& mode) {
   SpawnRequest r;
-  r.program = FAKE_NATIVE_SPARE;  // tests/launcher/preload/CMakeLists.txt
-  r.argv = {r.program, "--train"};
+  // fake_native_spare, after the emulator in a cross build (tests/launcher/preload/CMakeLists.txt).
+  r.argv = absl::StrSplit(FAKE_NATIVE_SPARE, '|');
+  r.program = r.argv[0];
+  r.argv.push_back("--train");
   r.env = {{"PATH", "/usr/bin:/bin"}, {"FAKE_SPARE", mode}};
   return r;
 }
@@ -255,7 +258,15 @@ SpawnRequest PythonTemplate(const TempDir& dir, const std::string& probe) {
   return r;
 }
 
-class ProbeTest : public SparePoolTest, public ::testing::WithParamInterface<const char*> {};
+// How the fake interpreter's probe ends ($PROBE), and the warning that follows: `before` and
+// `after` the interpreter's path.
+struct ProbeOutcome {
+  const char* probe;
+  const char* before;
+  const char* after;
+};
+
+class ProbeTest : public SparePoolTest, public ::testing::WithParamInterface<ProbeOutcome> {};
 
 TEST_F(SparePoolTest, ProbeRunsWithTheHookFirstOnPythonPathThenSparesStart) {
   TempDir dir;
@@ -287,29 +298,26 @@ TEST_F(SparePoolTest, ProbeRunsWithTheHookFirstOnPythonPathThenSparesStart) {
 TEST_P(ProbeTest, FailedProbeMeansColdStartsWithOneWarningSayingWhy) {
   TempDir dir;
   MakePool(SpareHook::kPythonSitecustomize, {"numpy"});
-  ASSERT_TRUE(Start({PythonTemplate(dir, GetParam())}).ok());
+  ASSERT_TRUE(Start({PythonTemplate(dir, GetParam().probe)}).ok());
   const std::set<pid_t> own = runner_.Call([&] { return pool_->OwnPids(); });
   ASSERT_EQ(own.size(), 1u);
   EXPECT_TRUE(Reap(*own.begin()));
   EXPECT_FALSE(Active());
   EXPECT_EQ(SparePid(0), -1);
-  const std::string program = dir.File("python3");
-  const std::string why = std::string(GetParam()) == "3"
-                              ? " does not run sitecustomize (started with -E, -I or -S?)"
-                          : std::string(GetParam()) == "4" ? " is older than Python 3.9"
-                          : std::string(GetParam()) == "1" ? " ended with exit code 1"
-                                                           : " ended with killed by signal 9";
-  const std::string expected =
-      absl::StrCat("--preload: ",
-                   std::string(GetParam()) == "3" || std::string(GetParam()) == "4"
-                       ? program
-                       : absl::StrCat("the probe of ", program),
-                   why, "; workers start cold");
+  const std::string expected = absl::StrCat(GetParam().before, dir.File("python3"),
+                                            GetParam().after, "; workers start cold");
   EXPECT_TRUE(absl::StrContains(log_.text(), expected)) << log_.text() << "\nwanted: " << expected;
   EXPECT_EQ(log_.Count("workers start cold"), 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Outcomes, ProbeTest, ::testing::Values("3", "4", "1", "signal"));
+INSTANTIATE_TEST_SUITE_P(
+    Outcomes, ProbeTest,
+    ::testing::Values(ProbeOutcome{"3", "--preload: ",
+                                   " does not run sitecustomize (started with -E, -I or -S?)"},
+                      ProbeOutcome{"4", "--preload: ", " is older than Python 3.9"},
+                      ProbeOutcome{"1", "--preload: the probe of ", " ended with exit code 1"},
+                      ProbeOutcome{"signal", "--preload: the probe of ",
+                                   " ended with killed by signal 9"}));
 
 TEST_F(SparePoolTest, ProbeThatCannotStartMeansColdStartsNotAnError) {
   MakePool(SpareHook::kPythonSitecustomize, {"numpy"});
