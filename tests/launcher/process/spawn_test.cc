@@ -139,6 +139,8 @@ TEST(SpawnTest, KeepFdStaysOpenAtItsNumberAndOthersClose) {
       Shell(absl::StrCat("echo kept >&", kept[1], "; echo other >&", other[1], " || echo closed"));
   r.keep_fd = kept[1];
   auto [out, status] = RunForOutput(r);
+  EXPECT_EQ(fcntl(kept[1], F_GETFD) & FD_CLOEXEC, FD_CLOEXEC)
+      << "the agent's copy stays close-on-exec";
   close(kept[1]);
   close(other[1]);
   EXPECT_EQ(ReadUntilEof(kept[0]), "kept\n");
@@ -146,7 +148,6 @@ TEST(SpawnTest, KeepFdStaysOpenAtItsNumberAndOthersClose) {
   EXPECT_TRUE(absl::StrContains(out, "closed")) << out;
   close(kept[0]);
   close(other[0]);
-  // The agent's own descriptor is untouched (still close-on-exec).
 }
 
 TEST(SpawnTest, BindsToTheGivenCpus) {
