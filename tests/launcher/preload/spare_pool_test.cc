@@ -11,6 +11,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <ostream>
 #include <string>
 
 #include "absl/strings/match.h"
@@ -265,6 +266,8 @@ struct ProbeOutcome {
   const char* before;
   const char* after;
 };
+
+void PrintTo(const ProbeOutcome& outcome, std::ostream* os) { *os << outcome.probe; }
 
 class ProbeTest : public SparePoolTest, public ::testing::WithParamInterface<ProbeOutcome> {};
 
