@@ -180,6 +180,29 @@ TEST_F(SparePoolTest, SpareKilledBySignalIsDescribedAndReplaced) {
   EXPECT_TRUE(Active());
 }
 
+TEST_F(SparePoolTest, SpareThatDiedUnreapedIsNotHandedTheStart) {
+  // The spare dies just before a start, its SIGCHLD not yet handled: Launch must see that it
+  // is gone and start the worker cold rather than hand a start to a corpse.
+  MakePool(SpareHook::kNativeProgram);
+  ASSERT_TRUE(Start({NativeSpare("ready")}).ok());
+  const pid_t spare = WaitForSpare(0);
+  ASSERT_GT(spare, 0);
+  ASSERT_TRUE(WaitUntil([&] { return SpareReady(0); }, kTimeout));
+  ASSERT_EQ(kill(spare, SIGKILL), 0);
+  siginfo_t info{};
+  ASSERT_EQ(waitid(P_PID, static_cast<id_t>(spare), &info, WEXITED | WNOWAIT), 0);
+  absl::StatusOr<pid_t> worker =
+      runner_.Call([&] { return pool_->Launch(0, NativeSpare("exit:0")); });
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  EXPECT_NE(*worker, spare);
+  EXPECT_EQ(runner_.Call([&] { return pool_->handed_over(); }), 0);
+  EXPECT_TRUE(
+      absl::StrContains(log_.text(), absl::StrCat("(pid ", spare, ") ended (killed by signal 9)")))
+      << log_.text();
+  EXPECT_EQ(ProcessState(spare), '?') << "reaped by Launch";
+  EXPECT_FALSE(Reap(*worker));
+}
+
 TEST_F(SparePoolTest, ThreeEarlyDeathsInARowTurnPreloadingOff) {
   MakePool(SpareHook::kNativeProgram);
   ASSERT_TRUE(Start({NativeSpare("exit:7")}).ok());
