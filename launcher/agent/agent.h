@@ -1,5 +1,9 @@
 // The per-node agent: joins the rendezvous, starts one worker per local rank with the torchrun
-// environment, watches them, and carries out AgentStateMachine's decisions. Owns one EventLoop;
+// environment, watches them, and carries out AgentStateMachine's decisions. Its definition is
+// split by concept: agent.cc (the run and the rendezvous' events), agent_setup.cc,
+// agent_actions.cc (the action executor), agent_failure.cc (a worker's exit into a failure
+// report), agent_readiness.cc (GPU memory release, health checks), agent_record.cc (timeline,
+// ledger, events) and agent_signals.cc (reaping and signals). Owns one EventLoop;
 // signals (signalfd), child exits (SIGCHLD through the same signalfd), worker output (pipes) and
 // rendezvous events (posted) all arrive on it, so no state is shared between threads.
 #ifndef DDPRUN_LAUNCHER_AGENT_AGENT_H_
@@ -7,13 +11,15 @@
 
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "common/event_loop.h"
-#include "launcher/agent/agent_state.h"
 #include "launcher/agent/goodput_ledger.h"
 #include "launcher/agent/in_process_rounds.h"
 #include "launcher/agent/run_timeline.h"
+#include "launcher/agent/state/agent_state.h"
 #include "launcher/causes/death_explainer.h"
 #include "launcher/config/host_info.h"
 #include "launcher/config/options.h"
@@ -58,10 +64,45 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   void OnStacksTaken() override;
 
  private:
+  // Per local rank, what the agent keeps about its worker (the worker group keeps its
+  // processes, the state machine its decisions' per-rank state).
+  struct LocalRankRecord {
+    // The attempt whose folder holds its current worker's logs and error file (in-process
+    // recovery keeps survivors of earlier attempts).
+    int attempt = 0;
+    std::optional<WorkerExit> exit;  // how its worker of the current group ended; none: running
+    std::set<int> cpus;              // --numa-binding; empty: off
+  };
+
+  // Setup (agent_setup.cc).
   absl::Status Prepare();
-  // --numa-binding: each local rank's CPUs (worker_cpus_), or an error naming the flag.
+  // LOG_DIR/RUN_ID (never an earlier job's), or a temporary directory; events.jsonl there.
+  absl::Status PrepareLogRoot();
+  // The GPU memory wait and the --health-check (readiness before a cold start).
+  void PrepareReadiness();
+  // What Run() joins the rendezvous with.
+  rendezvous::NodeInfo MakeNodeInfo() const;
+  // --numa-binding: each local rank's CPUs, or an error naming the flag.
   absl::Status PlanNumaBinding();
+  // --restart-mode=in-process: the control channel (in the private IPC directory).
+  absl::Status StartInProcessRounds();
+  // What the environment of local rank `lr`'s worker is built from (the error file aside).
+  WorkerEnvSpec EnvSpec(int local_rank) const;
+  // How local rank `lr`'s worker process is started from `env` (its command, CPUs, the hang
+  // monitor's variables): one place for workers and their --preload spares, whose hand-over
+  // requires the same command.
+  SpawnRequest WorkerSpawn(int lr, Environment env) const;
+  // --preload: one spare per local rank, started now so the imports overlap the rendezvous.
+  absl::Status StartSpares();
+  static absl::Status MakeDirs(const std::string& path);
+
+  // The action executor (agent_actions.cc): carries out the state machine's decisions.
   void Execute(const std::vector<AgentAction>& actions);
+  void Execute(const AgentAction& action);
+  void AbortRound(const AgentAction& action);
+  void StopWorkers(const AgentAction& action);
+  void StepIn();
+  void ExitAgent(const AgentAction& action);
   void StartWorkers(const rendezvous::Assignment& assignment);
   // "ranks 4-7 of 8 (node 1 of 2), master h:p, restart 2": where a round puts this node.
   std::string DescribeRound(const rendezvous::Assignment& a) const;
@@ -76,54 +117,58 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   // Local rank `lr`'s worker for round `a`: its environment, command, streams and logs (in
   // this attempt's folder).
   WorkerLaunch MakeLaunch(int lr, const rendezvous::Assignment& a);
-  // --restart-mode=in-process: the control channel (in the private IPC directory).
-  absl::Status StartInProcessRounds();
-  // The error file of local rank `lr`'s current (or last) worker.
-  std::string WorkerErrorFile(int lr) const;
   // Opens this attempt's filtered_std{out,err}.log (closing the last attempt's).
   void OpenFilteredLogs();
-  // Under another launcher (TORCHELASTIC_ERROR_FILE in ddprun's own environment): the root
-  // cause's error file goes up to it with errorCode, as torchrun's @record does.
-  void RelayErrorFileToParent(const std::string& worker_file, const WorkerExit& cause);
-  void OnSignals();
-  void ReapChildren();
-  // SIGKILLs the processes workers detached (stray_children.h); between groups and at the end.
-  void KillWhatWorkersLeft();
-  void Finish(int exit_code, const std::string& reason);
-  // Records a step of the run (run_timeline.h): events.jsonl with --log-dir, and after a
-  // restart the cycle's timeline line. Fills in the times.
-  void RecordStep(StepEvent event);
-  // --event-log-handler=console: torchrun's end-of-run events (event_log.h) on stderr.
-  void WriteEventLog(int exit_code, const std::string& reason);
-  std::string ErrorFilePath(int attempt, int local_rank) const;
-  // What the environment of local rank `lr`'s worker is built from (the error file aside).
-  WorkerEnvSpec EnvSpec(int local_rank) const;
-  // How local rank `lr`'s worker process is started from `env` (its command, CPUs, the hang
-  // monitor's variables): one place for workers and their --preload spares, whose hand-over
-  // requires the same command.
-  SpawnRequest WorkerSpawn(int lr, Environment env) const;
-  // --preload: one spare per local rank, started now so the imports overlap the rendezvous.
-  absl::Status StartSpares();
   // When this agent hosts the rendezvous server, other nodes may still be running: keep
   // serving them until they have all left, then stop the loop.
   void StopLoopWhenServerIdle();
+  void Finish(int exit_code, const std::string& reason);
+
+  // A worker's exit into a failure report (agent_failure.cc, failure_record.h).
   // Hang detection (hang_monitor.h).
   void OnHang(const HangVerdict& verdict);
-  // A worker's step report: the goodput ledger's clock of useful work.
-  void OnStepReport(int local_rank, int64_t step);
-  // Feeds the ledger with a timeline step just recorded.
-  void NoteInLedger(const StepEvent& event);
-  void ReportProgress(const std::vector<LocalProgress>& progress, bool urgent);
-  void NoteHangNotice(const std::optional<rendezvous::HangNotice>& hang);
+  // kReportFailed: the timeline step, the log line and the report to the rendezvous.
+  void ReportFailure(const AgentAction& action);
+  // The summary printed when the job fails (failure_report.h).
+  void WriteFailureReport(const std::string& reason);
+  // The error file of local rank `lr`'s current (or last) worker.
+  std::string WorkerErrorFile(int lr) const;
+  std::string ErrorFilePath(int attempt, int local_rank) const;
+  // Under another launcher (TORCHELASTIC_ERROR_FILE in ddprun's own environment): the root
+  // cause's error file goes up to it with errorCode, as torchrun's @record does.
+  void RelayErrorFileToParent(const std::string& worker_file, const WorkerExit& cause);
   // "LOG_ROOT/attempt_N/*/stacks.txt" when this attempt's stacks were taken, else "".
   std::string StacksGlob() const;
-  // Before a cold start (HealthGate): the previous workers' GPU memory released, then the
-  // --health-check (README, Health checks); the verdict goes to the state machine.
+  void NoteHangNotice(const std::optional<rendezvous::HangNotice>& hang);
+
+  // Readiness (agent_readiness.cc). Before a cold start (HealthGate): the previous workers' GPU
+  // memory released, then the --health-check (README, Health checks); the verdict goes to the
+  // state machine, which also decides when to give up.
   void CheckReadiness();
   void NoteGpuRelease(const GpuReleaseResult& result);
   // --health-check: one run, its verdict, the next try.
   void RunHealthCheck();
   void OnHealthVerdict(const HealthVerdict& verdict);
+
+  // The run record (agent_record.cc): timeline, events.jsonl, goodput ledger, torchrun's events.
+  // Records a step of the run (run_timeline.h): events.jsonl with --log-dir, and after a
+  // restart the cycle's timeline line. Fills in the times.
+  void RecordStep(StepEvent event);
+  // Feeds the ledger with a timeline step just recorded.
+  void NoteInLedger(const StepEvent& event);
+  // A worker's step report: the goodput ledger's clock of useful work.
+  void OnStepReport(int local_rank, int64_t step);
+  void ReportProgress(const std::vector<LocalProgress>& progress, bool urgent);
+  // --event-log-handler=console: torchrun's end-of-run events (event_log.h) on stderr.
+  void WriteEventLog(int exit_code, const std::string& reason);
+
+  // Reaping and signals (agent_signals.cc).
+  absl::Status WatchSignals();
+  void OnSignals();
+  void ReapChildren();
+  // SIGKILLs the processes workers detached (stray_children.h); between groups and at the end.
+  void KillWhatWorkersLeft();
+  void DrainKernelLog();  // and DeathExplainer::Watch; every second
 
   const LaunchOptions options_;
   const Environment env_;
@@ -142,9 +187,7 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   rendezvous::Rendezvous* rendezvous_ = nullptr;  // setup_.rendezvous
   std::unique_ptr<WorkerGroup> group_;
   std::unique_ptr<InProcessRounds> reform_;  // --restart-mode=in-process; null: cold
-  // By local rank: the attempt whose folder holds its current worker's logs and error file
-  // (in-process recovery keeps survivors of earlier attempts).
-  std::vector<int> worker_attempt_;
+  std::vector<LocalRankRecord> ranks_;       // by local rank, nproc_per_node of them
   // --duplicate-std{out,err}-filters: the current attempt's filtered_std{out,err}.log, or -1.
   int filtered_fds_[2] = {-1, -1};
   rendezvous::Assignment current_{};
@@ -164,30 +207,23 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   // A step report or a stdout line from a worker since this node's workers last started
   // (the crash-loop breaker's progress, rendezvous/api/crash_loop.h).
   bool progress_in_attempt_ = false;
-  void DrainKernelLog();       // and DeathExplainer::Watch; every second
   std::string ipc_dir_;        // private directory of the FIFOs; removed at exit
   std::string module_dir_;     // in-process mode: ipc_dir_/python, on the workers' PYTHONPATH
   std::string straggler_;      // named by the rendezvous for the last hang
   bool stacks_taken_ = false;  // some attempt's stacks were written: keep a temporary log root
   TimePoint started_{};        // Run() began (the events' total_run_time)
-  // How each worker of the current group ended, by local rank (nullopt: still running).
-  std::vector<std::optional<WorkerExit>> exits_;
-  std::vector<std::set<int>> worker_cpus_;  // --numa-binding, by local rank; empty: off
-  std::unique_ptr<RunTimeline> timeline_;   // made once the run id is known
-  std::unique_ptr<GoodputLedger> ledger_;   // made when Run() begins
-  int events_fd_ = -1;                      // LOG_ROOT/events.jsonl with --log-dir
-  bool failure_in_cycle_ = false;           // a failure step since the last workers started
-  bool stopping_ = false;                   // a stop step not yet finished
+  std::unique_ptr<RunTimeline> timeline_;  // made once the run id is known
+  std::unique_ptr<GoodputLedger> ledger_;  // made when Run() begins
+  int events_fd_ = -1;                     // LOG_ROOT/events.jsonl with --log-dir
+  bool failure_in_cycle_ = false;          // a failure step since the last workers started
+  bool stopping_ = false;                  // a stop step not yet finished
   bool awaiting_first_progress_ = false;
   // --health-check; null: none. Declared after loop_, which it uses until destroyed.
   std::unique_ptr<HealthCheck> health_;
-  std::unique_ptr<GpuReleaseWait> gpu_release_;    // null: no nvidia-smi, or the wait is off
-  std::set<pid_t> started_worker_pids_;            // of the last cold start, for gpu_release_
-  int health_failures_ = 0;                        // in a row
-  std::optional<TimePoint> health_failing_since_;  // the first failure of that streak
-  Duration health_give_up_after_{};                // the rendezvous' join_timeout
-  rendezvous::NodeInfo node_;                      // what Run() joins with
-  bool joined_ = false;                            // Join() called (a later step in is StepIn())
+  std::unique_ptr<GpuReleaseWait> gpu_release_;  // null: no nvidia-smi, or the wait is off
+  std::set<pid_t> started_worker_pids_;          // of the last cold start, for gpu_release_
+  rendezvous::NodeInfo node_;                    // what Run() joins with
+  bool joined_ = false;                          // Join() called (a later step in is StepIn())
 };
 
 }  // namespace ddprun::launcher

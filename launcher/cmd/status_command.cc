@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/strings.h"
-#include "launcher/agent/agent_state.h"
+#include "launcher/agent/state/agent_state.h"
 #include "launcher/config/cli.h"
 #include "launcher/rdzv/rendezvous_setup.h"
 #include "rendezvous/api/grpc_rendezvous_plugin.h"

@@ -22,6 +22,7 @@
 #include "common/log.h"
 #include "common/temp_dir.h"
 #include "launcher/preload/preload_hook_py.h"  // kPreloadHookSource, generated from preload_hook.py
+#include "launcher/process/exit_status.h"
 #include "launcher/process/proc_info.h"
 
 namespace ddprun::launcher {
@@ -36,11 +37,6 @@ constexpr std::chrono::milliseconds kRespawnDelay{200};
 constexpr std::chrono::milliseconds kSettleAfterStart{3000};
 // The probe's own code, run only when the hook was not: tells ddprun so by its exit code.
 constexpr char kProbeCode[] = "import sys; sys.exit(3)";
-
-std::string DescribeExit(int wait_status) {
-  if (WIFSIGNALED(wait_status)) return absl::StrCat("killed by signal ", WTERMSIG(wait_status));
-  return absl::StrCat("exit code ", WEXITSTATUS(wait_status));
-}
 
 // The spare's stdout or stderr until the hand-over: a file in memory that the hook copies to
 // the worker's real stream then.

@@ -31,8 +31,8 @@
 //       +------------------- failed: step out ------------------------- kRunning
 //
 // In-process recovery's survivors keep running: a re-formed round is not gated.
-#ifndef DDPRUN_LAUNCHER_AGENT_AGENT_STATE_H_
-#define DDPRUN_LAUNCHER_AGENT_AGENT_STATE_H_
+#ifndef DDPRUN_LAUNCHER_AGENT_STATE_AGENT_STATE_H_
+#define DDPRUN_LAUNCHER_AGENT_STATE_AGENT_STATE_H_
 
 #include <optional>
 #include <string>
@@ -63,6 +63,13 @@ enum class HealthGate { kNone, kBeforeEachRound };
 enum class StopMode {
   kGracefully,       // SIGTERM every worker's process group, SIGKILL after the grace period
   kTakeStacksFirst,  // a worker hung here or on another node: every worker's stacks first
+};
+
+// One run of the node's readiness check (--health-check), as the agent saw it.
+struct HealthCheckResult {
+  bool passed = false;
+  std::string described;  // "--health-check 'cmd' exited 1 after 0.2 s: ..."
+  TimePoint at{};         // when the verdict came (steady clock)
 };
 
 struct AgentAction {
@@ -107,8 +114,11 @@ class AgentStateMachine {
     kDone
   };
 
+  // `health_give_up_after`: how long the readiness check may keep failing in a row before the
+  // agent gives up (OnHealthVerdict); the rendezvous' join_timeout.
   explicit AgentStateMachine(int nproc_per_node, RestartMode mode = RestartMode::kCold,
-                             HealthGate gate = HealthGate::kNone);
+                             HealthGate gate = HealthGate::kNone,
+                             Duration health_give_up_after = Duration::max());
 
   std::vector<AgentAction> OnAssignment(const rendezvous::Assignment& assignment);
   std::vector<AgentAction> OnWorkerExited(const WorkerExit& exit);
@@ -124,6 +134,12 @@ class AgentStateMachine {
   std::vector<AgentAction> OnStopSignal(int signal);
   // The --health-check's verdict (`why`: its description, for the step-out's reason).
   std::vector<AgentAction> OnHealthChecked(bool passed, const std::string& why);
+  // A --health-check run's verdict, with the give-up decision: the failures in a row are
+  // counted, and once they have lasted `health_give_up_after` the agent leaves and ends with
+  // kExitRendezvous (OnHealthAbandoned); else as OnHealthChecked ("health check failed: ...").
+  std::vector<AgentAction> OnHealthVerdict(const HealthCheckResult& result);
+  // Failed checks since the last one that passed (the agent's retry back-off).
+  int health_failures_in_row() const { return health_failures_; }
   // The check kept failing for too long (`why` says so): the agent ends with `exit_code`.
   std::vector<AgentAction> OnHealthAbandoned(int exit_code, const std::string& why);
   // In-process mode: local rank `local_rank`'s current worker said hello on the control
@@ -175,12 +191,21 @@ class AgentStateMachine {
   const int nproc_;
   const RestartMode mode_;
   const HealthGate gate_;
-  bool health_passed_ = false;  // a check passed since the last cold start
-  std::vector<bool> alive_;     // by local rank: its worker of this round runs
-  std::vector<bool> speaks_;    // by local rank: its current worker said hello
-  // By local rank: a hung worker being stopped (stacks first); the next round waits for its
-  // exit, so that its replacement never runs beside it.
-  std::vector<bool> dying_;
+  const Duration health_give_up_after_;
+  bool health_passed_ = false;                     // a check passed since the last cold start
+  int health_failures_ = 0;                        // in a row
+  std::optional<TimePoint> health_failing_since_;  // the first failure of that streak
+  // What the decisions keep about each local rank's worker, in one table.
+  struct RankState {
+    bool alive = false;   // its worker of this round runs
+    bool speaks = false;  // its current worker said hello (in-process mode)
+    // A hung worker being stopped (stacks first); the next round waits for its exit, so that
+    // its replacement never runs beside it.
+    bool dying = false;
+  };
+  std::vector<RankState> ranks_;  // by local rank
+  // Whether some local rank's hung worker is still being stopped.
+  bool AnyDying() const;
   Phase phase_;  // kSittingOut with a health gate (not joined yet), else kRendezvous
   int64_t round_ = -1;
   int live_ = 0;
@@ -198,4 +223,4 @@ class AgentStateMachine {
 
 }  // namespace ddprun::launcher
 
-#endif  // DDPRUN_LAUNCHER_AGENT_AGENT_STATE_H_
+#endif  // DDPRUN_LAUNCHER_AGENT_STATE_AGENT_STATE_H_

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
-#include "launcher/agent/agent_state.h"
+#include "launcher/agent/state/agent_state.h"
 
 namespace ddprun::launcher {
 namespace {

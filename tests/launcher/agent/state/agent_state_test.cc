@@ -1,6 +1,6 @@
 // The agent's restart policy, driven with fake worker exits, a fake clock and the real
 // LocalRendezvous on a queue executor: no processes, no threads.
-#include "launcher/agent/agent_state.h"
+#include "launcher/agent/state/agent_state.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>

@@ -1,8 +1,9 @@
-#include "launcher/agent/agent_state.h"
+#include "launcher/agent/state/agent_state.h"
 
 #include <csignal>
 
 #include "absl/strings/str_cat.h"
+#include "launcher/health/health_verdict.h"  // SecondsText
 
 namespace ddprun::launcher {
 
@@ -17,21 +18,28 @@ StopMode StopModeFor(const std::optional<rendezvous::HangNotice>& hang) {
 
 }  // namespace
 
-AgentStateMachine::AgentStateMachine(int nproc_per_node, RestartMode mode, HealthGate gate)
+AgentStateMachine::AgentStateMachine(int nproc_per_node, RestartMode mode, HealthGate gate,
+                                     Duration health_give_up_after)
     : nproc_(nproc_per_node),
       mode_(mode),
       gate_(gate),
-      alive_(nproc_per_node, false),
-      speaks_(nproc_per_node, false),
-      dying_(nproc_per_node, false),
+      health_give_up_after_(health_give_up_after),
+      ranks_(nproc_per_node),
       phase_(gate == HealthGate::kBeforeEachRound ? Phase::kSittingOut : Phase::kRendezvous) {}
 
 void AgentStateMachine::OnWorkerSpeaks(int local_rank) {
-  if (local_rank >= 0 && local_rank < nproc_) speaks_[local_rank] = true;
+  if (local_rank >= 0 && local_rank < nproc_) ranks_[local_rank].speaks = true;
 }
 
 bool AgentStateMachine::Speaks(int local_rank) const {
-  return local_rank >= 0 && local_rank < nproc_ && speaks_[local_rank];
+  return local_rank >= 0 && local_rank < nproc_ && ranks_[local_rank].speaks;
+}
+
+bool AgentStateMachine::AnyDying() const {
+  for (const RankState& rank : ranks_) {
+    if (rank.dying) return true;
+  }
+  return false;
 }
 
 bool AgentStateMachine::CanRecoverInProcess() const {
@@ -39,7 +47,7 @@ bool AgentStateMachine::CanRecoverInProcess() const {
   // Every worker of the round, live or not: a dead one that never spoke is a script that does
   // not speak the protocol, and its replacement would not either.
   for (int lr = 0; lr < nproc_; ++lr) {
-    if (!speaks_[lr]) return false;
+    if (!ranks_[lr].speaks) return false;
   }
   return true;
 }
@@ -69,11 +77,11 @@ std::vector<AgentAction> AgentStateMachine::Reform(const rendezvous::Assignment&
   AgentAction reform{Type::kReformWorkers};
   reform.assignment = a;
   for (int lr = 0; lr < nproc_; ++lr) {
-    if (!alive_[lr]) {
+    if (!ranks_[lr].alive) {
       reform.local_ranks.push_back(lr);
-      speaks_[lr] = false;  // a new process: it has to say hello itself
+      ranks_[lr].speaks = false;  // a new process: it has to say hello itself
     }
-    alive_[lr] = true;
+    ranks_[lr].alive = true;
   }
   BeginRound(a);
   return {reform};
@@ -104,19 +112,15 @@ std::vector<AgentAction> AgentStateMachine::OnAssignment(const rendezvous::Assig
         return {AgentAction{Type::kCheckHealth}};
       }
       BeginRound(a);
-      alive_.assign(nproc_, true);
-      speaks_.assign(nproc_, false);
-      dying_.assign(nproc_, false);
+      ranks_.assign(nproc_, RankState{/*alive=*/true, /*speaks=*/false, /*dying=*/false});
       AgentAction start{Type::kStartWorkers};
       start.assignment = a;
       return {start};
     }
     case Phase::kAwaitingRound:
-      for (bool dying : dying_) {
-        if (dying) {
-          pending_assignment_ = a;
-          return {};
-        }
+      if (AnyDying()) {
+        pending_assignment_ = a;
+        return {};
       }
       return Reform(a);
     case Phase::kRunning: {
@@ -175,6 +179,25 @@ std::vector<AgentAction> AgentStateMachine::OnHealthChecked(bool passed, const s
   return {out};
 }
 
+std::vector<AgentAction> AgentStateMachine::OnHealthVerdict(const HealthCheckResult& result) {
+  if (result.passed) {
+    health_failures_ = 0;
+    health_failing_since_.reset();
+    return OnHealthChecked(true, result.described);
+  }
+  ++health_failures_;
+  if (!health_failing_since_.has_value()) health_failing_since_ = result.at;
+  const Duration failing = result.at - *health_failing_since_;
+  if (failing >= health_give_up_after_) {
+    return OnHealthAbandoned(
+        kExitRendezvous,
+        absl::StrCat("the health check has failed for ", health_failures_, " tries in a row over ",
+                     SecondsText(failing), " (join_timeout ", SecondsText(health_give_up_after_),
+                     "); last: ", result.described));
+  }
+  return OnHealthChecked(false, absl::StrCat("health check failed: ", result.described));
+}
+
 std::vector<AgentAction> AgentStateMachine::OnHealthAbandoned(int exit_code,
                                                               const std::string& why) {
   if (!WithoutWorkers()) return {};
@@ -190,22 +213,20 @@ std::vector<AgentAction> AgentStateMachine::OnWorkerExited(const WorkerExit& exi
     return {};
   }
   if (exit.local_rank >= 0 && exit.local_rank < nproc_) {
-    if (!alive_[exit.local_rank]) return {};  // already counted
-    alive_[exit.local_rank] = false;
+    if (!ranks_[exit.local_rank].alive) return {};  // already counted
+    ranks_[exit.local_rank].alive = false;
   }
   if (live_ > 0) --live_;
   if (phase_ == Phase::kAwaitingRound) {
     // A survivor died between rounds, or the hung worker is gone: the next round replaces it.
     // The round it belonged to is already over, so there is nothing to report.
     const bool was_dying =
-        exit.local_rank >= 0 && exit.local_rank < nproc_ && dying_[exit.local_rank];
-    if (was_dying) dying_[exit.local_rank] = false;
+        exit.local_rank >= 0 && exit.local_rank < nproc_ && ranks_[exit.local_rank].dying;
+    if (was_dying) ranks_[exit.local_rank].dying = false;
     if (!was_dying && !exit.ok() && root_cause_ && other_failures_.size() < 64) {
       other_failures_.push_back(exit);
     }
-    for (bool dying : dying_) {
-      if (dying) return {};
-    }
+    if (AnyDying()) return {};
     if (pending_assignment_.has_value()) {
       rendezvous::Assignment next = *pending_assignment_;
       pending_assignment_.reset();
@@ -218,8 +239,8 @@ std::vector<AgentAction> AgentStateMachine::OnWorkerExited(const WorkerExit& exi
     // hung worker that in-process mode was stopping alone (stacks first) ends by our hand too,
     // even when a close or a signal turned that into a graceful stop of the group.
     const bool was_dying =
-        exit.local_rank >= 0 && exit.local_rank < nproc_ && dying_[exit.local_rank];
-    if (was_dying) dying_[exit.local_rank] = false;
+        exit.local_rank >= 0 && exit.local_rank < nproc_ && ranks_[exit.local_rank].dying;
+    if (was_dying) ranks_[exit.local_rank].dying = false;
     const bool ours = exit.signal == SIGTERM || exit.signal == SIGKILL ||
                       (stopping_for_hang_ && exit.signal == SIGABRT) || was_dying;
     if (!exit.ok() && !ours && root_cause_ && other_failures_.size() < 64) {
@@ -259,7 +280,7 @@ std::vector<AgentAction> AgentStateMachine::Fail(const WorkerExit& cause, int ha
   if (CanRecoverInProcess()) {
     if (hung) {
       // Only the hung worker goes (stacks first); the others re-form without it.
-      dying_[cause.local_rank] = true;
+      ranks_[cause.local_rank].dying = true;
       AgentAction stop{Type::kStopWorkers};
       stop.stop_mode = StopMode::kTakeStacksFirst;
       stop.local_rank = cause.local_rank;

@@ -1,0 +1,117 @@
+#include "launcher/agent/failure_record.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/signal_names.h"
+#include "rendezvous/api/run_status.h"
+
+namespace ddprun::launcher {
+namespace {
+
+int64_t Micros(TimePoint t) {
+  return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
+}
+
+// The rendezvous' label of the failure (rendezvous::kFailure*).
+std::string CauseLabel(const WorkerExit& exit) {
+  switch (KindOf(exit)) {
+    case FailureKind::kHang:
+      return rendezvous::kFailureHang;
+    case FailureKind::kSignal:
+      return DeathCauseLabel(exit.cause.kind);
+    case FailureKind::kExit:
+      break;
+  }
+  return rendezvous::kFailureExit;
+}
+
+}  // namespace
+
+FailureKind KindOf(const WorkerExit& exit) {
+  if (!exit.hang.empty()) return FailureKind::kHang;
+  return exit.signal != 0 ? FailureKind::kSignal : FailureKind::kExit;
+}
+
+WorkerDeath DeathOf(const WorkerExit& exit) {
+  WorkerDeath death;
+  death.pid = exit.pid;
+  death.signal = exit.signal;
+  death.started_us = Micros(exit.started);
+  death.died_us = Micros(exit.when);
+  death.killed_by_agent = exit.signalled_by_agent;
+  death.comm = exit.comm;
+  return death;
+}
+
+std::string FailureMessage(const WorkerExit& exit, const FailureMessageSources& sources) {
+  if (KindOf(exit) == FailureKind::kHang) return exit.hang;
+  if (!sources.kill_reason.empty()) return sources.kill_reason;
+  if (sources.error_file_message) {
+    if (std::optional<std::string> message = sources.error_file_message()) return *message;
+  }
+  if (!sources.start_error.empty()) return sources.start_error;
+  if (!sources.stderr_tail.empty()) return sources.stderr_tail.back();
+  return "";
+}
+
+std::string CrashLoopSignature(const WorkerExit& exit, const std::string& cause_label,
+                               const std::string& message) {
+  std::string how;
+  switch (KindOf(exit)) {
+    case FailureKind::kHang:
+      return "";
+    case FailureKind::kSignal:
+      if (!MayRepeatByItself(exit.cause.kind, exit.signal)) return "";
+      how = absl::StrCat("signal ", SignalName(exit.signal));
+      break;
+    case FailureKind::kExit:
+      how = absl::StrCat("exit code ", exit.exit_code);
+      break;
+  }
+  return absl::StrCat(how, " (", cause_label, ")", message.empty() ? "" : ": ", message);
+}
+
+rendezvous::WorkerFailure ReportOf(const WorkerExit& exit, const FailureContext& context) {
+  rendezvous::WorkerFailure failure;
+  failure.hostname = context.hostname;
+  failure.rank = exit.rank;
+  failure.local_rank = exit.local_rank;
+  failure.pid = exit.pid;
+  failure.exit_code = exit.exit_code;
+  failure.signal = exit.signal;
+  failure.hang = KindOf(exit) == FailureKind::kHang;
+  failure.cause_kind = CauseLabel(exit);
+  failure.cause = exit.cause.text;
+  failure.message = context.message;
+  if (context.crash_loop == CrashLoop::kStop) {
+    failure.signature = CrashLoopSignature(exit, failure.cause_kind, failure.message);
+    if (!failure.signature.empty()) failure.made_progress = context.made_progress;
+  }
+  return failure;
+}
+
+StepEvent FailureStepOf(const WorkerExit& exit, int64_t round, const std::string& hostname) {
+  StepEvent detected{Step::kFailureDetected};
+  switch (KindOf(exit)) {
+    case FailureKind::kHang:
+      detected.cause = kCauseHang;
+      detected.detail = absl::StrCat("hung (", exit.hang, ")");
+      break;
+    case FailureKind::kSignal:
+      detected.cause = kCauseWorkerSignal;
+      detected.detail = absl::StrCat("was killed by ", SignalName(exit.signal),
+                                     exit.cause.text.empty() ? "" : ": ", exit.cause.text);
+      break;
+    case FailureKind::kExit:
+      detected.cause = kCauseWorkerExit;
+      detected.detail = absl::StrCat("exited ", exit.exit_code);
+      break;
+  }
+  detected.rank = exit.rank;
+  detected.host = hostname;
+  detected.round = round;
+  return detected;
+}
+
+}  // namespace ddprun::launcher
