@@ -85,6 +85,13 @@ class SparePoolTest : public ::testing::Test {
         kTimeout);
     return pid > 0 && pid != not_this ? pid : -1;
   }
+  // A native pool whose one spare (local rank 0) has said "ready"; its pid, -1 when it did not.
+  pid_t StartReadySpare() {
+    MakePool(SpareHook::kNativeProgram);
+    if (!Start({NativeSpare("ready")}).ok()) return -1;
+    const pid_t spare = WaitForSpare(0);
+    return spare > 0 && WaitUntil([&] { return SpareReady(0); }, kTimeout) ? spare : -1;
+  }
   // Reaps `pid` and hands its exit to the pool; what HandleChildExit returned.
   bool Reap(pid_t pid, int* wait_status = nullptr) {
     std::optional<int> status = WaitForChild(pid, kTimeout);
@@ -99,11 +106,8 @@ class SparePoolTest : public ::testing::Test {
 };
 
 TEST_F(SparePoolTest, HandsTheStartToTheReadySpareWithItsEnvironmentAndOutput) {
-  MakePool(SpareHook::kNativeProgram);
-  ASSERT_TRUE(Start({NativeSpare("ready")}).ok());
-  const pid_t spare = WaitForSpare(0);
-  ASSERT_GT(spare, 0);
-  ASSERT_TRUE(WaitUntil([&] { return SpareReady(0); }, kTimeout)) << log_.text();
+  const pid_t spare = StartReadySpare();
+  ASSERT_GT(spare, 0) << log_.text();
   EXPECT_TRUE(log_.WaitFor("preload: local rank 0 spare (pid ", 1, absl::Seconds(5)));
   EXPECT_EQ(ProcessGroupOf(spare), spare) << "a spare is its own process group";
 
@@ -165,11 +169,8 @@ TEST_F(SparePoolTest, LocalRankWithoutASpareStartsCold) {
 }
 
 TEST_F(SparePoolTest, SpareKilledBySignalIsDescribedAndReplaced) {
-  MakePool(SpareHook::kNativeProgram);
-  ASSERT_TRUE(Start({NativeSpare("ready")}).ok());
-  const pid_t spare = WaitForSpare(0);
-  ASSERT_GT(spare, 0);
-  ASSERT_TRUE(WaitUntil([&] { return SpareReady(0); }, kTimeout));
+  const pid_t spare = StartReadySpare();
+  ASSERT_GT(spare, 0) << log_.text();
   ASSERT_EQ(kill(spare, SIGKILL), 0);
   EXPECT_TRUE(Reap(spare));
   EXPECT_TRUE(absl::StrContains(log_.text(),
@@ -183,11 +184,8 @@ TEST_F(SparePoolTest, SpareKilledBySignalIsDescribedAndReplaced) {
 TEST_F(SparePoolTest, SpareThatDiedUnreapedIsNotHandedTheStart) {
   // The spare dies just before a start, its SIGCHLD not yet handled: Launch must see that it
   // is gone and start the worker cold rather than hand a start to a corpse.
-  MakePool(SpareHook::kNativeProgram);
-  ASSERT_TRUE(Start({NativeSpare("ready")}).ok());
-  const pid_t spare = WaitForSpare(0);
-  ASSERT_GT(spare, 0);
-  ASSERT_TRUE(WaitUntil([&] { return SpareReady(0); }, kTimeout));
+  const pid_t spare = StartReadySpare();
+  ASSERT_GT(spare, 0) << log_.text();
   ASSERT_EQ(kill(spare, SIGKILL), 0);
   siginfo_t info{};
   ASSERT_EQ(waitid(P_PID, static_cast<id_t>(spare), &info, WEXITED | WNOWAIT), 0);
