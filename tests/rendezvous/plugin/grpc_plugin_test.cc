@@ -109,6 +109,36 @@ TEST_F(GrpcPluginTest, TokenThatCannotTravelInAHeaderIsAnErrorNotAnAbort) {
       << status.status();
 }
 
+TEST_F(GrpcPluginTest, TlsSettingsReachTheClientAndTheServer) {
+  // The plugin's own work is mapping the agent's settings onto the client's and the server's
+  // options: a file named for each side must be the one that side reads.
+  C10dSettings s = Joining(1);
+  s.tls_ca = dir_.File("missing-ca.pem");
+  auto status = plugin_->QueryRun(s, "unit");
+  ASSERT_FALSE(status.ok());
+  EXPECT_EQ(status.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      absl::StartsWith(status.status().message(), absl::StrCat("TLS CA: cannot read ", s.tls_ca)))
+      << status.status();
+
+  ReservedPort port;
+  ASSERT_GT(port.port(), 0);
+  LoopRunner runner;
+  C10dSettings host = Joining(port.port());
+  host.host_here = true;
+  host.must_host = true;
+  host.tls_cert = dir_.File("cert.pem");  // no key
+  auto rdzv = plugin_->Create(host, runner.loop());
+  ASSERT_FALSE(rdzv.ok());
+  EXPECT_EQ(rdzv.status().message(), "TLS needs both a certificate file and a key file");
+
+  host.tls_cert.clear();
+  host.tls_client_ca = dir_.File("clients.pem");
+  rdzv = plugin_->Create(host, runner.loop());
+  ASSERT_FALSE(rdzv.ok());
+  EXPECT_EQ(rdzv.status().message(), "a client CA file needs a server certificate and key");
+}
+
 TEST_F(GrpcPluginTest, EtcdUserWithoutAPasswordIsAnError) {
   EtcdSettings s;
   s.endpoints = {"127.0.0.1:1"};
