@@ -16,7 +16,7 @@ export CCACHE_BASEDIR ?= $(CURDIR)
 export CCACHE_NOHASHDIR ?= 1
 endif
 
-.PHONY: all deps configure build test test-unit sanitize format-check torch2-build static test-static aarch64 test-aarch64 dist test-dist demo bench package install format clean
+.PHONY: all deps configure build flag-reference test test-unit sanitize format-check thread-safety torch2-build static test-static aarch64 test-aarch64 dist test-dist demo bench package install format clean
 
 all: build
 
@@ -30,6 +30,11 @@ configure: deps
 
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
+
+# docs/reference/flags.md and environment.md, generated from the flag table and the table of
+# environment variables (launcher/cmd/reference_main.cc); `make test` fails until they are.
+flag-reference: configure
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target flag-reference
 
 # Every test: units and real-process integration tests (real torchrun, real data).
 test: build
@@ -45,6 +50,15 @@ sanitize: deps
 
 format-check:
 	scripts/check-format.sh
+
+# The lock contracts of the headers (ABSL_GUARDED_BY, ABSL_EXCLUSIVE_LOCKS_REQUIRED) checked by
+# clang's -Wthread-safety as an error (preset thread-safety, build-thread-safety/; GCC stays the
+# main compiler): every program and library, the trainer included, unoptimised and without the
+# tests; then tests/thread_safety's probe, an unguarded read, must fail to build. CI runs it.
+thread-safety: deps
+	cmake --preset thread-safety $(CMAKE_ARGS)
+	cmake --build build-thread-safety -j $(JOBS)
+	cd build-thread-safety && ctest --output-on-failure
 
 # ddp-train against LibTorch 2.11 from the torch 2.x venv with CUDA and NCCL compiled and linked,
 # and its LibTorch tests on the CPU (build-torch2/; README, torch versions). CI runs it.

@@ -65,7 +65,7 @@ void EventLoop::CancelTimer(TimerId id) { timers_.erase(id); }
 
 void EventLoop::Post(std::function<void()> fn) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     posted_.push_back(std::move(fn));
   }
   Wake();
@@ -73,7 +73,7 @@ void EventLoop::Post(std::function<void()> fn) {
 
 void EventLoop::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stopped_ = true;
   }
   Wake();
@@ -88,7 +88,7 @@ void EventLoop::Wake() {
 void EventLoop::DrainPosted() {
   std::vector<std::function<void()>> batch;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     batch.swap(posted_);
   }
   for (auto& fn : batch) fn();
@@ -124,7 +124,7 @@ void EventLoop::Run() {
   epoll_event events[64];
   while (true) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       if (stopped_) return;
     }
     const int n = epoll_wait(epoll_fd_, events, 64, NextTimeoutMs());

@@ -7,10 +7,11 @@
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <set>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/executor.h"
 
@@ -39,12 +40,12 @@ class EventLoop final : public Executor {
   void CancelTimer(TimerId id);
 
   // Thread-safe.
-  void Post(std::function<void()> fn) override;
+  void Post(std::function<void()> fn) ABSL_LOCKS_EXCLUDED(mu_) override;
 
   // Dispatches until Stop(). Returns at once if Stop() was already called.
-  void Run();
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
   // Thread-safe and idempotent.
-  void Stop();
+  void Stop() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   struct FdEntry {
@@ -52,7 +53,7 @@ class EventLoop final : public Executor {
     std::shared_ptr<FdCallback> callback;
   };
   void Wake();
-  void DrainPosted();
+  void DrainPosted() ABSL_LOCKS_EXCLUDED(mu_);
   int NextTimeoutMs() const;
   void FireDueTimers();
 
@@ -65,9 +66,11 @@ class EventLoop final : public Executor {
   std::multimap<TimePoint, TimerId> timer_queue_;
   std::map<TimerId, std::function<void()>> timers_;
 
-  std::mutex mu_;  // guards posted_ and stopped_
-  std::vector<std::function<void()>> posted_;
-  bool stopped_ = false;
+  // State below is shared with the threads that Post() and Stop(); the rest is the loop
+  // thread's.
+  absl::Mutex mu_;
+  std::vector<std::function<void()>> posted_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ddprun

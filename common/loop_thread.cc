@@ -11,7 +11,7 @@ LoopThread::~LoopThread() { Stop(); }
 void LoopThread::Post(std::function<void()> fn) {
   bool wake = false;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    StdMutexLock lock(&mu_);
     if (stopping_) return;
     tasks_.push_back(std::move(fn));
     wake = sleeping_;
@@ -23,7 +23,7 @@ LoopThread::TimerId LoopThread::PostAt(TimePoint when, std::function<void()> fn)
   bool wake = false;
   TimerId id = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    StdMutexLock lock(&mu_);
     if (stopping_) return 0;
     id = next_timer_++;
     timers_.emplace(id, std::make_pair(when, std::move(fn)));
@@ -36,7 +36,7 @@ LoopThread::TimerId LoopThread::PostAt(TimePoint when, std::function<void()> fn)
 }
 
 void LoopThread::Cancel(TimerId id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  StdMutexLock lock(&mu_);
   auto it = timers_.find(id);
   if (it == timers_.end()) return;
   auto range = timer_order_.equal_range(it->second.first);
@@ -51,7 +51,7 @@ void LoopThread::Cancel(TimerId id) {
 
 void LoopThread::Stop() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    StdMutexLock lock(&mu_);
     if (stopping_) return;
     stopping_ = true;
   }
@@ -63,7 +63,7 @@ void LoopThread::Run() {
   std::deque<std::function<void()>> batch;
   for (;;) {
     {
-      std::unique_lock<std::mutex> lock(mu_);
+      StdMutexLock lock(&mu_);
       for (;;) {
         // Every queued task, in order, for one lock acquisition; then the timers that are due,
         // so that a steady stream of posts cannot starve them.
@@ -81,17 +81,17 @@ void LoopThread::Run() {
         // Sleeps until a task is posted, Stop() is called, a timer is added (it may be due
         // sooner), or the first timer is due.
         const uint64_t timers_seen = timers_added_;
-        auto ready = [this, timers_seen] {
+        auto ready = [this, timers_seen]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
           return !tasks_.empty() || stopping_ || timers_added_ != timers_seen;
         };
         sleeping_ = true;
         if (timer_order_.empty()) {
-          wake_.wait(lock, ready);
+          lock.Wait(&wake_, ready);
         } else {
           // A copy: wait_until reads its deadline again after each wake-up, and a Cancel()
           // while we wait erases the node the reference would point into (ASan found it).
           const TimePoint first_due = timer_order_.begin()->first;
-          wake_.wait_until(lock, first_due, ready);
+          lock.WaitUntil(&wake_, first_due, ready);
         }
         sleeping_ = false;
       }

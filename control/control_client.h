@@ -35,31 +35,33 @@ class ControlClient {
   ControlClient& operator=(const ControlClient&) = delete;
 
   // The newest round the agent sent.
-  RoundMessage current_round() const;
+  RoundMessage current_round() const ABSL_LOCKS_EXCLUDED(mu_);
   // True once round `round` is over: the agent aborted it, sent a newer round, or is gone.
-  bool RoundOver(int64_t round) const;
+  bool RoundOver(int64_t round) const ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until a round newer than `after` arrives. kDeadlineExceeded after `timeout`;
   // kUnavailable when the agent closed the channel (it is gone, or dropped a garbled line).
-  absl::StatusOr<RoundMessage> WaitForRound(int64_t after, absl::Duration timeout);
+  absl::StatusOr<RoundMessage> WaitForRound(int64_t after, absl::Duration timeout)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until RoundOver(round) or `timeout`; returns RoundOver(round). For waits that poll
   // something else too (a collective's completion).
-  bool WaitRoundOver(int64_t round, absl::Duration timeout);
+  bool WaitRoundOver(int64_t round, absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
   // Called (on the reader thread) whenever a message arrives or the channel closes: a waiter
   // on another condition can wake and check RoundOver. Set before anything may arrive that
   // matters (replacing it is not synchronised with a call in progress).
-  void SetWakeup(std::function<void()> wakeup);
+  void SetWakeup(std::function<void()> wakeup) ABSL_LOCKS_EXCLUDED(mu_);
 
-  absl::Status SendReady(int64_t round, int64_t step);
+  absl::Status SendReady(int64_t round, int64_t step) ABSL_LOCKS_EXCLUDED(write_mu_);
 
   // Why the last abort was sent ("" when none).
-  std::string abort_reason() const;
+  std::string abort_reason() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   explicit ControlClient(int fd);
-  void ReadLoop();
+  void ReadLoop() ABSL_LOCKS_EXCLUDED(mu_);
 
   const int fd_;
   std::thread reader_;
+  // State below is written by the reader thread and read by any thread.
   mutable absl::Mutex mu_;
   std::optional<RoundMessage> round_ ABSL_GUARDED_BY(mu_);
   int64_t aborted_round_ ABSL_GUARDED_BY(mu_) = -1;  // highest round an abort named
@@ -67,7 +69,7 @@ class ControlClient {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::string close_reason_ ABSL_GUARDED_BY(mu_);
   std::function<void()> wakeup_ ABSL_GUARDED_BY(mu_);
-  absl::Mutex write_mu_;
+  absl::Mutex write_mu_;  // one line at a time on fd_ (SendReady from any thread)
 };
 
 }  // namespace ddprun::control

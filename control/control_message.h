@@ -25,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/env_variables.h"
 
 namespace ddprun::control {
 
@@ -33,7 +34,7 @@ inline constexpr int kControlProtocolVersion = 1;
 inline constexpr size_t kMaxControlLineBytes = 4096;
 // The worker's environment variable naming the agent's socket (set only with
 // --restart-mode=in-process).
-inline constexpr char kControlSocketEnv[] = "DDPRUN_CONTROL_SOCKET";
+inline constexpr const char* kControlSocketEnv = kControlSocketVariable.name;
 
 // The worker introduces itself; from then on it speaks the protocol, and a failure elsewhere
 // no longer stops it.

@@ -32,6 +32,7 @@ TEST_PACKAGES=(
   # tests and micro-benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format               # scripts/check-format.sh (CI)
+  clang                      # make thread-safety: -Wthread-safety checks the lock annotations (CI)
   # real peers and data for tests and benchmarks
   python3-torch python3-torchvision
   python3-tqdm               # live progress bars through ddprun (agent_test)

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/env_variables.h"
 #include "common/log.h"
 #include "launcher/config/rdzv_conf.h"
 #include "launcher/workers/worker_env.h"
@@ -20,10 +21,9 @@ std::string FindNvidiaSmi(const Environment& env) {
 }
 
 // How long a failing --health-check may keep this node out before the agent gives up: the
-// rendezvous' join_timeout (a malformed --rdzv-conf is reported by the rendezvous' setup).
+// rendezvous' join_timeout (--rdzv-conf, parsed and checked with the command line).
 Duration HealthGiveUpAfter(const LaunchOptions& options) {
-  absl::StatusOr<RdzvConf> conf = ParseRdzvConf(options.rdzv_conf);
-  return conf.ok() ? conf->timeouts.join_timeout : Duration::max();
+  return options.rdzv.timeouts.join_timeout;
 }
 
 }  // namespace
@@ -82,8 +82,7 @@ int Agent::Run() {
                : kExitRendezvous;
   }
   {
-    auto kmsg = env_.find("DDPRUN_KERNEL_LOG");
-    explainer_ = std::make_unique<DeathExplainer>(kmsg != env_.end() ? kmsg->second : "/dev/kmsg");
+    explainer_ = std::make_unique<DeathExplainer>(ReadVariable(env_, kKernelLogVariable));
     if (!explainer_->readable() && Verbose()) {
       LogInfo(
           absl::StrCat("a worker killed by a signal will have a cause only from its memory "
@@ -158,12 +157,12 @@ void Agent::OnAssignment(const rendezvous::Assignment& assignment) {
   Execute(state_.OnAssignment(assignment));
 }
 
-void Agent::OnRestart(const std::string& reason,
+void Agent::OnRestart(rendezvous::Cause cause, const std::string& reason,
                       const std::optional<rendezvous::HangNotice>& hang) {
   LogInfo(reason);
   if (!failure_in_cycle_) {  // else the restart is the consequence of this node's own failure
     StepEvent detected{Step::kFailureDetected};
-    detected.cause = CauseOfRestart(reason, hang.has_value());
+    detected.cause = HeardCause(cause, hang.has_value());
     detected.detail = reason;
     RecordStep(detected);
   }

@@ -52,7 +52,7 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
 
   // RendezvousEvents
   void OnAssignment(const rendezvous::Assignment& assignment) override;
-  void OnRestart(const std::string& reason,
+  void OnRestart(rendezvous::Cause cause, const std::string& reason,
                  const std::optional<rendezvous::HangNotice>& hang) override;
   void OnClosed(const absl::Status& status,
                 const std::optional<rendezvous::HangNotice>& hang) override;

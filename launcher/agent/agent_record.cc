@@ -39,7 +39,7 @@ void Agent::NoteInLedger(const StepEvent& e) {
   if (ledger_ == nullptr) return;
   switch (e.step) {
     case Step::kFailureDetected:
-      ledger_->OnFailure(e.when, e.cause, std::nullopt);
+      ledger_->OnFailure(e.when, e.cause.value_or(rendezvous::Cause::kUnspecified), std::nullopt);
       break;
     case Step::kStopFinished:
     case Step::kRoundAborted:

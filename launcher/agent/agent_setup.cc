@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/env_variables.h"
 #include "common/file_text.h"
 #include "common/log.h"
 #include "common/strings.h"
@@ -112,9 +113,7 @@ rendezvous::NodeInfo Agent::MakeNodeInfo() const {
 absl::Status Agent::PlanNumaBinding() {
   if (!options_.numa_binding.has_value()) return absl::OkStatus();
   const std::string flag = absl::StrCat("--numa-binding=", options_.numa_binding_name, ": ");
-  // DDPRUN_SYSFS_ROOT: another tree shaped like /sys (the tests' fake machines).
-  auto root = env_.find("DDPRUN_SYSFS_ROOT");
-  auto topology = NumaTopology::Read(root != env_.end() ? root->second : "/sys");
+  auto topology = NumaTopology::Read(ReadVariable(env_, kSysfsRootVariable));  // a test hook
   if (!topology.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(flag, topology.status().message()));
   }

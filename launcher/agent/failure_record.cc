@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/signal_names.h"
-#include "rendezvous/api/run_status.h"
+#include "rendezvous/api/cause.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -13,17 +13,17 @@ int64_t Micros(TimePoint t) {
   return std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
 }
 
-// The rendezvous' label of the failure (rendezvous::kFailure*).
-std::string CauseLabel(const WorkerExit& exit) {
+// Why the worker died, as the report names it (rendezvous/api/cause.h kDeathCauses).
+rendezvous::Cause DeathCauseOfExit(const WorkerExit& exit) {
   switch (KindOf(exit)) {
     case FailureKind::kHang:
-      return rendezvous::kFailureHang;
+      return rendezvous::Cause::kHang;
     case FailureKind::kSignal:
-      return DeathCauseLabel(exit.cause.kind);
+      return DeathCauseOf(exit.cause.kind);
     case FailureKind::kExit:
       break;
   }
-  return rendezvous::kFailureExit;
+  return rendezvous::Cause::kExit;
 }
 
 }  // namespace
@@ -81,11 +81,12 @@ rendezvous::WorkerFailure ReportOf(const WorkerExit& exit, const FailureContext&
   failure.exit_code = exit.exit_code;
   failure.signal = exit.signal;
   failure.hang = KindOf(exit) == FailureKind::kHang;
-  failure.cause_kind = CauseLabel(exit);
+  failure.cause_kind = DeathCauseOfExit(exit);
   failure.cause = exit.cause.text;
   failure.message = context.message;
   if (context.crash_loop == CrashLoop::kStop) {
-    failure.signature = CrashLoopSignature(exit, failure.cause_kind, failure.message);
+    failure.signature =
+        CrashLoopSignature(exit, rendezvous::CauseLabel(failure.cause_kind), failure.message);
     if (!failure.signature.empty()) failure.made_progress = context.made_progress;
   }
   return failure;
@@ -95,16 +96,16 @@ StepEvent FailureStepOf(const WorkerExit& exit, int64_t round, const std::string
   StepEvent detected{Step::kFailureDetected};
   switch (KindOf(exit)) {
     case FailureKind::kHang:
-      detected.cause = kCauseHang;
+      detected.cause = rendezvous::Cause::kHang;
       detected.detail = absl::StrCat("hung (", exit.hang, ")");
       break;
     case FailureKind::kSignal:
-      detected.cause = kCauseWorkerSignal;
+      detected.cause = rendezvous::Cause::kWorkerSignal;
       detected.detail = absl::StrCat("was killed by ", SignalName(exit.signal),
                                      exit.cause.text.empty() ? "" : ": ", exit.cause.text);
       break;
     case FailureKind::kExit:
-      detected.cause = kCauseWorkerExit;
+      detected.cause = rendezvous::Cause::kWorkerExit;
       detected.detail = absl::StrCat("exited ", exit.exit_code);
       break;
   }

@@ -54,9 +54,7 @@ std::optional<ErrorFileContents> ReadErrorFile(const std::string& path) {
 }
 
 std::string Abbreviate(const std::string& text, size_t max_bytes) {
-  if (text.size() <= max_bytes) return text;
-  return absl::StrCat(text.substr(0, max_bytes), " ... (", text.size() - max_bytes,
-                      " more bytes; the whole text is in the error file)");
+  return AbbreviateMessage(text, "the whole text is in the error file", max_bytes);
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/message_limit.h"
 #include "common/signal_names.h"  // SignalName, for the exits described here
 #include "launcher/workers/worker_exit.h"
 
@@ -27,7 +28,7 @@ std::optional<ErrorFileContents> ReadErrorFile(const std::string& path);
 // At most `max_bytes` of `text`, and when cut, how much more there was: an error message can be
 // megabytes (a worker's own doing), and goes into the summary and to the rendezvous, whose
 // messages are bounded. The whole message stays in the worker's error file.
-inline constexpr size_t kMaxSummaryMessageBytes = 4096;
+inline constexpr size_t kMaxSummaryMessageBytes = kMaxMessageBytes;  // common/message_limit.h
 std::string Abbreviate(const std::string& text, size_t max_bytes = kMaxSummaryMessageBytes);
 
 // "exit code 3" / "signal SIGKILL (9)".

@@ -11,7 +11,7 @@ int64_t Millis(TimePoint from, TimePoint to) {
 
 }  // namespace
 
-void GoodputLedger::OnFailure(TimePoint t, const std::string& cause,
+void GoodputLedger::OnFailure(TimePoint t, rendezvous::Cause cause,
                               std::optional<Duration> detect) {
   last_step_.reset();
   if (open_.has_value()) return;

@@ -27,13 +27,14 @@
 #include <string>
 
 #include "common/clock.h"
+#include "rendezvous/api/cause.h"
 
 namespace ddprun::launcher {
 
 struct RecoveryRecord {
-  int64_t round = -1;                // the round the recovery ran into
-  std::string mode;                  // "cold" or "in-process": how this node recovered
-  std::string cause;                 // run_timeline.h's kCause* of the failure
+  int64_t round = -1;  // the round the recovery ran into
+  std::string mode;    // "cold" or "in-process": how this node recovered
+  rendezvous::Cause cause = rendezvous::Cause::kUnspecified;  // the failure's (run_timeline.h)
   std::optional<int64_t> detect_ms;  // the cause's own detection time, where known (a hang's)
   std::optional<int64_t> stop_ms, rendezvous_ms, start_ms, restore_ms;
   int64_t first_step_ms = 0;
@@ -47,7 +48,7 @@ class GoodputLedger {
 
   // The first failure of a cycle opens a recovery; later ones before it closes are its
   // consequences. `detect` is how long the cause took to be noticed, where known.
-  void OnFailure(TimePoint t, const std::string& cause, std::optional<Duration> detect);
+  void OnFailure(TimePoint t, rendezvous::Cause cause, std::optional<Duration> detect);
   void OnStopped(TimePoint t);
   void OnRoundComplete(TimePoint t, int64_t round);
   void OnWorkersStarted(TimePoint t, bool in_process);

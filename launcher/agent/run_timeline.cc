@@ -3,12 +3,15 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/message_limit.h"
 
 namespace ddprun::launcher {
+
+using rendezvous::Cause;
+
 namespace {
 
 int64_t MillisBetween(TimePoint from, TimePoint to) {
@@ -20,7 +23,8 @@ std::string DescribeFailureStep(const StepEvent& e) {
   if (e.rank >= 0) {
     return absl::StrCat("rank ", e.rank, e.host.empty() ? "" : " on ", e.host, " ", e.detail);
   }
-  return e.detail.empty() ? e.cause : e.detail;
+  if (!e.detail.empty()) return e.detail;
+  return e.cause.has_value() ? rendezvous::CauseLabel(*e.cause) : "";
 }
 
 }  // namespace
@@ -57,19 +61,9 @@ const char* StepName(Step step) {
   return "unknown";
 }
 
-std::string CauseOfRestart(const std::string& reason, bool hang) {
-  // The rendezvous server's reasons (rendezvous/core/run_state.cc): "worker failure on H: ...",
-  // "worker hang on H: ...", "node ... was lost: its connection broke" (or ": no heartbeat for
-  // ..."), "node ... joined", "node ... left: ...", "group rank N ... did not re-register ...".
-  if (hang || absl::StartsWith(reason, "worker hang")) return kCauseHang;
-  if (absl::StartsWith(reason, "worker failure")) return kCauseRemoteFailure;
-  if (absl::StrContains(reason, " was lost: its connection broke")) return kCauseNodeLostStream;
-  if (absl::StrContains(reason, " was lost") || absl::StrContains(reason, "did not re-register")) {
-    return kCauseNodeLostLease;
-  }
-  if (absl::EndsWith(reason, " joined")) return kCauseNodeJoined;
-  if (absl::StrContains(reason, " left")) return kCauseNodeLeft;
-  return "other";
+Cause HeardCause(Cause told, bool hang) {
+  if (told == Cause::kUnspecified && hang) return Cause::kHang;
+  return told == Cause::kWorkerFailure ? Cause::kRemoteFailure : told;
 }
 
 std::string RunTimeline::Add(const StepEvent& e) {
@@ -86,10 +80,10 @@ std::string RunTimeline::Add(const StepEvent& e) {
   if (e.kept >= 0) j["kept"] = e.kept;
   if (e.state_step >= 0) j["state_step"] = e.state_step;
   if (e.restart_count >= 0) j["restart_count"] = e.restart_count;
-  if (!e.cause.empty()) j["cause"] = e.cause;
+  if (e.cause.has_value()) j["cause"] = rendezvous::CauseLabel(*e.cause);
   if (e.rank >= 0) j["rank"] = e.rank;
   if (!e.host.empty()) j["host"] = e.host;
-  if (!e.detail.empty()) j["detail"] = e.detail;
+  if (!e.detail.empty()) j["detail"] = AbbreviateMessage(e.detail);  // message_limit.h
   if (e.recovery.has_value()) {
     const RecoveryRecord& r = *e.recovery;
     j["mode"] = r.mode;
@@ -122,8 +116,8 @@ std::string FormatRecovery(const RecoveryRecord& r, double effective_ratio) {
   part("state restored", r.restore_ms);
   part("first step", r.first_step_ms);
   return absl::StrCat(
-      "recovered (", r.mode.empty() ? "cold" : r.mode, ") from ", r.cause, ": ",
-      absl::StrJoin(parts, ", "),
+      "recovered (", r.mode.empty() ? "cold" : r.mode, ") from ", rendezvous::CauseLabel(r.cause),
+      ": ", absl::StrJoin(parts, ", "),
       r.restored_step.has_value() ? absl::StrCat(" (from step ", *r.restored_step, ")") : "",
       r.steps_lost.has_value() ? absl::StrCat("; ", *r.steps_lost, " step(s) lost") : "",
       absl::StrFormat("; effective training time %.1f%%", effective_ratio * 100));
@@ -176,7 +170,7 @@ std::optional<std::string> RunTimeline::CycleLine() const {
         break;
     }
   }
-  const std::string label = started.restart_count > 0 && cause.cause != kCauseNodeJoined
+  const std::string label = started.restart_count > 0 && cause.cause != Cause::kNodeJoined
                                 ? absl::StrCat("restart ", started.restart_count)
                                 : absl::StrCat("round ", started.round);
   return absl::StrCat(label, ": ", absl::StrJoin(parts, " -> "));

@@ -17,6 +17,7 @@
 
 #include "common/clock.h"
 #include "launcher/agent/goodput_ledger.h"
+#include "rendezvous/api/cause.h"
 
 namespace ddprun::launcher {
 
@@ -37,17 +38,8 @@ enum class Step {
   kRecovered,      // the first step after a failure: `recovery` (goodput_ledger.h)
 };
 
-// What made a cycle end. The first four are seen by this agent; the others it hears from the
-// rendezvous.
-inline constexpr char kCauseWorkerExit[] = "worker_exit";        // exited non-zero
-inline constexpr char kCauseWorkerSignal[] = "worker_signal";    // killed by a signal
-inline constexpr char kCauseHang[] = "hang";                     // no sign of life for too long
-inline constexpr char kCauseStopSignal[] = "stop_signal";        // ddprun itself was told to stop
-inline constexpr char kCauseRemoteFailure[] = "remote_failure";  // a worker on another node
-inline constexpr char kCauseNodeLostStream[] = "node_lost_stream";  // its stream broke
-inline constexpr char kCauseNodeLostLease[] = "node_lost_lease";    // silent past its lease
-inline constexpr char kCauseNodeJoined[] = "node_joined";           // a scale-up
-inline constexpr char kCauseNodeLeft[] = "node_left";
+// What made a cycle end (kFailureDetected's cause): worker_exit, worker_signal or hang seen by
+// this agent, else the cause the rendezvous gave (HeardCause). rendezvous/api/cause.h.
 
 struct StepEvent {
   Step step = Step::kJoining;
@@ -60,8 +52,8 @@ struct StepEvent {
   int kept = -1;            // kWorkersStarted, in-process recovery: surviving workers kept
   int64_t state_step = -1;  // kStateRestored: the global step whose state the workers hold
   int restart_count = -1;
-  std::string cause;  // kFailureDetected
-  int rank = -1;      // the failed or first-progressing worker's global rank
+  std::optional<rendezvous::Cause> cause;  // kFailureDetected, kRecovered; unset: no "cause" field
+  int rank = -1;                           // the failed or first-progressing worker's global rank
   std::string host;
   std::string detail;  // "exited 1", "signal SIGKILL (9)", "node n3 was lost: ...", ...
   std::optional<RecoveryRecord> recovery;  // kRecovered
@@ -74,9 +66,10 @@ std::string FormatRecovery(const RecoveryRecord& r, double effective_ratio);
 
 const char* StepName(Step step);  // "failure_detected", ...
 
-// The restart reason the rendezvous sent, as a cause ("node ... was lost: its connection
-// broke" -> node_lost_stream; other losses, all of a lease, -> node_lost_lease).
-std::string CauseOfRestart(const std::string& reason, bool hang);
+// The cause of a restart the rendezvous announced, as this agent's timeline names it: a worker
+// failure there is a remote one here; a server that says none (kUnspecified: from before
+// Restart.cause) gives hang when it flagged a hang, else other. The reason text is never read.
+rendezvous::Cause HeardCause(rendezvous::Cause told, bool hang);
 
 class RunTimeline {
  public:

@@ -6,7 +6,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "launcher/causes/kernel_message.h"
-#include "rendezvous/api/run_status.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -60,24 +59,29 @@ std::string OomText(const OomKill& kill, const std::optional<MemcgUsage>& usage)
 
 }  // namespace
 
-const char* DeathCauseLabel(DeathCauseKind kind) {
+rendezvous::Cause DeathCauseOf(DeathCauseKind kind) {
+  using rendezvous::Cause;
   switch (kind) {
     case DeathCauseKind::kNone:
-      return rendezvous::kFailureExit;
+      return Cause::kExit;
     case DeathCauseKind::kOomKill:
-      return rendezvous::kFailureOomKill;
+      return Cause::kOomKill;
     case DeathCauseKind::kFault:
-      return rendezvous::kFailureFault;
+      return Cause::kFault;
     case DeathCauseKind::kGpuError:
-      return rendezvous::kFailureGpuError;
+      return Cause::kGpuError;
     case DeathCauseKind::kByAgent:
-      return rendezvous::kFailureStoppedByDdprun;
+      return Cause::kStoppedByDdprun;
     case DeathCauseKind::kFromOutside:
-      return rendezvous::kFailureExternalSignal;
+      return Cause::kExternalSignal;
     case DeathCauseKind::kUnknown:
-      return rendezvous::kFailureUnknown;
+      return Cause::kUnknownSignal;
   }
-  return rendezvous::kFailureUnknown;
+  return Cause::kUnknownSignal;
+}
+
+const char* DeathCauseLabel(DeathCauseKind kind) {
+  return rendezvous::CauseLabel(DeathCauseOf(kind));
 }
 
 bool MayRepeatByItself(DeathCauseKind kind, int signal) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "launcher/causes/kmsg_record.h"
+#include "rendezvous/api/cause.h"
 
 namespace ddprun::launcher {
 
@@ -62,8 +63,9 @@ struct DeathCause {
   std::string text;
 };
 
-// The kind as the rendezvous metric's label and events.jsonl value (rendezvous::kFailure*:
-// exit, oom_kill, fault, gpu_error, stopped_by_ddprun, external_signal, unknown).
+// The kind as a cause of the one vocabulary (rendezvous/api/cause.h kDeathCauses: exit,
+// oom_kill, fault, gpu_error, stopped_by_ddprun, external_signal, unknown), and its label.
+rendezvous::Cause DeathCauseOf(DeathCauseKind kind);
 const char* DeathCauseLabel(DeathCauseKind kind);
 
 // Whether a death may be the program's own deterministic failure, one the crash-loop breaker

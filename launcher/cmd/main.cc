@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
   }
   // Before the agent forks anything (its orphan guard shares this memory).
   AgentSecretsOptions secrets;
-  secrets.token_file = parsed->options.rdzv_conf.count("token_file") > 0;
+  secrets.token_file = !parsed->options.rdzv.token_file.empty();
   HideAgentSecrets(secrets);
   Agent::BlockAgentSignals(parsed->options);
   Agent agent(std::move(parsed->options), env, host);

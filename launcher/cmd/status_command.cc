@@ -173,7 +173,7 @@ int RunStatusCommand(const std::vector<std::string>& args, const HostInfo& host)
       WriteAll(2, absl::StrCat("ddprun status: error: ", parsed.status().message(), "\n"));
       return kExitUsage;
     }
-    options.rdzv_conf = parsed->options.rdzv_conf;
+    options.rdzv = parsed->options.rdzv;
   }
   QueryFn query;
   absl::Status settings_status;

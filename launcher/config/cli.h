@@ -1,11 +1,9 @@
 // The ddprun command line: every torchrun flag with the same meaning, in both spellings
-// (--nproc-per-node / --nproc_per_node), plus ddprun's own. Sources, strongest first:
-//   1. the command line;
-//   2. the YAML file named by --config (every flag has a key, see yaml_config.h);
-//   3. PET_<FLAG> environment variables, as torchrun reads them (PET_NPROC_PER_NODE=4);
-//   4. inside a Slurm job step, what the step implies (slurm_env.h; --no-slurm turns it off);
-//   5. torchrun's defaults.
-// Everything after the training script is passed to it untouched.
+// (--nproc-per-node / --nproc_per_node), plus ddprun's own. Parsed once, in main, into
+// LaunchOptions: the flags are one table (flag_table.h), the sources are merged in one order
+// (precedence.h: defaults < Slurm or a platform < PET_* < YAML < command line), and the merged
+// options are checked once (validation.h). Everything after the training script is passed to it
+// untouched.
 #ifndef DDPRUN_LAUNCHER_CONFIG_CLI_H_
 #define DDPRUN_LAUNCHER_CONFIG_CLI_H_
 
@@ -47,6 +45,10 @@ absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& arg
 
 // The --help text.
 std::string HelpText();
+
+// docs/reference/flags.md: the flag table as Markdown, the same flags as --help (written by
+// `make flag-reference`, checked by a test).
+std::string FlagReferenceMarkdown();
 
 }  // namespace ddprun::launcher
 

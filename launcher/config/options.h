@@ -14,6 +14,7 @@
 
 #include "launcher/config/numa_binding.h"
 #include "launcher/config/rdzv_backend.h"
+#include "launcher/config/rdzv_conf.h"
 
 namespace ddprun::launcher {
 
@@ -82,7 +83,9 @@ struct LaunchOptions {
   RdzvBackend rdzv_backend = RdzvBackend::kStatic;  // --rdzv-backend (rdzv_backend.h)
   std::string rdzv_endpoint;                        // host[:port]
   std::string rdzv_id = "none";
-  std::map<std::string, std::string> rdzv_conf;  // key=value pairs as given
+  // --rdzv-conf, parsed and validated once by the command line (rdzv_conf.h): everything
+  // downstream reads these typed fields, never the key=value text.
+  RdzvConf rdzv;
   bool standalone = false;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;

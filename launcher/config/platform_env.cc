@@ -2,6 +2,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/env_variables.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 
@@ -36,8 +37,8 @@ absl::StatusOr<std::optional<PlatformPlan>> PlanPlatform(
     if (env.count(worker_var) > 0) return std::nullopt;
   }
   if (Set(env, "SLURM_JOB_ID") != nullptr) return std::nullopt;
-  if (const std::string* off = Set(env, "DDPRUN_NO_PLATFORM")) {
-    absl::StatusOr<bool> no = ParseBool("DDPRUN_NO_PLATFORM", *off);
+  if (const std::string* off = Set(env, kNoPlatformVariable.name)) {
+    absl::StatusOr<bool> no = ParseBool(kNoPlatformVariable.name, *off);
     if (!no.ok()) return no.status();
     if (*no) return std::nullopt;
   }

@@ -63,6 +63,7 @@ absl::StatusOr<StaticCoordination> ParseStaticCoordination(const std::string& va
 
 absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>& given) {
   RdzvConf c;
+  c.given = given;
   DDPRUN_ASSIGN_OR_RETURN(const auto conf, WithDdprunKeys(given));
   for (const auto& [key, value] : conf) {
     if (key == "join_timeout" || key == "timeout") {

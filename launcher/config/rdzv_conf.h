@@ -1,6 +1,7 @@
-// The --rdzv-conf keys ddprun knows (torchrun's and its own), parsed once: at option parsing,
-// so that a bad value is a usage error naming the key before anything starts, and by the
-// rendezvous setup (launcher/rdzv), which builds the rendezvous from them. Pure.
+// The --rdzv-conf keys ddprun knows (torchrun's and its own), parsed once, at option parsing
+// (cli.h), so that a bad value is a usage error naming the key before anything starts; the
+// result travels in LaunchOptions::rdzv to the rendezvous setup (launcher/rdzv), the agent and
+// `ddprun status`. Pure.
 #ifndef DDPRUN_LAUNCHER_CONFIG_RDZV_CONF_H_
 #define DDPRUN_LAUNCHER_CONFIG_RDZV_CONF_H_
 
@@ -50,6 +51,9 @@ struct RdzvConf {
   StaticCoordination static_coordination = StaticCoordination::kRendezvous;
   std::optional<int> static_port;         // unset: MASTER_PORT + 1
   std::vector<std::string> unknown_keys;  // given, not read by ddprun
+  // The key=value pairs as given (merged over the sources, the strongest last), for messages
+  // that quote them; the settings are the fields above.
+  std::map<std::string, std::string> given;
 };
 absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>& conf);
 // The warning for a key ddprun does not read: names it and the keys it does read.

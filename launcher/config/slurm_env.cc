@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/env_variables.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 #include "launcher/config/flag_value.h"
@@ -137,8 +138,8 @@ int SlurmStep::MaxTasksPerNode() const {
 bool SlurmWanted(const Environment& env, const std::vector<FlagValue>& given) {
   const std::string* job = Find(env, "SLURM_JOB_ID");
   if (job == nullptr || job->empty()) return false;
-  if (const std::string* off = Find(env, "DDPRUN_NO_SLURM"); off != nullptr && !off->empty()) {
-    absl::StatusOr<bool> no = ParseBool("DDPRUN_NO_SLURM", *off);
+  if (const std::string* off = Find(env, kNoSlurmVariable.name); off != nullptr && !off->empty()) {
+    absl::StatusOr<bool> no = ParseBool(kNoSlurmVariable.name, *off);
     if (no.ok() && *no) return false;
   }
   return !FlagIsTrue(given, "no-slurm");

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/env_variables.h"
 #include "common/log.h"
 #include "common/strings.h"
 
@@ -86,7 +87,7 @@ absl::Status HangMonitor::Start(const std::string& private_dir) {
 void HangMonitor::AddWorkerEnv(int lr, bool python, Environment* env) const {
   if (timer_pipe_) (*env)["TORCHELASTIC_TIMER_FILE"] = timer_pipe_->path();
   if (lr >= 0 && lr < static_cast<int>(progress_pipes_.size())) {
-    (*env)["DDPRUN_PROGRESS_FILE"] = progress_pipes_[lr]->path();
+    (*env)[kProgressFileVariable.name] = progress_pipes_[lr]->path();
   }
   if (python && enabled() && env->count("PYTHONFAULTHANDLER") == 0) {
     (*env)["PYTHONFAULTHANDLER"] = "1";

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/env_variables.h"
 #include "common/fd_passing.h"
 #include "common/log.h"
 #include "common/temp_dir.h"
@@ -46,7 +47,7 @@ int MemoryFile(const char* name) { return memfd_create(name, MFD_CLOEXEC); }
 void AddHookEnv(const std::string& hook_dir, Environment* env) {
   auto path = env->find("PYTHONPATH");
   if (path != env->end()) {
-    (*env)["DDPRUN_PRELOAD_PYTHONPATH"] = path->second;
+    (*env)[kPreloadPythonpathVariable.name] = path->second;
     path->second = absl::StrCat(hook_dir, ":", path->second);
   } else {
     (*env)["PYTHONPATH"] = hook_dir;
@@ -119,7 +120,7 @@ absl::Status SparePool::Start(std::vector<SpawnRequest> templates) {
   probe.argv = {probe.argv[0], "-c", kProbeCode};
   probe.cpus.clear();
   AddHookEnv(hook_dir_, &probe.env);
-  probe.env["DDPRUN_PRELOAD_PROBE"] = "1";
+  probe.env[kPreloadProbeVariable.name] = "1";
   const int null_fd = open("/dev/null", O_WRONLY | O_CLOEXEC);
   probe.stdout_fd = probe.stderr_fd = null_fd;
   auto pid = Spawn(probe);
@@ -143,12 +144,12 @@ void SparePool::StartSpare(int lr) {
   SpawnRequest request = templates_[lr];
   if (hook_ == SpareHook::kPythonSitecustomize) {
     AddHookEnv(hook_dir_, &request.env);
-    request.env["DDPRUN_PRELOAD_MODULES"] = absl::StrJoin(modules_, ",");
+    request.env[kPreloadModulesVariable.name] = absl::StrJoin(modules_, ",");
   }
-  request.env["DDPRUN_PRELOAD_FD"] = absl::StrCat(ends[1]);
+  request.env[kPreloadFdVariable.name] = absl::StrCat(ends[1]);
   // Before the first start the node is only waiting for its peers: import at full speed. Later
   // workers run, and a spare's import must never slow them.
-  request.env["DDPRUN_PRELOAD_IDLE"] = workers_started_ ? "1" : "0";
+  request.env[kPreloadIdleVariable.name] = workers_started_ ? "1" : "0";
   request.keep_fd = ends[1];
   request.stdout_fd = MemoryFile("ddprun-spare-stdout");
   request.stderr_fd = MemoryFile("ddprun-spare-stderr");

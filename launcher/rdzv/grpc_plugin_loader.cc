@@ -6,16 +6,15 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/env_variables.h"
 #include "common/log.h"
 #include "rendezvous/api/grpc_rendezvous_plugin.h"
 
 namespace ddprun::launcher {
 
 absl::StatusOr<GrpcRendezvousPlugin*> LoadGrpcRendezvousPlugin() {
-  std::string path;
-  if (const char* env = getenv("DDPRUN_GRPC_PLUGIN"); env != nullptr && *env != '\0') {
-    path = env;
-  } else {
+  std::string path = ReadProcessVariable(kGrpcPluginVariable);
+  if (path.empty()) {
     char exe[PATH_MAX] = {};
     const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
     if (n <= 0) return absl::InternalError("cannot find the ddprun executable's folder");

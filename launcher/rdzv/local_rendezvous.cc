@@ -49,7 +49,7 @@ void LocalRendezvous::ReportGroupState(int64_t round, rendezvous::GroupState sta
     const std::string why = rendezvous::CrashLoopMessage(
         absl::StrCat("rank ", failure->rank, " on ", failure->hostname, ": ", failure->signature));
     executor_->Post([this, why] {
-      if (!left_) events_->OnClosed(absl::AbortedError(why), std::nullopt);
+      if (!left_) events_->OnClosed(rendezvous::CrashLoopStop(why), std::nullopt);
     });
     return;
   }
@@ -59,9 +59,11 @@ void LocalRendezvous::ReportGroupState(int64_t round, rendezvous::GroupState sta
                                           " of ", options_.max_restarts, ")");
   std::optional<rendezvous::HangNotice> hang;
   if (failure.has_value() && failure->hang) hang = rendezvous::HangNotice{};
-  executor_->Post([this, reason, hang, a = MakeAssignment()] {
+  const rendezvous::Cause cause =
+      hang.has_value() ? rendezvous::Cause::kHang : rendezvous::Cause::kWorkerFailure;
+  executor_->Post([this, cause, reason, hang, a = MakeAssignment()] {
     if (left_) return;
-    events_->OnRestart(reason, hang);
+    events_->OnRestart(cause, reason, hang);
     events_->OnAssignment(a);
   });
 }

@@ -114,7 +114,7 @@ absl::StatusOr<C10dSettings> MakeC10dSettings(const LaunchOptions& options, cons
   if (listed.empty()) {
     return absl::InvalidArgumentError("--rdzv-backend=c10d needs --rdzv-endpoint=HOST[:PORT]");
   }
-  DDPRUN_ASSIGN_OR_RETURN(RdzvConf conf, ParseRdzvConf(options.rdzv_conf));
+  const RdzvConf& conf = options.rdzv;  // parsed and checked with the command line
   DDPRUN_ASSIGN_OR_RETURN(HostPort endpoint,
                           ParseHostPort("--rdzv-endpoint", listed[0], kDefaultRdzvPort));
   C10dSettings s;
@@ -134,7 +134,7 @@ absl::StatusOr<C10dSettings> MakeC10dSettings(const LaunchOptions& options, cons
 }
 
 absl::StatusOr<C10dSettings> MakeStaticSettings(const LaunchOptions& options) {
-  DDPRUN_ASSIGN_OR_RETURN(RdzvConf conf, ParseRdzvConf(options.rdzv_conf));
+  const RdzvConf& conf = options.rdzv;  // parsed and checked with the command line
   C10dSettings s;
   s.run_id = options.rdzv_id;
   s.endpoint_host = options.master_addr;
@@ -164,7 +164,7 @@ absl::StatusOr<EtcdSettings> MakeEtcdSettings(const LaunchOptions& options) {
         absl::StrCat("--rdzv-backend=", RdzvBackendName(options.rdzv_backend),
                      " needs --rdzv-endpoint=HOST:PORT[,HOST:PORT...]"));
   }
-  DDPRUN_ASSIGN_OR_RETURN(RdzvConf conf, ParseRdzvConf(options.rdzv_conf));
+  const RdzvConf& conf = options.rdzv;  // parsed and checked with the command line
   EtcdSettings s;
   for (absl::string_view part : absl::StrSplit(options.rdzv_endpoint, ',', absl::SkipEmpty())) {
     DDPRUN_ASSIGN_OR_RETURN(HostPort endpoint, ParseHostPort("--rdzv-endpoint", part, 2379));
@@ -249,11 +249,9 @@ absl::StatusOr<RendezvousSetup> SetUpRendezvous(const LaunchOptions& options, co
     setup.rendezvous = std::make_unique<LocalRendezvous>(executor, local);
     return setup;
   }
-  if (options.rdzv_backend == RdzvBackend::kStatic && options.max_nodes > 1) {
-    DDPRUN_ASSIGN_OR_RETURN(RdzvConf conf, ParseRdzvConf(options.rdzv_conf));
-    if (conf.static_coordination == StaticCoordination::kRendezvous) {
-      return SetUpStaticCoordinated(options, executor);
-    }
+  if (options.rdzv_backend == RdzvBackend::kStatic && options.max_nodes > 1 &&
+      options.rdzv.static_coordination == StaticCoordination::kRendezvous) {
+    return SetUpStaticCoordinated(options, executor);
   }
   if (options.rdzv_backend == RdzvBackend::kStatic) {
     setup.run_id = options.rdzv_id;

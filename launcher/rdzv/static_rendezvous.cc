@@ -37,9 +37,9 @@ void StaticRendezvous::OnAssignment(const rendezvous::Assignment& assignment) {
   events_->OnAssignment(a);
 }
 
-void StaticRendezvous::OnRestart(const std::string& reason,
+void StaticRendezvous::OnRestart(rendezvous::Cause cause, const std::string& reason,
                                  const std::optional<rendezvous::HangNotice>& hang) {
-  events_->OnRestart(reason, hang);
+  events_->OnRestart(cause, reason, hang);
 }
 
 void StaticRendezvous::OnClosed(const absl::Status& status,

@@ -41,7 +41,7 @@ class StaticRendezvous final : public rendezvous::Rendezvous, rendezvous::Rendez
  private:
   // RendezvousEvents, from the coordinated rendezvous.
   void OnAssignment(const rendezvous::Assignment& assignment) override;
-  void OnRestart(const std::string& reason,
+  void OnRestart(rendezvous::Cause cause, const std::string& reason,
                  const std::optional<rendezvous::HangNotice>& hang) override;
   void OnClosed(const absl::Status& status,
                 const std::optional<rendezvous::HangNotice>& hang) override;

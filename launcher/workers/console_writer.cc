@@ -5,11 +5,12 @@
 
 #include <condition_variable>
 #include <deque>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/std_mutex.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -25,7 +26,8 @@ bool SameFile(int a, int b) {
 }  // namespace
 
 // One queue and one writing thread per console: two writers of the same file share it, so
-// that their batches reach the file in the order they were queued.
+// that their batches reach the file in the order they were queued. Thread-safe: every member
+// that changes is guarded by mu (a StdMutex: FlushFor waits on the steady clock).
 struct ConsoleWriter::State {
   State(std::string n, bool t) : name(std::move(n)), terminal(t) {}
   struct Batch {
@@ -35,29 +37,32 @@ struct ConsoleWriter::State {
   const std::string name;
   // A terminal: a redraw (\r...) replaces the line shown, whoever left it open.
   const bool terminal;
-  std::mutex mu;
+  StdMutex mu;
   std::condition_variable changed;
-  std::deque<Batch> queue;       // guarded by mu
-  size_t queued = 0;             // bytes in queue; guarded by mu
-  size_t dropped = 0;            // guarded by mu
-  uint64_t written_batches = 0;  // progress, for FlushFor; guarded by mu
-  bool writing = false;          // a batch is being written; guarded by mu
-  int owners = 0;                // ConsoleWriters sharing the state; guarded by mu
-  // Who left the console's last queued line open (no newline at its end); guarded by mu.
-  const void* open_line_writer = nullptr;
-  bool line_open = false;
+  std::deque<Batch> queue ABSL_GUARDED_BY(mu);
+  size_t queued ABSL_GUARDED_BY(mu) = 0;  // bytes in queue
+  size_t dropped ABSL_GUARDED_BY(mu) = 0;
+  uint64_t written_batches ABSL_GUARDED_BY(mu) = 0;  // progress, for FlushFor
+  bool writing ABSL_GUARDED_BY(mu) = false;          // a batch is being written
+  // ConsoleWriters sharing the state: the one that made it, from before the thread starts (the
+  // thread ends once there are none).
+  int owners ABSL_GUARDED_BY(mu) = 1;
+  // Who left the console's last queued line open (no newline at its end).
+  const void* open_line_writer ABSL_GUARDED_BY(mu) = nullptr;
+  bool line_open ABSL_GUARDED_BY(mu) = false;
 
-  void Run() {
-    std::unique_lock<std::mutex> lock(mu);
+  void Run() ABSL_LOCKS_EXCLUDED(mu) {
+    StdMutexLock lock(&mu);
     for (;;) {
-      changed.wait(lock, [&] { return owners == 0 || !queue.empty(); });
+      lock.Wait(&changed,
+                [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return owners == 0 || !queue.empty(); });
       if (queue.empty()) return;  // closed by every owner, and everything written
       Batch batch = std::move(queue.front());
       queue.pop_front();
       writing = true;
-      lock.unlock();
+      lock.Unlock();
       WriteAll(batch.fd, batch.bytes);  // may block for as long as nobody reads the console
-      lock.lock();
+      lock.Lock();
       writing = false;
       queued -= batch.bytes.size();
       ++written_batches;
@@ -70,12 +75,11 @@ ConsoleWriter::ConsoleWriter(int fd, std::string name, const ConsoleWriter* same
     : fd_(fd) {
   if (same_file_as != nullptr && SameFile(fd, same_file_as->fd_)) {
     state_ = same_file_as->state_;
-    std::lock_guard<std::mutex> lock(state_->mu);
+    StdMutexLock lock(&state_->mu);
     ++state_->owners;
     return;
   }
-  state_ = std::make_shared<State>(std::move(name), isatty(fd) == 1);
-  state_->owners = 1;  // before the thread starts: it ends once there are none
+  state_ = std::make_shared<State>(std::move(name), isatty(fd) == 1);  // owners = 1
   // Detached: at exit it may be blocked in write() on a console nobody reads, and must not hold
   // ddprun up; it owns a reference to the state it uses.
   std::thread([state = state_] { state->Run(); }).detach();
@@ -85,7 +89,7 @@ ConsoleWriter::~ConsoleWriter() {
   FlushFor(std::chrono::seconds(2));
   size_t dropped = 0;
   {
-    std::lock_guard<std::mutex> lock(state_->mu);
+    StdMutexLock lock(&state_->mu);
     if (--state_->owners > 0) return;  // the other writer of this file reports
     dropped = state_->dropped;
     state_->changed.notify_all();
@@ -103,7 +107,7 @@ bool ConsoleWriter::Write(std::string bytes, const void* writer,
   if (bytes.empty()) return true;
   bool first_drop = false;
   {
-    std::lock_guard<std::mutex> lock(state_->mu);
+    StdMutexLock lock(&state_->mu);
     const bool own_line = state_->line_open && state_->open_line_writer == writer;
     // The writer meant to continue its line, which is not its own any more: a line of its own.
     if (!own_line && !prefix_if_taken.empty())
@@ -134,11 +138,11 @@ bool ConsoleWriter::Write(std::string bytes, const void* writer,
 }
 
 bool ConsoleWriter::FlushFor(std::chrono::milliseconds idle) {
-  std::unique_lock<std::mutex> lock(state_->mu);
+  StdMutexLock lock(&state_->mu);
   for (;;) {
     if (state_->queue.empty() && !state_->writing) return true;
     const uint64_t before = state_->written_batches;
-    state_->changed.wait_for(lock, idle, [&] {
+    lock.WaitFor(&state_->changed, idle, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(state_->mu) {
       return state_->written_batches != before || (state_->queue.empty() && !state_->writing);
     });
     if (state_->written_batches == before && !(state_->queue.empty() && !state_->writing)) {
@@ -148,7 +152,7 @@ bool ConsoleWriter::FlushFor(std::chrono::milliseconds idle) {
 }
 
 size_t ConsoleWriter::dropped_bytes() const {
-  std::lock_guard<std::mutex> lock(state_->mu);
+  StdMutexLock lock(&state_->mu);
   return state_->dropped;
 }
 

@@ -1,6 +1,7 @@
 #include "launcher/workers/worker_env.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/env_variables.h"
 
 namespace ddprun::launcher {
 
@@ -57,7 +58,7 @@ Environment BuildWorkerEnv(const Environment& base, const WorkerEnvSpec& spec,
   }
   if (ShouldDefaultOmpThreads(base, spec.local_world_size)) set("OMP_NUM_THREADS", "1");
   // ddprun's own: the rendezvous round, so workers can scope store keys to it.
-  set("DDPRUN_ROUND", absl::StrCat(a.round));
+  set(kRoundVariable.name, absl::StrCat(a.round));
   return env;
 }
 

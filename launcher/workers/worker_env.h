@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "common/env_variables.h"
 #include "common/environment.h"
 #include "rendezvous/api/rendezvous.h"
 
@@ -36,7 +37,7 @@ Environment BuildWorkerEnv(const Environment& base, const WorkerEnvSpec& spec,
 
 // Variables of ddprun's environment that BuildWorkerEnv removes: the rendezvous token
 // (rendezvous/auth/token.h's kTokenEnv) is the agent's credential, not the job's.
-inline constexpr const char* kAgentOnlyVariables[] = {"DDPRUN_RDZV_TOKEN"};
+inline constexpr const char* kAgentOnlyVariables[] = {kRdzvTokenVariable.name};
 
 // `env` without kAgentOnlyVariables: the environment of every child of the agent (workers,
 // health checks, nvidia-smi).
@@ -54,7 +55,7 @@ inline constexpr const char* kPerStartVariables[] = {"RANK",
                                                      "MASTER_PORT",
                                                      "TORCHELASTIC_RESTART_COUNT",
                                                      "TORCHELASTIC_ERROR_FILE",
-                                                     "DDPRUN_ROUND"};
+                                                     kRoundVariable.name};
 
 // The environment a --preload spare starts with: the worker's, without kPerStartVariables
 // (which the hand-over brings).

@@ -20,6 +20,8 @@
 #include <string>
 #include <utility>
 
+#include "absl/status/status.h"
+#include "absl/strings/cord.h"
 #include "rendezvous/api/rendezvous.h"
 
 namespace ddprun::rendezvous {
@@ -53,6 +55,20 @@ class CrashLoopBreaker {
 // The close message: "the same failure twice before any progress: not restarting (WHAT)".
 inline std::string CrashLoopMessage(const std::string& what) {
   return "the same failure twice before any progress: not restarting (" + what + ")";
+}
+
+// The run's close status when the breaker stopped it: kAborted (the wire's Close.code, which
+// agents from before Close.ending read as the crash loop), marked as the crash loop so that it
+// is never taken for another kAborted (a stale round's, say). The agents exit 4.
+inline constexpr char kCrashLoopPayloadUrl[] = "type.googleapis.com/ddprun.CrashLoop";
+inline absl::Status CrashLoopStop(const std::string& message) {
+  absl::Status status = absl::AbortedError(message);
+  status.SetPayload(kCrashLoopPayloadUrl, absl::Cord("crash_loop"));
+  return status;
+}
+inline bool IsCrashLoopStop(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kAborted &&
+         status.GetPayload(kCrashLoopPayloadUrl).has_value();
 }
 
 }  // namespace ddprun::rendezvous

@@ -44,8 +44,8 @@ class EventDelivery {
   void Assigned(const Assignment& a) {
     Deliver([a](RendezvousEvents* e) { e->OnAssignment(a); });
   }
-  void Restart(const std::string& reason, const std::optional<HangNotice>& hang) {
-    Deliver([reason, hang](RendezvousEvents* e) { e->OnRestart(reason, hang); });
+  void Restart(Cause cause, const std::string& reason, const std::optional<HangNotice>& hang) {
+    Deliver([cause, reason, hang](RendezvousEvents* e) { e->OnRestart(cause, reason, hang); });
   }
   void Reconnecting(const std::string& why) {
     Deliver([why](RendezvousEvents* e) { e->OnReconnecting(why); });
@@ -66,10 +66,10 @@ class EventDelivery {
   bool CloseQuietly() { return !std::exchange(closed_, true); }
 
   // An elastic node that its run gave up (fenced, or its lease lost) comes back as a new node,
-  // which the others see as a scale-up: OnRestart (stop the workers) naming `why`, and `node`
-  // renamed <its first node id>-rejoinN for the next join.
+  // which the others see as a scale-up: OnRestart (stop the workers; this node's lease is lost
+  // to the run) naming `why`, and `node` renamed <its first node id>-rejoinN for the next join.
   void RejoinAsNewNode(const std::string& why, NodeInfo* node) {
-    Restart(absl::StrCat(why, "; rejoining as a new node"), std::nullopt);
+    Restart(Cause::kNodeLostLease, absl::StrCat(why, "; rejoining as a new node"), std::nullopt);
     RenameForRejoin(node);
   }
   // `node` renamed <its first node id>-rejoinN, formerly its current id, for a join as a new

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "rendezvous/api/cause.h"
 
 namespace ddprun::rendezvous {
 
@@ -66,9 +67,9 @@ struct WorkerFailure {
   int signal = 0;       // when a signal killed it (then exit_code is unused)
   std::string message;  // the error file's message, or the tail of stderr
   bool hang = false;    // the worker did not exit: it hung (message says how)
-  // Why it died, from the kernel's evidence: one of kFailureCauses (run_status.h), and the
-  // line that says it ("killed by the OOM killer: memory cgroup limit 64.0 GiB reached ...").
-  std::string cause_kind;
+  // Why it died, from the kernel's evidence: one of kDeathCauses (cause.h), and the line that
+  // says it ("killed by the OOM killer: memory cgroup limit 64.0 GiB reached ...").
+  Cause cause_kind = Cause::kUnspecified;
   std::string cause;
   // For the crash-loop breaker (crash_loop.h): how it failed, as one string that is equal for
   // the same failure (empty: the breaker is off), and whether this node's workers made progress
@@ -124,10 +125,13 @@ class RendezvousEvents {
   // A round formed and this node is in it: (re)start workers with this assignment.
   virtual void OnAssignment(const Assignment& assignment) = 0;
   // The current round is over (a failure somewhere, a node lost or joining): stop the workers
-  // and wait for the next assignment. `reason` is one human-readable line.
-  virtual void OnRestart(const std::string& reason, const std::optional<HangNotice>& hang) = 0;
+  // and wait for the next assignment. `cause`: why (one of kRestartCauses; kUnspecified from a
+  // server that does not say); `reason` is one human-readable line, for people only.
+  virtual void OnRestart(Cause cause, const std::string& reason,
+                         const std::optional<HangNotice>& hang) = 0;
   // The run is over for this node. OK: the job succeeded. kResourceExhausted: the restart
-  // budget is spent (exit 1). Anything else: rendezvous failure (exit 3), message says why.
+  // budget is spent (exit 1). IsCrashLoopStop (crash_loop.h): the crash-loop breaker stopped
+  // it (exit 4). Anything else: rendezvous failure (exit 3), message says why.
   virtual void OnClosed(const absl::Status& status, const std::optional<HangNotice>& hang) = 0;
   // The connection to the rendezvous broke and the backend tries again: after the join, the
   // workers keep running while the agent re-registers (until read_timeout); before it, the join

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "common/clock.h"
+#include "common/message_limit.h"
 #include "rendezvous/api/rendezvous.h"
 
 namespace ddprun::rendezvous {
@@ -86,9 +87,9 @@ struct ServerLimits {
   // Closed runs remembered at once (for Status and the page); beyond this the oldest closed run
   // is forgotten early. Bounds memory now that closed runs do not count against max_runs.
   int max_closed_runs = 1024;
-  int max_nodes_per_run = 16384;      // connected agents of one run (members and waiting)
-  size_t max_id_length = 256;         // run id, node id, hostname, local addr
-  size_t max_message_length = 16384;  // failure and leave messages are cut to this
+  int max_nodes_per_run = 16384;  // connected agents of one run (members and waiting)
+  size_t max_id_length = 256;     // run id, node id, hostname, local addr
+  size_t max_message_length = kMaxMessageBytes;  // failure and leave messages are abbreviated
   // Open agent streams, joined or not; more are refused (RESOURCE_EXHAUSTED).
   int max_streams = 65536;
   // A stream that has not joined this long after it opened is closed, so that idle or hostile

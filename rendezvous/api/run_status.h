@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "rendezvous/api/cause.h"
 
 namespace ddprun::rendezvous {
 
@@ -29,30 +30,6 @@ inline const char* RunPhaseName(RunPhase phase) {
   }
   return "unknown";
 }
-
-// Why a round was restarted (the label of ddprun-rdzv's restarts metric).
-inline constexpr char kRestartWorkerFailure[] = "worker_failure";
-inline constexpr char kRestartHang[] = "hang";
-inline constexpr char kRestartNodeLostStream[] = "node_lost_stream";  // its stream broke
-inline constexpr char kRestartNodeLostLease[] = "node_lost_lease";    // silent past its lease
-inline constexpr char kRestartNodeJoined[] = "node_joined";
-inline constexpr char kRestartNodeLeft[] = "node_left";
-inline constexpr char kRestartServerRestart[] = "server_restart";  // re-registrations disagreed
-
-// Why a worker failed (WorkerFailure::cause_kind, the label of ddprun-rdzv's worker failures
-// metric): what the agent learned from the kernel (launcher/causes/death_cause.h).
-inline constexpr char kFailureExit[] = "exit";           // it exited non-zero
-inline constexpr char kFailureHang[] = "hang";           // no sign of life for too long
-inline constexpr char kFailureOomKill[] = "oom_kill";    // the kernel's OOM killer
-inline constexpr char kFailureFault[] = "fault";         // segfault, trap, bus error
-inline constexpr char kFailureGpuError[] = "gpu_error";  // an NVIDIA Xid naming it
-inline constexpr char kFailureStoppedByDdprun[] = "stopped_by_ddprun";
-inline constexpr char kFailureExternalSignal[] = "external_signal";  // Slurm, an administrator
-inline constexpr char kFailureUnknown[] = "unknown";  // a signal, and no evidence to read
-inline constexpr const char* kFailureCauses[] = {kFailureExit,           kFailureHang,
-                                                 kFailureOomKill,        kFailureFault,
-                                                 kFailureGpuError,       kFailureStoppedByDdprun,
-                                                 kFailureExternalSignal, kFailureUnknown};
 
 // How long a round took to form, for the server's latency histograms.
 struct RoundTiming {
@@ -74,8 +51,8 @@ struct MemberStatus {
 // One restart of a run, for the status page.
 struct RestartRecord {
   TimePoint when{};
-  int64_t round = 0;  // the round that ended
-  std::string cause;  // kRestart*
+  int64_t round = 0;                  // the round that ended
+  Cause cause = Cause::kUnspecified;  // one of kRestartCauses
   std::string reason;
   std::optional<double> formed_after_s;  // until the next round formed
 };

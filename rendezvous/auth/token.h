@@ -11,10 +11,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/env_variables.h"
 
 namespace ddprun::rendezvous {
 
-inline constexpr char kTokenEnv[] = "DDPRUN_RDZV_TOKEN";
+inline constexpr const char* kTokenEnv = kRdzvTokenVariable.name;
 inline constexpr char kAuthMetadataKey[] = "authorization";
 
 // The token from `token_file` when given (first line, surrounding whitespace removed), else

@@ -33,9 +33,10 @@ struct JoinedNotice {
 // The round `round` is over; stop the workers and wait for the next assignment.
 struct RestartNotice {
   int64_t round = 0;
-  std::string reason;
-  std::optional<HangNotice> hang;  // a worker hung: every node takes stacks first
-  int restart_count = 0;           // restarts spent so far, this one included
+  Cause cause = Cause::kUnspecified;  // one of kRestartCauses
+  std::string reason;                 // for people and logs only
+  std::optional<HangNotice> hang;     // a worker hung: every node takes stacks first
+  int restart_count = 0;              // restarts spent so far, this one included
 };
 
 // A re-registered node's round `round` goes on: its workers keep running.

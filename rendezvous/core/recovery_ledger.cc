@@ -6,6 +6,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "rendezvous/api/cause.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -103,7 +104,8 @@ bool RecoveryLedger::Add(const std::string& json, TimePoint now) {
   r.round = WholeNumber(j, "round", 9007199254740992.0).value_or(-1);
   r.mode = Label(String(j, "mode", kMaxCauseBytes), kRecoveryModes);
   r.cause_as_sent = String(j, "cause", kMaxCauseBytes);
-  r.cause = Label(r.cause_as_sent, kRecoveryCauses);
+  const std::optional<Cause> cause = CauseFromLabel(r.cause_as_sent);
+  r.cause = cause && CauseIsIn(*cause, kRecoveryCauses) ? CauseLabel(*cause) : kRecoveryOther;
   for (RecoveryPhase phase : kRecoveryPhases) {
     const std::string key = absl::StrCat(RecoveryPhaseName(phase), "_ms");
     r.phase_ms[static_cast<size_t>(phase)] = Number(j, key.c_str(), kMaxRecoveryMs);

@@ -44,13 +44,10 @@ inline constexpr RecoveryPhase kRecoveryPhases[kNumRecoveryPhases] = {
 // "detect", "stop", "rendezvous", "start", "restore", "first_step".
 const char* RecoveryPhaseName(RecoveryPhase phase);
 
-// The label values /metrics uses (the agent's run_timeline.h kCause*, less stop_signal, which is
-// never recovered from); anything else is kRecoveryOther.
+// The label values /metrics uses (modes, and causes: cause.h kRecoveryCauses); anything else
+// is kRecoveryOther.
 inline constexpr char kRecoveryOther[] = "other";
 inline constexpr const char* kRecoveryModes[] = {"in-process", "cold"};
-inline constexpr const char* kRecoveryCauses[] = {
-    "worker_exit",      "worker_signal",   "hang",        "remote_failure",
-    "node_lost_stream", "node_lost_lease", "node_joined", "node_left"};
 
 inline constexpr size_t kMaxRecoveryRecords = 20;
 inline constexpr size_t kMaxRatioNodes = 4096;

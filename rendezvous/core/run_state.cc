@@ -139,7 +139,7 @@ void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outb
   } else if (members_in_round() < max_nodes_ && succeeded_in_round_ == 0) {
     // Scale up: the world is below max, so the newcomer gets in by restarting the round. A
     // round where some node already succeeded is finishing; the newcomer waits instead.
-    RestartRound(absl::StrCat(who, " joined"), kRestartNodeJoined, RestartKind::kFree, std::nullopt,
+    RestartRound(absl::StrCat(who, " joined"), Cause::kNodeJoined, RestartKind::kFree, std::nullopt,
                  now, out);
   }
 }
@@ -189,10 +189,10 @@ absl::Status RunState::GroupStatus(ConnId conn, int64_t round, GroupState state,
       if (f.hostname.empty()) f.hostname = it->second.info.hostname;
       // With the budget spent the run ends anyway, as torchrun's would (exit 1).
       if (restarts_used_ < max_restarts_ && crash_loop_.Repeats(f)) {
-        CloseRun(absl::AbortedError(CrashLoopMessage(DescribeFailure(f))), f, out);
+        CloseRun(CrashLoopStop(CrashLoopMessage(DescribeFailure(f))), f, out);
         return absl::OkStatus();
       }
-      RestartRound(DescribeFailure(f), f.hang ? kRestartHang : kRestartWorkerFailure,
+      RestartRound(DescribeFailure(f), f.hang ? Cause::kHang : Cause::kWorkerFailure,
                    RestartKind::kFailure, f, now, out);
       return absl::OkStatus();
     }
@@ -210,7 +210,7 @@ void RunState::Leave(ConnId conn, const std::string& reason, TimePoint now, Outb
   out->push_back({conn, CloseNotice{absl::OkStatus(), std::nullopt}});
   if (phase_ == RunPhase::kRunning && was_member) {
     if (EndsWithoutRestart(out)) return;
-    RestartRound(absl::StrCat(who, " left", reason.empty() ? "" : ": ", reason), kRestartNodeLeft,
+    RestartRound(absl::StrCat(who, " left", reason.empty() ? "" : ": ", reason), Cause::kNodeLeft,
                  RestartKind::kFree, std::nullopt, now, out);
   } else if (phase_ == RunPhase::kJoining) {
     MaybeFormRound(now, out);
@@ -237,7 +237,7 @@ void RunState::LoseNode(ConnId conn, const std::string& why, TimePoint now, Outb
   RemoveNode(conn);
   if (phase_ == RunPhase::kRunning && was_member) {
     if (EndsWithoutRestart(out)) return;
-    RestartRound(reason, kRestartNodeLostStream, RestartKind::kFailure, std::nullopt, now, out);
+    RestartRound(reason, Cause::kNodeLostStream, RestartKind::kFailure, std::nullopt, now, out);
   } else if (phase_ == RunPhase::kJoining) {
     MaybeFormRound(now, out);
   }
@@ -264,7 +264,7 @@ void RunState::Tick(TimePoint now, Outbox* out) {
   if (phase_ == RunPhase::kRunning && num_lost_members > 0 && !EndsWithoutRestart(out)) {
     const std::string more =
         num_lost_members > 1 ? absl::StrCat(" (and ", num_lost_members - 1, " more)") : "";
-    RestartRound(absl::StrCat(lost_members, more, " was lost: ", why), kRestartNodeLostLease,
+    RestartRound(absl::StrCat(lost_members, more, " was lost: ", why), Cause::kNodeLostLease,
                  RestartKind::kFailure, std::nullopt, now, out);
   }
   if (phase_ == RunPhase::kRecovering && recovery_deadline_ && now >= *recovery_deadline_) {
@@ -388,7 +388,7 @@ bool RunState::EndsWithoutRestart(Outbox* out) {
   return true;
 }
 
-void RunState::RestartRound(const std::string& reason, const char* cause, RestartKind kind,
+void RunState::RestartRound(const std::string& reason, Cause cause, RestartKind kind,
                             const std::optional<WorkerFailure>& root_cause, TimePoint now,
                             Outbox* out) {
   std::optional<HangNotice> hang;
@@ -404,7 +404,7 @@ void RunState::RestartRound(const std::string& reason, const char* cause, Restar
     ++restarts_used_;
     failed_at_ = now;
   }
-  PushBounded(&restart_causes_, std::string(cause), kMaxUntaken);
+  PushBounded(&restart_causes_, cause, kMaxUntaken);
   PushBounded(&restart_log_, RestartRecord{now, round_, cause, reason, std::nullopt},
               kMaxRestartRecords);
   round_began_ = now;
@@ -413,7 +413,7 @@ void RunState::RestartRound(const std::string& reason, const char* cause, Restar
     node.in_round = false;  // group_rank stays: it orders the survivors in the next round
     node.progress.clear();
     --members_in_round_;
-    out->push_back({conn, RestartNotice{round_, reason, hang, restarts_used_}});
+    out->push_back({conn, RestartNotice{round_, cause, reason, hang, restarts_used_}});
   }
   phase_ = RunPhase::kJoining;
   succeeded_in_round_ = 0;
@@ -623,10 +623,10 @@ void RunState::Restore(const RunSnapshot& s, TimePoint now, Outbox* out) {
   } else if (num_lost > 0) {
     const std::string more = num_lost > 1 ? absl::StrCat(" (and ", num_lost - 1, " more)") : "";
     RestartRound(absl::StrCat(lost, more, " was lost while the rendezvous changed coordinator"),
-                 kRestartNodeLostLease,  // etcd: its key (and lease) vanished
+                 Cause::kNodeLostLease,  // etcd: its key (and lease) vanished
                  RestartKind::kFailure, std::nullopt, now, out);
   } else if (!newcomer.empty() && members_in_round() < max_nodes_ && succeeded_in_round_ == 0) {
-    RestartRound(absl::StrCat(newcomer, " joined"), kRestartNodeJoined, RestartKind::kFree,
+    RestartRound(absl::StrCat(newcomer, " joined"), Cause::kNodeJoined, RestartKind::kFree,
                  std::nullopt, now, out);
   }
 }

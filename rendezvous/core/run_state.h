@@ -103,7 +103,7 @@ class RunState {
   // last call. At most kMaxUntaken of each are kept, the newest: an owner that never takes
   // them (the etcd coordinator has no metrics) does not make them grow for the whole job.
   std::vector<RoundTiming> TakeRoundTimings() { return std::exchange(round_timings_, {}); }
-  std::vector<std::string> TakeRestartCauses() { return std::exchange(restart_causes_, {}); }
+  std::vector<Cause> TakeRestartCauses() { return std::exchange(restart_causes_, {}); }
   // Continues the run of `snapshot` with the nodes that joined this RunState since it was made
   // (their join messages are not to be sent again). Members of the snapshot's round that did
   // not join again are lost (a failure, as with a broken stream); nodes the snapshot does not
@@ -161,7 +161,7 @@ class RunState {
   // disagree) is free.
   enum class RestartKind { kFailure, kFree };
   // A member is gone or failed, or the membership changed: restart the survivors.
-  void RestartRound(const std::string& reason, const char* cause, RestartKind kind,
+  void RestartRound(const std::string& reason, Cause cause, RestartKind kind,
                     const std::optional<WorkerFailure>& root_cause, TimePoint now, Outbox* out);
   // While joining: forms a round if max is reached or the last call expired (and, with
   // kMajorityOfLastRound, a majority of the last round's members is here).
@@ -226,13 +226,13 @@ class RunState {
   const RoundQuorum quorum_;
 
   RunPhase phase_ = RunPhase::kJoining;
-  int64_t round_ = 0;                        // the last round formed; 0: none yet
-  std::vector<std::string> restart_causes_;  // not yet taken
-  std::vector<RestartRecord> restart_log_;   // the latest kMaxRestartRecords
-  std::deque<std::string> steps_;            // the latest kMaxSteps
-  TimePoint round_began_{};                  // the forming round's start
-  std::optional<TimePoint> failed_at_;       // the failure that restarted it
-  std::vector<RoundTiming> round_timings_;   // formed, not yet taken
+  int64_t round_ = 0;                       // the last round formed; 0: none yet
+  std::vector<Cause> restart_causes_;       // not yet taken
+  std::vector<RestartRecord> restart_log_;  // the latest kMaxRestartRecords
+  std::deque<std::string> steps_;           // the latest kMaxSteps
+  TimePoint round_began_{};                 // the forming round's start
+  std::optional<TimePoint> failed_at_;      // the failure that restarted it
+  std::vector<RoundTiming> round_timings_;  // formed, not yet taken
   int restarts_used_ = 0;
   int succeeded_in_round_ = 0;
   uint64_t next_arrival_ = 0;

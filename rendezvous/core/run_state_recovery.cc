@@ -87,7 +87,7 @@ void RunState::TakeOver(ConnId conn, const JoinRequest& request, TimePoint now, 
   if (phase_ == RunPhase::kRunning && n.in_round) {
     RestartRound(absl::StrCat(Describe(n), " re-registered out of step with round ", round_,
                               " (it knows round ", claim.last.round, ")"),
-                 kRestartServerRestart, RestartKind::kFree, std::nullopt, now, out);
+                 Cause::kServerRestart, RestartKind::kFree, std::nullopt, now, out);
     return;
   }
   AnswerUnknownClaim(n, claim, out);
@@ -95,13 +95,16 @@ void RunState::TakeOver(ConnId conn, const JoinRequest& request, TimePoint now, 
 
 void RunState::AnswerUnknownClaim(const Node& node, const ResumeClaim& claim, Outbox* out) {
   if (!HasWorkers(claim) || claim.group != Group::kRunning) return;
+  const bool future = claim.last.round > round_;
   const std::string why =
-      claim.last.round > round_
-          ? absl::StrCat("round ", claim.last.round, " is from the future: run '", run_id_,
-                         "' is at round ", round_)
-          : absl::StrCat(Describe(node), " is not a member of round ", claim.last.round,
-                         " on this rendezvous server (the run went on without it)");
-  out->push_back({node.conn, RestartNotice{claim.last.round, why, std::nullopt, restarts_used_}});
+      future ? absl::StrCat("round ", claim.last.round, " is from the future: run '", run_id_,
+                            "' is at round ", round_)
+             : absl::StrCat(Describe(node), " is not a member of round ", claim.last.round,
+                            " on this rendezvous server (the run went on without it)");
+  // From the future: this server lost the run's state. Not a member: the run gave the node up.
+  const Cause cause = future ? Cause::kServerRestart : Cause::kNodeLostLease;
+  out->push_back(
+      {node.conn, RestartNotice{claim.last.round, cause, why, std::nullopt, restarts_used_}});
 }
 
 void RunState::StartRecovery(TimePoint now) {
@@ -261,7 +264,7 @@ void RunState::Settle(TimePoint now, Outbox* out) {
   for (auto& [conn, node] : nodes_) {
     // Workers of an older round are stale whatever happens to the newest one.
     if (node.claim && HasWorkers(*node.claim) && node.claim->last.round < newest) {
-      out->push_back({conn, RestartNotice{node.claim->last.round,
+      out->push_back({conn, RestartNotice{node.claim->last.round, Cause::kServerRestart,
                                           absl::StrCat("round ", node.claim->last.round,
                                                        " is over: the run is at round ", newest),
                                           std::nullopt, restarts_used_}});
@@ -293,13 +296,13 @@ void RunState::Settle(TimePoint now, Outbox* out) {
   if (!contradiction.empty()) {
     RestartRound(
         absl::StrCat("re-registrations ", after_restart, " contradict each other: ", contradiction),
-        kRestartServerRestart, RestartKind::kFree, std::nullopt, now, out);
+        Cause::kServerRestart, RestartKind::kFree, std::nullopt, now, out);
     return;
   }
   if (!told_over.empty()) {
     RestartRound(absl::StrCat("round ", newest, " was already over ", after_restart, " (",
                               told_over, " had been told so)"),
-                 kRestartServerRestart, RestartKind::kFree, std::nullopt, now, out);
+                 Cause::kServerRestart, RestartKind::kFree, std::nullopt, now, out);
     return;
   }
   if (!missing.empty()) {
@@ -314,7 +317,7 @@ void RunState::Settle(TimePoint now, Outbox* out) {
                                     absl::StrJoin(missing, ", "), " of round ", newest,
                                     " did not re-register within ", ToMillis(timeouts_.lease()),
                                     " ms ", after_restart),
-                 kRestartNodeLostLease, RestartKind::kFailure, std::nullopt, now, out);
+                 Cause::kNodeLostLease, RestartKind::kFailure, std::nullopt, now, out);
     return;
   }
   for (ConnId conn : claimants) out->push_back({conn, ResumedNotice{newest}});
@@ -323,7 +326,7 @@ void RunState::Settle(TimePoint now, Outbox* out) {
   if (static_cast<size_t>(members_in_round()) < nodes_.size() && members_in_round() < max_nodes_) {
     for (const auto& [conn, node] : nodes_) {
       if (node.in_round) continue;
-      RestartRound(absl::StrCat(Describe(node), " joined"), kRestartNodeJoined, RestartKind::kFree,
+      RestartRound(absl::StrCat(Describe(node), " joined"), Cause::kNodeJoined, RestartKind::kFree,
                    std::nullopt, now, out);
       break;
     }

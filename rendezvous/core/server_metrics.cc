@@ -83,21 +83,18 @@ void FormatRecoveryMetrics(const std::map<std::string, RecoveryLedger>& ledgers,
 ServerMetrics::ServerMetrics()
     : round_completion(kLatencyBounds), failure_to_restart(kLatencyBounds) {}
 
-void ServerMetrics::Add(const std::vector<RoundTiming>& timings,
-                        const std::vector<std::string>& causes) {
+void ServerMetrics::Add(const std::vector<RoundTiming>& timings, const std::vector<Cause>& causes) {
   for (const RoundTiming& t : timings) {
     round_completion.Observe(t.completion_s);
     if (t.after_failure_s) failure_to_restart.Observe(*t.after_failure_s);
   }
-  for (const std::string& cause : causes) ++restarts[cause];
+  for (Cause cause : causes) ++restarts[cause];
 }
 
-std::string FailureCauseLabel(const WorkerFailure& failure) {
-  for (const char* known : kFailureCauses) {
-    if (failure.cause_kind == known) return known;
-  }
-  if (failure.hang) return kFailureHang;
-  return failure.signal != 0 ? kFailureUnknown : kFailureExit;
+Cause CountedDeathCause(const WorkerFailure& failure) {
+  if (CauseIsIn(failure.cause_kind, kDeathCauses)) return failure.cause_kind;
+  if (failure.hang) return Cause::kHang;
+  return failure.signal != 0 ? Cause::kUnknownSignal : Cause::kExit;
 }
 
 std::string EscapeLabelValue(const std::string& value) {
@@ -144,20 +141,18 @@ std::string FormatMetrics(const ServerMetrics& m, const std::vector<RunStatus>& 
          "node_lost_lease, node_joined, "
          "node_left, server_restart).",
          &out);
-  for (const char* cause :
-       {kRestartWorkerFailure, kRestartHang, kRestartNodeLostStream, kRestartNodeLostLease,
-        kRestartNodeJoined, kRestartNodeLeft, kRestartServerRestart}) {
+  for (Cause cause : kRestartCauses) {
     auto it = m.restarts.find(cause);
-    absl::StrAppend(&out, "ddprun_rdzv_restarts_total{cause=\"", cause, "\"} ",
+    absl::StrAppend(&out, "ddprun_rdzv_restarts_total{cause=\"", CauseLabel(cause), "\"} ",
                     it == m.restarts.end() ? 0 : it->second, "\n");
   }
   Family("ddprun_rdzv_worker_failures_total", "counter",
          "Worker failures reported by agents, every run, by cause from the kernel's evidence "
          "(exit, hang, oom_kill, fault, gpu_error, stopped_by_ddprun, external_signal, unknown).",
          &out);
-  for (const char* cause : kFailureCauses) {
+  for (Cause cause : kDeathCauses) {
     auto it = m.worker_failures.find(cause);
-    absl::StrAppend(&out, "ddprun_rdzv_worker_failures_total{cause=\"", cause, "\"} ",
+    absl::StrAppend(&out, "ddprun_rdzv_worker_failures_total{cause=\"", CauseLabel(cause), "\"} ",
                     it == m.worker_failures.end() ? 0 : it->second, "\n");
   }
   Family("ddprun_rdzv_heartbeats_total", "counter", "Heartbeats received from agents.", &out);

@@ -20,21 +20,21 @@ struct ServerMetrics {
   ServerMetrics();
   uint64_t heartbeats = 0;
   uint64_t joins = 0;
-  std::map<std::string, uint64_t> refused;          // reason -> calls or joins refused
-  std::map<std::string, uint64_t> restarts;         // cause (kRestart*) -> restarts, every run
-  std::map<std::string, uint64_t> worker_failures;  // kFailureCauses -> reports, every run
-  Histogram round_completion;                       // seconds from a round's start to formed
-  Histogram failure_to_restart;  // seconds from a failure to the next round formed
+  std::map<std::string, uint64_t> refused;    // reason -> calls or joins refused
+  std::map<Cause, uint64_t> restarts;         // kRestartCauses -> restarts, every run
+  std::map<Cause, uint64_t> worker_failures;  // kDeathCauses -> reports, every run
+  Histogram round_completion;                 // seconds from a round's start to formed
+  Histogram failure_to_restart;               // seconds from a failure to the next round formed
   // The agents' recoveries, by run id: ServerState feeds every timeline step of a run to its
   // ledger and drops the ledger when it forgets the run.
   std::map<std::string, RecoveryLedger> recoveries;
   // Records what a run reported since its last report (RunState::TakeRoundTimings, ...).
-  void Add(const std::vector<RoundTiming>& timings, const std::vector<std::string>& causes);
+  void Add(const std::vector<RoundTiming>& timings, const std::vector<Cause>& causes);
 };
 
-// The label a failure report counts under: its cause_kind when it is one of kFailureCauses
-// (an agent's word is not a label the server lets grow), else what the report itself shows.
-std::string FailureCauseLabel(const WorkerFailure& failure);
+// The cause a failure report counts under: its cause_kind when it is one of kDeathCauses (an
+// agent's word is not a label the server lets grow), else what the report itself shows.
+Cause CountedDeathCause(const WorkerFailure& failure);
 
 // The whole /metrics page.
 std::string FormatMetrics(const ServerMetrics& metrics, const std::vector<RunStatus>& runs);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/message_limit.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -255,14 +256,14 @@ Outbox ServerState::GroupStatus(ConnId conn, int64_t round, GroupState state,
   std::optional<WorkerFailure> cut = failure;
   if (cut) {
     for (std::string* text : {&cut->message, &cut->cause, &cut->signature}) {
-      if (text->size() > limits_.max_message_length) text->resize(limits_.max_message_length);
+      *text = AbbreviateMessage(*text, "", limits_.max_message_length);
     }
   }
   Outbox out;
   absl::Status status = run->state->GroupStatus(conn, round, state, cut, now, &out);
   if (result != nullptr) *result = status;
   if (status.ok() && state == GroupState::kFailed) {
-    ++metrics_.worker_failures[FailureCauseLabel(cut.value_or(WorkerFailure{}))];
+    ++metrics_.worker_failures[CountedDeathCause(cut.value_or(WorkerFailure{}))];
   }
   AfterEvent(run_id, out, now);
   return out;
@@ -273,7 +274,7 @@ Outbox ServerState::Leave(ConnId conn, const std::string& reason, TimePoint now)
   Run* run = RunOf(conn, &run_id);
   if (run == nullptr) return CloseOnly(conn, absl::OkStatus());
   Outbox out;
-  run->state->Leave(conn, reason.substr(0, limits_.max_message_length), now, &out);
+  run->state->Leave(conn, AbbreviateMessage(reason, "", limits_.max_message_length), now, &out);
   AfterEvent(run_id, out, now);
   return out;
 }
@@ -282,9 +283,10 @@ Outbox ServerState::Step(ConnId conn, const std::string& json, TimePoint now) {
   std::string run_id;
   Run* run = RunOf(conn, &run_id);
   if (run == nullptr) return CloseOnly(conn, absl::FailedPreconditionError("not joined"));
-  const std::string cut = json.substr(0, limits_.max_message_length);
-  run->state->Step(conn, cut, now);
-  metrics_.recoveries[run_id].Add(cut, now);
+  // Dropped whole, never cut: a cut object is no JSON (common/message_limit.h).
+  if (json.size() > 2 * limits_.max_message_length) return {};
+  run->state->Step(conn, json, now);
+  metrics_.recoveries[run_id].Add(json, now);
   return {};
 }
 

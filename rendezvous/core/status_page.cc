@@ -189,7 +189,7 @@ std::string RenderStatusPage(const std::vector<RunStatus>& runs, const ServerMet
                       "<th>next round formed</th><th>reason</th></tr>");
       for (auto it = run.restarts.rbegin(); it != run.restarts.rend(); ++it) {
         absl::StrAppend(&out, "<tr class=\"restart\"><td>", Seconds(Since(it->when, now)),
-                        " ago</td><td>", it->round, "</td><td>", HtmlEscape(it->cause), "</td><td>",
+                        " ago</td><td>", it->round, "</td><td>", CauseLabel(it->cause), "</td><td>",
                         it->formed_after_s ? absl::StrCat("+", Seconds(*it->formed_after_s))
                                            : std::string("not yet"),
                         "</td><td>", HtmlEscape(it->reason), "</td></tr>");

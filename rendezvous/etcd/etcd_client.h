@@ -70,7 +70,7 @@ class EtcdClient {
   std::shared_ptr<grpc::Channel> CurrentChannel(size_t* index);
   // The endpoint at `index` failed: later calls start at the next one.
   void Failover(size_t index);
-  absl::Status AddMetadata(grpc::ClientContext* context);
+  absl::Status AddMetadata(grpc::ClientContext* context) ABSL_LOCKS_EXCLUDED(mu_);
   const std::string& endpoints_text() const { return endpoints_text_; }
 
  private:
@@ -79,15 +79,17 @@ class EtcdClient {
   // reachability, or `budget` is spent.
   absl::Status Call(const char* what, Duration budget,
                     const std::function<grpc::Status(grpc::ClientContext*,
-                                                     const std::shared_ptr<grpc::Channel>&)>& fn);
-  absl::Status Authenticate(const std::shared_ptr<grpc::Channel>& channel, TimePoint deadline);
+                                                     const std::shared_ptr<grpc::Channel>&)>& fn)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  absl::Status Authenticate(const std::shared_ptr<grpc::Channel>& channel, TimePoint deadline)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   const EtcdOptions options_;
   std::string endpoints_text_;
   std::vector<std::shared_ptr<grpc::Channel>> channels_;
   std::atomic<size_t> current_{0};
   std::atomic<bool> aborted_{false};
-  absl::Mutex mu_;
+  absl::Mutex mu_;  // never held across a call to etcd
   std::string token_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -294,7 +294,7 @@ void EtcdRendezvous::OnInbox(const std::string& value) {
     if (m.has_assignment()) {
       events_.Assigned(FromProto(m.assignment()));
     } else if (m.has_restart()) {
-      events_.Restart(m.restart().reason(), HangOf(m.restart()));
+      events_.Restart(FromProto(m.restart().cause()), m.restart().reason(), HangOf(m.restart()));
     } else if (m.has_close()) {
       events_.Close(CloseStatus(m.close()), HangOf(m.close()));
     }

@@ -20,7 +20,7 @@ EtcdWatcher::EtcdWatcher(EtcdClient* client, std::string prefix, int64_t start_r
 
 EtcdWatcher::~EtcdWatcher() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    StdMutexLock lock(&mu_);
     stopping_ = true;
     if (context_ != nullptr) context_->TryCancel();
   }
@@ -32,8 +32,9 @@ void EtcdWatcher::Run() {
   while (WatchOnce()) {
     // The member went away (or lost its leader): try the next one after a short pause, so a
     // cluster with no member up is not spun on. Woken at once by the destructor.
-    std::unique_lock<std::mutex> lock(mu_);
-    if (wake_.wait_for(lock, std::chrono::milliseconds(100), [this] { return stopping_; })) {
+    StdMutexLock lock(&mu_);
+    if (lock.WaitFor(&wake_, std::chrono::milliseconds(100),
+                     [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; })) {
       return;
     }
   }
@@ -45,7 +46,7 @@ bool EtcdWatcher::WatchOnce() {
   grpc::ClientContext context;
   client_->AddMetadata(&context).IgnoreError();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    StdMutexLock lock(&mu_);
     if (stopping_) return false;
     context_ = &context;
   }
@@ -77,7 +78,7 @@ bool EtcdWatcher::WatchOnce() {
   context.TryCancel();
   stream->Finish().IgnoreError();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    StdMutexLock lock(&mu_);
     context_ = nullptr;
     if (stopping_) return false;
   }

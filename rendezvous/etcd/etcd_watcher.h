@@ -4,17 +4,19 @@
 //
 // Runs its own thread (a blocking gRPC stream read); `on_events` and `on_failed` are called on
 // that thread, in revision order. Destruction cancels the stream and joins the thread.
+// Thread-safe: the destructor may run on any thread; the rest is the watcher thread's.
 #ifndef DDPRUN_RENDEZVOUS_ETCD_ETCD_WATCHER_H_
 #define DDPRUN_RENDEZVOUS_ETCD_ETCD_WATCHER_H_
 
 #include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "common/std_mutex.h"
 #include "proto/etcd/kv.pb.h"
 #include "rendezvous/etcd/etcd_client.h"
 
@@ -33,14 +35,14 @@ class EtcdWatcher {
   // Delivers every event on keys starting with `prefix` with revision >= `start_revision`.
   EtcdWatcher(EtcdClient* client, std::string prefix, int64_t start_revision, EventsFn on_events,
               FailedFn on_failed);
-  ~EtcdWatcher();
+  ~EtcdWatcher() ABSL_LOCKS_EXCLUDED(mu_);
   EtcdWatcher(const EtcdWatcher&) = delete;
   EtcdWatcher& operator=(const EtcdWatcher&) = delete;
 
  private:
-  void Run();
+  void Run() ABSL_LOCKS_EXCLUDED(mu_);
   // One stream on one endpoint until it ends; false: stop for good.
-  bool WatchOnce();
+  bool WatchOnce() ABSL_LOCKS_EXCLUDED(mu_);
 
   EtcdClient* const client_;
   const std::string prefix_;
@@ -48,10 +50,11 @@ class EtcdWatcher {
   const FailedFn on_failed_;
   int64_t next_revision_;  // watcher thread only
 
-  std::mutex mu_;
+  // A StdMutex: the pause between two members waits on the steady clock (common/std_mutex.h).
+  StdMutex mu_;
   std::condition_variable wake_;
-  bool stopping_ = false;                   // guarded by mu_
-  grpc::ClientContext* context_ = nullptr;  // guarded by mu_: the open stream, to cancel it
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;  // the open stream, to cancel it
   std::thread thread_;
 };
 

@@ -30,21 +30,22 @@ class AgentCall final : public grpc::ClientBidiReactor<proto::AgentMessage, prot
 
   grpc::ClientContext* context() { return &context_; }
   // Starts the call on `channel` with `first` as its first message.
-  void Start(const std::shared_ptr<grpc::Channel>& channel, proto::AgentMessage first);
+  void Start(const std::shared_ptr<grpc::Channel>& channel, proto::AgentMessage first)
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Queues a message; dropped once the stream is over.
-  void Send(proto::AgentMessage message);
+  void Send(proto::AgentMessage message) ABSL_LOCKS_EXCLUDED(mu_);
   void Cancel() { context_.TryCancel(); }
   // Notified after OnDone (the last reaction).
   absl::Notification& done() { return done_; }
 
   void OnReadDone(bool ok) override;
-  void OnWriteDone(bool ok) override;
+  void OnWriteDone(bool ok) ABSL_LOCKS_EXCLUDED(mu_) override;
   void OnDone(const grpc::Status& status) override;
 
  private:
-  void Pump();
+  void Pump() ABSL_LOCKS_EXCLUDED(mu_);
   // The stream can take no more writes; releases the hold once no write is in flight.
-  void MarkDead();
+  void MarkDead() ABSL_LOCKS_EXCLUDED(mu_);
 
   const MessageFn on_message_;
   const DoneFn on_done_;
@@ -53,6 +54,7 @@ class AgentCall final : public grpc::ClientBidiReactor<proto::AgentMessage, prot
   proto::ServerMessage read_;
   absl::Notification done_;
 
+  // The write queue, shared by the client's thread (Send) and gRPC's (the reactions).
   absl::Mutex mu_;
   std::deque<proto::AgentMessage> queue_ ABSL_GUARDED_BY(mu_);
   proto::AgentMessage writing_msg_ ABSL_GUARDED_BY(mu_);

@@ -5,6 +5,9 @@
 //
 // Lifetime: created by RendezvousServiceImpl::Connect; after OnDone it tells the service,
 // whose loop deletes it (the loop is the only other user of the pointer, so it cannot dangle).
+//
+// Thread-safety: Send and FinishWith may be called from any thread; the write queue is guarded
+// by mu_, the read chain is gRPC's alone.
 #ifndef DDPRUN_RENDEZVOUS_GRPC_AGENT_STREAM_H_
 #define DDPRUN_RENDEZVOUS_GRPC_AGENT_STREAM_H_
 
@@ -30,17 +33,17 @@ class AgentStream final
 
   // Thread-safe. Queues `message`; with `last`, finishes the stream (OK) once it is written.
   // Dropped once the stream is finishing.
-  void Send(proto::ServerMessage message, bool last);
+  void Send(proto::ServerMessage message, bool last) ABSL_LOCKS_EXCLUDED(mu_);
   // Thread-safe. Finishes the stream with `status` after the queued writes.
-  void FinishWith(grpc::Status status);
+  void FinishWith(grpc::Status status) ABSL_LOCKS_EXCLUDED(mu_);
 
   void OnReadDone(bool ok) override;
-  void OnWriteDone(bool ok) override;
+  void OnWriteDone(bool ok) ABSL_LOCKS_EXCLUDED(mu_) override;
   void OnDone() override;
 
  private:
   // Starts the next write, or the finish, if nothing is in flight.
-  void Pump();
+  void Pump() ABSL_LOCKS_EXCLUDED(mu_);
 
   RendezvousServiceImpl* const service_;
   const ConnId conn_;
@@ -57,6 +60,7 @@ class AgentStream final
 };
 
 // A stream refused before it starts (bad token): finishes with `status` and deletes itself.
+// No state of its own: gRPC calls it, from any thread.
 class RefusedStream final
     : public grpc::ServerBidiReactor<proto::AgentMessage, proto::ServerMessage> {
  public:

@@ -5,6 +5,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_replace.h"
 #include "common/strings.h"
+#include "rendezvous/api/cause.h"
+#include "rendezvous/api/crash_loop.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -13,7 +15,28 @@ using std::chrono::milliseconds;
 
 int64_t Millis(Duration d) { return std::chrono::duration_cast<milliseconds>(d).count(); }
 
+// One numbering (cause.h): its ends and a few in between, checked where both are visible.
+static_assert(static_cast<int>(Cause::kUnspecified) == proto::CAUSE_UNSPECIFIED);
+static_assert(static_cast<int>(Cause::kUnknownSignal) == proto::CAUSE_UNKNOWN_SIGNAL);
+static_assert(static_cast<int>(Cause::kHang) == proto::CAUSE_HANG);
+static_assert(static_cast<int>(Cause::kServerRestart) == proto::CAUSE_SERVER_RESTART);
+static_assert(kLastCause == proto::Cause_MAX);
+
+// A report's death cause: death_cause, or from an agent from before it, its cause_kind label
+// (a label, never prose: anything else is kUnspecified).
+Cause ReportedDeathCause(const proto::WorkerFailure& p) {
+  if (p.death_cause() != proto::CAUSE_UNSPECIFIED) return FromProto(p.death_cause());
+  const std::optional<Cause> labelled = CauseFromLabel(p.cause_kind());
+  return labelled.value_or(Cause::kUnspecified);
+}
+
 }  // namespace
+
+proto::Cause ToProto(Cause cause) { return static_cast<proto::Cause>(cause); }
+
+Cause FromProto(proto::Cause cause) {
+  return CauseFromNumber(static_cast<int>(cause)).value_or(Cause::kUnspecified);
+}
 
 proto::Join ToProto(const NodeInfo& node, const RunTimeouts& timeouts) {
   proto::Join j;
@@ -48,7 +71,8 @@ proto::WorkerFailure ToProto(const WorkerFailure& f) {
   p.set_signal(f.signal);
   p.set_message(f.message);
   p.set_hang(f.hang);
-  p.set_cause_kind(f.cause_kind);
+  p.set_death_cause(ToProto(f.cause_kind));
+  if (f.cause_kind != Cause::kUnspecified) p.set_cause_kind(CauseLabel(f.cause_kind));
   p.set_cause(f.cause);
   p.set_signature(f.signature);
   p.set_made_progress(f.made_progress);
@@ -83,7 +107,7 @@ WorkerFailure FromProto(const proto::WorkerFailure& p) {
   f.signal = p.signal();
   f.message = p.message();
   f.hang = p.hang();
-  f.cause_kind = p.cause_kind();
+  f.cause_kind = ReportedDeathCause(p);
   f.cause = p.cause();
   f.signature = p.signature();
   f.made_progress = p.made_progress();
@@ -173,6 +197,11 @@ ResumeClaim FromProto(const proto::Resume& p) {
 
 absl::Status CloseStatus(const proto::Close& close) {
   const int code = close.code();
+  if (close.ending() == proto::Close::CRASH_LOOP ||
+      (close.ending() == proto::Close::ENDING_UNSPECIFIED &&
+       code == static_cast<int>(absl::StatusCode::kAborted))) {
+    return CrashLoopStop(close.message());
+  }
   if (code < 0 || code > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
     return absl::UnknownError(close.message());
   }
@@ -238,6 +267,7 @@ proto::ServerMessage ToProto(const Outgoing& out) {
   } else if (const auto* r = std::get_if<RestartNotice>(&out.msg)) {
     m.mutable_restart()->set_round(r->round);
     m.mutable_restart()->set_reason(r->reason);
+    m.mutable_restart()->set_cause(ToProto(r->cause));
     m.mutable_restart()->set_restart_count(r->restart_count);
     if (r->hang.has_value()) {
       m.mutable_restart()->set_hang(true);
@@ -252,6 +282,7 @@ proto::ServerMessage ToProto(const Outgoing& out) {
     if (c->root_cause) *p->mutable_root_cause() = ToProto(*c->root_cause);
     p->set_straggler(c->straggler);
     p->set_given_up(c->given_up);
+    if (IsCrashLoopStop(c->status)) p->set_ending(proto::Close::CRASH_LOOP);
   }
   return m;
 }

@@ -16,6 +16,11 @@
 
 namespace ddprun::rendezvous {
 
+// Both sides. The cause numbers are the same in cause.h and the proto; a number this build does
+// not know (a newer peer's) reads as kUnspecified.
+proto::Cause ToProto(Cause cause);
+Cause FromProto(proto::Cause cause);
+
 // Agent side.
 proto::Join ToProto(const NodeInfo& node, const RunTimeouts& timeouts);
 proto::WorkerFailure ToProto(const WorkerFailure& failure);
@@ -26,7 +31,8 @@ ResumeClaim FromProto(const proto::Resume& p);
 Assignment FromProto(const proto::Assignment& a);
 WorkerFailure FromProto(const proto::WorkerFailure& f);
 std::vector<RankProgress> FromProto(const proto::Heartbeat& h);
-// A Close message as the status OnClosed reports.
+// A Close message as the status OnClosed reports: CRASH_LOOP (or ABORTED from a server from
+// before Close.ending) as CrashLoopStop.
 absl::Status CloseStatus(const proto::Close& close);
 // The hang a Restart or Close message tells of (the straggler); nullopt when none.
 std::optional<HangNotice> HangOf(const proto::Restart& restart);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/loop_thread.h"
+#include "common/message_limit.h"
 #include "common/strings.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/rendezvous.grpc.pb.h"
@@ -15,8 +16,6 @@
 
 namespace ddprun::rendezvous {
 namespace {
-
-constexpr size_t kMaxFailureMessage = 8192;
 
 std::string Seconds(std::chrono::milliseconds d) {
   return absl::StrCat(static_cast<double>(d.count()) / 1000.0, " s");
@@ -196,7 +195,7 @@ void RendezvousClient::HandleServerMessage(const proto::ServerMessage& m) {
         claim_.group = ResumeClaim::Group::kWaiting;
         waiting_since_ = std::chrono::steady_clock::now();
       }
-      events_.Restart(m.restart().reason(), HangOf(m.restart()));
+      events_.Restart(FromProto(m.restart().cause()), m.restart().reason(), HangOf(m.restart()));
       break;
     }
     case proto::ServerMessage::kResumed: {
@@ -727,7 +726,8 @@ void RendezvousClient::ReportStep(const std::string& json) {
   loop_->Post([this, json] {
     if (!joined_ || events_.closed() || call_ == nullptr) return;
     proto::AgentMessage m;
-    m.mutable_step()->set_json(json.substr(0, kMaxFailureMessage));
+    if (json.size() > kMaxStructuredMessageBytes) return;  // never a cut object (message_limit.h)
+    m.mutable_step()->set_json(json);
     call_->Send(std::move(m));
   });
 }
@@ -751,9 +751,7 @@ void RendezvousClient::ReportGroupState(int64_t round, GroupState state,
                                                    : proto::GroupStatus::FAILED);
     if (failure) {
       *g->mutable_failure() = ToProto(*failure);
-      if (g->failure().message().size() > kMaxFailureMessage) {
-        g->mutable_failure()->mutable_message()->resize(kMaxFailureMessage);
-      }
+      *g->mutable_failure()->mutable_message() = AbbreviateMessage(g->failure().message());
     }
     call_->Send(std::move(m));
   });

@@ -93,13 +93,15 @@ class RendezvousServer {
   void SetHostNodeId(const std::string& node_id);
   // Stops accepting calls, ends every stream (agents see the server go away), stops the loop.
   // Waits at most `grace` for in-flight calls.
-  void Shutdown(std::chrono::milliseconds grace = std::chrono::milliseconds(500));
+  void Shutdown(std::chrono::milliseconds grace = std::chrono::milliseconds(500))
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Blocks until Shutdown() was called (from another thread).
-  void Wait();
+  void Wait() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   RendezvousServer() = default;
 
+  // Set by Start(), then only read (their objects are thread-safe) until the destructor.
   std::string host_;
   int port_ = 0;
   std::unique_ptr<LoopThread> loop_;
@@ -108,7 +110,7 @@ class RendezvousServer {
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> handoff_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpEndpoint> http_;
-  absl::Mutex mu_;
+  absl::Mutex mu_;  // makes Shutdown() idempotent and wakes Wait()
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };
 

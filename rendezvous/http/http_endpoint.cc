@@ -26,12 +26,13 @@ using SteadyTime = std::chrono::steady_clock::time_point;
 // the connection's start or the end of its previous request. libmicrohttpd tells it when a
 // connection starts and closes (and calls CLOSED before it closes the socket, so a socket shut
 // down here under the lock is still the connection's); shutdown(2) makes libmicrohttpd's next
-// read see the end and close the connection itself.
+// read see the end and close the connection itself. Thread-safe: libmicrohttpd's thread calls
+// Started, RequestDone and Closed while the watchdog's own thread runs.
 class RequestWatchdog {
  public:
   explicit RequestWatchdog(std::chrono::milliseconds timeout)
       : timeout_(timeout), thread_([this] { Run(); }) {}
-  ~RequestWatchdog() {
+  ~RequestWatchdog() ABSL_LOCKS_EXCLUDED(mu_) {
     {
       absl::MutexLock lock(&mu_);
       stopping_ = true;
@@ -39,16 +40,16 @@ class RequestWatchdog {
     thread_.join();
   }
 
-  void Started(MHD_Connection* connection, int fd) {
+  void Started(MHD_Connection* connection, int fd) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     connections_[connection] = Entry{fd, std::chrono::steady_clock::now() + timeout_, false};
   }
-  void RequestDone(MHD_Connection* connection) {
+  void RequestDone(MHD_Connection* connection) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     auto it = connections_.find(connection);
     if (it != connections_.end()) it->second.deadline = std::chrono::steady_clock::now() + timeout_;
   }
-  void Closed(MHD_Connection* connection) {
+  void Closed(MHD_Connection* connection) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     connections_.erase(connection);
   }
@@ -60,7 +61,7 @@ class RequestWatchdog {
     bool cut;
   };
 
-  void Run() {
+  void Run() ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     while (!stopping_) {
       const SteadyTime now = std::chrono::steady_clock::now();

@@ -16,6 +16,9 @@
 // 1024 sessions live at once (the oldest goes). A wrong or missing token, or an unknown or
 // expired session, gets 401 and nothing else; the token never appears in a page, a cookie or a
 // URL.
+//
+// Thread-safety: Handle runs on libmicrohttpd's thread; the sessions are guarded by sessions_mu_,
+// everything else is set by Start() and then only read.
 #ifndef DDPRUN_RENDEZVOUS_HTTP_HTTP_ENDPOINT_H_
 #define DDPRUN_RENDEZVOUS_HTTP_HTTP_ENDPOINT_H_
 
@@ -25,6 +28,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 
@@ -69,8 +73,8 @@ class HttpEndpoint {
  private:
   HttpEndpoint() = default;
   bool Authorized(const Request& request) const;
-  std::string NewSession() const;
-  bool SessionValid(const std::string& session) const;
+  std::string NewSession() const ABSL_LOCKS_EXCLUDED(sessions_mu_);
+  bool SessionValid(const std::string& session) const ABSL_LOCKS_EXCLUDED(sessions_mu_);
 
   HttpOptions options_;
   Render metrics_;

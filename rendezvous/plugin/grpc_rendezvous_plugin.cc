@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/env_variables.h"
 #include "common/log.h"
 #include "common/strings.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
@@ -123,6 +124,8 @@ rendezvous::ServerOptions ServerOptionsFor(const C10dSettings& s, const std::str
   return o;
 }
 
+// Thread-safe: the agent's thread calls it while the client's thread may start or stop the
+// hosted server (failover); the hosted server's state is guarded by mu_.
 class GrpcRendezvousImpl final : public GrpcRendezvous {
  public:
   GrpcRendezvousImpl(std::unique_ptr<rendezvous::RendezvousServer> server,
@@ -141,7 +144,8 @@ class GrpcRendezvousImpl final : public GrpcRendezvous {
     server_.reset();
   }
 
-  void Join(const rendezvous::NodeInfo& node, rendezvous::RendezvousEvents* events) override {
+  void Join(const rendezvous::NodeInfo& node, rendezvous::RendezvousEvents* events)
+      ABSL_LOCKS_EXCLUDED(mu_) override {
     {
       absl::MutexLock lock(&mu_);
       node_id_ = node.node_id;
@@ -161,12 +165,12 @@ class GrpcRendezvousImpl final : public GrpcRendezvous {
   void StepOut(const std::string& reason) override { client_->StepOut(reason); }
   void StepIn() override { client_->StepIn(); }
 
-  bool hosting() const override {
+  bool hosting() const ABSL_LOCKS_EXCLUDED(mu_) override {
     absl::MutexLock lock(&mu_);
     return server_ != nullptr;
   }
 
-  int OtherAgents(const std::string& run_id) override {
+  int OtherAgents(const std::string& run_id) ABSL_LOCKS_EXCLUDED(mu_) override {
     rendezvous::ClientOptions query = options_;
     {
       absl::MutexLock lock(&mu_);
@@ -183,7 +187,7 @@ class GrpcRendezvousImpl final : public GrpcRendezvous {
 
  private:
   // On the client's thread: the agent that hosted the run is gone and this one is next.
-  absl::Status HostAsSuccessor(int port) {
+  absl::Status HostAsSuccessor(int port) ABSL_LOCKS_EXCLUDED(mu_) {
     absl::MutexLock lock(&mu_);
     if (server_ != nullptr) return absl::OkStatus();  // already serving
     rendezvous::ServerOptions o = server_options_;
@@ -201,7 +205,7 @@ class GrpcRendezvousImpl final : public GrpcRendezvous {
   // On the client's thread: another server of the run went on while this one could not (the
   // two sides of a healed partition); the client joins that one. Late joiners then find the
   // run there too (this address refuses, MovedRunEndpoint asks the others).
-  void StopHosting() {
+  void StopHosting() ABSL_LOCKS_EXCLUDED(mu_) {
     std::unique_ptr<rendezvous::RendezvousServer> stopped;
     {
       absl::MutexLock lock(&mu_);
@@ -277,13 +281,13 @@ class EtcdRendezvousImpl final : public GrpcRendezvous {
 // The etcd password: from a file (first line) or $DDPRUN_ETCD_PASSWORD, never the command line.
 absl::StatusOr<std::string> LoadEtcdPassword(const std::string& file) {
   if (file.empty()) {
-    const char* env = std::getenv("DDPRUN_ETCD_PASSWORD");
-    if (env == nullptr || *env == '\0') {
+    std::string env = ReadProcessVariable(kEtcdPasswordVariable);
+    if (env.empty()) {
       return absl::InvalidArgumentError(
           "--rdzv-conf etcd_user needs a password: set DDPRUN_ETCD_PASSWORD or --rdzv-conf "
           "etcd_password_file=FILE");
     }
-    return std::string(env);
+    return env;
   }
   std::ifstream in(file);
   std::string line;

@@ -100,4 +100,18 @@ int CountOccurrences(const std::string& text, const std::string& needle) {
   return n;
 }
 
+std::string FirstDifference(const std::string& expected, const std::string& actual) {
+  if (expected == actual) return "";
+  std::istringstream a(expected), b(actual);
+  std::string x, y;
+  for (int line = 1;; ++line) {
+    const bool more_a = static_cast<bool>(std::getline(a, x));
+    const bool more_b = static_cast<bool>(std::getline(b, y));
+    if (!more_a || !more_b || x != y) {
+      return "line " + std::to_string(line) + ": expected \"" + (more_a ? x : "(end)") +
+             "\"\n  but got \"" + (more_b ? y : "(end)") + "\"";
+    }
+  }
+}
+
 }  // namespace ddprun::testing

@@ -33,6 +33,9 @@ std::string WriteShellScript(const TempDir& dir, const std::string& name, const 
 int CountMatches(const std::string& text, const std::string& pattern);
 // How many times `needle` occurs in `text`, literally.
 int CountOccurrences(const std::string& text, const std::string& needle);
+// Where two texts first differ, for a failure message: "line N: <expected line> != <actual line>"
+// (or which one is longer); empty when they are equal.
+std::string FirstDifference(const std::string& expected, const std::string& actual);
 // tests/integration/scripts/<name> in the source tree.
 std::string IntegrationScript(const std::string& name);
 // The one RUN_ID folder ddprun made under a --log-dir (empty: none yet).

@@ -20,10 +20,10 @@ InputPipeline::InputPipeline(const ImageFolder* folder, std::vector<int64_t> ind
 
 InputPipeline::~InputPipeline() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  cv_.notify_all();
+  cv_.SignalAll();
   for (std::thread& t : threads_) t.join();
 }
 
@@ -34,20 +34,20 @@ void InputPipeline::Work() {
   for (;;) {
     int64_t b;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] {
-        return stopping_ || next_to_build_ >= num_batches_ ||
-               next_to_build_ < next_to_hand_ + window;
-      });
+      absl::MutexLock lock(&mu_);
+      while (!(stopping_ || next_to_build_ >= num_batches_ ||
+               next_to_build_ < next_to_hand_ + window)) {
+        cv_.Wait(&mu_);
+      }
       if (stopping_ || next_to_build_ >= num_batches_) return;
       b = next_to_build_++;
     }
     ImageBatch batch = Build(b);
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      absl::MutexLock lock(&mu_);
       ready_.emplace(b, std::move(batch));
     }
-    cv_.notify_all();
+    cv_.SignalAll();
   }
 }
 
@@ -81,15 +81,15 @@ ImageBatch InputPipeline::Build(int64_t b) const {
 }
 
 std::optional<ImageBatch> InputPipeline::Next() {
-  std::unique_lock<std::mutex> lock(mu_);
+  absl::ReleasableMutexLock lock(&mu_);
   if (next_to_hand_ >= num_batches_) return std::nullopt;
-  cv_.wait(lock, [&] { return ready_.count(next_to_hand_) > 0; });
+  while (ready_.count(next_to_hand_) == 0) cv_.Wait(&mu_);
   auto it = ready_.find(next_to_hand_);
   ImageBatch batch = std::move(it->second);
   ready_.erase(it);
   ++next_to_hand_;
-  lock.unlock();
-  cv_.notify_all();  // the window moved
+  lock.Release();
+  cv_.SignalAll();  // the window moved
   return batch;
 }
 

@@ -5,19 +5,20 @@
 //
 // A file that fails to decode (truncated, corrupt despite a valid signature) is dropped from
 // its batch, counted and reported once as a warning, never fatal; such a batch is smaller.
-// Next() is for one consumer thread; the destructor stops and joins the workers.
+// Thread-compatible: Next() is for one consumer thread; the workers share the state below mu_
+// with it. The destructor stops and joins the workers.
 #ifndef DDPRUN_TRAINER_IMAGE_INPUT_PIPELINE_H_
 #define DDPRUN_TRAINER_IMAGE_INPUT_PIPELINE_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "trainer/image/image_folder.h"
 #include "trainer/image/image_transforms.h"
 
@@ -50,10 +51,10 @@ class InputPipeline {
 
   int64_t num_batches() const { return num_batches_; }
   // The next batch in order, nullopt after the last one.
-  std::optional<ImageBatch> Next();
+  std::optional<ImageBatch> Next() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  void Work();
+  void Work() ABSL_LOCKS_EXCLUDED(mu_);
   ImageBatch Build(int64_t b) const;
 
   const ImageFolder* folder_;
@@ -61,12 +62,12 @@ class InputPipeline {
   const PipelineOptions options_;
   const int64_t num_batches_;
 
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int64_t next_to_build_ = 0;            // guarded by mu_
-  int64_t next_to_hand_ = 0;             // guarded by mu_
-  std::map<int64_t, ImageBatch> ready_;  // guarded by mu_
-  bool stopping_ = false;                // guarded by mu_
+  absl::Mutex mu_;
+  absl::CondVar cv_;  // signalled whenever a batch is ready, the window moves or we stop
+  int64_t next_to_build_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t next_to_hand_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<int64_t, ImageBatch> ready_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<std::thread> threads_;
 };
 

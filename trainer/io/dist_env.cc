@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/env_variables.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
 
@@ -88,7 +89,7 @@ absl::StatusOr<DistEnv> ReadDistEnv(const EnvGetter& getenv) {
   env.restart_count = restart.value_or(0);
   env.use_agent_store = getenv("TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True";
   DDPRUN_ASSIGN_OR_RETURN(std::optional<int> round,
-                          OptionalInt(getenv, "DDPRUN_ROUND", 0, 1 << 30));
+                          OptionalInt(getenv, kRoundVariable.name, 0, 1 << 30));
   if (env.use_agent_store) {
     // torch.distributed.rendezvous._create_c10d_store uses exactly this prefix.
     env.store_prefix = absl::StrCat("/worker/attempt_", env.restart_count);
@@ -100,8 +101,8 @@ absl::StatusOr<DistEnv> ReadDistEnv(const EnvGetter& getenv) {
   env.error_file = getenv("TORCHELASTIC_ERROR_FILE").value_or("");
   DDPRUN_ASSIGN_OR_RETURN(env.omp_num_threads, OptionalInt(getenv, "OMP_NUM_THREADS", 1, 4096));
   env.gloo_socket_ifname = getenv("GLOO_SOCKET_IFNAME").value_or("");
-  env.progress_file = getenv("DDPRUN_PROGRESS_FILE").value_or("");
-  env.control_socket = getenv("DDPRUN_CONTROL_SOCKET").value_or("");
+  env.progress_file = getenv(kProgressFileVariable.name).value_or("");
+  env.control_socket = getenv(kControlSocketVariable.name).value_or("");
   return env;
 }
 

@@ -16,11 +16,12 @@
 #include <functional>
 
 #include "absl/status/status.h"
+#include "common/env_variables.h"
 
 namespace ddprun::trainer {
 
-inline constexpr char kPreloadFdEnv[] = "DDPRUN_PRELOAD_FD";
-inline constexpr char kPreloadIdleEnv[] = "DDPRUN_PRELOAD_IDLE";
+inline constexpr const char* kPreloadFdEnv = kPreloadFdVariable.name;
+inline constexpr const char* kPreloadIdleEnv = kPreloadIdleVariable.name;
 
 // Returns at once when this process is no spare (DDPRUN_PRELOAD_FD unset). Otherwise runs
 // `warm_up` on a thread of its own (at SCHED_IDLE when DDPRUN_PRELOAD_IDLE=1: a spare made

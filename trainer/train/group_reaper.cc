@@ -8,46 +8,50 @@ GroupReaper::GroupReaper(std::chrono::milliseconds exit_grace)
     : exit_grace_(exit_grace), shared_(std::make_shared<Shared>()), thread_(Run, shared_) {}
 
 GroupReaper::~GroupReaper() {
-  std::unique_lock<std::mutex> lock(shared_->mu);
+  StdMutexLock lock(&shared_->mu);
   shared_->stop = true;
   shared_->cv.notify_all();
-  const bool drained = shared_->cv.wait_for(
-      lock, exit_grace_, [&] { return shared_->queue.empty() && !shared_->busy; });
+  const bool drained =
+      lock.WaitFor(&shared_->cv, exit_grace_, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared_->mu) {
+        return shared_->queue.empty() && !shared_->busy;
+      });
   if (!drained) {
     // Leaked on purpose, queued ones included: destroying them here would block the exit.
     for (std::unique_ptr<Communicator>& c : shared_->queue) c.release();
     shared_->queue.clear();
-    lock.unlock();
+    lock.Unlock();
     thread_.detach();
     return;
   }
-  lock.unlock();
+  lock.Unlock();
   thread_.join();
 }
 
 void GroupReaper::Destroy(std::unique_ptr<Communicator> comm) {
   if (comm == nullptr) return;
-  std::lock_guard<std::mutex> lock(shared_->mu);
+  StdMutexLock lock(&shared_->mu);
   shared_->queue.push_back(std::move(comm));
   shared_->cv.notify_all();
 }
 
 int GroupReaper::destroyed() const {
-  std::lock_guard<std::mutex> lock(shared_->mu);
+  StdMutexLock lock(&shared_->mu);
   return shared_->destroyed;
 }
 
 void GroupReaper::Run(std::shared_ptr<Shared> shared) {
-  std::unique_lock<std::mutex> lock(shared->mu);
+  StdMutexLock lock(&shared->mu);
   while (true) {
-    shared->cv.wait(lock, [&] { return shared->stop || !shared->queue.empty(); });
+    lock.Wait(&shared->cv, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(shared->mu) {
+      return shared->stop || !shared->queue.empty();
+    });
     if (shared->queue.empty()) return;  // stopping, nothing left
     std::unique_ptr<Communicator> next = std::move(shared->queue.front());
     shared->queue.pop_front();
     shared->busy = true;
-    lock.unlock();
+    lock.Unlock();
     next.reset();  // may block until the group's communication timeout
-    lock.lock();
+    lock.Lock();
     shared->busy = false;
     ++shared->destroyed;
     shared->cv.notify_all();

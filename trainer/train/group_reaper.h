@@ -7,7 +7,7 @@
 // its gloo transport loop thread spinning on the dead peer's socket (LibTorch 1.13's gloo),
 // measured at 30-40 % of a core per dropped group, and every later step runs slower for it.
 //
-// Thread-safe.
+// Thread-safe: Destroy and destroyed may be called from any thread.
 #ifndef DDPRUN_TRAINER_TRAIN_GROUP_REAPER_H_
 #define DDPRUN_TRAINER_TRAIN_GROUP_REAPER_H_
 
@@ -15,9 +15,10 @@
 #include <condition_variable>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
+#include "common/std_mutex.h"
 #include "trainer/train/comm.h"
 
 namespace ddprun::trainer {
@@ -38,13 +39,15 @@ class GroupReaper {
   int destroyed() const;
 
  private:
+  // Shared with the reaper's thread, which may outlive this object. A StdMutex: the destructor
+  // waits on the steady clock (common/std_mutex.h).
   struct Shared {
-    std::mutex mu;
+    StdMutex mu;
     std::condition_variable cv;
-    std::deque<std::unique_ptr<Communicator>> queue;  // guarded by mu
-    bool busy = false;                                // a destructor is running; by mu
-    bool stop = false;                                // by mu
-    int destroyed = 0;                                // by mu
+    std::deque<std::unique_ptr<Communicator>> queue ABSL_GUARDED_BY(mu);
+    bool busy ABSL_GUARDED_BY(mu) = false;  // a destructor is running
+    bool stop ABSL_GUARDED_BY(mu) = false;
+    int destroyed ABSL_GUARDED_BY(mu) = 0;
   };
   static void Run(std::shared_ptr<Shared> shared);
 

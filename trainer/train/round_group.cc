@@ -13,9 +13,10 @@
 namespace ddprun::trainer {
 
 // The stores this process serves, kept for its whole life (a helper thread may add one).
+// Thread-safe.
 struct ServedStores {
-  std::mutex mu;
-  std::vector<c10::intrusive_ptr<c10d::Store>> stores;
+  absl::Mutex mu;
+  std::vector<c10::intrusive_ptr<c10d::Store>> stores ABSL_GUARDED_BY(mu);
 };
 
 namespace {
@@ -42,8 +43,10 @@ class RoundWaiter final : public CollectiveWaiter {
     // The callback owns the wakeup: it may fire long after this wait gave up.
     future->addCallback([wakeup = wakeup_](c10::ivalue::Future&) { wakeup->Notify(); });
     {
-      std::unique_lock<std::mutex> lock(wakeup_->mu);
-      wakeup_->cv.wait(lock, [&] { return future->completed() || control_->RoundOver(round_); });
+      absl::MutexLock lock(&wakeup_->mu);
+      while (!(future->completed() || control_->RoundOver(round_))) {
+        wakeup_->cv.Wait(&wakeup_->mu);
+      }
     }
     // A collective that completed counts, even when the abort arrived meanwhile: the state
     // agreement then finds this rank one step further, and nobody recomputes it.
@@ -75,7 +78,7 @@ absl::StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectRoundStore(const DistEnv&
     opts.isServer = true;
     try {
       tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
-      std::lock_guard<std::mutex> lock(served->mu);
+      absl::MutexLock lock(&served->mu);
       served->stores.push_back(tcp);
     } catch (const std::exception& e) {
       // Most likely the port is served by a surviving worker of an earlier round.
@@ -153,13 +156,13 @@ absl::StatusOr<std::unique_ptr<Communicator>> RoundGroup::Form(const DistEnv& en
     } catch (const std::exception& e) {
       result = CommError("process group", e);
     }
-    std::lock_guard<std::mutex> lock(wakeup->mu);
+    absl::MutexLock lock(&wakeup->mu);
     forming->result = std::move(result);
     forming->done = true;
-    wakeup->cv.notify_all();
+    wakeup->cv.SignalAll();
   }).detach();
-  std::unique_lock<std::mutex> lock(wakeup_->mu);
-  wakeup_->cv.wait(lock, [&] { return forming->done || control_->RoundOver(round); });
+  absl::MutexLock lock(&wakeup_->mu);
+  while (!(forming->done || control_->RoundOver(round))) wakeup_->cv.Wait(&wakeup_->mu);
   if (forming->done) return std::move(forming->result);
   // The helper stays blocked (in the store or the gloo rendezvous) until its own timeout, and
   // then destroys what it made on its own thread.

@@ -19,13 +19,13 @@
 #ifndef DDPRUN_TRAINER_TRAIN_ROUND_GROUP_H_
 #define DDPRUN_TRAINER_TRAIN_ROUND_GROUP_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "control/control_client.h"
 #include "trainer/io/dist_env.h"
 #include "trainer/train/comm.h"
@@ -40,13 +40,13 @@ DistEnv RoundEnv(const DistEnv& env, const control::RoundMessage& round);
 
 // One condition variable that everything a waiter may wait for signals: the control channel
 // (any message, or its end) and collectives' futures. Shared: callbacks may fire after the
-// waiter is gone.
+// waiter is gone. Thread-safe.
 struct Wakeup {
-  std::mutex mu;
-  std::condition_variable cv;
-  void Notify() {
-    std::lock_guard<std::mutex> lock(mu);
-    cv.notify_all();
+  absl::Mutex mu;  // what a waiter waits for is its own; it checks it with mu held
+  absl::CondVar cv;
+  void Notify() ABSL_LOCKS_EXCLUDED(mu) {
+    absl::MutexLock lock(&mu);
+    cv.SignalAll();
   }
 };
 

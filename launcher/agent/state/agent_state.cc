@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "launcher/health/health_verdict.h"  // SecondsText
+#include "rendezvous/api/crash_loop.h"
 
 namespace ddprun::launcher {
 
@@ -90,7 +91,8 @@ std::vector<AgentAction> AgentStateMachine::Reform(const rendezvous::Assignment&
 int AgentStateMachine::ExitCodeForClose(const absl::Status& status) {
   if (status.ok()) return kExitSuccess;
   if (status.code() == absl::StatusCode::kResourceExhausted) return kExitWorkersFailed;
-  if (status.code() == absl::StatusCode::kAborted) return kExitCrashLoop;
+  // The crash loop by its mark, not by kAborted alone (which also means a stale round).
+  if (rendezvous::IsCrashLoopStop(status)) return kExitCrashLoop;
   return kExitRendezvous;
 }
 

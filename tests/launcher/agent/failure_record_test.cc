@@ -102,7 +102,7 @@ TEST(FailureRecordTest, TheReportOfAnExit) {
   EXPECT_EQ(f.exit_code, 3);
   EXPECT_EQ(f.signal, 0);
   EXPECT_FALSE(f.hang);
-  EXPECT_EQ(f.cause_kind, rendezvous::kFailureExit);
+  EXPECT_EQ(f.cause_kind, rendezvous::Cause::kExit);
   EXPECT_EQ(f.message, "boom");
   EXPECT_EQ(f.signature, "exit code 3 (exit): boom");
   EXPECT_TRUE(f.made_progress);
@@ -112,7 +112,7 @@ TEST(FailureRecordTest, TheReportOfASignalCarriesTheKernelsCause) {
   const rendezvous::WorkerFailure f = ReportOf(
       Killed(SIGSEGV, DeathCauseKind::kFault, "segfault at 0x10"), Context(CrashLoop::kStop, ""));
   EXPECT_EQ(f.signal, SIGSEGV);
-  EXPECT_EQ(f.cause_kind, rendezvous::kFailureFault);
+  EXPECT_EQ(f.cause_kind, rendezvous::Cause::kFault);
   EXPECT_EQ(f.cause, "segfault at 0x10");
   // The kind, not the text (the address changes between attempts), and no ": " without message.
   EXPECT_EQ(f.signature, "signal SIGSEGV (fault)");
@@ -122,7 +122,7 @@ TEST(FailureRecordTest, TheReportOfAHang) {
   const rendezvous::WorkerFailure f =
       ReportOf(Hung(), Context(CrashLoop::kStop, "no progress for 3.0 s"));
   EXPECT_TRUE(f.hang);
-  EXPECT_EQ(f.cause_kind, rendezvous::kFailureHang);
+  EXPECT_EQ(f.cause_kind, rendezvous::Cause::kHang);
   EXPECT_EQ(f.message, "no progress for 3.0 s");
   EXPECT_EQ(f.signature, "");  // a hang never counts towards the crash-loop breaker
   EXPECT_FALSE(f.made_progress);
@@ -146,19 +146,19 @@ TEST(FailureRecordTest, OnlyAProgramsOwnFailureCountsTowardsTheCrashLoopBreaker)
 TEST(FailureRecordTest, TheTimelineStepOfEachKind) {
   const StepEvent exit = FailureStepOf(Exited(3), 7, "n1");
   EXPECT_EQ(exit.step, Step::kFailureDetected);
-  EXPECT_EQ(exit.cause, kCauseWorkerExit);
+  EXPECT_EQ(exit.cause, rendezvous::Cause::kWorkerExit);
   EXPECT_EQ(exit.detail, "exited 3");
   EXPECT_EQ(exit.rank, 5);
   EXPECT_EQ(exit.host, "n1");
   EXPECT_EQ(exit.round, 7);
   const StepEvent killed =
       FailureStepOf(Killed(SIGKILL, DeathCauseKind::kOomKill, "killed by the OOM killer"), 7, "n1");
-  EXPECT_EQ(killed.cause, kCauseWorkerSignal);
+  EXPECT_EQ(killed.cause, rendezvous::Cause::kWorkerSignal);
   EXPECT_EQ(killed.detail, "was killed by SIGKILL: killed by the OOM killer");
   EXPECT_EQ(FailureStepOf(Killed(SIGTERM, DeathCauseKind::kNone, ""), 7, "n1").detail,
             "was killed by SIGTERM");
   const StepEvent hung = FailureStepOf(Hung(), 7, "n1");
-  EXPECT_EQ(hung.cause, kCauseHang);
+  EXPECT_EQ(hung.cause, rendezvous::Cause::kHang);
   EXPECT_EQ(hung.detail, "hung (no progress for 3.0 s)");
 }
 

@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <utility>
 
 namespace ddprun::launcher {
 namespace {
 
+using rendezvous::Cause;
 using std::chrono::milliseconds;
 
 class RunTimelineTest : public ::testing::Test {
@@ -26,7 +28,7 @@ class RunTimelineTest : public ::testing::Test {
     e.restart_count = restarts;
     return e;
   }
-  static StepEvent Failure(const char* cause, int rank, const std::string& host,
+  static StepEvent Failure(Cause cause, int rank, const std::string& host,
                            const std::string& detail) {
     StepEvent e{Step::kFailureDetected};
     e.cause = cause;
@@ -62,9 +64,9 @@ TEST_F(RunTimelineTest, ARestartReadsAsOneLineFromItsFailure) {
   At(5, Round(1, 4, 0));
   At(6, Started(1, 2, 0));
   EXPECT_EQ(timeline_.CycleLine(), std::nullopt) << "the first start is no restart";
-  At(1000, Failure(kCauseWorkerExit, 5, "n2", "exited 1"));
+  At(1000, Failure(Cause::kWorkerExit, 5, "n2", "exited 1"));
   At(1001, StepEvent{Step::kStopBegun});
-  At(1005, Failure(kCauseRemoteFailure, -1, "", ""));  // a later consequence, not the cause
+  At(1005, Failure(Cause::kRemoteFailure, -1, "", ""));  // a later consequence, not the cause
   At(1011, StepEvent{Step::kStopFinished});
   At(1024, Round(2, 4, 1));
   At(1031, Started(2, 2, 1));
@@ -75,7 +77,7 @@ TEST_F(RunTimelineTest, ARestartReadsAsOneLineFromItsFailure) {
 
 TEST_F(RunTimelineTest, AHangCycleShowsTheStacksAndAScaleUpIsNamedByItsRound) {
   At(0, Started(1, 2, 0));
-  At(3000, Failure(kCauseHang, 0, "n1", "hung (no progress for 3.0 s)"));
+  At(3000, Failure(Cause::kHang, 0, "n1", "hung (no progress for 3.0 s)"));
   At(3100, StepEvent{Step::kStacksTaken});
   At(3150, StepEvent{Step::kStopFinished});
   At(3160, Round(2, 2, 1));
@@ -84,7 +86,7 @@ TEST_F(RunTimelineTest, AHangCycleShowsTheStacksAndAScaleUpIsNamedByItsRound) {
             "restart 1: rank 0 on n1 hung (no progress for 3.0 s) -> stacks taken +100 ms -> "
             "all stopped +150 ms -> round 2 complete +160 ms -> 2 workers running +170 ms");
   const std::string joined = "node n3_1_ab (n3) joined";
-  At(5000, Failure(CauseOfRestart(joined, false).c_str(), -1, "", joined));
+  At(5000, Failure(HeardCause(Cause::kNodeJoined, false), -1, "", joined));
   At(5010, StepEvent{Step::kStopFinished});
   At(5020, Round(3, 3, 1));
   At(5030, Started(3, 2, 1));
@@ -93,24 +95,29 @@ TEST_F(RunTimelineTest, AHangCycleShowsTheStacksAndAScaleUpIsNamedByItsRound) {
             "-> 2 workers running +30 ms");
 }
 
-// The causes of the rendezvous server's restart reasons (rendezvous/core/run_state.cc's wording).
-TEST(CauseOfRestartTest, NamesTheServersReasons) {
-  EXPECT_EQ(CauseOfRestart("worker failure on n2: rank 3 (local_rank 1, pid 9) exited with code "
-                           "1",
-                           false),
-            kCauseRemoteFailure);
-  EXPECT_EQ(CauseOfRestart("worker hang on n2: rank 3 (local_rank 1, pid 9) hung", true),
-            kCauseHang);
-  EXPECT_EQ(CauseOfRestart("node n3_1_ab (n3) was lost: no heartbeat within the lease", false),
-            kCauseNodeLostLease);
-  EXPECT_EQ(CauseOfRestart("node n3_1_ab (n3) was lost: its connection broke", false),
-            kCauseNodeLostStream);
-  EXPECT_EQ(CauseOfRestart("group rank 1 of round 4 did not re-register within 3000 ms after "
-                           "the rendezvous server restarted",
-                           false),
-            kCauseNodeLostLease);
-  EXPECT_EQ(CauseOfRestart("node n3_1_ab (n3) joined", false), kCauseNodeJoined);
-  EXPECT_EQ(CauseOfRestart("node n3_1_ab (n3) left: SIGTERM", false), kCauseNodeLeft);
+// A restart the rendezvous announced is labelled from its cause alone: the labels of the
+// agent's timeline as they were, whatever the reason's words.
+TEST_F(RunTimelineTest, ARestartIsLabelledByItsCauseNotItsReason) {
+  const std::pair<Cause, const char*> told[] = {
+      {Cause::kWorkerFailure, "remote_failure"},    {Cause::kHang, "hang"},
+      {Cause::kNodeLostStream, "node_lost_stream"}, {Cause::kNodeLostLease, "node_lost_lease"},
+      {Cause::kNodeJoined, "node_joined"},          {Cause::kNodeLeft, "node_left"},
+      {Cause::kServerRestart, "server_restart"}};
+  int ms = 0;
+  for (const auto& [cause, label] : told) {
+    // A reason reworded beyond recognition changes nothing.
+    const nlohmann::json j =
+        At(++ms, Failure(HeardCause(cause, cause == Cause::kHang), -1, "", "it went away"));
+    EXPECT_EQ(j["cause"], label);
+    EXPECT_EQ(j["detail"], "it went away");
+  }
+}
+
+// A server from before Restart.cause says none: hang when it flagged one, else other.
+TEST(HeardCauseTest, AServerThatSaysNoCauseGivesHangOrOther) {
+  EXPECT_EQ(HeardCause(Cause::kUnspecified, true), Cause::kHang);
+  EXPECT_EQ(HeardCause(Cause::kUnspecified, false), Cause::kUnspecified);
+  EXPECT_STREQ(rendezvous::CauseLabel(HeardCause(Cause::kUnspecified, false)), "other");
 }
 
 }  // namespace

@@ -402,8 +402,8 @@ TEST_F(CliTest, YamlConfigWithCommandLineWinning) {
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->nproc_per_node, 4);
   EXPECT_EQ(o->max_restarts, 1);
-  EXPECT_EQ(o->rdzv_conf.at("join_timeout"), "60");
-  EXPECT_EQ(o->rdzv_conf.at("is_host"), "true");
+  EXPECT_EQ(o->rdzv.timeouts.join_timeout, std::chrono::seconds(60));  // parsed once
+  EXPECT_EQ(o->rdzv.is_host, true);
   EXPECT_THAT(o->local_ranks_filter, ElementsAre(0, 2));
   EXPECT_EQ(o->tee.all, 3);
   EXPECT_EQ(o->entrypoint, script_);

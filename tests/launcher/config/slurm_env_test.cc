@@ -27,8 +27,8 @@ TEST_F(SlurmEnvTest, AgentModeDefaultsFromTheStep) {
   EXPECT_EQ(o.rdzv_id, "4242.0");
   const int port = SlurmRdzvPort("4242", "0");
   EXPECT_EQ(o.rdzv_endpoint, "gpu-a01:" + std::to_string(port));
-  EXPECT_EQ(o.rdzv_conf.at("is_host"), "0");  // gpu-a02 is not the first node
-  EXPECT_EQ(o.nproc_per_node, 1);             // no GPU in the step
+  EXPECT_EQ(o.rdzv.is_host, false);  // gpu-a02 is not the first node
+  EXPECT_EQ(o.nproc_per_node, 1);    // no GPU in the step
   EXPECT_THAT(o.extra_signals, ElementsAre(SIGUSR1, SIGUSR2));
   EXPECT_EQ(DescribeSlurmPlan(*r->slurm, o),
             "Slurm job 4242 step 0: agent mode, 2 nodes, node rank 1, 1 worker per node, "
@@ -41,7 +41,7 @@ TEST_F(SlurmEnvTest, FirstNodeHostsTheRendezvous) {
   env_["SLURMD_NODENAME"] = "gpu-a01";
   auto r = Parse({script_});
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->options.rdzv_conf.at("is_host"), "1");
+  EXPECT_EQ(r->options.rdzv.is_host, true);
   EXPECT_EQ(r->options.node_rank, 0);
 }
 
@@ -106,7 +106,7 @@ TEST_F(SlurmEnvTest, ExplicitFlagsWin) {
   ASSERT_TRUE(r.ok()) << r.status();
   const LaunchOptions& o = r->options;
   EXPECT_EQ(o.rdzv_endpoint, "login1:29400");
-  EXPECT_EQ(o.rdzv_conf.count("is_host"), 0u);  // the user's server decides where it runs
+  EXPECT_FALSE(o.rdzv.is_host.has_value());  // the user's server decides where it runs
   EXPECT_EQ(o.rdzv_id, "myrun");
   EXPECT_EQ(o.nproc_per_node, 3);
   EXPECT_EQ(o.min_nodes, 1);
@@ -126,8 +126,8 @@ TEST_F(SlurmEnvTest, PetVariablesAndYamlAreExplicitToo) {
 TEST_F(SlurmEnvTest, UserIsHostWinsOverSlurms) {
   auto r = Parse({"--rdzv-conf=is_host=1,join_timeout=5", script_});
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->options.rdzv_conf.at("is_host"), "1");
-  EXPECT_EQ(r->options.rdzv_conf.at("join_timeout"), "5");
+  EXPECT_EQ(r->options.rdzv.is_host, true);
+  EXPECT_EQ(r->options.rdzv.timeouts.join_timeout, std::chrono::seconds(5));
 }
 
 TEST_F(SlurmEnvTest, ContradictionsAreReportedWithBothSides) {

@@ -17,7 +17,7 @@ LaunchOptions C10d(RestartMode mode) {
   LaunchOptions o;
   o.rdzv_endpoint = "10.9.9.9:29400";  // not this host: nothing is bound or resolved
   o.restart_mode = mode;
-  o.rdzv_conf["last_call_timeout"] = "7";
+  o.rdzv.timeouts.last_call_timeout = std::chrono::seconds(7);
   return o;
 }
 
@@ -34,13 +34,13 @@ TEST(RendezvousSetupTest, InProcessSurvivorsReformWithoutALastCallUnlessTold) {
   EXPECT_EQ(in_process->timeouts.failure_last_call_timeout, milliseconds(0));
 
   LaunchOptions told = C10d(RestartMode::kInProcess);
-  told.rdzv_conf["failure_last_call_timeout"] = "2.5";
+  told.rdzv.timeouts.failure_last_call_timeout = milliseconds(2500);
   auto explicit_wait = MakeC10dSettings(told, host);
   ASSERT_TRUE(explicit_wait.ok()) << explicit_wait.status();
   EXPECT_EQ(explicit_wait->timeouts.failure_last_call_timeout, milliseconds(2500));
 
-  told.rdzv_conf["failure_last_call_timeout"] = "-1";
-  EXPECT_FALSE(MakeC10dSettings(told, host).ok());
+  // A bad value never gets this far: --rdzv-conf is parsed once, with the command line.
+  EXPECT_FALSE(ParseRdzvConf({{"failure_last_call_timeout", "-1"}}).ok());
 }
 
 TEST(RendezvousSetupTest, EtcdGetsTheSameTimeouts) {
@@ -59,7 +59,7 @@ TEST(RendezvousSetupTest, StaticNodeZeroHostsOnTheNextPortAndIsAwaited) {
   o.min_nodes = o.max_nodes = 3;
   o.master_addr = "10.9.9.9";
   o.master_port = 29500;
-  o.rdzv_conf["keep_alive_interval"] = "0.5";
+  o.rdzv.timeouts.keep_alive_interval = milliseconds(500);
   for (int rank : {0, 2}) {
     o.node_rank = rank;
     auto s = MakeStaticSettings(o);
@@ -71,12 +71,12 @@ TEST(RendezvousSetupTest, StaticNodeZeroHostsOnTheNextPortAndIsAwaited) {
     EXPECT_EQ(s->host_loss, rendezvous::HostLoss::kAwaitReturn);
     EXPECT_EQ(s->timeouts.keep_alive_interval, milliseconds(500));  // the c10d keys apply
   }
-  o.rdzv_conf["static_port"] = "31000";
+  o.rdzv.static_port = 31000;
   auto moved = MakeStaticSettings(o);
   ASSERT_TRUE(moved.ok()) << moved.status();
   EXPECT_EQ(moved->endpoint_port, 31000);
 
-  o.rdzv_conf.erase("static_port");
+  o.rdzv.static_port.reset();
   o.master_port = 65535;
   auto no_port = MakeStaticSettings(o);
   ASSERT_FALSE(no_port.ok());

@@ -267,5 +267,23 @@ TEST(RecoveryServerStateTest, StepsFeedTheRunsLedgerWhichGoesWithTheRun) {
   EXPECT_EQ(s.metrics().recoveries.count("job"), 0u);
 }
 
+// A step event longer than a message's limit is kept whole, never cut into text that is no
+// longer JSON (common/message_limit.h); one beyond twice the limit is dropped whole.
+TEST(RecoveryServerStateTest, AStepIsNeverCutMidObject) {
+  ServerLimits limits;
+  const std::string step = Recovered("host-1", 1, "in-process", "hang", 3);
+  limits.max_message_length = step.size() - 10;
+  ServerState s(limits);
+  s.Join(1, MakeJoin("job", "1", 1, 1), kT0);
+  s.Step(1, step, kT0);
+  ASSERT_EQ(s.metrics().recoveries.count("job"), 1u);
+  EXPECT_EQ(s.metrics().recoveries.at("job").latest().size(), 1u);
+  limits.max_message_length = step.size() / 2 - 1;
+  ServerState small(limits);
+  small.Join(1, MakeJoin("job", "1", 1, 1), kT0);
+  small.Step(1, step, kT0);
+  EXPECT_EQ(small.metrics().recoveries.count("job"), 0u);
+}
+
 }  // namespace
 }  // namespace ddprun::rendezvous

@@ -93,6 +93,30 @@ TEST_F(RunStateTest, AnOrdinaryFailureCarriesNoHangNotice) {
   EXPECT_FALSE(r->hang.has_value());
 }
 
+// The verdict names its cause as a value beside the reason: a worker failure, a lost stream, a
+// node that left, a scale-up, and the restart counted under that cause.
+TEST_F(RunStateTest, EachRestartCarriesItsCause) {
+  Join(1, 2, 3);
+  Join(2, 2, 3);
+  clock_.Advance(seconds(2));  // the last call for a third node
+  Beat({1, 2});
+  ASSERT_EQ(Count<Assignment>(Tick()), 2);
+  const RestartNotice* r = Find<RestartNotice>(Fail(1, 1), 2);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->cause, Cause::kWorkerFailure);
+  clock_.Advance(seconds(2));
+  Beat({1, 2});
+  ASSERT_EQ(Count<Assignment>(Tick()), 2);
+  Outbox out = Join(3, 2, 3);  // below max: a scale-up
+  ASSERT_NE(Find<RestartNotice>(out, 1), nullptr);
+  EXPECT_EQ(Find<RestartNotice>(out, 1)->cause, Cause::kNodeJoined);
+  ASSERT_EQ(Count<Assignment>(out), 3) << "at max nodes the round forms at once";
+  out = state_.StreamBroken(3, clock_.Now());
+  ASSERT_NE(Find<RestartNotice>(out, 1), nullptr);
+  EXPECT_EQ(Find<RestartNotice>(out, 1)->cause, Cause::kNodeLostStream);
+  EXPECT_EQ(state_.Status("run")->restarts.back().cause, Cause::kNodeLostStream);
+}
+
 TEST_F(RunStateTest, JoinIsAcknowledged) {
   Outbox out = Join(1, 2, 2);
   ASSERT_NE(Find<JoinedNotice>(out, 1), nullptr);

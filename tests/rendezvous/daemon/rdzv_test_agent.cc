@@ -40,7 +40,7 @@ class PrintingEvents final : public ddprun::rendezvous::RendezvousEvents {
                        " master=", ddprun::FormatHostPort(a.master_addr, a.master_port),
                        " restarts=", a.restart_count));
   }
-  void OnRestart(const std::string& reason,
+  void OnRestart(ddprun::rendezvous::Cause cause, const std::string& reason,
                  const std::optional<ddprun::rendezvous::HangNotice>& hang) override {
     Print(absl::StrCat("RESTART ", reason, hang.has_value() ? " [hang]" : ""));
   }

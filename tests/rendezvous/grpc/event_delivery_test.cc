@@ -28,7 +28,8 @@ class ManualExecutor final : public Executor {
 class Log final : public RendezvousEvents {
  public:
   void OnAssignment(const Assignment& a) override { lines.push_back("assigned " + Str(a.round)); }
-  void OnRestart(const std::string& reason, const std::optional<HangNotice>& hang) override {
+  void OnRestart(Cause cause, const std::string& reason,
+                 const std::optional<HangNotice>& hang) override {
     lines.push_back("restart " + reason + (hang ? " hang=" + hang->straggler : ""));
   }
   void OnClosed(const absl::Status& s, const std::optional<HangNotice>& hang) override {
@@ -56,7 +57,7 @@ TEST(EventDeliveryTest, DeliversInOrderOnTheExecutorOnceASinkIsSet) {
   Assignment a;
   a.round = 3;
   delivery.Assigned(a);
-  delivery.Restart("node 2 left", std::nullopt);
+  delivery.Restart(Cause::kNodeLeft, "node 2 left", std::nullopt);
   delivery.Reconnecting("stream broke");
   delivery.Resumed(3);
   EXPECT_TRUE(log.lines.empty());  // nothing runs on the caller's thread
@@ -75,7 +76,7 @@ TEST(EventDeliveryTest, ClosesOnceAndThenDeliversNothing) {
   EXPECT_TRUE(delivery.Close(absl::ResourceExhaustedError("budget spent"), HangNotice{"rank 1"}));
   EXPECT_TRUE(delivery.closed());
   EXPECT_FALSE(delivery.Close(absl::UnavailableError("late")));
-  delivery.Restart("too late", std::nullopt);
+  delivery.Restart(Cause::kNodeLeft, "too late", std::nullopt);
   EXPECT_FALSE(delivery.CloseQuietly());
   executor.RunAll();
   EXPECT_EQ(log.lines,

@@ -3,6 +3,8 @@
 #include <chrono>
 
 #include "gtest/gtest.h"
+#include "rendezvous/api/cause.h"
+#include "rendezvous/api/crash_loop.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -66,6 +68,65 @@ TEST(ProtoConvertTest, CloseCarriesTheStatusCode) {
   proto::Close bogus;
   bogus.set_code(999);
   EXPECT_EQ(CloseStatus(bogus).code(), absl::StatusCode::kUnknown);
+}
+
+// Every cause crosses the wire as itself and has one label that names it back.
+TEST(ProtoConvertTest, EveryCauseRoundTripsThroughTheProtoAndItsLabel) {
+  for (int n = 0; n <= kLastCause; ++n) {
+    const Cause cause = static_cast<Cause>(n);
+    EXPECT_EQ(FromProto(ToProto(cause)), cause) << n;
+    EXPECT_EQ(CauseFromLabel(CauseLabel(cause)), cause) << CauseLabel(cause);
+  }
+  EXPECT_EQ(FromProto(static_cast<proto::Cause>(kLastCause + 1)), Cause::kUnspecified)
+      << "a newer peer's cause is unspecified here";
+  EXPECT_EQ(CauseFromLabel("oom\"} 99\nforged"), std::nullopt);
+}
+
+// The restart's cause travels as a field: rewording its reason changes nothing.
+TEST(ProtoConvertTest, RestartCarriesItsCauseWhateverItsReasonSays) {
+  for (const char* reason : {"node n3 (n3) was lost: its connection broke", "n3 vanished"}) {
+    Outgoing out{7, RestartNotice{4, Cause::kNodeLostStream, reason, std::nullopt, 1}};
+    const proto::ServerMessage m = ToProto(out);
+    ASSERT_TRUE(m.has_restart());
+    EXPECT_EQ(m.restart().cause(), proto::CAUSE_NODE_LOST_STREAM);
+    EXPECT_EQ(m.restart().reason(), reason);
+  }
+}
+
+// The crash-loop stop has its own ending beside ABORTED, and a server from before the ending
+// (which sent ABORTED for nothing else) is read the same way.
+TEST(ProtoConvertTest, TheCrashLoopCloseIsToldApart) {
+  Outgoing out{7, CloseNotice{CrashLoopStop(CrashLoopMessage("rank 0 on n1: exit code 1")), {}}};
+  proto::ServerMessage m = ToProto(out);
+  ASSERT_TRUE(m.has_close());
+  EXPECT_EQ(m.close().ending(), proto::Close::CRASH_LOOP);
+  EXPECT_EQ(m.close().code(), static_cast<int>(absl::StatusCode::kAborted));
+  EXPECT_TRUE(IsCrashLoopStop(CloseStatus(m.close())));
+  m.mutable_close()->clear_ending();
+  EXPECT_TRUE(IsCrashLoopStop(CloseStatus(m.close())));
+  proto::Close other;
+  other.set_code(static_cast<int>(absl::StatusCode::kUnavailable));
+  EXPECT_FALSE(IsCrashLoopStop(CloseStatus(other)));
+  Outgoing budget{7, CloseNotice{absl::ResourceExhaustedError("budget spent"), std::nullopt}};
+  EXPECT_EQ(ToProto(budget).close().ending(), proto::Close::ENDING_UNSPECIFIED);
+  EXPECT_FALSE(IsCrashLoopStop(absl::AbortedError("status for round 3 but the run is at 4")));
+}
+
+// A worker's death cause crosses as the enum, and as its label for servers from before it; an
+// agent from before the enum sends only the label, which names a known cause or none.
+TEST(ProtoConvertTest, AFailuresDeathCauseKeepsItsType) {
+  WorkerFailure f;
+  f.signal = 9;
+  f.cause_kind = Cause::kOomKill;
+  const proto::WorkerFailure p = ToProto(f);
+  EXPECT_EQ(p.death_cause(), proto::CAUSE_OOM_KILL);
+  EXPECT_EQ(p.cause_kind(), "oom_kill");
+  EXPECT_EQ(FromProto(p).cause_kind, Cause::kOomKill);
+  proto::WorkerFailure old_agent;
+  old_agent.set_cause_kind("gpu_error");
+  EXPECT_EQ(FromProto(old_agent).cause_kind, Cause::kGpuError);
+  old_agent.set_cause_kind("oom\"} 99\nddprun_rdzv_forged");
+  EXPECT_EQ(FromProto(old_agent).cause_kind, Cause::kUnspecified);
 }
 
 TEST(ProtoConvertTest, HangOfRestartAndClose) {

@@ -23,13 +23,15 @@ struct Event {
   std::string reason;
   absl::Status status;
   std::optional<HangNotice> hang;
+  Cause cause = Cause::kUnspecified;  // kRestart
 };
 
 class Recorder final : public RendezvousEvents {
  public:
   void OnAssignment(const Assignment& a) override { Add({Event::kAssignment, a, "", {}}); }
-  void OnRestart(const std::string& reason, const std::optional<HangNotice>& hang) override {
-    Add({Event::kRestart, {}, reason, {}, hang});
+  void OnRestart(Cause cause, const std::string& reason,
+                 const std::optional<HangNotice>& hang) override {
+    Add({Event::kRestart, {}, reason, {}, hang, cause});
   }
   void OnClosed(const absl::Status& s, const std::optional<HangNotice>& hang) override {
     Add({Event::kClosed, {}, "", s, hang});

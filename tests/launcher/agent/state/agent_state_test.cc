@@ -11,6 +11,7 @@
 
 #include "common/clock.h"
 #include "launcher/rdzv/local_rendezvous.h"
+#include "rendezvous/api/crash_loop.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -53,7 +54,7 @@ class FakeAgent : public rendezvous::RendezvousEvents {
   }
 
   void OnAssignment(const rendezvous::Assignment& a) override { Do(state_.OnAssignment(a)); }
-  void OnRestart(const std::string& reason,
+  void OnRestart(rendezvous::Cause cause, const std::string& reason,
                  const std::optional<rendezvous::HangNotice>& hang) override {
     Do(state_.OnRestart(reason, hang));
   }
@@ -632,6 +633,17 @@ TEST(AgentStateTest, CloseCodes) {
   EXPECT_EQ(AgentStateMachine::ExitCodeForClose(absl::ResourceExhaustedError("x")), 1);
   EXPECT_EQ(AgentStateMachine::ExitCodeForClose(absl::UnauthenticatedError("x")), 3);
   EXPECT_EQ(AgentStateMachine::ExitCodeForClose(absl::DeadlineExceededError("x")), 3);
+}
+
+// kAborted alone is no crash loop (a stale round is kAborted too): only the breaker's marked
+// close exits 4.
+TEST(AgentStateTest, TheCrashLoopCloseIsToldApartFromAnotherAborted) {
+  EXPECT_EQ(AgentStateMachine::ExitCodeForClose(rendezvous::CrashLoopStop(
+                rendezvous::CrashLoopMessage("exit code 1 (exit): boom"))),
+            kExitCrashLoop);
+  EXPECT_EQ(AgentStateMachine::ExitCodeForClose(
+                absl::AbortedError("status for round 3 but the run is at round 4 (running)")),
+            kExitRendezvous);
 }
 
 }  // namespace
