@@ -18,6 +18,24 @@ bool SecureEquals(absl::string_view got, absl::string_view expected) {
   return diff == 0;
 }
 
+namespace {
+
+// The token travels in an HTTP header, which takes printable ASCII only (gRPC aborts the process
+// on any other byte in a metadata value). `what` names the token in the error.
+absl::Status CheckPrintable(absl::string_view token, absl::string_view what) {
+  for (size_t i = 0; i < token.size(); ++i) {
+    const unsigned char ch = static_cast<unsigned char>(token[i]);
+    if (ch < 0x20 || ch > 0x7e) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " has byte 0x",
+                                                     absl::Hex(ch, absl::kZeroPad2), " at column ",
+                                                     i + 1, "; it must be printable ASCII"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> LoadToken(const std::string& token_file) {
   if (!token_file.empty()) {
     absl::StatusOr<std::string> text = ReadRequiredFile("token_file", token_file);
@@ -33,21 +51,17 @@ absl::StatusOr<std::string> LoadToken(const std::string& token_file) {
           "token_file: ", token_file,
           absl::StripAsciiWhitespace(*text).empty() ? " is empty" : "'s first line is empty"));
     }
-    // The token travels in an HTTP header, which takes printable ASCII only.
-    for (size_t i = 0; i < line.size(); ++i) {
-      const unsigned char ch = static_cast<unsigned char>(line[i]);
-      if (ch < 0x20 || ch > 0x7e) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "token_file: ", token_file, ": the token (its first line) has byte 0x",
-            absl::Hex(ch, absl::kZeroPad2), " at column ", i + 1, "; it must be printable ASCII"));
-      }
-    }
+    absl::Status printable = CheckPrintable(
+        line, absl::StrCat("token_file: ", token_file, ": the token (its first line)"));
+    if (!printable.ok()) return printable;
     return line;
   }
   const char* env = std::getenv(kTokenEnv);
   if (env == nullptr) return std::string();
   std::string token(env);
   absl::StripAsciiWhitespace(&token);
+  absl::Status printable = CheckPrintable(token, absl::StrCat(kTokenEnv, ": the token"));
+  if (!printable.ok()) return printable;
   return token;
 }
 

@@ -19,9 +19,10 @@ inline constexpr const char* kTokenEnv = kRdzvTokenVariable.name;
 inline constexpr char kAuthMetadataKey[] = "authorization";
 
 // The token from `token_file` when given (first line, surrounding whitespace removed), else
-// from $DDPRUN_RDZV_TOKEN, else empty (no authentication). Errors (kInvalidArgument) name the
-// file and what is wrong: unreadable, a directory, not a regular file, not text (a NUL byte),
-// empty, or a token with a byte that is not printable ASCII.
+// from $DDPRUN_RDZV_TOKEN (surrounding whitespace removed), else empty (no authentication).
+// Errors (kInvalidArgument) name the file or the variable and what is wrong: unreadable, a
+// directory, not a regular file, not text (a NUL byte), empty, or a token with a byte that is
+// not printable ASCII.
 absl::StatusOr<std::string> LoadToken(const std::string& token_file);
 
 // Whether an "Authorization" value is "Bearer TOKEN" (compared in constant time); true when

@@ -23,6 +23,9 @@ class TempDir {
 };
 
 std::string ReadFile(const std::string& path);
+// Everything read from `fd` (a pipe, a socket) until end of file, an error or its receive
+// timeout.
+std::string ReadUntilEof(int fd);
 void WriteFile(const std::string& path, const std::string& contents, int mode = 0644);
 // DIR/NAME, a /bin/sh script of `body`, executable; returns its path.
 std::string WriteShellScript(const TempDir& dir, const std::string& name, const std::string& body);

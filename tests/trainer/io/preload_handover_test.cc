@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/fd_passing.h"
+#include "tests/testing/test_env.h"
 
 namespace ddprun::trainer {
 namespace {
@@ -21,14 +22,6 @@ std::string Recv(int fd) {
   char buf[4096];
   const ssize_t n = recv(fd, buf, sizeof(buf), 0);
   return n > 0 ? std::string(buf, static_cast<size_t>(n)) : std::string();
-}
-
-std::string ReadAll(int fd) {
-  std::string out;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  return out;
 }
 
 // Sends ddprun's hand-over: `env` (KEY=VALUE\0...) with two descriptors.
@@ -99,8 +92,9 @@ TEST_F(PreloadHandoverTest, ReadySpareBecomesTheWorkerWithTheStartsEnvironmentAn
   close(err[1]);
   EXPECT_EQ(WaitExit(), 7);
   // What the warm-up wrote comes first, where a cold start would have written it.
-  EXPECT_EQ(ReadAll(out[0]), "warm-up output\nworker: ROLE=worker SPARE_ONLY=unset FD=unset\n");
-  EXPECT_EQ(ReadAll(err[0]), "to stderr\n");
+  EXPECT_EQ(ddprun::testing::ReadUntilEof(out[0]),
+            "warm-up output\nworker: ROLE=worker SPARE_ONLY=unset FD=unset\n");
+  EXPECT_EQ(ddprun::testing::ReadUntilEof(err[0]), "to stderr\n");
   close(out[0]);
   close(err[0]);
 }
@@ -113,7 +107,7 @@ TEST_F(PreloadHandoverTest, FailedWarmUpIsReportedAndTheHandOverStillWorks) {
   SendStart(ddprun_, "ROLE=late", out[1], out[1]);
   close(out[1]);
   EXPECT_EQ(WaitExit(), 7);
-  EXPECT_EQ(ReadAll(out[0]),
+  EXPECT_EQ(ddprun::testing::ReadUntilEof(out[0]),
             "warm-up output\nworker: ROLE=late SPARE_ONLY=unset FD=unset\nto stderr\n");
   close(out[0]);
 }
