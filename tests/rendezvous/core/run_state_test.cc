@@ -101,7 +101,8 @@ TEST_F(RunStateTest, EachRestartCarriesItsCause) {
   clock_.Advance(seconds(2));  // the last call for a third node
   Beat({1, 2});
   ASSERT_EQ(Count<Assignment>(Tick()), 2);
-  const RestartNotice* r = Find<RestartNotice>(Fail(1, 1), 2);
+  const Outbox failed = Fail(1, 1);
+  const RestartNotice* r = Find<RestartNotice>(failed, 2);
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(r->cause, Cause::kWorkerFailure);
   clock_.Advance(seconds(2));
