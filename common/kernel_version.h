@@ -1,6 +1,6 @@
 // The running kernel against the oldest one ddprun supports. The static binaries run on any
-// Linux (README, "Static binaries"), so an older kernel is refused at start with one line
-// rather than failing later on a system call it lacks.
+// Linux (docs/guide/install.md, "Static binaries"), so an older kernel is refused at start with one
+// line rather than failing later on a system call it lacks.
 #ifndef DDPRUN_COMMON_KERNEL_VERSION_H_
 #define DDPRUN_COMMON_KERNEL_VERSION_H_
 

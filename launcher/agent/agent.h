@@ -142,7 +142,7 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   void NoteHangNotice(const std::optional<rendezvous::HangNotice>& hang);
 
   // Readiness (agent_readiness.cc). Before a cold start (HealthGate): the previous workers' GPU
-  // memory released, then the --health-check (README, Health checks); the verdict goes to the
+  // memory released, then the --health-check (docs/guide/health-checks.md); the verdict goes to the
   // state machine, which also decides when to give up.
   void CheckReadiness();
   void NoteGpuRelease(const GpuReleaseResult& result);

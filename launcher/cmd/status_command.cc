@@ -139,7 +139,7 @@ int RunStatusCommand(const std::vector<std::string>& args, const HostInfo& host)
   bool json = false;
   bool watch = false;
   double interval_s = 1.0;
-  app.add_flag("--json", json, "one JSON object (fields: ddprun status --help, README)");
+  app.add_flag("--json", json, "one JSON object (fields: docs/guide/watching.md)");
   app.add_flag("--watch", watch, "show the run again every --interval seconds until it closes");
   CLI::Option* interval_option =
       app.add_option("--interval", interval_s,

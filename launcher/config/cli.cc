@@ -252,8 +252,9 @@ std::string HelpText() {
   text +=
       "\nExit status: 0 success; 1 workers failed and the restart budget is spent; 2 usage or\n"
       "configuration error; 3 rendezvous failure; 128+N stopped by signal N.\n"
-      "\nDocumentation: README.md and docs/design.md in the source tree, installed in\n"
-      "/usr/share/doc/ddprun by the package; man ddprun, ddprun-rdzv, ddp-train.\n";
+      "\nDocumentation: README.md and docs/ (guide/, reference/, troubleshooting.md) in the\n"
+      "source tree, installed in /usr/share/doc/ddprun by the package; `make docs` renders them\n"
+      "as a site; man ddprun, ddprun-rdzv, ddp-train.\n";
   return text;
 }
 

@@ -530,7 +530,7 @@ constexpr FlagDef kFlags[] = {
      "interpreter per local rank imports ahead of every start, at idle priority; a start hands "
      "it the worker's environment and streams and it runs the script as python3 -u would. For "
      "a --no-python program that takes the hand-over itself (ddp-train): native. Off by "
-     "default; see README, Warm restarts.",
+     "default; see docs/guide/warm-restarts.md.",
      ApplyPreload},
     {"hang-timeout", "", false,
      "Seconds without a sign of life (output, a '\\r' update, a FileTimer message, a step "
@@ -548,7 +548,7 @@ constexpr FlagDef kFlags[] = {
      "What a failure does to the workers that did not fail. cold (default, torchrun's): every "
      "worker of the job is stopped and started again. in-process: survivors keep their "
      "processes and re-form with replacements over DDPRUN_CONTROL_SOCKET; workers that do not "
-     "speak the protocol restart cold. See README, In-process recovery.",
+     "speak the protocol restart cold. See docs/guide/in-process-recovery.md.",
      ApplyRestartMode, ValueKind::kChoice, "cold in-process"},
     {"crash-loop", "", false,
      "A failure that repeats before any progress (a step report or a line on a worker's "
@@ -562,7 +562,7 @@ constexpr FlagDef kFlags[] = {
      "(elastic; a fixed world waits), it tries again after 1, 2, 4... up to 30 s and comes back "
      "as a new node when it passes; its last lines of output are logged. Failing for "
      "join_timeout ends this agent (exit 3); a command the shell cannot find or run, exit 2. "
-     "See README, Health checks.",
+     "See docs/guide/health-checks.md.",
      ApplyHealthCheck},
     {"health-check-timeout", "", false,
      "Seconds one run of --health-check may take before it is killed (with what it started) "
@@ -587,10 +587,11 @@ constexpr FlagDef kFlags[] = {
      ApplyNegatedBool<&LaunchOptions::verbose>},
     {"no-platform-env", "", true,
      "Ignore MASTER_ADDR/MASTER_PORT/WORLD_SIZE/RANK given to this node by a platform (also "
-     "DDPRUN_NO_PLATFORM=1); see README, Platform launches.",
+     "DDPRUN_NO_PLATFORM=1); see docs/guide/platforms.md.",
      CheckBool},
     {"no-slurm", "", true,
-     "Ignore the Slurm job environment (also DDPRUN_NO_SLURM=1); see README, Slurm.", CheckBool},
+     "Ignore the Slurm job environment (also DDPRUN_NO_SLURM=1); see docs/guide/slurm.md.",
+     CheckBool},
 };
 
 }  // namespace

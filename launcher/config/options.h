@@ -147,7 +147,7 @@ struct LaunchOptions {
   std::vector<std::string> preload;  // kPython's modules
   std::string preload_given;
 
-  // Hangs (README, "Hangs"). A hung worker is a failure of the job: stacks, then a restart.
+  // Hangs (docs/guide/hangs.md). A hung worker is a failure of the job: stacks, then a restart.
   std::chrono::milliseconds hang_timeout{0};  // --hang-timeout: no sign of life that long
   // --hang-startup-timeout: how long a worker may stay silent after its start (imports, CUDA
   // and NCCL set-up, a checkpoint's load) before it is hung; 0: hang_timeout. Given where

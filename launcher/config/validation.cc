@@ -63,7 +63,7 @@ absl::Status ResolvePreloadKind(LaunchOptions* o) {
     return absl::InvalidArgumentError(absl::StrCat(
         o->preload_given,
         ": a --no-python program is not preloaded with Python modules; --preload=native if it "
-        "takes ddprun's hand-over itself (ddp-train does; README, Warm restarts)"));
+        "takes ddprun's hand-over itself (ddp-train does; docs/guide/warm-restarts.md)"));
   }
   o->preload_kind = PreloadKind::kNative;
   o->preload.clear();

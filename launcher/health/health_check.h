@@ -1,8 +1,8 @@
-// --health-check: a command that must pass before this node joins each round (README, "Health
-// checks"). One run: `/bin/sh -c COMMAND` with the agent's environment, in a process group of
-// its own (so a timeout kills whatever it started, and so does its end: nothing it left behind
-// outlives it), stdout and stderr into one pipe of which only the last lines are kept: a check that
-// prints megabytes costs reading them, never memory.
+// --health-check: a command that must pass before this node joins each round
+// (docs/guide/health-checks.md). One run: `/bin/sh -c COMMAND` with the agent's environment, in a
+// process group of its own (so a timeout kills whatever it started, and so does its end: nothing it
+// left behind outlives it), stdout and stderr into one pipe of which only the last lines are kept:
+// a check that prints megabytes costs reading them, never memory.
 //
 // Runs on the agent's EventLoop; the agent routes the check's exit from its SIGCHLD handling.
 #ifndef DDPRUN_LAUNCHER_HEALTH_HEALTH_CHECK_H_

@@ -1,5 +1,5 @@
 // The environment of one worker: the agent's own environment plus exactly the variables torchrun
-// sets (see the table in README.md, "Worker environment"), plus ddprun's DDPRUN_* extras.
+// sets (docs/reference/worker-environment.md), plus ddprun's DDPRUN_* extras.
 #ifndef DDPRUN_LAUNCHER_WORKERS_WORKER_ENV_H_
 #define DDPRUN_LAUNCHER_WORKERS_WORKER_ENV_H_
 

@@ -130,13 +130,13 @@ TEST_F(CliTest, PreloadFromEverySourceAndItsErrors) {
             "--preload=torch.: 'torch.' is not a Python module name");
   EXPECT_EQ(Error({"--preload=torch", "--no-python", "/bin/true"}),
             "--preload=torch: a --no-python program is not preloaded with Python modules; "
-            "--preload=native if it takes ddprun's hand-over itself (ddp-train does; README, "
-            "Warm restarts)");
+            "--preload=native if it takes ddprun's hand-over itself (ddp-train does; "
+            "docs/guide/warm-restarts.md)");
   env_["PET_PRELOAD"] = "torch";
   EXPECT_EQ(Error({"--no-python", "/bin/true"}),
             "PET_PRELOAD=torch: a --no-python program is not preloaded with Python modules; "
-            "--preload=native if it takes ddprun's hand-over itself (ddp-train does; README, "
-            "Warm restarts)");
+            "--preload=native if it takes ddprun's hand-over itself (ddp-train does; "
+            "docs/guide/warm-restarts.md)");
   env_.erase("PET_PRELOAD");
 }
 
@@ -159,7 +159,7 @@ TEST_F(CliTest, PreloadNativeIsForNoPythonProgramsOnly) {
   EXPECT_EQ(Error({"--preload=native,torch", "--no-python", "/bin/true"}),
             "--preload=native,torch: a --no-python program is not preloaded with Python "
             "modules; --preload=native if it takes ddprun's hand-over itself (ddp-train does; "
-            "README, Warm restarts)");
+            "docs/guide/warm-restarts.md)");
 }
 
 TEST_F(CliTest, ShutdownTimeoutIsStopTimeoutAndItsVariableTheWeakestSource) {
