@@ -307,6 +307,26 @@ void ToProto(const RunStatus& s, proto::StatusResponse* r) {
   }
 }
 
+RunStatus FromProto(const proto::StatusResponse& r) {
+  RunStatus s;
+  s.run_id = r.run_id();
+  s.round = r.round();
+  for (RunPhase phase : {RunPhase::kRunning, RunPhase::kRecovering, RunPhase::kClosed}) {
+    if (r.phase() == RunPhaseName(phase)) s.phase = phase;
+  }
+  s.restarts_used = r.restarts_used();
+  s.max_restarts = r.max_restarts();
+  s.min_nodes = r.min_nodes();
+  s.max_nodes = r.max_nodes();
+  s.close_message = r.close_message();
+  s.server_instance = r.server_instance();
+  for (const proto::Member& m : r.members()) {
+    s.members.push_back(
+        {m.node_id(), m.hostname(), m.addr(), m.group_rank(), m.nproc_per_node(), m.state()});
+  }
+  return s;
+}
+
 std::string PeerHost(const std::string& grpc_peer) {
   std::string rest = grpc_peer;
   for (const char* scheme : {"ipv4:", "ipv6:"}) {

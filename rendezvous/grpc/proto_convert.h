@@ -43,6 +43,9 @@ JoinRequest FromProto(const proto::Join& join, const RunTimeouts& defaults,
                       const std::string& peer_host);
 proto::ServerMessage ToProto(const Outgoing& out);
 void ToProto(const RunStatus& status, proto::StatusResponse* response);
+// Client side of the status query: the inverse of ToProto above (an unknown phase reads as
+// joining).
+RunStatus FromProto(const proto::StatusResponse& response);
 
 // The host part of a gRPC peer string ("ipv4:10.0.0.1:5000", "ipv6:[::1]:5000"), IPv4-mapped
 // IPv6 addresses shown as IPv4. Empty when it cannot be parsed.

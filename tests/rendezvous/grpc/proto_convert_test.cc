@@ -145,6 +145,38 @@ TEST(ProtoConvertTest, HangOfRestartAndClose) {
   EXPECT_EQ(HangOf(close)->straggler, "rank 1 on n1");
 }
 
+// The status query's answer reads back as the server wrote it, each phase by its one name.
+TEST(ProtoConvertTest, RunStatusRoundTripsInEveryPhase) {
+  for (RunPhase phase :
+       {RunPhase::kJoining, RunPhase::kRunning, RunPhase::kRecovering, RunPhase::kClosed}) {
+    RunStatus status;
+    status.run_id = "job";
+    status.round = 3;
+    status.phase = phase;
+    status.restarts_used = 1;
+    status.max_restarts = 5;
+    status.min_nodes = 2;
+    status.max_nodes = 4;
+    status.close_message = "done";
+    status.members.push_back({"n1", "host1", "10.0.0.1", 0, 8, "running"});
+    proto::StatusResponse response;
+    ToProto(status, &response);
+    const RunStatus back = FromProto(response);
+    EXPECT_EQ(back.phase, phase) << RunPhaseName(phase);
+    EXPECT_EQ(back.run_id, "job");
+    EXPECT_EQ(back.round, 3);
+    EXPECT_EQ(back.restarts_used, 1);
+    EXPECT_EQ(back.max_restarts, 5);
+    EXPECT_EQ(back.min_nodes, 2);
+    EXPECT_EQ(back.max_nodes, 4);
+    EXPECT_EQ(back.close_message, "done");
+    ASSERT_EQ(back.members.size(), 1u);
+    EXPECT_EQ(back.members[0].hostname, "host1");
+    EXPECT_EQ(back.members[0].nproc_per_node, 8);
+    EXPECT_EQ(back.members[0].state, "running");
+  }
+}
+
 TEST(ProtoConvertTest, AssignmentRoundTrips) {
   Assignment a;
   a.round = 3;
