@@ -20,12 +20,6 @@ std::string FindNvidiaSmi(const Environment& env) {
   return found.ok() ? *found : "";
 }
 
-// How long a failing --health-check may keep this node out before the agent gives up: the
-// rendezvous' join_timeout (--rdzv-conf, parsed and checked with the command line).
-Duration HealthGiveUpAfter(const LaunchOptions& options) {
-  return options.rdzv.timeouts.join_timeout;
-}
-
 }  // namespace
 
 Agent::Agent(LaunchOptions options, Environment env, HostInfo host)
@@ -36,7 +30,8 @@ Agent::Agent(LaunchOptions options, Environment env, HostInfo host)
       state_(options_.nproc_per_node, options_.restart_mode,
              options_.health_check.empty() && nvidia_smi_.empty() ? HealthGate::kNone
                                                                   : HealthGate::kBeforeEachRound,
-             HealthGiveUpAfter(options_)),
+             // A failing --health-check keeps this node out for at most join_timeout.
+             options_.rdzv.timeouts.join_timeout),
       ranks_(options_.nproc_per_node),
       hangs_(
           &loop_, options_, [this](const HangVerdict& v) { OnHang(v); },
