@@ -40,18 +40,58 @@ AccrualOptions OptionsFor(Ms interval) {
 // busy cores; 100 seeded links of 60 s each (100 minutes of one link, 300,000 heartbeats).
 TEST(PhiAccrualTest, ASteadySenderIsNeverSuspectedUnderTenPercentLossAndFiftyMsJitter) {
   const Ms interval{20};
-  double max_phi = 0;
+  testing::Observed seen;
   for (uint64_t seed = 1; seed <= 100; ++seed) {
     std::mt19937_64 rng(seed);
     const std::vector<TimePoint> arrivals = Arrivals(BadLink(interval), kT0, Ms(60'000), rng);
     PhiAccrualDetector detector(OptionsFor(interval));
     const std::optional<TimePoint> suspected =
-        FirstSuspicion(detector, arrivals, kT0, kT0 + std::chrono::seconds(60), kTick, 1, &max_phi);
+        FirstSuspicion(detector, arrivals, kT0, kT0 + std::chrono::seconds(60), kTick, 1, &seen);
     ASSERT_FALSE(suspected.has_value())
         << "seed " << seed << ": suspected after " << ToMillis(*suspected - kT0) << " ms";
   }
-  std::printf("highest phi seen on a live link: %.2f (threshold %.1f)\n", max_phi,
-              kDefaultPhiThreshold);
+  std::printf("live link: highest phi %.2f (threshold %.1f), longest silence %lld ms\n",
+              seen.max_phi, kDefaultPhiThreshold,
+              static_cast<long long>(ToMillis(seen.max_silence)));
+}
+
+// A link clean for 10 s (the window's spread is a fraction of a millisecond) that turns into the
+// soak's link: the floor on the spread and the pause carry the detector until the window has
+// learnt the new link.
+TEST(PhiAccrualTest, ALinkThatTurnsBadIsNotSuspectedWhileTheWindowLearnsIt) {
+  const Ms interval{20};
+  testing::Observed seen;
+  for (uint64_t seed = 1; seed <= 100; ++seed) {
+    std::mt19937_64 rng(seed);
+    std::vector<TimePoint> arrivals = Arrivals(CleanLink(interval), kT0, Ms(10'000), rng);
+    const TimePoint turn = kT0 + std::chrono::seconds(10);
+    for (TimePoint t : Arrivals(BadLink(interval), turn, Ms(10'000), rng)) arrivals.push_back(t);
+    std::sort(arrivals.begin(), arrivals.end());
+    PhiAccrualDetector detector(OptionsFor(interval));
+    const std::optional<TimePoint> suspected =
+        FirstSuspicion(detector, arrivals, kT0, kT0 + std::chrono::seconds(20), kTick, 1, &seen);
+    ASSERT_FALSE(suspected.has_value())
+        << "seed " << seed << ": suspected " << ToMillis(*suspected - turn) << " ms after the turn";
+  }
+  std::printf("clean then bad: highest phi %.2f, longest silence %lld ms\n", seen.max_phi,
+              static_cast<long long>(ToMillis(seen.max_silence)));
+}
+
+// A sender that stops for 150 ms once (a stall of its process, its cores taken) after a clean
+// minute, where the intervals varied by well under a millisecond: the floor on the spread keeps
+// one late heartbeat from looking like a death.
+TEST(PhiAccrualTest, OneSenderStallOf150MsAfterACleanMinuteIsNotSuspected) {
+  const Ms interval{20};
+  std::mt19937_64 rng(3);
+  std::vector<TimePoint> arrivals = Arrivals(CleanLink(interval), kT0, Ms(60'000), rng);
+  const TimePoint resume = arrivals.back() + milliseconds(150);
+  for (TimePoint t : Arrivals(CleanLink(interval), resume, Ms(1000), rng)) arrivals.push_back(t);
+  PhiAccrualDetector detector(OptionsFor(interval));
+  testing::Observed seen;
+  EXPECT_FALSE(
+      FirstSuspicion(detector, arrivals, kT0, resume + std::chrono::seconds(1), kTick, 1, &seen)
+          .has_value());
+  EXPECT_GE(seen.max_silence, milliseconds(145));
 }
 
 // The 99th percentile and the worst of the detection times (from the moment the sender stops)

@@ -51,20 +51,28 @@ inline std::vector<TimePoint> Arrivals(const LinkModel& link, TimePoint start, M
   return out;
 }
 
+// The most a live link's observer saw: its highest phi and its longest silence.
+struct Observed {
+  double max_phi = 0;
+  Duration max_silence{};
+};
+
 // Feeds `arrivals` (sorted) to `detector`, evaluating every `tick` from `from` until `until`;
 // the first time it suspects, or nullopt.
 inline std::optional<TimePoint> FirstSuspicion(PhiAccrualDetector& detector,
                                                const std::vector<TimePoint>& arrivals,
                                                TimePoint from, TimePoint until, Duration tick,
-                                               uint64_t incarnation = 1,
-                                               double* max_phi = nullptr) {
+                                               uint64_t incarnation = 1, Observed* seen = nullptr) {
   size_t next = 0;
   for (TimePoint now = from; now <= until; now += tick) {
     while (next < arrivals.size() && arrivals[next] <= now) {
       detector.Heartbeat(arrivals[next++], incarnation);
     }
     const Suspicion s = detector.Evaluate(now);
-    if (max_phi != nullptr) *max_phi = std::max(*max_phi, s.phi);
+    if (seen != nullptr) {
+      seen->max_phi = std::max(seen->max_phi, s.phi);
+      seen->max_silence = std::max(seen->max_silence, s.silence);
+    }
     if (s.suspected) return now;
   }
   return std::nullopt;
