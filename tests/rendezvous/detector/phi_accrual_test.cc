@@ -136,14 +136,14 @@ TEST(PhiAccrualTest, ASilentSenderIsSuspectedWithin300MsOnACleanLink) {
   }
 }
 
-// On the soak's link the accrual part waits longer (the link is worse than the pause absorbs),
-// but still a fraction of today's 15 s lease.
-TEST(PhiAccrualTest, ASilentSenderOnTheSoaksLinkIsSuspectedWithinHalfASecond) {
-  const Detection d = DetectSilence(BadLink(Ms(20)), Ms(500));
+// On the soak's link the accrual part waits longer, the window's spread being larger: 360 ms
+// worst, still a fortieth of today's 15 s lease.
+TEST(PhiAccrualTest, ASilentSenderOnTheSoaksLinkIsSuspectedWithin400Ms) {
+  const Detection d = DetectSilence(BadLink(Ms(20)), Ms(400));
   std::printf("heartbeat every 20 ms, 10 %% loss, 50 ms jitter: p99 %.1f ms, worst %.1f ms\n",
               d.p99_ms, d.worst_ms);
   EXPECT_EQ(d.missed, 0);
-  EXPECT_LE(d.worst_ms, 500);
+  EXPECT_LE(d.worst_ms, 400);
 }
 
 TEST(PhiAccrualTest, ANodeNeverHeardFromIsNotSuspected) {
