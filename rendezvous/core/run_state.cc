@@ -462,7 +462,9 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
     restart_log_.back().formed_after_s =
         std::chrono::duration<double>(now - restart_log_.back().when).count();
   }
-  // Survivors of earlier rounds first, by their old rank; then newcomers by arrival.
+  // Survivors of the last round first, by their old rank; then newcomers (spares) by arrival,
+  // those that asked for a rank first. Only newcomers are left out past max_nodes: a survivor is
+  // never dropped for a spare (the survivors were one round, so they fit).
   std::vector<Node*> order;
   order.reserve(nodes_.size());
   for (auto& [conn, node] : nodes_) order.push_back(&node);
@@ -470,22 +472,21 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
     const bool a_old = a->group_rank >= 0, b_old = b->group_rank >= 0;
     if (a_old != b_old) return a_old;
     if (a_old && a->group_rank != b->group_rank) return a->group_rank < b->group_rank;
+    const bool a_asked = a->info.requested_node_rank >= 0;
+    const bool b_asked = b->info.requested_node_rank >= 0;
+    if (a_asked != b_asked) return a_asked;
     return a->arrival < b->arrival;
   });
-  // Nodes that asked for a rank come before the rest, so they are not the ones left out.
-  std::stable_partition(order.begin(), order.end(),
-                        [](const Node* n) { return n->info.requested_node_rank >= 0; });
   if (static_cast<int>(order.size()) > max_nodes_) order.resize(max_nodes_);
-  // Back to rank priority among the chosen.
-  std::sort(order.begin(), order.end(), [](const Node* a, const Node* b) {
+  // Back to arrival order among the chosen newcomers: the holes go to the earliest spare.
+  std::stable_sort(order.begin(), order.end(), [](const Node* a, const Node* b) {
     const bool a_old = a->group_rank >= 0, b_old = b->group_rank >= 0;
     if (a_old != b_old) return a_old;
-    if (a_old && a->group_rank != b->group_rank) return a->group_rank < b->group_rank;
-    return a->arrival < b->arrival;
+    return !a_old && a->arrival < b->arrival;
   });
 
   std::vector<RankCandidate> candidates;
-  for (const Node* n : order) candidates.push_back({n->info.requested_node_rank});
+  for (const Node* n : order) candidates.push_back({n->info.requested_node_rank, n->group_rank});
   const std::vector<int> ranks = AssignGroupRanks(candidates);
   const int size = static_cast<int>(order.size());
   std::vector<Node*> by_rank(size);

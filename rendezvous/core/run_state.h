@@ -16,8 +16,11 @@
 //  - A node that reports success is told Close(OK) at once (torchrun: each node exits 0 when
 //    its group succeeds) and is no reason to restart the others; when every member of a round
 //    has succeeded, the run closes OK for everyone still connected.
-//  - Ranks: survivors keep their relative order, explicit node ranks are honoured, newcomers
-//    fill the rest in arrival order. Extra nodes beyond max_nodes wait for a later round.
+//  - Ranks (rank_assignment.h): explicit node ranks are honoured; survivors keep their group
+//    rank and newcomers fill the holes in arrival order, unless the round shrank below a
+//    survivor's rank (then survivors keep their relative order). Nodes beyond max_nodes are
+//    spares: they wait, and the next round takes them in arrival order; a survivor is never
+//    left out for one.
 //  - MASTER_ADDR: the rank-0 agent's --local-addr, else the address the server saw it connect
 //    from; if that is loopback while other members are remote, its hostname.
 //  - Re-registration (a join with a ResumeClaim): the agent's stream broke, or the server
