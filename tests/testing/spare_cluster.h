@@ -45,8 +45,9 @@ struct SpareClusterOptions {
   int spares = 1;
   bool elastic = false;    // --nnodes=members-1:members; else a fixed world, --nnodes=members
   bool in_process = true;  // --restart-mode=in-process --preload=native; else cold
-  int epochs = 3;
-  int steps_per_epoch = 40;  // --max-steps
+  int epochs = 2;
+  int steps_per_epoch = 30;  // --max-steps
+  int batch_size = 16;
   int checkpoint_every = 5;
   // The lease (keep_alive_interval x keep_alive_max_attempt): today's only detector of a
   // frozen or cut-off host.
