@@ -107,49 +107,47 @@ class SpareTestBase : public ::testing::Test {
   // One member lost, one spare: the spare takes its group rank at full size.
   void ExpectASpareTakesTheLostRank(RdzvServer server, HostFault fault, bool in_process) {
     const SpareClusterOptions o = Options(server, in_process, /*spares=*/1, "job");
-    << std::endl;
-  };
-  const std::string reference = ReferenceModel(o);
-  SpareCluster job(o);
-  ASSERT_EQ(job.Start(), "");
-  ASSERT_NO_FATAL_FAILURE(TrainAWhile(job));
-  const int victim = Victim(job, server);
-  ASSERT_NE(victim, 0) << job.Logs();
-  const Before before = Record(job, o.members);
-  const int spare = job.spare_host(0);
-  std::vector<int> world = {spare};
-  for (int i = 0; i < o.members; ++i) {
-    if (job.member_host(i) != victim) world.push_back(job.member_host(i));
-  }
-  const int64_t step = job.HighestStep();
-  ASSERT_LT(step, o.epochs* o.steps_per_epoch - 20) << "training nearly over before the fault";
-  const auto fault_at = Clock::now();
-  job.Inject(fault, victim);
-  const auto back = job.WaitFullWorld(fault_at, before.round, step, world, o.members, 60s);
-  ASSERT_TRUE(back.has_value()) << job.Logs();
-  std::cout << testing::RdzvServerName(server) << ", " << (in_process ? "in-process" : "cold")
-            << ", " << testing::HostFaultName(fault) << ": full size again after " << back->seconds
-            << " s (round " << back->round << "), " << back->recomputed << " step(s) recomputed"
-            << std::endl;
-  EXPECT_EQ(job.GroupRank(spare), before.rank.at(victim)) << job.Logs();
-  for (int h : world) {
-    if (h == spare) continue;
-    EXPECT_EQ(job.GroupRank(h), before.rank.at(h)) << "host " << h << "\n" << job.Logs();
-    if (in_process) {
-      EXPECT_EQ(job.WorkerPids(h), before.pids.at(h)) << "host " << h;
+    const std::string reference = ReferenceModel(o);
+    SpareCluster job(o);
+    ASSERT_EQ(job.Start(), "");
+    ASSERT_NO_FATAL_FAILURE(TrainAWhile(job));
+    const int victim = Victim(job, server);
+    ASSERT_NE(victim, 0) << job.Logs();
+    const Before before = Record(job, o.members);
+    const int spare = job.spare_host(0);
+    std::vector<int> world = {spare};
+    for (int i = 0; i < o.members; ++i) {
+      if (job.member_host(i) != victim) world.push_back(job.member_host(i));
     }
+    const int64_t step = job.HighestStep();
+    ASSERT_LT(step, o.epochs * o.steps_per_epoch - 20) << "training nearly over before the fault";
+    const auto fault_at = Clock::now();
+    job.Inject(fault, victim);
+    const auto back = job.WaitFullWorld(fault_at, before.round, step, world, o.members, 60s);
+    ASSERT_TRUE(back.has_value()) << job.Logs();
+    std::cout << testing::RdzvServerName(server) << ", " << (in_process ? "in-process" : "cold")
+              << ", " << testing::HostFaultName(fault) << ": full size again after "
+              << back->seconds << " s (round " << back->round << "), " << back->recomputed
+              << " step(s) recomputed" << std::endl;
+    EXPECT_EQ(job.GroupRank(spare), before.rank.at(victim)) << job.Logs();
+    for (int h : world) {
+      if (h == spare) continue;
+      EXPECT_EQ(job.GroupRank(h), before.rank.at(h)) << "host " << h << "\n" << job.Logs();
+      if (in_process) {
+        EXPECT_EQ(job.WorkerPids(h), before.pids.at(h)) << "host " << h;
+      }
+    }
+    if (in_process) {
+      EXPECT_EQ(back->recomputed, 0);
+    }
+    job.Undo(fault, victim);
+    ASSERT_TRUE(job.WaitFinished({victim}, 300s)) << job.Logs();
+    const std::string model = job.Model();
+    EXPECT_FALSE(model.empty());
+    EXPECT_TRUE(model == reference) << "the final model differs from the fault-free run's";
   }
-  if (in_process) {
-    EXPECT_EQ(back->recomputed, 0);
-  }
-  job.Undo(fault, victim);
-  ASSERT_TRUE(job.WaitFinished({victim}, 300s)) << job.Logs();
-  const std::string model = job.Model();
-  EXPECT_FALSE(model.empty());
-  EXPECT_TRUE(model == reference) << "the final model differs from the fault-free run's";
-}
 
-TempDir dir_;
+  TempDir dir_;
 };
 
 class SpareTest : public SpareTestBase {};
