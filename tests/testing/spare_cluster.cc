@@ -41,12 +41,16 @@ int64_t LastMatch(const std::string& text, const std::regex& re, int group) {
   return value;
 }
 
-// "round R: starting N worker(s), ranks A-B of W (node G of S)" and the in-process
-// "round R: in-process recovery, ...; ranks A-B of W (node G of S)".
-const std::regex& RoundLine() {
-  static const std::regex re(
+// ddprun: "round R: starting N worker(s), ranks A-B of W (node G of S)" and the in-process
+// "round R: in-process recovery, ...; ranks A-B of W (node G of S)". torchrun: its "Rendezvous
+// complete for workers" lines (restart_count, group_rank, group_world_size).
+const std::regex& RoundLine(bool torchrun) {
+  static const std::regex ddprun(
       "round (\\d+): (?:starting|in-process recovery)[^\\n]*\\(node (\\d+) of (\\d+)\\)");
-  return re;
+  static const std::regex torch(
+      "restart_count=(\\d+)\\s+master_addr=\\S+\\s+master_port=\\S+\\s+group_rank=(\\d+)\\s+"
+      "group_world_size=(\\d+)");
+  return torchrun ? torch : ddprun;
 }
 
 }  // namespace
@@ -120,7 +124,7 @@ SpareCluster::~SpareCluster() {
 
 std::string SpareCluster::Endpoint() const {
   switch (options_.server) {
-    case RdzvServer::kBuiltIn:
+    case RdzvServer::kBuiltIn:  // ddprun's, or torchrun's c10d store
       return absl::StrCat(hosts_->Address(2), ":", kBuiltInPort);
     case RdzvServer::kRdzvDaemon:
       return daemon_->endpoint();
@@ -130,26 +134,12 @@ std::string SpareCluster::Endpoint() const {
   return "";
 }
 
-std::vector<std::string> SpareCluster::AgentArgv(int host, bool spare) const {
+std::vector<std::string> SpareCluster::AgentArgv(int host) const {
   const int m = options_.members;
   std::string conf = absl::StrCat("keep_alive_interval=", options_.keep_alive_interval_s,
                                   ",keep_alive_max_attempt=", options_.keep_alive_max_attempt,
                                   ",last_call_timeout=0.2,join_timeout=300");
   if (!options_.extra_rdzv_conf.empty()) absl::StrAppend(&conf, ",", options_.extra_rdzv_conf);
-  std::vector<std::string> argv = {
-      BinPath("ddprun"),
-      options_.server == RdzvServer::kEtcd ? "--rdzv-backend=etcd" : "--rdzv-backend=c10d",
-      "--rdzv-endpoint=" + Endpoint(),
-      "--rdzv-id=" + options_.run_id,
-      options_.elastic ? absl::StrCat("--nnodes=", m - 1, ":", m) : absl::StrCat("--nnodes=", m),
-      "--nproc-per-node=1",
-      "--max-restarts=20",
-      "--rdzv-conf=" + conf,
-      options_.in_process ? "--restart-mode=in-process" : "--restart-mode=cold"};
-  if (options_.in_process) argv.push_back("--preload=native");
-  if (spare && host == spare_host(0) && !options_.first_spare_health_check.empty()) {
-    argv.push_back("--health-check=" + options_.first_spare_health_check);
-  }
   const std::vector<std::string> train = {"--no-python",
                                           BinPath("ddp-train"),
                                           "mnist",
@@ -158,6 +148,8 @@ std::vector<std::string> SpareCluster::AgentArgv(int host, bool spare) const {
                                           "--no-progress-bar",
                                           "--log-interval",
                                           "1",
+                                          "--batch-size",
+                                          std::to_string(options_.batch_size),
                                           "--epochs",
                                           std::to_string(options_.epochs),
                                           "--max-steps",
@@ -169,23 +161,48 @@ std::vector<std::string> SpareCluster::AgentArgv(int host, bool spare) const {
                                           "--checkpoint-every",
                                           std::to_string(options_.checkpoint_every),
                                           "--comm-timeout",
-                                          "60",
+                                          "30",
                                           "--save-model",
                                           "--save-model-path",
                                           options_.dir + "/model.pt"};
+  if (!options_.torchrun.empty()) {
+    std::vector<std::string> argv = {
+        options_.torchrun, absl::StrCat("--nnodes=", m), "--nproc-per-node=1",
+        "--rdzv-backend=c10d", "--rdzv-endpoint=" + Endpoint(), "--rdzv-id=" + options_.run_id,
+        "--max-restarts=100", "--monitor-interval=0.1",
+        // Host names here do not resolve to the hosts' addresses: say who hosts the store.
+        host == 2 ? "--rdzv-conf=is_host=1" : "--rdzv-conf=is_host=0",
+        "--local-addr=" + hosts_->Address(host)};
+    argv.insert(argv.end(), train.begin(), train.end());
+    return hosts_->On(host, argv);
+  }
+  std::vector<std::string> argv = {
+      BinPath("ddprun"),
+      options_.server == RdzvServer::kEtcd ? "--rdzv-backend=etcd" : "--rdzv-backend=c10d",
+      "--rdzv-endpoint=" + Endpoint(),
+      "--rdzv-id=" + options_.run_id,
+      options_.elastic ? absl::StrCat("--nnodes=", m - 1, ":", m) : absl::StrCat("--nnodes=", m),
+      "--nproc-per-node=1",
+      "--max-restarts=20",
+      "--rdzv-conf=" + conf,
+      options_.in_process ? "--restart-mode=in-process" : "--restart-mode=cold"};
+  if (options_.in_process) argv.push_back("--preload=native");
+  if (host == spare_host(0) && !options_.first_spare_health_check.empty()) {
+    argv.push_back("--health-check=" + options_.first_spare_health_check);
+  }
   argv.insert(argv.end(), train.begin(), train.end());
   return hosts_->On(host, argv);
 }
 
-void SpareCluster::StartAgent(int host, bool spare) {
+void SpareCluster::StartNode(int host) {
   nodes_[host].host = host;
   nodes_[host].out_seen = 0;
   nodes_[host].agent = std::make_unique<Subprocess>(
-      AgentArgv(host, spare),
-      std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", kToken},
-                                         {"GLOO_SOCKET_IFNAME", "eth0"},
-                                         {"OMP_NUM_THREADS", "1"},
-                                         {"TORCHELASTIC_ERROR_FILE", "\x01unset"}});
+      AgentArgv(host), std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", kToken},
+                                                          {"GLOO_SOCKET_IFNAME", "eth0"},
+                                                          {"OMP_NUM_THREADS", "1"},
+                                                          {"TORCHELASTIC_ERROR_FILE", "\x01unset"},
+                                                          {"LOGLEVEL", "INFO"}});
 }
 
 std::string SpareCluster::Start(std::chrono::seconds limit) {
@@ -220,21 +237,27 @@ std::string SpareCluster::Start(std::chrono::seconds limit) {
   // Members one by one, so that their group ranks follow their hosts.
   for (int i = 0; i < options_.members; ++i) {
     const int host = member_host(i);
-    StartAgent(host, /*spare=*/false);
-    if (i == 0 && options_.server == RdzvServer::kBuiltIn &&
+    StartNode(host);
+    if (i == 0 && options_.server == RdzvServer::kBuiltIn && options_.torchrun.empty() &&
         !nodes_[host].agent->WaitForOutputContains("hosting the rendezvous", left())) {
       return "host 2's agent never hosted the rendezvous:\n" + Logs();
     }
   }
   std::vector<int> members;
   for (int i = 0; i < options_.members; ++i) members.push_back(member_host(i));
-  if (!WaitFullWorld(Clock::now(), 0, 0, members, options_.members,
+  if (!WaitFullWorld(Clock::now(), -1, 0, members, options_.members,
                      std::chrono::duration_cast<std::chrono::seconds>(left()))) {
     return "the members never trained at full size:\n" + Logs();
   }
   // Spares one by one, each counted by the server before the next (their order is theirs).
   for (int i = 0; i < options_.spares; ++i) {
-    StartAgent(spare_host(i), /*spare=*/true);
+    StartNode(spare_host(i));
+    if (!options_.torchrun.empty()) {
+      if (!nodes_[spare_host(i)].agent->WaitForOutputContains("redundancy list", left())) {
+        return "torchrun's extra agent never joined the redundancy list:\n" + Logs();
+      }
+      continue;
+    }
     if (!WaitUntil([&] { return StatusNodes() == options_.members + i + 1; }, left())) {
       return absl::StrCat("the server never counted the spare on host ", spare_host(i), ":\n",
                           Status(), Logs());
@@ -243,24 +266,31 @@ std::string SpareCluster::Start(std::chrono::seconds limit) {
   return "";
 }
 
-void SpareCluster::StartExtraSpare() {
-  StartAgent(spare_host(options_.spares + extra_spares_), /*spare=*/true);
-  ++extra_spares_;
+void SpareCluster::Clear(int host) {
+  // SIGKILL ends a stopped process too; the SIGCONT after it is for anything started between.
+  for (int pass = 0; pass < 2; ++pass) {
+    for (pid_t pid : NamespacePids(hosts_->Namespace(host))) kill(pid, SIGKILL);
+  }
+  for (pid_t pid : NamespacePids(hosts_->Namespace(host))) kill(pid, SIGCONT);
+  hosts_->Heal(host);
+  if (nodes_[host].agent != nullptr) nodes_[host].agent->Wait(10s);
 }
 
 int64_t SpareCluster::Round(int host) {
   if (nodes_[host].agent == nullptr) return -1;
-  return LastMatch(nodes_[host].agent->err(), RoundLine(), 1);
+  return LastMatch(nodes_[host].agent->err(), RoundLine(!options_.torchrun.empty()), 1);
 }
 
 int SpareCluster::GroupRank(int host) {
   if (nodes_[host].agent == nullptr) return -1;
-  return static_cast<int>(LastMatch(nodes_[host].agent->err(), RoundLine(), 2));
+  return static_cast<int>(
+      LastMatch(nodes_[host].agent->err(), RoundLine(!options_.torchrun.empty()), 2));
 }
 
 int SpareCluster::GroupSize(int host) {
   if (nodes_[host].agent == nullptr) return -1;
-  return static_cast<int>(LastMatch(nodes_[host].agent->err(), RoundLine(), 3));
+  return static_cast<int>(
+      LastMatch(nodes_[host].agent->err(), RoundLine(!options_.torchrun.empty()), 3));
 }
 
 int SpareCluster::HostOfGroupRank(int rank) {

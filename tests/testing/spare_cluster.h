@@ -55,6 +55,9 @@ struct SpareClusterOptions {
   int keep_alive_max_attempt = 3;
   std::string extra_rdzv_conf;           // appended to --rdzv-conf, e.g. "liveness=on"
   std::string first_spare_health_check;  // --health-check of the first spare ("": none)
+  // Set: the agents are this torchrun (2.x) instead of ddprun, its c10d rendezvous hosted by host
+  // 2's agent (server must be kBuiltIn); rounds and group ranks come from its INFO log.
+  std::string torchrun;
   std::string dir;                       // where the job writes (required)
   std::string run_id = "spares";
 };
@@ -81,8 +84,11 @@ class SpareCluster {
   // Starts the server, the members (until they train at full size) and the spares (until the
   // server counts them). "" when all that happened, else what went wrong.
   std::string Start(std::chrono::seconds limit = std::chrono::seconds(120));
-  // Starts one more spare on a host of its own (NetHosts has room for options.spares + 1).
-  void StartExtraSpare();
+  // Starts an agent on `host` (a spare once the members run): a host of the cluster's (it has
+  // one more host than members and spares) or one Clear() emptied.
+  void StartNode(int host);
+  // Empties `host`: every process on it SIGKILLed (a frozen one too), its link up.
+  void Clear(int host);
 
   int member_host(int i) const { return 2 + i; }  // i in [0, members)
   int spare_host(int i) const { return 2 + options_.members + i; }
@@ -123,8 +129,7 @@ class SpareCluster {
   std::string Logs();
 
  private:
-  std::vector<std::string> AgentArgv(int host, bool spare) const;
-  void StartAgent(int host, bool spare);
+  std::vector<std::string> AgentArgv(int host) const;
   std::string Endpoint() const;
   // Reads new stdout of every agent: the highest step and when it was first read.
   void ObserveSteps();
@@ -134,7 +139,6 @@ class SpareCluster {
   std::unique_ptr<RdzvDaemon> daemon_;
   std::unique_ptr<Subprocess> etcd_;
   std::vector<Node> nodes_;  // by host; [0] and [1] unused
-  int extra_spares_ = 0;
   int64_t highest_step_ = 0;
   int64_t observe_pass_ = 0;
   int64_t step_pass_ = 0;  // the ObserveSteps pass that read the latest step line
