@@ -72,7 +72,7 @@ const char* ConnectionStateName(ConnectionState state);
 
 // One message of the server, as the machine needs it (the client converts the proto).
 struct ServerWord {
-  enum class Kind { kAck, kJoined, kAssignment, kRestart, kResumed, kClose, kUnknown };
+  enum class Kind { kAck, kJoined, kAssignment, kRestart, kResumed, kClose, kStandby, kUnknown };
   Kind kind = Kind::kAck;
   bool embedded = false;               // kJoined: the server lives in an agent
   std::string host_node_id;            // kJoined, kAssignment: that agent's node (empty: unsaid)
@@ -84,6 +84,8 @@ struct ServerWord {
   int64_t round = 0;                   // kRestart, kResumed
   std::string reason;                  // kRestart
   std::optional<HangNotice> hang;      // kRestart, kClose
+  RestartFacts facts;                  // kRestart
+  StandbyNotice standby;               // kStandby
   bool given_up = false;               // kClose: the server gave this node up
   std::string message;                 // kClose
   absl::Status close_status;           // kClose
@@ -142,7 +144,8 @@ struct ClientAction {
     kLookForTheRun,  // ask `others` whether one serves the run and went on; OnLookAnswered
     // To the agent (RendezvousEvents through EventDelivery).
     kAssigned,         // `assignment`
-    kRestart,          // `cause`, `message`, `hang`
+    kRestart,          // `cause`, `message`, `hang`, `facts`
+    kStandby,          // `standby`: this node waits as a spare
     kResumed,          // `round`
     kReconnecting,     // `message`
     kRejoinAsNewNode,  // `message`; mutable_node() renamed
@@ -163,6 +166,8 @@ struct ClientAction {
   int64_t round = 0;
   Cause cause = Cause::kUnspecified;
   std::optional<HangNotice> hang;
+  RestartFacts facts;     // kRestart
+  StandbyNotice standby;  // kStandby
   absl::Status status;
   RunServer mine;                 // kLookForTheRun
   std::vector<RunServer> others;  // kLookForTheRun

@@ -141,7 +141,15 @@ void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outb
     // round where some node already succeeded is finishing; the newcomer waits instead.
     RestartRound(absl::StrCat(who, " joined"), Cause::kNodeJoined, RestartKind::kFree, std::nullopt,
                  now, out);
+  } else {
+    // The round is full (or finishing): the newcomer waits as a spare, last in the order.
+    Standby(nodes_.at(conn), static_cast<int>(nodes_.size()) - members_in_round() - 1, out);
   }
+}
+
+void RunState::Standby(Node& node, int position, Outbox* out) {
+  node.spare = true;
+  out->push_back({node.conn, StandbyNotice{round_, members_in_round(), position}});
 }
 
 void RunState::Heartbeat(ConnId conn, TimePoint now) {
@@ -234,10 +242,12 @@ void RunState::LoseNode(ConnId conn, const std::string& why, TimePoint now, Outb
   if (it == nodes_.end()) return;
   const bool was_member = it->second.in_round;
   const std::string reason = absl::StrCat(Describe(it->second), " was lost: ", why);
+  const Duration silent_for = now - it->second.last_seen;
   RemoveNode(conn);
   if (phase_ == RunPhase::kRunning && was_member) {
     if (EndsWithoutRestart(out)) return;
-    RestartRound(reason, Cause::kNodeLostStream, RestartKind::kFailure, std::nullopt, now, out);
+    RestartRound(reason, Cause::kNodeLostStream, RestartKind::kFailure, std::nullopt, silent_for,
+                 now, out);
   } else if (phase_ == RunPhase::kJoining) {
     MaybeFormRound(now, out);
   }
@@ -251,10 +261,14 @@ void RunState::Tick(TimePoint now, Outbox* out) {
                                        " ms (keep_alive_interval * keep_alive_max_attempt)");
   std::string lost_members;
   int num_lost_members = 0;
+  Duration silent_for{};  // the first lost member's (the longest silent)
   while (!by_last_seen_.empty() && now - by_last_seen_.begin()->first >= timeouts_.lease()) {
     const ConnId conn = by_last_seen_.begin()->second;
     const Node& node = nodes_.at(conn);
-    if (node.in_round && num_lost_members++ == 0) lost_members = Describe(node);
+    if (node.in_round && num_lost_members++ == 0) {
+      lost_members = Describe(node);
+      silent_for = now - node.last_seen;
+    }
     CloseNotice given_up{
         absl::UnavailableError(absl::StrCat("this node's rendezvous lease expired: ", why))};
     given_up.given_up = true;
@@ -265,7 +279,7 @@ void RunState::Tick(TimePoint now, Outbox* out) {
     const std::string more =
         num_lost_members > 1 ? absl::StrCat(" (and ", num_lost_members - 1, " more)") : "";
     RestartRound(absl::StrCat(lost_members, more, " was lost: ", why), Cause::kNodeLostLease,
-                 RestartKind::kFailure, std::nullopt, now, out);
+                 RestartKind::kFailure, std::nullopt, silent_for, now, out);
   }
   if (phase_ == RunPhase::kRecovering && recovery_deadline_ && now >= *recovery_deadline_) {
     Settle(now, out);
@@ -389,8 +403,8 @@ bool RunState::EndsWithoutRestart(Outbox* out) {
 }
 
 void RunState::RestartRound(const std::string& reason, Cause cause, RestartKind kind,
-                            const std::optional<WorkerFailure>& root_cause, TimePoint now,
-                            Outbox* out) {
+                            const std::optional<WorkerFailure>& root_cause,
+                            std::optional<Duration> lost_silent_for, TimePoint now, Outbox* out) {
   std::optional<HangNotice> hang;
   if (root_cause.has_value() && root_cause->hang) hang = HangNotice{Straggler(now)};
   if (kind == RestartKind::kFailure) {
@@ -405,21 +419,33 @@ void RunState::RestartRound(const std::string& reason, Cause cause, RestartKind 
     failed_at_ = now;
   }
   PushBounded(&restart_causes_, cause, kMaxUntaken);
-  PushBounded(&restart_log_, RestartRecord{now, round_, cause, reason, std::nullopt},
-              kMaxRestartRecords);
+  RestartRecord record{now, round_, cause, reason, std::nullopt};
+  RestartFacts facts;
+  if (lost_silent_for.has_value()) {
+    facts.lost_silent_s = std::chrono::duration<double>(*lost_silent_for).count();
+    record.lost_silent_s = facts.lost_silent_s;
+  }
+  PushBounded(&restart_log_, std::move(record), kMaxRestartRecords);
   round_began_ = now;
+  const size_t first_notice = out->size();
   for (auto& [conn, node] : nodes_) {
     if (!node.in_round) continue;
     node.in_round = false;  // group_rank stays: it orders the survivors in the next round
     node.progress.clear();
     --members_in_round_;
-    out->push_back({conn, RestartNotice{round_, cause, reason, hang, restarts_used_}});
+    out->push_back({conn, RestartNotice{round_, cause, reason, hang, restarts_used_, facts}});
   }
   phase_ = RunPhase::kJoining;
   succeeded_in_round_ = 0;
   join_deadline_ = now + timeouts_.join_timeout;
   last_call_deadline_.reset();
   MaybeFormRound(now, out);
+  if (!restart_log_.back().spare_used) return;
+  // The round formed at once and took a spare (the usual case with one): the survivors' notices,
+  // still unsent, say so.
+  for (size_t i = first_notice; i < out->size(); ++i) {
+    if (auto* notice = std::get_if<RestartNotice>(&(*out)[i].msg)) notice->facts.spare_used = true;
+  }
 }
 
 bool RunState::MajorityHeld() const {
@@ -458,9 +484,11 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
   if (failed_at_) timing.after_failure_s = std::chrono::duration<double>(now - *failed_at_).count();
   failed_at_.reset();
   PushBounded(&round_timings_, timing, kMaxUntaken);
+  RestartRecord* after_restart = nullptr;  // the restart this round is the first after
   if (!restart_log_.empty() && !restart_log_.back().formed_after_s) {
-    restart_log_.back().formed_after_s =
-        std::chrono::duration<double>(now - restart_log_.back().when).count();
+    after_restart = &restart_log_.back();
+    after_restart->formed_after_s =
+        std::chrono::duration<double>(now - after_restart->when).count();
   }
   // Survivors of the last round first, by their old rank; then newcomers (spares) by arrival,
   // those that asked for a rank first. Only newcomers are left out past max_nodes: a survivor is
@@ -477,6 +505,10 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
     if (a_asked != b_asked) return a_asked;
     return a->arrival < b->arrival;
   });
+  // The ones left out are spares, told so in the order the next round would take them.
+  for (size_t i = max_nodes_; i < order.size(); ++i) {
+    Standby(*order[i], static_cast<int>(i) - max_nodes_, out);
+  }
   if (static_cast<int>(order.size()) > max_nodes_) order.resize(max_nodes_);
   // Back to arrival order among the chosen newcomers: the holes go to the earliest spare.
   std::stable_sort(order.begin(), order.end(), [](const Node* a, const Node* b) {
@@ -493,6 +525,10 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
   for (int i = 0; i < size; ++i) by_rank[ranks[i]] = order[i];
 
   for (auto& [conn, node] : nodes_) node.group_rank = -1;  // the waiting ones lose old ranks
+  int spares_taken = 0;
+  for (Node* n : order) spares_taken += std::exchange(n->spare, false) ? 1 : 0;
+  spares_used_ += spares_taken;
+  if (after_restart != nullptr) after_restart->spare_used = spares_taken > 0;
   if (quorum_ == RoundQuorum::kMajorityOfLastRound) {
     // Only where the rule applies: elsewhere nobody would ever forget the rounds kept.
     std::vector<std::string> member_ids;
@@ -575,8 +611,9 @@ RunSnapshot RunState::Snapshot() const {
   s.restarts_used = restarts_used_;
   s.succeeded_in_round = succeeded_in_round_;
   s.crash_loop_signature = crash_loop_.unprogressed();
+  s.spares_used = spares_used_;
   for (const auto& [conn, node] : nodes_) {
-    s.members.push_back({node.info.node_id, node.group_rank, node.in_round});
+    s.members.push_back({node.info.node_id, node.group_rank, node.in_round, node.spare});
   }
   if (phase_ == RunPhase::kClosed) {
     s.close_status = close_status_;
@@ -587,6 +624,7 @@ RunSnapshot RunState::Snapshot() const {
 void RunState::Restore(const RunSnapshot& s, TimePoint now, Outbox* out) {
   round_ = s.round;
   restarts_used_ = s.restarts_used;
+  spares_used_ = s.spares_used;
   crash_loop_ = CrashLoopBreaker(s.crash_loop_signature);
   if (s.phase == RunPhase::kClosed) {
     CloseRun(s.close_status, std::nullopt, out);
@@ -600,6 +638,7 @@ void RunState::Restore(const RunSnapshot& s, TimePoint now, Outbox* out) {
     auto it = known.find(node.info.node_id);
     node.group_rank = it != known.end() ? it->second->group_rank : -1;
     node.in_round = it != known.end() && it->second->in_round && s.phase == RunPhase::kRunning;
+    node.spare = it != known.end() && it->second->spare;
     if (node.in_round) ++members_in_round_;
     if (it == known.end() && newcomer.empty()) newcomer = Describe(node);
   }
@@ -629,6 +668,14 @@ void RunState::Restore(const RunSnapshot& s, TimePoint now, Outbox* out) {
   } else if (!newcomer.empty() && members_in_round() < max_nodes_ && succeeded_in_round_ == 0) {
     RestartRound(absl::StrCat(newcomer, " joined"), Cause::kNodeJoined, RestartKind::kFree,
                  std::nullopt, now, out);
+  } else if (phase_ == RunPhase::kRunning) {
+    // The round goes on. Spares of the old coordinator stay spares (they were told); a node it
+    // did not know waits beyond the round: told now, after them.
+    int position = 0;
+    for (auto& [conn, node] : nodes_) position += node.spare ? 1 : 0;
+    for (auto& [conn, node] : nodes_) {
+      if (!node.in_round && !node.spare) Standby(node, position++, out);
+    }
   }
 }
 
@@ -643,6 +690,8 @@ RunStatus RunState::Status(bool with_members) const {
   s.max_nodes = max_nodes_;
   s.close_message = close_message_;
   s.num_nodes = static_cast<int>(nodes_.size());
+  s.spares = phase_ == RunPhase::kRunning ? s.num_nodes - members_in_round() : 0;
+  s.spares_used = spares_used_;
   if (!with_members) return s;
   s.restarts = restart_log_;
   s.steps.assign(steps_.begin(), steps_.end());
@@ -660,7 +709,7 @@ RunStatus RunState::Status(bool with_members) const {
     m.addr = n->addr;
     m.group_rank = n->in_round ? n->group_rank : -1;
     m.nproc_per_node = n->info.nproc_per_node;
-    m.state = n->in_round ? "running" : "waiting";
+    m.state = n->in_round ? "running" : phase_ == RunPhase::kRunning ? "spare" : "waiting";
     m.last_seen = n->last_seen;
     if (n->claim.has_value() && n->claim->group != ResumeClaim::Group::kWaiting) {
       m.group_rank = n->claim->last.group_rank;

@@ -63,6 +63,7 @@ struct RunSnapshot {
     std::string node_id;
     int group_rank = -1;
     bool in_round = false;
+    bool spare = false;  // waited beyond a running round: its next round counts a spare used
   };
   int64_t round = 0;
   RunPhase phase = RunPhase::kJoining;
@@ -73,6 +74,7 @@ struct RunSnapshot {
   // The crash-loop breaker's last failure without progress (CrashLoopBreaker::unprogressed), so
   // that a new coordinator still stops the second identical failure.
   std::string crash_loop_signature;
+  int64_t spares_used = 0;
 };
 
 class RunState {
@@ -140,6 +142,7 @@ class RunState {
     TimePoint last_seen;
     uint64_t arrival = 0;   // join order
     bool in_round = false;  // a member of the running round
+    bool spare = false;     // waited beyond a running round (told by a StandbyNotice)
     int group_rank = -1;    // in the running round, or in the last one it was a member of
     std::vector<RankProgress> progress;  // the latest the agent sent
     TimePoint progress_at{};
@@ -165,7 +168,15 @@ class RunState {
   enum class RestartKind { kFailure, kFree };
   // A member is gone or failed, or the membership changed: restart the survivors.
   void RestartRound(const std::string& reason, Cause cause, RestartKind kind,
-                    const std::optional<WorkerFailure>& root_cause, TimePoint now, Outbox* out);
+                    const std::optional<WorkerFailure>& root_cause, TimePoint now, Outbox* out) {
+    RestartRound(reason, cause, kind, root_cause, std::nullopt, now, out);
+  }
+  // `lost_silent_for`: a lost node's silence before it was declared lost (RestartFacts).
+  void RestartRound(const std::string& reason, Cause cause, RestartKind kind,
+                    const std::optional<WorkerFailure>& root_cause,
+                    std::optional<Duration> lost_silent_for, TimePoint now, Outbox* out);
+  // `node` waits beyond the running round: a spare, told so (`position` in the spare order).
+  void Standby(Node& node, int position, Outbox* out);
   // While joining: forms a round if max is reached or the last call expired (and, with
   // kMajorityOfLastRound, a majority of the last round's members is here).
   void MaybeFormRound(TimePoint now, Outbox* out);
@@ -237,6 +248,7 @@ class RunState {
   std::optional<TimePoint> failed_at_;      // the failure that restarted it
   std::vector<RoundTiming> round_timings_;  // formed, not yet taken
   int restarts_used_ = 0;
+  int64_t spares_used_ = 0;  // spares taken into rounds
   int succeeded_in_round_ = 0;
   uint64_t next_arrival_ = 0;
   std::map<ConnId, Node> nodes_;  // every connected agent: members and waiting

@@ -120,6 +120,36 @@ TEST(StatusPageTest, EscapesWhatAgentsSentAndCapsHugeRuns) {
   EXPECT_THAT(page, Not(HasSubstr("src="))) << "nothing loaded from elsewhere";
 }
 
+// Issue 40: the spares waiting and used, a spare's state, and for a restart the lost node's
+// silence and whether a spare was taken.
+TEST(StatusPageTest, SparesAndTheRestartsThatTookOneAreShown) {
+  RunStatus run;
+  run.run_id = "job";
+  run.phase = RunPhase::kRunning;
+  run.spares = 2;
+  run.spares_used = 1;
+  MemberStatus spare;
+  spare.hostname = "n9";
+  spare.state = "spare";
+  run.members.push_back(spare);
+  const TimePoint now = std::chrono::steady_clock::now();
+  RestartRecord r;
+  r.when = now - std::chrono::seconds(3);
+  r.round = 1;
+  r.cause = Cause::kNodeLostStream;
+  r.reason = "node n3 was lost";
+  r.formed_after_s = 0.0042;
+  r.lost_silent_s = 0.28;
+  r.spare_used = true;
+  run.restarts.push_back(r);
+  const std::string page = RenderStatusPage({run}, ServerMetrics(), "h:1", now);
+  EXPECT_THAT(page, HasSubstr("spares 2 (used 1)"));
+  EXPECT_THAT(page, HasSubstr("<td>spare</td>"));
+  EXPECT_THAT(page, HasSubstr("<th>lost node silent</th>"));
+  EXPECT_THAT(page, HasSubstr("<td>280 ms</td>"));
+  EXPECT_THAT(page, HasSubstr("<td>taken</td>"));
+}
+
 TEST(StatusPageTest, StepsWithFieldsOfTheWrongTypeAreShownWithoutThem) {
   // An agent may send anything as a step: json::value() would throw on these (and end the
   // server, which renders on its loop).

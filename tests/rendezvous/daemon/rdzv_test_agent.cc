@@ -41,8 +41,14 @@ class PrintingEvents final : public ddprun::rendezvous::RendezvousEvents {
                        " restarts=", a.restart_count));
   }
   void OnRestart(ddprun::rendezvous::Cause cause, const std::string& reason,
-                 const std::optional<ddprun::rendezvous::HangNotice>& hang) override {
-    Print(absl::StrCat("RESTART ", reason, hang.has_value() ? " [hang]" : ""));
+                 const std::optional<ddprun::rendezvous::HangNotice>& hang,
+                 const ddprun::rendezvous::RestartFacts& facts) override {
+    Print(absl::StrCat("RESTART ", reason, hang.has_value() ? " [hang]" : "",
+                       facts.spare_used ? " [spare used]" : ""));
+  }
+  void OnStandby(const ddprun::rendezvous::StandbyNotice& standby) override {
+    Print(absl::StrCat("STANDBY round=", standby.round, " members=", standby.members,
+                       " position=", standby.position));
   }
   void OnClosed(const absl::Status& status,
                 const std::optional<ddprun::rendezvous::HangNotice>&) override {
