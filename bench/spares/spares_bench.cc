@@ -46,8 +46,9 @@ struct Options {
   std::vector<std::string> modes = {"in-process", "cold"};
   std::vector<std::string> kinds = {"kill", "freeze", "cut"};
   std::vector<std::string> variants = {"spare", "no-spare"};
-  std::string torchrun;  // torchrun 2.x; "": not measured
-  int gap_steps = 10;    // steady steps between faults
+  std::string torchrun;   // torchrun 2.x; "": not measured
+  int gap_steps = 10;     // steady steps between faults
+  std::string rdzv_conf;  // more ddprun --rdzv-conf, e.g. liveness=on
   std::string work_dir;
 };
 
@@ -75,6 +76,7 @@ SpareClusterOptions JobOptions(const Options& o, bool in_process, const std::str
   c.steps_per_epoch = 100;
   // Enough steps for every fault: the gap, the recovery and the next spare's start each.
   c.epochs = std::max(2, (o.faults * (o.gap_steps + 40) + 60) / c.steps_per_epoch + 1);
+  c.extra_rdzv_conf = o.rdzv_conf;
   c.dir = dir;
   c.run_id = std::filesystem::path(dir).filename();
   return c;
@@ -152,6 +154,7 @@ JobResult RunJob(const Options& o, bool in_process, HostFault fault, bool spare,
     return r;
   }
   if (!reference.empty()) r.model = job.Model() == reference ? "identical" : "DIFFERENT";
+  std::cout << "  final model: " << r.model << std::endl;
   return r;
 }
 
@@ -176,6 +179,8 @@ int Main(int argc, char** argv) {
   app.add_option("--variants", variants, "spare, no-spare");
   app.add_option("--torchrun", o.torchrun,
                  "also this torchrun (2.x) with the extra node waiting (its redundancy list)");
+  app.add_option("--rdzv-conf", o.rdzv_conf,
+                 "more ddprun --rdzv-conf for every job, e.g. liveness=on (the UDP detector)");
   app.add_option("--gap-steps", o.gap_steps, "steady training steps between faults");
   app.add_option("--work-dir", o.work_dir, "where jobs write (default: a new temporary one)");
   CLI11_PARSE(app, argc, argv);

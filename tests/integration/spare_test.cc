@@ -14,6 +14,7 @@
 #include <chrono>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -32,8 +33,8 @@ using testing::TempDir;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-// How a silent (frozen or cut-off) host is found. Today only by the lease (0.5 s x 4 here);
-// with the liveness path (issue 40, point 2) this becomes "liveness=on".
+// How a silent (frozen or cut-off) host is found: the liveness path (issue 40, point 2: UDP
+// heartbeats, about 0.25 s). "" falls back to the lease alone (SilentHostLease's 2 s).
 constexpr char kDetection[] = "";
 
 class SpareTestBase : public ::testing::Test {
@@ -50,19 +51,19 @@ class SpareTestBase : public ::testing::Test {
     o.in_process = in_process;
     o.spares = spares;
     // A lease of 5 s: no live node lost on a loaded machine. Frozen and cut-off hosts are
-    // found by the lease today: their cases shorten it (SilentHostLease).
+    // found by the liveness path, the lease their backstop (SilentHostLease).
     o.keep_alive_interval_s = 1;
     o.keep_alive_max_attempt = 5;
-    o.extra_rdzv_conf = kDetection;
     o.dir = dir_.File(tag);
     o.run_id = tag;
     return o;
   }
 
-  // A silent host is found by its lease (2 s) unless kDetection finds it sooner.
+  // A silent host is found by kDetection, else by its lease (2 s).
   static void SilentHostLease(SpareClusterOptions* o) {
     o->keep_alive_interval_s = 0.5;
     o->keep_alive_max_attempt = 4;
+    o->extra_rdzv_conf = kDetection;
   }
 
   // The final model of a fault-free run of the same job (three members, no spare). Run before
@@ -99,6 +100,28 @@ class SpareTestBase : public ::testing::Test {
     return b;
   }
 
+  // Loses `victim` by `fault` and waits up to 60 s for a world of `size`: `joining` and every
+  // other member. What the members were before, that world, and what WaitFullWorld saw.
+  struct Loss {
+    Before before;
+    std::vector<int> world;
+    std::optional<SpareCluster::Recovery> back;
+  };
+  static Loss LoseMember(SpareCluster& job, int members, HostFault fault, int victim,
+                         std::vector<int> joining, int size) {
+    Loss l;
+    l.before = Record(job, members);
+    l.world = std::move(joining);
+    for (int i = 0; i < members; ++i) {
+      if (job.member_host(i) != victim) l.world.push_back(job.member_host(i));
+    }
+    const int64_t step = job.HighestStep();
+    const auto fault_at = Clock::now();
+    job.Inject(fault, victim);
+    l.back = job.WaitFullWorld(fault_at, l.before.round, step, l.world, size, 60s);
+    return l;
+  }
+
   // Training runs steadily (a few steps past the start) and is far from its end.
   static void TrainAWhile(SpareCluster& job) {
     const int64_t from = job.HighestStep();
@@ -124,17 +147,10 @@ class SpareTestBase : public ::testing::Test {
     ASSERT_NO_FATAL_FAILURE(TrainAWhile(job));
     const int victim = Victim(job, server);
     ASSERT_NE(victim, 0) << job.Logs();
-    const Before before = Record(job, o.members);
+    ASSERT_LT(job.HighestStep(), o.epochs * o.steps_per_epoch - 20)
+        << "training nearly over before the fault";
     const int spare = job.spare_host(0);
-    std::vector<int> world = {spare};
-    for (int i = 0; i < o.members; ++i) {
-      if (job.member_host(i) != victim) world.push_back(job.member_host(i));
-    }
-    const int64_t step = job.HighestStep();
-    ASSERT_LT(step, o.epochs * o.steps_per_epoch - 20) << "training nearly over before the fault";
-    const auto fault_at = Clock::now();
-    job.Inject(fault, victim);
-    const auto back = job.WaitFullWorld(fault_at, before.round, step, world, o.members, 60s);
+    const auto [before, world, back] = LoseMember(job, o.members, fault, victim, {spare}, 3);
     ASSERT_TRUE(back.has_value()) << job.Logs();
     std::cout << testing::RdzvServerName(server) << ", " << (in_process ? "in-process" : "cold")
               << ", " << testing::HostFaultName(fault) << ": full size again after "
@@ -150,6 +166,9 @@ class SpareTestBase : public ::testing::Test {
     }
     if (in_process) {
       EXPECT_EQ(back->recomputed, 0);
+    }
+    if (fault != HostFault::kKill && kDetection[0] != '\0') {
+      EXPECT_THAT(job.Logs(), ::testing::HasSubstr("silent for")) << "not found by the detector";
     }
     job.Undo(fault, victim);
     ASSERT_TRUE(job.WaitFinished({victim}, 300s)) << job.Logs();
@@ -294,15 +313,7 @@ TEST_F(SpareMatrixTest, AnElasticWorldWithNoSpareLeftGoesOnSmaller) {
   ASSERT_NO_FATAL_FAILURE(TrainAWhile(job));
   const int victim = job.HostOfGroupRank(1);
   ASSERT_NE(victim, 0);
-  const Before before = Record(job, o.members);
-  std::vector<int> world;
-  for (int i = 0; i < o.members; ++i) {
-    if (job.member_host(i) != victim) world.push_back(job.member_host(i));
-  }
-  const int64_t step = job.HighestStep();
-  const auto fault_at = Clock::now();
-  job.Inject(HostFault::kKill, victim);
-  const auto back = job.WaitFullWorld(fault_at, before.round, step, world, 2, 60s);
+  const auto [before, world, back] = LoseMember(job, o.members, HostFault::kKill, victim, {}, 2);
   ASSERT_TRUE(back.has_value()) << job.Logs();
   for (int h : world) EXPECT_EQ(job.WorkerPids(h), before.pids.at(h)) << "host " << h;
   EXPECT_EQ(back->recomputed, 0);
@@ -324,15 +335,8 @@ TEST_F(SpareMatrixTest, ASpareFailingItsHealthCheckIsSkipped) {
       << job.Logs();
   const int victim = job.HostOfGroupRank(1);
   ASSERT_NE(victim, 0);
-  const Before before = Record(job, o.members);
-  std::vector<int> world = {job.spare_host(1)};
-  for (int i = 0; i < o.members; ++i) {
-    if (job.member_host(i) != victim) world.push_back(job.member_host(i));
-  }
-  const int64_t step = job.HighestStep();
-  const auto fault_at = Clock::now();
-  job.Inject(HostFault::kKill, victim);
-  const auto back = job.WaitFullWorld(fault_at, before.round, step, world, 3, 60s);
+  const auto [before, world, back] =
+      LoseMember(job, o.members, HostFault::kKill, victim, {job.spare_host(1)}, 3);
   ASSERT_TRUE(back.has_value()) << job.Logs();
   EXPECT_EQ(job.GroupRank(job.spare_host(1)), before.rank.at(victim)) << job.Logs();
   EXPECT_EQ(job.Round(job.spare_host(0)), -1) << "the sick spare started workers";

@@ -198,11 +198,15 @@ void SpareCluster::StartNode(int host) {
   nodes_[host].host = host;
   nodes_[host].out_seen = 0;
   nodes_[host].agent = std::make_unique<Subprocess>(
-      AgentArgv(host), std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", kToken},
-                                                          {"GLOO_SOCKET_IFNAME", "eth0"},
-                                                          {"OMP_NUM_THREADS", "1"},
-                                                          {"TORCHELASTIC_ERROR_FILE", "\x01unset"},
-                                                          {"LOGLEVEL", "INFO"}});
+      AgentArgv(host),
+      std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", kToken},
+                                         {"GLOO_SOCKET_IFNAME", "eth0"},
+                                         {"OMP_NUM_THREADS", "1"},
+                                         {"TORCHELASTIC_ERROR_FILE", "\x01unset"},
+                                         {"LOGLEVEL", "INFO"},
+                                         // torch 2.x's libuv store does not serve ddp-train's
+                                         // (LibTorch 1.13) store client.
+                                         {"USE_LIBUV", "0"}});
 }
 
 std::string SpareCluster::Start(std::chrono::seconds limit) {
@@ -416,7 +420,7 @@ std::string SpareCluster::Status() {
 }
 
 int SpareCluster::StatusNodes() {
-  static const std::regex row("(^|\n)  (node rank \\d+|waiting    )  ");
+  static const std::regex row("(^|\n)  (node rank \\d+|waiting    |spare      )  ");
   const std::string text = Status();
   return static_cast<int>(
       std::distance(std::sregex_iterator(text.begin(), text.end(), row), std::sregex_iterator()));
