@@ -41,7 +41,8 @@ struct ClientOptions {
   std::function<void()> stop_hosting;
   // Called on the client's thread each time the server vouches for this node: with the time
   // this client sent the heartbeat an ack answers (acks come in order, one per heartbeat), or
-  // started the call a Joined answers. Never for a word that came after the node was given up.
+  // when a Joined arrived (joining, the node has no workers that could commit). Never for a
+  // word that answers nothing (it may have been read late, after the node was given up).
   // The local lease (launcher/fence/local_lease.h) is renewed from it. Unset: nobody listens.
   std::function<void(TimePoint heard_from)> on_server_heard;
 };

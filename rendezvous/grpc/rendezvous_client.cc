@@ -317,7 +317,6 @@ void RendezvousClient::StartCall(const ClientAction& a) {
         loop_->Post(
             [this, gen, end = EndOf(s)] { Execute(machine_.OnStreamEnd(gen, end, Now())); });
       });
-  call_started_ = Now();
   unanswered_sent_.clear();
   AddRendezvousAuth(call_->context(), options_.token);
   // Waits for the server to come up instead of failing at once; read_timeout bounds it.
@@ -412,7 +411,10 @@ void RendezvousClient::OnServerMessage(uint64_t generation, const ServerWord& wo
       heard_from = unanswered_sent_.front();
       unanswered_sent_.pop_front();
     } else if (word.kind == ServerWord::Kind::kJoined) {
-      heard_from = call_started_;
+      // When the join was sent is unknown (the call waits for the server to come up): when it
+      // was answered. Read late only if this process was stopped while joining, when it has no
+      // workers that could commit (a fence stopped them; kept in-process ones wait for a round).
+      heard_from = Now();
     }
   }
   Execute(machine_.OnServerWord(generation, word, Now()));

@@ -121,9 +121,8 @@ class RendezvousClient final : public Rendezvous {
   std::vector<RankProgress> progress_;  // the latest ReportProgress, sent with heartbeats
   uint64_t read_timer_ = 0;
   uint64_t heartbeat_timer_ = 0;
-  // The current call's start, and when each of its heartbeats not yet acknowledged was sent
-  // (the server acknowledges each, in order): what on_server_heard reports.
-  TimePoint call_started_{};
+  // When each heartbeat of the current call not yet acknowledged was sent (the server
+  // acknowledges each, in order): what on_server_heard reports.
   std::deque<TimePoint> unanswered_sent_;
   // Blocking probes and Status calls of kLookForTheRun, off the loop that heartbeats.
   std::unique_ptr<LoopThread> probe_loop_;

@@ -27,16 +27,9 @@ def set_valid_until(ns):
 
 os.environ["DDPRUN_LEASE_FD"] = str(fd)
 import ddprun_inprocess as dip  # noqa: E402  (after the variable, as under ddprun)
+import script_checks  # noqa: E402
+from script_checks import check  # noqa: E402
 
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        print(f"FAILED: {what}", flush=True)
-        sys.exit(1)
 
 
 class StubControl:
@@ -98,4 +91,4 @@ try:
 except ValueError as e:
     check("DDPRUN_LEASE_FD=seven" in str(e), f"the error names the variable: {e}")
 
-print(f"ok: {checks} checks", flush=True)
+print(f"ok: {script_checks.count()} checks", flush=True)
