@@ -265,6 +265,8 @@ absl::StatusOr<bool> Trainer::TrainEpoch(int64_t* samples, double* train_s) {
 }
 
 absl::Status Trainer::FinishEpoch(int64_t samples, double train_s, bool resumed, bool* best) {
+  // Evaluation's collectives and the metrics line commit the epoch: not past the lease.
+  DDPRUN_RETURN_IF_ERROR(commit_guard_.MayCommit(absl::StrCat("the end of epoch ", state_.epoch)));
   EpochMetrics m;
   m.epoch = state_.epoch;
   m.world_size = world();
@@ -289,6 +291,7 @@ absl::StatusOr<int> Trainer::StopWithCheckpoint() {
   const int signal = stop_ != nullptr && stop_->received() != 0 ? stop_->received() : peer_stop_;
   Log(absl::StrFormat("stop requested (signal %d): saving a checkpoint and exiting", signal));
   absl::Status saved = SaveCheckpoint("stop", false);
+  if (IsLeaseExpired(saved)) return saved;  // no barrier with a group that may have moved on
   // The others wait until rank 0's checkpoint is durable: a launcher that sees one rank exit
   // tears the group down.
   DDPRUN_RETURN_IF_ERROR(comm_->Barrier());
