@@ -79,10 +79,6 @@ void LocalLease::Renew(TimePoint heard_from) {
   }
 }
 
-void LocalLease::Revoke() {
-  reinterpret_cast<std::atomic<int64_t>*>(word())->store(0, std::memory_order_release);
-}
-
 int64_t LocalLease::valid_until_ns() const {
   return reinterpret_cast<std::atomic<int64_t>*>(word())->load(std::memory_order_acquire);
 }

@@ -1,15 +1,18 @@
 // LocalLease: the agent's side of the local lease (docs/design.md, "Fencing"). A memfd page
 // (common/lease_page.h) holding valid_until, CLOCK_MONOTONIC ns, which the agent moves to
 // `heard_from + length` each time the rendezvous server vouches for this node: `heard_from`
-// is when the agent sent what the server answered (a heartbeat its ack answers, the join its
-// Joined answers), so a stale answer read after a freeze extends nothing. Workers map the page
-// read-only through worker_fd() (DDPRUN_LEASE_FD) and commit nothing once now >= valid_until.
+// is when the agent sent the heartbeat an ack answers (or when a Joined arrived), so a stale
+// answer read after a freeze extends nothing. Workers map the page read-only through
+// worker_fd() (DDPRUN_LEASE_FD) and commit nothing once now >= valid_until.
+//
+// Nothing revokes it: a node given up has heard nothing for the server's lease, longer than
+// this one, so by then it has run out by itself.
 //
 // The length is below the server's own lease of this node (keep_alive_interval x
 // keep_alive_max_attempt): the workers stop committing before the server may give the node
 // up and hand its ranks to others (LeaseLength).
 //
-// Thread-safe: Renew, Revoke and the reads are single atomic operations on the page (the
+// Thread-safe: Renew and the reads are single atomic operations on the page (the
 // rendezvous client renews from its own thread). Owns the memfd, the read-only descriptor and
 // the mapping.
 #ifndef DDPRUN_LAUNCHER_FENCE_LOCAL_LEASE_H_
@@ -43,15 +46,12 @@ class LocalLease {
   // The server vouched for this node at or after `heard_from`: valid until heard_from + length,
   // never earlier than already (answers may come out of order across calls).
   void Renew(TimePoint heard_from);
-  // Not valid any more (fenced: the server gave this node up), until the next Renew.
-  void Revoke();
   bool ValidAt(TimePoint now) const;
   int64_t valid_until_ns() const;
 
   // A read-only descriptor of the page, inherited by children (no close-on-exec): its number
   // goes into DDPRUN_LEASE_FD.
   int worker_fd() const { return read_fd_; }
-  Duration length() const { return length_; }
 
  private:
   LocalLease(int fd, int read_fd, void* page, Duration length)

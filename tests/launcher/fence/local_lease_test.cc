@@ -57,16 +57,6 @@ TEST(LocalLeaseTest, AnOlderAnswerNeverShortensIt) {
   EXPECT_EQ(lease->valid_until_ns(), Ns(TimePoint(53s)));
 }
 
-TEST(LocalLeaseTest, RevokeEndsItAtOnceUntilTheNextRenewal) {
-  auto lease = NewLease(10s);
-  ASSERT_NE(lease, nullptr);
-  lease->Renew(TimePoint(50s));
-  lease->Revoke();
-  EXPECT_FALSE(lease->ValidAt(TimePoint(50s)));
-  lease->Renew(TimePoint(60s));
-  EXPECT_TRUE(lease->ValidAt(TimePoint(61s)));
-}
-
 TEST(LocalLeaseTest, WorkersSeeEveryRenewalThroughTheirReadOnlyDescriptor) {
   auto lease = NewLease(3s);
   ASSERT_NE(lease, nullptr);
@@ -83,8 +73,6 @@ TEST(LocalLeaseTest, WorkersSeeEveryRenewalThroughTheirReadOnlyDescriptor) {
   lease->Renew(std::chrono::steady_clock::now());
   EXPECT_TRUE((*view)->ValidNow());
   EXPECT_EQ((*view)->valid_until_ns(), lease->valid_until_ns());
-  lease->Revoke();
-  EXPECT_FALSE((*view)->ValidNow());
 }
 
 TEST(LeaseViewTest, NoVariableNoLease) {
