@@ -35,8 +35,8 @@ struct RecoveryRecord {
   int64_t round = -1;  // the round the recovery ran into
   std::string mode;    // "cold" or "in-process": how this node recovered
   rendezvous::Cause cause = rendezvous::Cause::kUnspecified;  // the failure's (run_timeline.h)
-  // The cause's own detection time, where known: a lost node's silence before the rendezvous
-  // declared it lost (RestartFacts::lost_silent_s).
+  // The cause's own detection time, where known: for a lost node, how long the rendezvous took
+  // to declare it lost (RestartFacts::lost_silent_s).
   std::optional<int64_t> detect_ms;
   std::optional<int64_t> stop_ms, rendezvous_ms, start_ms, restore_ms;
   int64_t first_step_ms = 0;

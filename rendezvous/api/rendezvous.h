@@ -96,8 +96,8 @@ struct HangNotice {
 // What the server knows of a restart beyond its cause (issue 40), for the goodput ledger.
 struct RestartFacts {
   bool spare_used = false;  // the round formed at once after it took a spare
-  // A lost node's silence when it was declared lost (now minus its last sign of life): how long
-  // the loss took to detect. Unset for any other cause.
+  // A lost node: how long the loss took to detect. Its silence (now minus its last sign of life)
+  // when a silence lost it; 0 when its stream broke while it was heard from. Unset otherwise.
   std::optional<double> lost_silent_s;
 };
 

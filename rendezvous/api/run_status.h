@@ -58,7 +58,7 @@ struct RestartRecord {
   std::string reason;
   std::optional<double> formed_after_s;  // until the next round formed
   bool spare_used = false;               // that round took a spare
-  // A lost node's silence when it was declared lost (its detection time).
+  // A lost node: how long the loss took to detect (RestartFacts::lost_silent_s).
   std::optional<double> lost_silent_s;
 };
 

@@ -231,18 +231,23 @@ void RunState::StreamBroken(ConnId conn, TimePoint now, Outbox* out) {
   // Broken while the agent was still heard from: it died (or its host reset the connection),
   // so it is on no other side of a partition. A stream that breaks after a silence (gRPC's
   // keepalive giving up on a cut link) proves nothing: the node counts as silent.
+  // The detection time follows: a death is noticed at once (its heartbeats say nothing of when
+  // it died), a silence took as long as it lasted.
+  Duration silent_for{0};
   if (now - it->second.last_seen <= 2 * timeouts_.keep_alive_interval) {
     last_round_.MarkGone(it->second.info.node_id);
+  } else {
+    silent_for = now - it->second.last_seen;
   }
-  LoseNode(conn, "its connection broke", now, out);
+  LoseNode(conn, "its connection broke", silent_for, now, out);
 }
 
-void RunState::LoseNode(ConnId conn, const std::string& why, TimePoint now, Outbox* out) {
+void RunState::LoseNode(ConnId conn, const std::string& why, Duration silent_for, TimePoint now,
+                        Outbox* out) {
   auto it = nodes_.find(conn);
   if (it == nodes_.end()) return;
   const bool was_member = it->second.in_round;
   const std::string reason = absl::StrCat(Describe(it->second), " was lost: ", why);
-  const Duration silent_for = now - it->second.last_seen;
   RemoveNode(conn);
   if (phase_ == RunPhase::kRunning && was_member) {
     if (EndsWithoutRestart(out)) return;

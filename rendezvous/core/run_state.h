@@ -171,7 +171,7 @@ class RunState {
                     const std::optional<WorkerFailure>& root_cause, TimePoint now, Outbox* out) {
     RestartRound(reason, cause, kind, root_cause, std::nullopt, now, out);
   }
-  // `lost_silent_for`: a lost node's silence before it was declared lost (RestartFacts).
+  // `lost_silent_for`: how long a lost node's loss took to detect (RestartFacts).
   void RestartRound(const std::string& reason, Cause cause, RestartKind kind,
                     const std::optional<WorkerFailure>& root_cause,
                     std::optional<Duration> lost_silent_for, TimePoint now, Outbox* out);
@@ -189,7 +189,9 @@ class RunState {
   void CloseRun(const absl::Status& status, const std::optional<WorkerFailure>& root_cause,
                 Outbox* out, const std::string& straggler = "");
   // The node is gone without a clean leave (stream broken or lease expired).
-  void LoseNode(ConnId conn, const std::string& why, TimePoint now, Outbox* out);
+  // `silent_for`: how long the loss took to detect (RestartFacts::lost_silent_s).
+  void LoseNode(ConnId conn, const std::string& why, Duration silent_for, TimePoint now,
+                Outbox* out);
   std::string Describe(const Node& node) const;
   int members_in_round() const { return members_in_round_; }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/clock.h"
 #include "rendezvous/api/run_config.h"
 #include "rendezvous/grpc/security.h"
 
@@ -38,6 +39,12 @@ struct ClientOptions {
   // sides of a healed partition): it stops serving, and this client joins the other one.
   // Unset: this client never looks for another server of its run.
   std::function<void()> stop_hosting;
+  // Called on the client's thread each time the server vouches for this node: with the time
+  // this client sent the heartbeat an ack answers (acks come in order, one per heartbeat), or
+  // when a Joined arrived (joining, the node has no workers that could commit). Never for a
+  // word that answers nothing (it may have been read late, after the node was given up).
+  // The local lease (launcher/fence/local_lease.h) is renewed from it. Unset: nobody listens.
+  std::function<void(TimePoint heard_from)> on_server_heard;
 };
 
 }  // namespace ddprun::rendezvous

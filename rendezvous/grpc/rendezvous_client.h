@@ -39,6 +39,7 @@
 #define DDPRUN_RENDEZVOUS_GRPC_RENDEZVOUS_CLIENT_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -102,6 +103,8 @@ class RendezvousClient final : public Rendezvous {
   // Asks the other hosts on probe_loop_ whether one of them serves the run and went on.
   void LookForTheRun(const ClientAction& action);
   void SendHeartbeat();  // with the latest progress
+  // A message of call `generation`: to the machine, and ClientOptions::on_server_heard.
+  void OnServerMessage(uint64_t generation, const ServerWord& word);
   TimePoint Now() const { return clock_->Now(); }
 
   const ClientOptions options_;
@@ -118,6 +121,9 @@ class RendezvousClient final : public Rendezvous {
   std::vector<RankProgress> progress_;  // the latest ReportProgress, sent with heartbeats
   uint64_t read_timer_ = 0;
   uint64_t heartbeat_timer_ = 0;
+  // When each heartbeat of the current call not yet acknowledged was sent (the server
+  // acknowledges each, in order): what on_server_heard reports.
+  std::deque<TimePoint> unanswered_sent_;
   // Blocking probes and Status calls of kLookForTheRun, off the loop that heartbeats.
   std::unique_ptr<LoopThread> probe_loop_;
 };

@@ -150,20 +150,22 @@ TEST_F(RunStateSparesTest, SparesAreCountedInStatusAndMetrics) {
   EXPECT_EQ(s.members[2].state, "spare");
   EXPECT_EQ(s.members[3].state, "spare");
   EXPECT_EQ(s.members[2].group_rank, -1);
-  clock_.Advance(std::chrono::milliseconds(700));
+  // Node 2's stream breaks after 2.7 s of silence (2 keep-alive intervals, then some): the
+  // silence is the detection time (a break while still heard from is noticed at once: below).
+  clock_.Advance(std::chrono::milliseconds(2700));
   Beat({1, 3, 4});
   const Outbox out = state_.StreamBroken(2, clock_.Now());
   const RestartNotice* told = Find<RestartNotice>(out, 1);
   ASSERT_NE(told, nullptr);
   EXPECT_TRUE(told->facts.spare_used);
   ASSERT_TRUE(told->facts.lost_silent_s.has_value());
-  EXPECT_DOUBLE_EQ(*told->facts.lost_silent_s, 0.7);
+  EXPECT_DOUBLE_EQ(*told->facts.lost_silent_s, 2.7);
   s = Status();
   EXPECT_EQ(s.spares, 1);
   EXPECT_EQ(s.spares_used, 1);
   ASSERT_EQ(s.restarts.size(), 1u);
   EXPECT_TRUE(s.restarts[0].spare_used);
-  EXPECT_DOUBLE_EQ(*s.restarts[0].lost_silent_s, 0.7);
+  EXPECT_DOUBLE_EQ(*s.restarts[0].lost_silent_s, 2.7);
   const std::string metrics =
       FormatMetrics(state_.metrics(), state_.AllStatus(/*with_members=*/false));
   EXPECT_THAT(metrics,
@@ -175,6 +177,11 @@ TEST_F(RunStateSparesTest, SparesAreCountedInStatusAndMetrics) {
   ASSERT_NE(Find<RestartNotice>(failed, 3), nullptr);
   EXPECT_FALSE(Find<RestartNotice>(failed, 3)->facts.spare_used);
   EXPECT_FALSE(Find<RestartNotice>(failed, 3)->facts.lost_silent_s.has_value());
+  // Node 3 dies while it is heard from: its stream's break is the detection, at once.
+  const Outbox died = state_.StreamBroken(3, clock_.Now());
+  ASSERT_NE(Find<RestartNotice>(died, 1), nullptr);
+  EXPECT_DOUBLE_EQ(*Find<RestartNotice>(died, 1)->facts.lost_silent_s, 0.0);
+  EXPECT_TRUE(Find<RestartNotice>(died, 1)->facts.spare_used);
 }
 
 // The etcd backend's coordinator changes: the new RunState, restored from the snapshot, keeps the
