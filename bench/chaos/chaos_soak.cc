@@ -338,7 +338,8 @@ void Segment::SampleMemory() {
   if (Clock::now() - sampled_at_ < 1s) return;
   sampled_at_ = Clock::now();
   for (const Agent& a : agents_) {
-    if (a.proc != nullptr && !a.exited) memory_.Sample(a.proc->pid(), testing::AgentWorkerPids(a.proc->pid()));
+    if (a.proc != nullptr && !a.exited)
+      memory_.Sample(a.proc->pid(), testing::AgentWorkerPids(a.proc->pid()));
   }
 }
 

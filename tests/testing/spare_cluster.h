@@ -58,7 +58,7 @@ struct SpareClusterOptions {
   // Set: the agents are this torchrun (2.x) instead of ddprun, its c10d rendezvous hosted by host
   // 2's agent (server must be kBuiltIn); rounds and group ranks come from its INFO log.
   std::string torchrun;
-  std::string dir;                       // where the job writes (required)
+  std::string dir;  // where the job writes (required)
   std::string run_id = "spares";
 };
 
