@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/strings.h"
+#include "rendezvous/liveness/thread_priority.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -71,6 +72,10 @@ size_t LivenessReceiver::watched() const {
 }
 
 void LivenessReceiver::Run() {
+  // A receiver starved by busy cores acks nobody, and every agent's detector of the acks would
+  // fence its node: it runs at real-time priority where it may (it sleeps in poll between
+  // batches; its work is bounded by the packets that arrive).
+  RaiseToRealtimePriority();
   // One buffer more than a packet: a longer datagram shows as too long instead of truncated.
   std::vector<std::array<uint8_t, kPacketBytes + 1>> in(kBatch);
   std::vector<sockaddr_storage> from(kBatch);

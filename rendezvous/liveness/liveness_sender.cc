@@ -1,13 +1,13 @@
 #include "rendezvous/liveness/liveness_sender.h"
 
 #include <poll.h>
-#include <pthread.h>
-#include <sched.h>
 #include <sys/socket.h>
 
 #include <algorithm>
 #include <random>
 #include <utility>
+
+#include "rendezvous/liveness/thread_priority.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -49,10 +49,8 @@ LivenessSender::Counters LivenessSender::counters() const {
 }
 
 void LivenessSender::Run() {
-  sched_param fifo{};
-  fifo.sched_priority = 1;
   // Refused without CAP_SYS_NICE: the thread keeps its priority (docs/design.md §3a, risks).
-  pthread_setschedparam(pthread_self(), SCHED_FIFO, &fifo);
+  RaiseToRealtimePriority();
   const Duration evaluate_every = EvaluationPeriod(options_.interval);
   TimePoint next_send = std::chrono::steady_clock::now();
   TimePoint next_evaluation = next_send + evaluate_every;
