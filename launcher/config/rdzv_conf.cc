@@ -204,7 +204,9 @@ std::string UnknownKeyWarning(const std::string& key, const std::string& value) 
       "close_timeout, read_timeout, keep_alive_interval, keep_alive_max_attempt, is_host, "
       "token_file, tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name, protocol, "
       "etcd_prefix, etcd_user, etcd_password_file, http_port, http_host, static_coordination, "
-      "static_port, and torchrun's cacert, ca_cert, cert, ssl_cert, key, ssl_cert_key, "
+      "static_port, liveness, liveness_interval_ms, liveness_phi, liveness_pause_ms, "
+      "liveness_min_sd_ms, liveness_observers, and torchrun's cacert, ca_cert, cert, ssl_cert, "
+      "key, ssl_cert_key, "
       "heartbeat_timeout, store_type, use_libuv");
 }
 

@@ -15,8 +15,9 @@
 // restarted) starts a fresh window. An observer that was not running for longer than
 // max_evaluation_gap (its process stopped, its cores busy) measures silence from when it woke.
 //
-// NOT YET IN USE: no server or agent sends or observes these heartbeats yet (issue 40; the plan
-// is in docs/design.md §3a). Pure: no I/O, no clock reads, every input carries its time. Not
+// In use with --rdzv-conf liveness=on: the server's LivenessReceiver keeps one per agent, each
+// agent's LivenessSender one of the server's acks (rendezvous/liveness/, docs/design.md §3a).
+// Pure: no I/O, no clock reads, every input carries its time. Not
 // thread-safe: one observer owns one detector per sender.
 #ifndef DDPRUN_RENDEZVOUS_DETECTOR_PHI_ACCRUAL_H_
 #define DDPRUN_RENDEZVOUS_DETECTOR_PHI_ACCRUAL_H_

@@ -200,10 +200,21 @@ void RendezvousServiceImpl::PostStreamDone(ConnId conn) {
   });
 }
 
-void RendezvousServiceImpl::PostSilent(ConnId conn, Duration silent_for) {
-  loop_->Post([this, conn, silent_for] {
+void RendezvousServiceImpl::PostSilent(ConnId conn, Duration silent_for, size_t suspected,
+                                       size_t watched) {
+  loop_->Post([this, conn, silent_for, suspected, watched] {
     auto it = streams_.find(conn);
     if (it == streams_.end() || it->second.closed || !it->second.liveness_watched) return;
+    if (suspected >= 2 && 2 * suspected > watched) {
+      if (!std::exchange(mass_silence_logged_, true)) {
+        LogWarning(absl::StrCat("liveness: ", suspected, " of ", watched,
+                                " agents fell silent at once: more likely this server's own "
+                                "network or cores than theirs; nobody is lost by silence while "
+                                "so many are (their leases still decide)"));
+      }
+      return;
+    }
+    mass_silence_logged_ = false;
     const TimePoint now = clock_->Now();
     const std::string node = std::to_string(conn);
     confirmation_.Suspect("server", node, Evidence::kSilence, now);

@@ -72,6 +72,7 @@ class LivenessSender {
   // The thread's own.
   uint64_t seq_ = 0;
   uint64_t last_ack_seq_ = 0;  // echoed in the next heartbeat
+  PacketMac mac_;              // under options_.key
   ReplayGuard guard_;
   PhiAccrualDetector detector_;
   bool reported_ = false;
