@@ -114,6 +114,13 @@ class PhiAccrualDetector {
   std::optional<TimePoint> woke_at_;  // the end of the observer's last stall
 };
 
+// The shortest silence after the last heartbeat at which a detector with these settings can
+// suspect its sender, whatever the window holds (a mean of 0, the spread at its floor):
+// acceptable_pause + z(phi) x min_std_deviation (232 ms at the defaults). A local lease renewed
+// from heartbeats' send times and no longer than this ends before the observer's verdict.
+Duration EarliestSuspicion(double phi_threshold, Duration acceptable_pause,
+                           Duration min_std_deviation);
+
 // phi of a standard normal variable exceeding z: -log10(P(X > z)); +inf where P underflows.
 double PhiOfStandardNormal(double z);
 

@@ -67,6 +67,7 @@ void LivenessSender::Run() {
       const PacketBytes bytes = EncodePacket(p, mac_);
       // Errors (an ICMP refusal reported on the connected socket, a full buffer) are a lost
       // heartbeat: the server's detector allows for those, and nothing here can do better.
+      sent_at_[p.seq % kSentKept] = {p.seq, now};
       if (send(socket_.fd(), bytes.data(), bytes.size(), MSG_DONTWAIT) > 0) ++sent_;
       next_send += options_.interval;
       if (next_send <= now) next_send = now + options_.interval;  // woke late: no burst
@@ -102,7 +103,8 @@ void LivenessSender::Receive(TimePoint now) {
     ++acks_;
     last_ack_seq_ = p->seq;
     detector_.Heartbeat(now, p->incarnation);
-    if (options_.on_ack) options_.on_ack(now);
+    const Sent& answered = sent_at_[p->echo % kSentKept];
+    if (options_.on_ack && answered.seq == p->echo && p->echo != 0) options_.on_ack(answered.at);
   }
 }
 

@@ -74,6 +74,7 @@ absl::StatusOr<rendezvous::ClientOptions> ClientOptionsFor(const C10dSettings& s
   c.read_timeout = s.read_timeout;
   c.rpc_timeout = s.rpc_timeout;
   if (s.close_timeout) c.close_timeout = *s.close_timeout;
+  c.on_server_heard = s.on_server_heard;
   return c;
 }
 

@@ -6,8 +6,10 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/loop_thread.h"
 #include "gmock/gmock.h"
@@ -254,6 +256,47 @@ TEST_F(RendezvousGrpcTest, SilentAgentIsLostAfterItsLease) {
   std::optional<Assignment> next = a->recorder.WaitAssignment(1, kWait);
   ASSERT_TRUE(next);
   EXPECT_EQ(next->group_world_size, 1);
+}
+
+// The local lease's source (launcher/fence): the server vouches for a joined node with every
+// ack, from when the heartbeat it answers was sent; once the server is gone nobody vouches.
+TEST_F(RendezvousGrpcTest, EachAckVouchesFromWhenItsHeartbeatWasSent) {
+  struct Heard {
+    TimePoint from, at;
+  };
+  absl::Mutex mu;
+  std::vector<Heard> heard;
+  ClientOptions options = Options();
+  options.on_server_heard = [&](TimePoint from) {
+    absl::MutexLock lock(&mu);
+    heard.push_back({from, std::chrono::steady_clock::now()});
+  };
+  TestAgent agent(options, MakeNode("run", "n0", 1, 1));
+  ASSERT_TRUE(agent.recorder.WaitAssignment(0, kWait).has_value());
+  auto count = [&] {
+    absl::MutexLock lock(&mu);
+    return heard.size();
+  };
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (count() < 6 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  server_.reset();
+  std::vector<Heard> got;
+  {
+    absl::MutexLock lock(&mu);
+    got = heard;
+  }
+  ASSERT_GE(got.size(), 6u);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_LE(got[i].from, got[i].at) << i;
+    if (i >= 2) {
+      // One heartbeat per 200 ms interval: each ack names its own heartbeat, not the last one.
+      EXPECT_GE(got[i].from - got[i - 1].from, milliseconds(100)) << i;
+    }
+  }
+  std::this_thread::sleep_for(milliseconds(600));  // three intervals without a server
+  EXPECT_LE(count(), got.size() + 1);              // at most an ack already on its way
 }
 
 TEST_F(RendezvousGrpcTest, AgentWithSlowerHeartbeatFollowsTheRunsLease) {
