@@ -65,6 +65,11 @@ ServerWord WordOf(const proto::ServerMessage& m) {
       w.round = m.restart().round();
       w.reason = m.restart().reason();
       w.hang = HangOf(m.restart());
+      w.facts = FactsOf(m.restart());
+      break;
+    case proto::ServerMessage::kStandby:
+      w.kind = ServerWord::Kind::kStandby;
+      w.standby = FromProto(m.standby());
       break;
     case proto::ServerMessage::kResumed:
       w.kind = ServerWord::Kind::kResumed;
@@ -208,6 +213,7 @@ void RendezvousClient::Execute(ClientActions actions) {
     switch (a.type) {
       case ClientAction::Type::kAssigned:
       case ClientAction::Type::kRestart:
+      case ClientAction::Type::kStandby:
       case ClientAction::Type::kResumed:
       case ClientAction::Type::kReconnecting:
       case ClientAction::Type::kRejoinAsNewNode:
@@ -232,7 +238,10 @@ void RendezvousClient::Tell(const ClientAction& a) {
       events_.Assigned(a.assignment);
       break;
     case ClientAction::Type::kRestart:
-      events_.Restart(a.cause, a.message, a.hang);
+      events_.Restart(a.cause, a.message, a.hang, a.facts);
+      break;
+    case ClientAction::Type::kStandby:
+      events_.Standby(a.standby);
       break;
     case ClientAction::Type::kResumed:
       events_.Resumed(a.round);

@@ -42,9 +42,15 @@ class PrintingEvents final : public ddprun::rendezvous::RendezvousEvents {
                        " restarts=", a.restart_count));
   }
   void OnRestart(ddprun::rendezvous::Cause cause, const std::string& reason,
-                 const std::optional<ddprun::rendezvous::HangNotice>& hang) override {
+                 const std::optional<ddprun::rendezvous::HangNotice>& hang,
+                 const ddprun::rendezvous::RestartFacts& facts) override {
     Print(absl::StrCat("RESTART ", reason, hang.has_value() ? " [hang]" : "",
+                       facts.spare_used ? " [spare used]" : "",
                        " cause=", ddprun::rendezvous::CauseLabel(cause)));
+  }
+  void OnStandby(const ddprun::rendezvous::StandbyNotice& standby) override {
+    Print(absl::StrCat("STANDBY round=", standby.round, " members=", standby.members,
+                       " position=", standby.position));
   }
   void OnClosed(const absl::Status& status,
                 const std::optional<ddprun::rendezvous::HangNotice>&) override {

@@ -116,6 +116,40 @@ TEST_F(RendezvousGrpcTest, BrokenStreamRestartsSurvivorsIntoASmallerRound) {
   EXPECT_EQ(a2->restart_count, 1);
 }
 
+// Issue 40 over real streams: the node beyond max is told it is a spare; when a member's stream
+// breaks, the spare gets the lost member's group rank, the survivor keeps its own and hears
+// that a spare was taken and how long the lost node had been silent.
+TEST_F(RendezvousGrpcTest, ASpareIsToldAndTakesTheLostMembersGroupRank) {
+  auto a = Agent(MakeNode("run", "a", 2, 2));
+  auto b = Agent(MakeNode("run", "b", 2, 2));
+  std::optional<Assignment> first_a = a->recorder.WaitAssignment(0, kWait);
+  std::optional<Assignment> first_b = b->recorder.WaitAssignment(0, kWait);
+  ASSERT_TRUE(first_a && first_b);
+  auto spare = Agent(MakeNode("run", "spare", 2, 2));
+  ASSERT_TRUE(spare->recorder.WaitKind(Event::kStandby, kWait));
+  const Event told = spare->recorder.events().back();
+  EXPECT_EQ(told.standby.round, 1);
+  EXPECT_EQ(told.standby.members, 2);
+  EXPECT_EQ(told.standby.position, 0);
+
+  a->client->CancelForTesting();
+  std::optional<Assignment> taken = spare->recorder.WaitAssignment(0, kWait);
+  std::optional<Assignment> kept = b->recorder.WaitAssignment(1, kWait);
+  ASSERT_TRUE(taken && kept);
+  EXPECT_EQ(taken->round, 2);
+  EXPECT_EQ(taken->group_rank, first_a->group_rank);
+  EXPECT_EQ(kept->group_rank, first_b->group_rank);
+  std::optional<Event> restart;
+  for (const Event& e : b->recorder.events()) {
+    if (e.kind == Event::kRestart) restart = e;
+  }
+  ASSERT_TRUE(restart.has_value());
+  EXPECT_TRUE(restart->facts.spare_used);
+  ASSERT_TRUE(restart->facts.lost_silent_s.has_value());
+  EXPECT_GE(*restart->facts.lost_silent_s, 0.0);
+  EXPECT_LT(*restart->facts.lost_silent_s, 10.0);
+}
+
 TEST_F(RendezvousGrpcTest, ANewServerOnTheSameAddressTakesTheRoundBackWithoutARestart) {
   auto a = Agent(MakeNode("run", "a", 2, 3));
   auto b = Agent(MakeNode("run", "b", 2, 3));
