@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/lease_page.h"
+#include "rendezvous/detector/phi_accrual.h"
 
 namespace ddprun::launcher::fence {
 namespace {
@@ -25,6 +26,10 @@ absl::Status Errno(const char* what) {
 }  // namespace
 
 Duration LeaseLength(const rendezvous::RunTimeouts& timeouts) {
+  if (timeouts.liveness.enabled) {
+    const rendezvous::LivenessSettings& l = timeouts.liveness;
+    return rendezvous::EarliestSuspicion(l.phi, l.pause, l.min_sd);
+  }
   const Duration interval = timeouts.keep_alive_interval;
   const int attempts = std::max(1, timeouts.keep_alive_max_attempt);
   if (attempts == 1) return interval + interval / 2;

@@ -33,6 +33,10 @@ namespace ddprun::launcher::fence {
 // and it ends I / 2 before the server may give the node up. A = 1 has no room for both: I x 1.5
 // (the workers never stall between heartbeats; the server may give the node up up to I / 2
 // before they notice, so fencing needs keep_alive_max_attempt >= 2).
+// With the liveness path on (timeouts.liveness), renewed by its acks every liveness interval:
+// the earliest silence at which the server's detector may suspect the node
+// (rendezvous::EarliestSuspicion: 232 ms at the defaults), so that it ends before the server's
+// verdict, measured from the heartbeat's send time.
 Duration LeaseLength(const rendezvous::RunTimeouts& timeouts);
 
 class LocalLease {

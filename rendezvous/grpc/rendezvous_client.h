@@ -52,6 +52,7 @@
 #include "rendezvous/client/connection_state.h"
 #include "rendezvous/grpc/channel_args.h"
 #include "rendezvous/grpc/client_options.h"
+#include "rendezvous/liveness/liveness_sender.h"
 
 namespace ddprun {
 class LoopThread;
@@ -105,6 +106,9 @@ class RendezvousClient final : public Rendezvous {
   void SendHeartbeat();  // with the latest progress
   // A message of call `generation`: to the machine, and ClientOptions::on_server_heard.
   void OnServerMessage(uint64_t generation, const ServerWord& word);
+  // kStartLiveness: a LivenessSender to the current server's host (its failure to start is
+  // logged: the lease still covers the node).
+  void StartLiveness(const ClientAction& action);
   TimePoint Now() const { return clock_->Now(); }
 
   const ClientOptions options_;
@@ -124,6 +128,8 @@ class RendezvousClient final : public Rendezvous {
   // When each heartbeat of the current call not yet acknowledged was sent (the server
   // acknowledges each, in order): what on_server_heard reports.
   std::deque<TimePoint> unanswered_sent_;
+  // While the machine is kJoined with a liveness path: its sender (stopped on leaving it).
+  std::unique_ptr<LivenessSender> liveness_;
   // Blocking probes and Status calls of kLookForTheRun, off the loop that heartbeats.
   std::unique_ptr<LoopThread> probe_loop_;
 };

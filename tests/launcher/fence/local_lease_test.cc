@@ -111,5 +111,19 @@ TEST(LeaseLengthTest, EndsHalfAnIntervalBeforeTheServersLease) {
   EXPECT_EQ(LeaseLength(t), 1500ms);
 }
 
+TEST(LeaseLengthTest, WithLivenessItEndsBeforeTheDetectorCanDeclareTheNode) {
+  rendezvous::RunTimeouts t;
+  t.liveness.enabled = true;
+  // pause 120 ms + z(phi 8) = 5.61 x the 20 ms floor: the server's detector suspects no sooner
+  // after a heartbeat's arrival, so a lease from that heartbeat's send time ends first.
+  const Duration length = LeaseLength(t);
+  EXPECT_GE(length, 231ms);
+  EXPECT_LE(length, 233ms);
+  // Several acks at 20 ms within it, and far below the stream's lease.
+  EXPECT_GT(length, 5 * t.liveness.interval);
+  t.liveness.pause = 300ms;
+  EXPECT_GE(LeaseLength(t), 411ms);
+}
+
 }  // namespace
 }  // namespace ddprun::launcher::fence

@@ -1,7 +1,7 @@
 // rdzv-test-agent: a stand-in agent for real-process rendezvous tests and benchmarks. Joins a
 // run with RendezvousClient and prints one line per event on stdout:
 //   ASSIGNMENT round=R group_rank=G group_world_size=N world_size=W master=ADDR:PORT restarts=K
-//   RESTART <reason>
+//   RESTART <reason> cause=<label>
 //   CLOSED code=<absl code name> <message>
 //   STEPS SENT n                    (after the first assignment, with --step JSON, repeatable:
 //                                    timeline steps sent as the agent's ReportStep would)
@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -44,7 +45,8 @@ class PrintingEvents final : public ddprun::rendezvous::RendezvousEvents {
                  const std::optional<ddprun::rendezvous::HangNotice>& hang,
                  const ddprun::rendezvous::RestartFacts& facts) override {
     Print(absl::StrCat("RESTART ", reason, hang.has_value() ? " [hang]" : "",
-                       facts.spare_used ? " [spare used]" : ""));
+                       facts.spare_used ? " [spare used]" : "",
+                       " cause=", ddprun::rendezvous::CauseLabel(cause)));
   }
   void OnStandby(const ddprun::rendezvous::StandbyNotice& standby) override {
     Print(absl::StrCat("STANDBY round=", standby.round, " members=", standby.members,
@@ -101,6 +103,13 @@ int main(int argc, char** argv) {
   app.add_option("--read-timeout", read_timeout);
   std::vector<std::string> steps;
   app.add_option("--step", steps);
+  // The liveness path (--rdzv-conf liveness=on and its keys, as ddprun passes them).
+  // Default from $RDZV_TEST_AGENT_LIVENESS: the whole daemon suite can run with the path on.
+  const char* liveness_env = std::getenv("RDZV_TEST_AGENT_LIVENESS");
+  std::string liveness = liveness_env != nullptr ? liveness_env : "off";
+  int liveness_interval_ms = 20;
+  app.add_option("--liveness", liveness)->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--liveness-interval-ms", liveness_interval_ms);
   CLI11_PARSE(app, argc, argv);
 
   ddprun::rendezvous::NodeInfo node;
@@ -125,6 +134,8 @@ int main(int argc, char** argv) {
   options.timeouts.last_call_timeout = ms(last_call);
   options.timeouts.keep_alive_interval = ms(keep_alive);
   options.timeouts.keep_alive_max_attempt = keep_alive_attempts;
+  options.timeouts.liveness.enabled = liveness == "on";
+  options.timeouts.liveness.interval = std::chrono::milliseconds(liveness_interval_ms);
 
   sigset_t signals;
   sigemptyset(&signals);
