@@ -6,9 +6,8 @@
 #   bench/spares/run.sh [BUILD_DIR] [OUT_DIR]
 #
 # SPARES_FAULTS (10 per job), SPARES_MODES (in-process,cold), SPARES_KINDS (kill,freeze,cut),
-# SPARES_VARIANTS (spare,no-spare), SPARES_RDZV_CONF (more ddprun --rdzv-conf, e.g. liveness=on
-# where the liveness path is built; default "": frozen and cut-off hosts are found by the 2 s
-# lease), SPARES_TORCHRUN (1: the torchrun 2.11 side, 0: not),
+# SPARES_VARIANTS (spare,no-spare), SPARES_RDZV_CONF (more ddprun --rdzv-conf; default
+# liveness=on, the UDP detector; "" leaves frozen and cut-off hosts to the 2 s lease), SPARES_TORCHRUN (1: the torchrun 2.11 side, 0: not),
 # SPARES_MATRIX (1: also the test matrix). Writes OUT_DIR/bench.log and matrix.log.
 set -euo pipefail
 BUILD_DIR=$(realpath "${1:-build}")
@@ -29,7 +28,7 @@ export DDPRUN_BIN_DIR="$PRIVATE/bin"
 echo "bench/spares: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/bench.log"
 "$PRIVATE/bin/spares-bench" --faults "${SPARES_FAULTS:-10}" --modes "${SPARES_MODES:-in-process,cold}" \
   --kinds "${SPARES_KINDS:-kill,freeze,cut}" --variants "${SPARES_VARIANTS:-spare,no-spare}" \
-  --rdzv-conf "${SPARES_RDZV_CONF:-}" --torchrun "$TORCHRUN" --work-dir "$OUT/work" \
+  --rdzv-conf "${SPARES_RDZV_CONF-liveness=on}" --torchrun "$TORCHRUN" --work-dir "$OUT/work" \
   2>&1 | tee -a "$OUT/bench.log"
 if [ "${SPARES_MATRIX:-1}" = 1 ]; then
   "$BUILD_DIR/tests/spare_integration_test" 2>&1 | tee "$OUT/matrix.log"

@@ -33,10 +33,9 @@ using testing::TempDir;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-// How a silent (frozen or cut-off) host is found. "liveness=on" once the liveness path (issue
-// 40, point 2: UDP heartbeats, about 0.25 s) is in main: these cases passed with it merged
-// (branch h-sparetests-with-liveness). "": the lease alone (SilentHostLease's 2 s).
-constexpr char kDetection[] = "";
+// How a silent (frozen or cut-off) host is found: the liveness path (issue 40, point 2: UDP
+// heartbeats, about 0.25 s). "" leaves it to the lease alone (SilentHostLease's 2 s).
+constexpr char kDetection[] = "liveness=on";
 
 class SpareTestBase : public ::testing::Test {
  protected:
@@ -194,7 +193,7 @@ TEST_F(SpareTest, ASigkilledMemberIsReplacedByTheSpareColdOnTheBuiltInServer) {
   ExpectASpareTakesTheLostRank(RdzvServer::kBuiltIn, HostFault::kKill, /*in_process=*/false);
 }
 
-TEST_F(SpareMatrixTest, AFrozenMemberIsReplacedByTheSpareInProcess) {
+TEST_F(SpareTest, AFrozenMemberIsReplacedByTheSpareInProcess) {
   ExpectASpareTakesTheLostRank(RdzvServer::kRdzvDaemon, HostFault::kFreeze, /*in_process=*/true);
 }
 
