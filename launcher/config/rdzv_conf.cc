@@ -144,7 +144,7 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
       DDPRUN_ASSIGN_OR_RETURN(int64_t port, ParseInt("--rdzv-conf static_port", value, 1, 65535));
       c.static_port = static_cast<int>(port);
     } else if (key == "liveness") {
-      DDPRUN_ASSIGN_OR_RETURN(c.timeouts.liveness.enabled, ParseOnOff(value));
+      DDPRUN_ASSIGN_OR_RETURN(c.liveness, ParseOnOff(value));
     } else if (key == "liveness_interval_ms") {
       DDPRUN_ASSIGN_OR_RETURN(c.timeouts.liveness.interval, Millis(key, value, 1, 10000));
     } else if (key == "liveness_phi") {

@@ -30,13 +30,18 @@ Duration LeaseLength(const rendezvous::RunTimeouts& timeouts) {
     const rendezvous::LivenessSettings& l = timeouts.liveness;
     return rendezvous::EarliestSuspicion(l.phi, l.pause, l.min_sd);
   }
+  return StreamLeaseLength(timeouts);
+}
+
+Duration StreamLeaseLength(const rendezvous::RunTimeouts& timeouts) {
   const Duration interval = timeouts.keep_alive_interval;
   const int attempts = std::max(1, timeouts.keep_alive_max_attempt);
   if (attempts == 1) return interval + interval / 2;
   return interval * attempts - interval / 2;
 }
 
-absl::StatusOr<std::unique_ptr<LocalLease>> LocalLease::Create(Duration length) {
+absl::StatusOr<std::unique_ptr<LocalLease>> LocalLease::Create(
+    Duration stream_length, std::optional<Duration> liveness_length) {
   const int fd = memfd_create("ddprun-lease", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   if (fd < 0) return Errno("memfd_create");
   if (ftruncate(fd, kLeasePageSize) != 0 ||
@@ -62,7 +67,8 @@ absl::StatusOr<std::unique_ptr<LocalLease>> LocalLease::Create(Duration length) 
     close(fd);
     return s;
   }
-  return std::unique_ptr<LocalLease>(new LocalLease(fd, read_fd, page, length));
+  return std::unique_ptr<LocalLease>(
+      new LocalLease(fd, read_fd, page, stream_length, liveness_length));
 }
 
 LocalLease::~LocalLease() {
@@ -75,12 +81,22 @@ int64_t* LocalLease::word() const {
   return reinterpret_cast<int64_t*>(static_cast<char*>(page_) + kLeaseValidUntilOffset);
 }
 
-void LocalLease::Renew(TimePoint heard_from) {
+void LocalLease::Renew(TimePoint heard_from, Voucher by) {
+  absl::MutexLock lock(&mu_);
+  if (by == Voucher::kStream) {
+    if (liveness_heard_) return;  // the short lease rules now
+    MoveEnd(Ns(heard_from + stream_length_), /*replace=*/false);
+    return;
+  }
+  const bool first = !liveness_heard_;
+  liveness_heard_ = true;
+  MoveEnd(Ns(heard_from + liveness_length_.value_or(stream_length_)), /*replace=*/first);
+}
+
+void LocalLease::MoveEnd(int64_t next, bool replace) {
   auto* until = reinterpret_cast<std::atomic<int64_t>*>(word());
-  const int64_t next = Ns(heard_from + length_);
-  int64_t current = until->load(std::memory_order_relaxed);
-  while (current < next &&
-         !until->compare_exchange_weak(current, next, std::memory_order_release)) {
+  if (replace || until->load(std::memory_order_relaxed) < next) {
+    until->store(next, std::memory_order_release);
   }
 }
 

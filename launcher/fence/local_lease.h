@@ -5,6 +5,13 @@
 // answer read after a freeze extends nothing. Workers map the page read-only through
 // worker_fd() (DDPRUN_LEASE_FD) and commit nothing once now >= valid_until.
 //
+// Two paths vouch for the node: the gRPC stream's answers, and, with the liveness path on, its
+// acks every liveness interval. The lease follows the stream, with its length, until the first
+// liveness ack; from then on only liveness acks renew it, with the short length (the stream's
+// would mask it, since a renewal keeps the latest end). So an agent whose liveness datagrams
+// never get through (an older server, UDP filtered) keeps the stream's lease instead of a lease
+// that lapses between heartbeats.
+//
 // Nothing revokes it: a node given up has heard nothing for the server's lease, longer than
 // this one, so by then it has run out by itself.
 //
@@ -12,17 +19,20 @@
 // keep_alive_max_attempt): the workers stop committing before the server may give the node
 // up and hand its ranks to others (LeaseLength).
 //
-// Thread-safe: Renew and the reads are single atomic operations on the page (the
-// rendezvous client renews from its own thread). Owns the memfd, the read-only descriptor and
-// the mapping.
+// Thread-safe: the reads are single atomic operations on the page; Renew takes mu_ (the
+// rendezvous client's loop and the liveness sender's thread both renew). Owns the memfd, the
+// read-only descriptor and the mapping.
 #ifndef DDPRUN_LAUNCHER_FENCE_LOCAL_LEASE_H_
 #define DDPRUN_LAUNCHER_FENCE_LOCAL_LEASE_H_
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "rendezvous/api/run_config.h"
 
@@ -38,18 +48,30 @@ namespace ddprun::launcher::fence {
 // (rendezvous::EarliestSuspicion: 232 ms at the defaults), so that it ends before the server's
 // verdict, measured from the heartbeat's send time.
 Duration LeaseLength(const rendezvous::RunTimeouts& timeouts);
+// The first of them: the lease while only the stream vouches for the node.
+Duration StreamLeaseLength(const rendezvous::RunTimeouts& timeouts);
+
+// Which sign of life of the server renews the lease.
+enum class Voucher {
+  kStream,    // an answer on the gRPC stream (a heartbeat's ack, a Joined)
+  kLiveness,  // a liveness ack (rendezvous/liveness/)
+};
 
 class LocalLease {
  public:
-  // A new page, never valid until the first Renew.
-  static absl::StatusOr<std::unique_ptr<LocalLease>> Create(Duration length);
+  // A new page, never valid until the first Renew. `liveness_length`: the length once liveness
+  // acks vouch (unset: no liveness path, `stream_length` throughout).
+  static absl::StatusOr<std::unique_ptr<LocalLease>> Create(
+      Duration stream_length, std::optional<Duration> liveness_length = std::nullopt);
   ~LocalLease();
   LocalLease(const LocalLease&) = delete;
   LocalLease& operator=(const LocalLease&) = delete;
 
-  // The server vouched for this node at or after `heard_from`: valid until heard_from + length,
-  // never earlier than already (answers may come out of order across calls).
-  void Renew(TimePoint heard_from);
+  // The server vouched for this node at or after `heard_from`, through `by`: valid until
+  // heard_from + that path's length, never earlier than already (answers may come out of order
+  // across calls), except at the first liveness ack, which replaces the stream's longer end.
+  // A stream answer after the first liveness ack renews nothing.
+  void Renew(TimePoint heard_from, Voucher by = Voucher::kStream) ABSL_LOCKS_EXCLUDED(mu_);
   bool ValidAt(TimePoint now) const;
   int64_t valid_until_ns() const;
 
@@ -58,14 +80,25 @@ class LocalLease {
   int worker_fd() const { return read_fd_; }
 
  private:
-  LocalLease(int fd, int read_fd, void* page, Duration length)
-      : fd_(fd), read_fd_(read_fd), page_(page), length_(length) {}
+  LocalLease(int fd, int read_fd, void* page, Duration stream_length,
+             std::optional<Duration> liveness_length)
+      : fd_(fd),
+        read_fd_(read_fd),
+        page_(page),
+        stream_length_(stream_length),
+        liveness_length_(liveness_length) {}
   int64_t* word() const;
+  // valid_until := `next` if later (or always, with `replace`). Under mu_: the two paths renew
+  // from different threads, and the switch between them must not interleave with a renewal.
+  void MoveEnd(int64_t next, bool replace) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   int fd_;
   int read_fd_;
   void* page_;
-  Duration length_;
+  const Duration stream_length_;
+  const std::optional<Duration> liveness_length_;
+  absl::Mutex mu_;
+  bool liveness_heard_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace ddprun::launcher::fence

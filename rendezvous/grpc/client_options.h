@@ -44,10 +44,11 @@ struct ClientOptions {
   // when a Joined arrived (joining, the node has no workers that could commit). Never for a
   // word that answers nothing (it may have been read late, after the node was given up).
   // The local lease (launcher/fence/local_lease.h) is renewed from it. Unset: nobody listens.
-  // With the run's liveness path on (rendezvous/liveness/), the liveness acks renew it instead
-  // (the send time of the heartbeat each answers), called on the liveness sender's thread; the
-  // stream's acks then renew nothing (a longer renewal would mask the short lease).
   std::function<void(TimePoint heard_from)> on_server_heard;
+  // The same for each liveness ack (rendezvous/liveness/), with the send time of the heartbeat
+  // it answers; called on the liveness sender's thread. The lease takes the short length from
+  // the first one on, and then ignores on_server_heard (LocalLease::Renew).
+  std::function<void(TimePoint heard_from)> on_liveness_ack;
 };
 
 }  // namespace ddprun::rendezvous

@@ -434,7 +434,7 @@ void RendezvousClient::StartLiveness(const ClientAction& a) {
   o.key = DeriveLivenessKey(machine_.member_key(), a.liveness.salt, a.liveness.node_index);
   o.interval = a.liveness.settings.interval;
   o.detector = AccrualOptionsOf(a.liveness.settings);
-  o.on_ack = options_.on_server_heard;  // thread-safe: LocalLease::Renew is one atomic store
+  o.on_ack = options_.on_liveness_ack;  // thread-safe: LocalLease::Renew locks
   const uint64_t generation = a.generation;
   o.on_silent = [this, generation](Duration silent_for) {
     // Posted, not decided here: the machine is the loop's.
@@ -475,9 +475,8 @@ void RendezvousClient::OnServerMessage(uint64_t generation, const ServerWord& wo
     }
   }
   Execute(machine_.OnServerWord(generation, word, Now()));
-  // With a liveness path its acks renew the lease, which is then short: the stream's would
-  // mask it (LocalLease::Renew keeps the latest end).
-  if (liveness_ != nullptr && word.kind == ServerWord::Kind::kAck) heard_from.reset();
+  // With a liveness path its acks renew the lease too; the lease itself decides which path
+  // rules (LocalLease::Renew), so that datagrams that never get through leave the stream's.
   if (heard_from.has_value() && options_.on_server_heard &&
       machine_.state() == ConnectionState::kJoined) {
     options_.on_server_heard(*heard_from);

@@ -75,6 +75,7 @@ absl::StatusOr<rendezvous::ClientOptions> ClientOptionsFor(const C10dSettings& s
   c.rpc_timeout = s.rpc_timeout;
   if (s.close_timeout) c.close_timeout = *s.close_timeout;
   c.on_server_heard = s.on_server_heard;
+  c.on_liveness_ack = s.on_liveness_ack;
   return c;
 }
 

@@ -103,10 +103,11 @@ TEST(ParseRdzvConfTest, ContradictoryTlsSettingsNameBothKeys) {
 }
 
 // torch 2.x's c10d key: a duration, checked, without effect.
-TEST(ParseRdzvConfTest, LivenessIsOffUnlessTurnedOnAndItsKeysAreRead) {
+// Unset, the setup decides (RendezvousSetupTest.LivenessIsOnByDefaultWhereThereIsANodeToLose).
+TEST(ParseRdzvConfTest, LivenessIsUnsetUnlessGivenAndItsKeysAreRead) {
   absl::StatusOr<RdzvConf> unset = ParseRdzvConf({});
   ASSERT_TRUE(unset.ok()) << unset.status();
-  EXPECT_FALSE(unset->timeouts.liveness.enabled);
+  EXPECT_FALSE(unset->liveness.has_value());
   absl::StatusOr<RdzvConf> on = ParseRdzvConf({{"liveness", "on"},
                                                {"liveness_interval_ms", "50"},
                                                {"liveness_phi", "10.5"},
@@ -115,7 +116,7 @@ TEST(ParseRdzvConfTest, LivenessIsOffUnlessTurnedOnAndItsKeysAreRead) {
                                                {"liveness_observers", "1"}});
   ASSERT_TRUE(on.ok()) << on.status();
   const rendezvous::LivenessSettings& l = on->timeouts.liveness;
-  EXPECT_TRUE(l.enabled);
+  EXPECT_EQ(on->liveness, std::optional<bool>(true));
   EXPECT_EQ(l.interval, std::chrono::milliseconds(50));
   EXPECT_DOUBLE_EQ(l.phi, 10.5);
   EXPECT_EQ(l.pause, std::chrono::milliseconds(200));

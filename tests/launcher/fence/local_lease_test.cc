@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "common/lease_page.h"
@@ -23,8 +24,9 @@ int64_t Ns(TimePoint t) {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
 }
 
-std::unique_ptr<LocalLease> NewLease(Duration length) {
-  absl::StatusOr<std::unique_ptr<LocalLease>> lease = LocalLease::Create(length);
+std::unique_ptr<LocalLease> NewLease(Duration length,
+                                     std::optional<Duration> liveness_length = std::nullopt) {
+  absl::StatusOr<std::unique_ptr<LocalLease>> lease = LocalLease::Create(length, liveness_length);
   EXPECT_TRUE(lease.ok()) << lease.status();
   return lease.ok() ? *std::move(lease) : nullptr;
 }
@@ -55,6 +57,34 @@ TEST(LocalLeaseTest, AnOlderAnswerNeverShortensIt) {
   EXPECT_EQ(lease->valid_until_ns(), Ns(TimePoint(51s)));
   lease->Renew(TimePoint(52s));
   EXPECT_EQ(lease->valid_until_ns(), Ns(TimePoint(53s)));
+}
+
+// With the liveness path on, the stream's answers keep the lease (with its long length) until
+// the first liveness ack, which replaces their end with the short one; after it the stream
+// renews nothing, or a frozen node's workers could commit for the stream's length after a wake.
+TEST(LocalLeaseTest, TheFirstLivenessAckTakesOverFromTheStream) {
+  auto lease = NewLease(12500ms, 232ms);
+  ASSERT_NE(lease, nullptr);
+  lease->Renew(TimePoint(10s), Voucher::kStream);
+  EXPECT_EQ(lease->valid_until_ns(), Ns(TimePoint(10s) + 12500ms));
+  lease->Renew(TimePoint(11s), Voucher::kLiveness);
+  EXPECT_EQ(lease->valid_until_ns(), Ns(TimePoint(11s) + 232ms));
+  lease->Renew(TimePoint(12s), Voucher::kStream);  // no longer renews
+  EXPECT_EQ(lease->valid_until_ns(), Ns(TimePoint(11s) + 232ms));
+  lease->Renew(TimePoint(11s) + 20ms, Voucher::kLiveness);
+  EXPECT_EQ(lease->valid_until_ns(), Ns(TimePoint(11s) + 252ms));
+}
+
+// Datagrams that never get through (an older server, UDP filtered): the stream's answers go on
+// keeping the workers' lease valid between heartbeats.
+TEST(LocalLeaseTest, ALivenessPathThatNeverAnswersLeavesTheStreamsLease) {
+  auto lease = NewLease(12500ms, 232ms);
+  ASSERT_NE(lease, nullptr);
+  for (int i = 0; i < 3; ++i) {
+    const TimePoint sent = TimePoint(10s) + i * 5s;
+    lease->Renew(sent, Voucher::kStream);
+    EXPECT_TRUE(lease->ValidAt(sent + 5s + 100ms));  // until the next heartbeat's answer
+  }
 }
 
 TEST(LocalLeaseTest, WorkersSeeEveryRenewalThroughTheirReadOnlyDescriptor) {

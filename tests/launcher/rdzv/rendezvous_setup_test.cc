@@ -56,7 +56,7 @@ TEST(RendezvousSetupTest, EtcdGetsTheSameTimeouts) {
 TEST(RendezvousSetupTest, EtcdRefusesLivenessOnSayingTheLeaseDecidesThere) {
   LaunchOptions o = C10d(RestartMode::kCold);
   o.rdzv_endpoint = "10.9.9.9:2379";
-  o.rdzv.timeouts.liveness.enabled = true;
+  o.rdzv.liveness = true;
   auto etcd = MakeEtcdSettings(o);
   ASSERT_FALSE(etcd.ok());
   EXPECT_EQ(etcd.status().code(), absl::StatusCode::kInvalidArgument);
@@ -65,6 +65,28 @@ TEST(RendezvousSetupTest, EtcdRefusesLivenessOnSayingTheLeaseDecidesThere) {
   auto c10d = MakeC10dSettings(o, HostInfo{});
   ASSERT_TRUE(c10d.ok()) << c10d.status();
   EXPECT_TRUE(c10d->timeouts.liveness.enabled);
+}
+
+// Unset, the liveness path is on wherever another node can be lost, and etcd (whose lease is its
+// detector) is not refused for a default it cannot take.
+TEST(RendezvousSetupTest, LivenessIsOnByDefaultWhereThereIsANodeToLose) {
+  LaunchOptions o = C10d(RestartMode::kCold);
+  o.min_nodes = 1;
+  o.max_nodes = 1;
+  auto one = MakeC10dSettings(o, HostInfo{});
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_FALSE(one->timeouts.liveness.enabled);
+  o.max_nodes = 3;
+  auto three = MakeC10dSettings(o, HostInfo{});
+  ASSERT_TRUE(three.ok()) << three.status();
+  EXPECT_TRUE(three->timeouts.liveness.enabled);
+  o.rdzv.liveness = false;
+  auto off = MakeC10dSettings(o, HostInfo{});
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->timeouts.liveness.enabled);
+  o.rdzv.liveness.reset();
+  o.rdzv_endpoint = "10.9.9.9:2379";
+  EXPECT_TRUE(MakeEtcdSettings(o).ok());
 }
 
 // A static job of several nodes: node 0 hosts at MASTER_ADDR on MASTER_PORT + 1 (whatever the
