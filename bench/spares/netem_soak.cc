@@ -6,7 +6,8 @@
 // rendezvous declares lost in that time is a false detection: none may happen. Read from
 // three places: the server's log ("round N is over"), its /metrics (ddprun_rdzv_restarts_total
 // by cause) and `ddprun status` (round, restarts used), and the agents' events.jsonl
-// (failure_detected). Then a positive control: every process of the last agent's host is
+// (failure_detected), and the agents' own logs (an agent that fenced itself: its watch of the
+// server gave up). Then a positive control: every process of the last agent's host is
 // frozen (SIGSTOP, as a hung host) and must be declared lost within --detect-within; its
 // detection time (freeze -> the server's log line) is reported, so the soak cannot pass by
 // detecting nothing.
@@ -357,9 +358,12 @@ void Soak::Freeze() {
 }
 
 void Soak::Teardown() {
+  // The workers exit by themselves; the agents are told to stop (after the freeze a fixed
+  // world waits for its lost node: it would not end by itself).
   testing::WriteFile(dir_ + "/done", "");
+  for (auto& a : agents_) a->Signal(SIGTERM);
   for (auto& a : agents_) {
-    if (!a->Wait(30s)) a->SignalGroup(SIGKILL);
+    if (!a->Wait(10s)) a->SignalGroup(SIGKILL);
   }
   agents_.clear();
   server_.reset();
@@ -378,7 +382,7 @@ int Soak::Run() {
             return testing::CountOccurrences(testing::ReadFile(dir_ + "/log"), "started") ==
                    o_.agents;
           },
-          300s)) {
+          120s)) {
     Problem("the job never ran on every host: " + testing::ReadFile(dir_ + "/log") +
             server_->err());
     Teardown();
@@ -430,6 +434,15 @@ int Soak::Run() {
     false_detections_.push_back("ddprun status: " + status_after_soak_.dump());
   }
   for (const std::string& e : FailureEvents()) false_detections_.push_back("events.jsonl: " + e);
+  // The other side: an agent whose own watch of the server gave up fences itself.
+  for (size_t i = 0; i < agents_.size(); ++i) {
+    std::istringstream log(agents_[i]->err());
+    for (std::string line; std::getline(log, line);) {
+      if (line.find("fenced") != std::string::npos) {
+        false_detections_.push_back(absl::StrCat(hosts_.Name(static_cast<int>(i) + 2), ": ", line));
+      }
+    }
+  }
   for (const auto& a : agents_) {
     if (!a->running()) Problem("an agent exited during the soak: " + a->err());
   }
