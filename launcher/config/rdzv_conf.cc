@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "common/strings.h"
@@ -57,6 +58,22 @@ absl::StatusOr<StaticCoordination> ParseStaticCoordination(const std::string& va
   if (value == "none") return StaticCoordination::kNone;
   return absl::InvalidArgumentError(
       absl::StrCat("--rdzv-conf static_coordination=", value, ": must be rendezvous or none"));
+}
+
+absl::StatusOr<bool> ParseOnOff(const std::string& value) {
+  if (value == "on") return true;
+  if (value == "off") return false;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--rdzv-conf liveness=", value, ": must be on or off"));
+}
+
+absl::StatusOr<double> ParsePhi(const std::string& value) {
+  double phi = 0;
+  if (!absl::SimpleAtod(value, &phi) || !(phi >= 1 && phi <= 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rdzv-conf liveness_phi=", value, ": must be a number from 1 to 30"));
+  }
+  return phi;
 }
 
 }  // namespace
@@ -119,6 +136,25 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
     } else if (key == "static_port") {
       DDPRUN_ASSIGN_OR_RETURN(int64_t port, ParseInt("--rdzv-conf static_port", value, 1, 65535));
       c.static_port = static_cast<int>(port);
+    } else if (key == "liveness") {
+      DDPRUN_ASSIGN_OR_RETURN(c.timeouts.liveness.enabled, ParseOnOff(value));
+    } else if (key == "liveness_interval_ms") {
+      DDPRUN_ASSIGN_OR_RETURN(int64_t n,
+                              ParseInt("--rdzv-conf liveness_interval_ms", value, 1, 10000));
+      c.timeouts.liveness.interval = std::chrono::milliseconds(n);
+    } else if (key == "liveness_phi") {
+      DDPRUN_ASSIGN_OR_RETURN(c.timeouts.liveness.phi, ParsePhi(value));
+    } else if (key == "liveness_pause_ms") {
+      DDPRUN_ASSIGN_OR_RETURN(int64_t n,
+                              ParseInt("--rdzv-conf liveness_pause_ms", value, 0, 60000));
+      c.timeouts.liveness.pause = std::chrono::milliseconds(n);
+    } else if (key == "liveness_min_sd_ms") {
+      DDPRUN_ASSIGN_OR_RETURN(int64_t n,
+                              ParseInt("--rdzv-conf liveness_min_sd_ms", value, 1, 60000));
+      c.timeouts.liveness.min_sd = std::chrono::milliseconds(n);
+    } else if (key == "liveness_observers") {
+      DDPRUN_ASSIGN_OR_RETURN(int64_t n, ParseInt("--rdzv-conf liveness_observers", value, 1, 64));
+      c.timeouts.liveness.observers = static_cast<int>(n);
     } else if (key == "store_type" || key == "use_libuv") {
       // torch 2.x store options; meaningless without an agent store, accepted and ignored.
     } else if (key == "heartbeat_timeout") {
@@ -152,6 +188,8 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
                      ", keep_alive_max_attempt=", c.timeouts.keep_alive_max_attempt,
                      ": the lease (their product) must be at most ", kMaxSeconds, " seconds"));
   }
+  // Checked whether on or off: a bad key is a typo to report now, not when someone turns it on.
+  DDPRUN_RETURN_IF_ERROR(rendezvous::ValidateLivenessSettings(c.timeouts.liveness));
   return c;
 }
 

@@ -165,6 +165,14 @@ absl::StatusOr<EtcdSettings> MakeEtcdSettings(const LaunchOptions& options) {
                      " needs --rdzv-endpoint=HOST:PORT[,HOST:PORT...]"));
   }
   const RdzvConf& conf = options.rdzv;  // parsed and checked with the command line
+  if (conf.timeouts.liveness.enabled) {
+    // Not silently different from c10d: etcd's coordinator hosts no liveness socket yet (issue
+    // 40's plan, step 8); there, the lease alone finds a silent node.
+    return absl::InvalidArgumentError(
+        "--rdzv-conf liveness=on: the etcd backend has no liveness path yet (its lease, "
+        "keep_alive_interval x keep_alive_max_attempt, finds a silent node); use "
+        "--rdzv-backend=c10d, or liveness=off");
+  }
   EtcdSettings s;
   for (absl::string_view part : absl::StrSplit(options.rdzv_endpoint, ',', absl::SkipEmpty())) {
     DDPRUN_ASSIGN_OR_RETURN(HostPort endpoint, ParseHostPort("--rdzv-endpoint", part, 2379));

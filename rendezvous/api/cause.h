@@ -42,8 +42,11 @@ enum class Cause {
   kWorkerSignal = 16,   // "worker_signal": a worker of this node was killed by a signal
   kStopSignal = 17,     // "stop_signal": ddprun itself was told to stop
   kRemoteFailure = 18,  // "remote_failure": a kWorkerFailure on another node
+  // Why the rendezvous ended a round, continued: its liveness heartbeats stopped (issue 40,
+  // rendezvous/liveness/): found by the failure detector in a few hundred ms, not the lease.
+  kNodeLostSilence = 19,  // "node_lost_silence"
 };
-inline constexpr int kLastCause = 18;
+inline constexpr int kLastCause = 19;
 
 inline const char* CauseLabel(Cause cause) {
   switch (cause) {
@@ -85,6 +88,8 @@ inline const char* CauseLabel(Cause cause) {
       return "stop_signal";
     case Cause::kRemoteFailure:
       return "remote_failure";
+    case Cause::kNodeLostSilence:
+      return "node_lost_silence";
   }
   return "other";
 }
@@ -113,14 +118,15 @@ inline constexpr Cause kDeathCauses[] = {Cause::kExit,           Cause::kHang,
                                          Cause::kExternalSignal, Cause::kUnknownSignal};
 // Why the server restarted rounds (ddprun_rdzv_restarts_total{cause}).
 inline constexpr Cause kRestartCauses[] = {
-    Cause::kWorkerFailure, Cause::kHang,     Cause::kNodeLostStream, Cause::kNodeLostLease,
-    Cause::kNodeJoined,    Cause::kNodeLeft, Cause::kServerRestart};
+    Cause::kWorkerFailure,   Cause::kHang,       Cause::kNodeLostStream, Cause::kNodeLostLease,
+    Cause::kNodeLostSilence, Cause::kNodeJoined, Cause::kNodeLeft,       Cause::kServerRestart};
 // What agents recover from (ddprun_rdzv_recoveries_total{cause}): their timeline's causes, less
 // stop_signal (never recovered from); a recovery after a server_restart counts as "other", as it
 // did when agents could not name that cause.
 inline constexpr Cause kRecoveryCauses[] = {
-    Cause::kWorkerExit,     Cause::kWorkerSignal,  Cause::kHang,       Cause::kRemoteFailure,
-    Cause::kNodeLostStream, Cause::kNodeLostLease, Cause::kNodeJoined, Cause::kNodeLeft};
+    Cause::kWorkerExit,      Cause::kWorkerSignal,   Cause::kHang,
+    Cause::kRemoteFailure,   Cause::kNodeLostStream, Cause::kNodeLostLease,
+    Cause::kNodeLostSilence, Cause::kNodeJoined,     Cause::kNodeLeft};
 
 template <size_t N>
 bool CauseIsIn(Cause cause, const Cause (&set)[N]) {

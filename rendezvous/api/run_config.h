@@ -8,11 +8,56 @@
 #include <optional>
 #include <string>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/message_limit.h"
 #include "rendezvous/api/rendezvous.h"
 
 namespace ddprun::rendezvous {
+
+// The liveness path of one run (issue 40, rendezvous/liveness/, docs/design.md §3a): heartbeat
+// datagrams every `interval` from each agent to the server, which answers each one; a phi
+// accrual detector on each side finds a silent peer in a few hundred ms. The defaults are the
+// detector's (rendezvous/detector/phi_accrual.h); the lease stays the backstop.
+struct LivenessSettings {
+  bool enabled = false;
+  Duration interval = std::chrono::milliseconds(20);
+  double phi = 8.0;
+  Duration pause = std::chrono::milliseconds(120);
+  Duration min_sd = std::chrono::milliseconds(20);
+  // Observers that must agree before a silent node is lost. Only the server observes today, so
+  // 1 is the only value accepted (ring observers: issue 40's plan, step 5).
+  int observers = 1;
+};
+
+// kInvalidArgument naming the first bad setting by its --rdzv-conf key; OK otherwise. The
+// ranges keep the detector's model sane (phi_accrual.h: ValidateAccrualOptions) and the packet
+// rate bounded: at most 1000 heartbeats a second per agent.
+inline absl::Status ValidateLivenessSettings(const LivenessSettings& l) {
+  using std::chrono::milliseconds;
+  using std::chrono::seconds;
+  auto bad = [](const char* key, const std::string& value, const char* range) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rdzv-conf ", key, "=", value, ": must be ", range));
+  };
+  auto ms = [](Duration d) { return std::to_string(ToMillis(d)); };
+  if (l.interval < milliseconds(1) || l.interval > seconds(10)) {
+    return bad("liveness_interval_ms", ms(l.interval), "1 to 10000");
+  }
+  if (!(l.phi >= 1 && l.phi <= 30)) return bad("liveness_phi", absl::StrCat(l.phi), "1 to 30");
+  if (l.pause < Duration::zero() || l.pause > seconds(60)) {
+    return bad("liveness_pause_ms", ms(l.pause), "0 to 60000");
+  }
+  if (l.min_sd < milliseconds(1) || l.min_sd > seconds(60)) {
+    return bad("liveness_min_sd_ms", ms(l.min_sd), "1 to 60000");
+  }
+  if (l.observers != 1) {
+    return bad("liveness_observers", std::to_string(l.observers),
+               "1 (the server is the only observer built so far)");
+  }
+  return absl::OkStatus();
+}
 
 // Timeouts of one run. The first agent to join a run sets them (defaults are torchrun's).
 struct RunTimeouts {
@@ -29,6 +74,7 @@ struct RunTimeouts {
   // keep_alive_interval * keep_alive_max_attempt without any message from it.
   Duration keep_alive_interval = std::chrono::seconds(5);
   int keep_alive_max_attempt = 3;
+  LivenessSettings liveness;
 
   Duration lease() const { return keep_alive_interval * keep_alive_max_attempt; }
 };

@@ -273,6 +273,12 @@ void ConnectionStateMachine::OnJoined(const ServerWord& word, TimePoint now) {
     read_armed_ = false;
   }
   last_heard_ = now;
+  if (word.liveness.port > 0) {
+    ClientAction start(ClientAction::Type::kStartLiveness);
+    start.generation = ++liveness_generation_;
+    start.liveness = word.liveness;
+    Do(std::move(start));
+  }
   // The run's lease follows its first agent's settings, which may be stricter than ours.
   if (word.keep_alive_interval_ms > 0 &&
       milliseconds(word.keep_alive_interval_ms) < heartbeat_interval_) {
@@ -573,6 +579,17 @@ void ConnectionStateMachine::JudgeProbedSilence(ProbeResult probe, TimePoint jud
                      " ms; a connection to it: ", ProbeResultName(probe),
                      "): this node is cut off and its peers have given it up"),
         now);
+}
+
+ClientActions ConnectionStateMachine::OnServerSilent(uint64_t generation, Duration silent_for,
+                                                     TimePoint now) {
+  if (generation != liveness_generation_ || !Joined()) return Flush();
+  Fence(absl::StrCat("fenced: no liveness ack from the rendezvous server at ", endpoint_, " for ",
+                     ToMillis(silent_for),
+                     " ms (its failure detector suspects it): the server gives this node up in "
+                     "the same time"),
+        now);
+  return Flush();
 }
 
 // ---- Fencing ----

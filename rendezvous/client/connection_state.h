@@ -70,6 +70,14 @@ enum class ConnectionState {
 };
 const char* ConnectionStateName(ConnectionState state);
 
+// Where and how to send liveness heartbeats (Joined; rendezvous/liveness/): port 0, none.
+struct LivenessTarget {
+  int port = 0;
+  uint32_t node_index = 0;
+  std::string salt;
+  LivenessSettings settings;
+};
+
 // One message of the server, as the machine needs it (the client converts the proto).
 struct ServerWord {
   enum class Kind { kAck, kJoined, kAssignment, kRestart, kResumed, kClose, kUnknown };
@@ -78,6 +86,7 @@ struct ServerWord {
   std::string host_node_id;            // kJoined, kAssignment: that agent's node (empty: unsaid)
   std::string member_key;              // kJoined
   int64_t keep_alive_interval_ms = 0;  // kJoined: the run's (0: unsaid)
+  LivenessTarget liveness;             // kJoined
   Assignment assignment;               // kAssignment
   Cause cause = Cause::kUnspecified;   // kRestart
   int restart_count = 0;               // kRestart
@@ -140,6 +149,10 @@ struct ClientAction {
     kHostHere,       // this agent starts serving the run on `port` (ClientOptions::host_failover)
     kStopHosting,    // ClientOptions::stop_hosting
     kLookForTheRun,  // ask `others` whether one serves the run and went on; OnLookAnswered
+    // Heartbeat datagrams to endpoint()'s host at `liveness` (LivenessSender), replacing any
+    // before; they report OnServerSilent(`generation`). They end when the machine leaves
+    // kJoined (the client stops them after any event that leaves that state).
+    kStartLiveness,
     // To the agent (RendezvousEvents through EventDelivery).
     kAssigned,         // `assignment`
     kRestart,          // `cause`, `message`, `hang`
@@ -164,6 +177,7 @@ struct ClientAction {
   Cause cause = Cause::kUnspecified;
   std::optional<HangNotice> hang;
   absl::Status status;
+  LivenessTarget liveness;        // kStartLiveness
   RunServer mine;                 // kLookForTheRun
   std::vector<RunServer> others;  // kLookForTheRun
 };
@@ -202,6 +216,10 @@ class ConnectionStateMachine {
   ClientActions OnStreamEnd(uint64_t generation, const StreamEnd& end, TimePoint now);
   ClientActions OnStartFailed(const absl::Status& status);  // kStartCall had no channel
   ClientActions OnWake(const Wake& wake, TimePoint now);
+  // The liveness sender `generation` (kStartLiveness) heard no ack for `silent_for`: its
+  // detector suspects the server. While joined, the node fences as on a lease of silence (the
+  // server, by its own detector, gives it up in the same few hundred ms).
+  ClientActions OnServerSilent(uint64_t generation, Duration silent_for, TimePoint now);
   ClientActions OnProbed(const Wake& wake, ProbeResult result, TimePoint now);
   // kLookForTheRun's answer: the server to move to, if any, and this agent's own.
   ClientActions OnLookAnswered(const std::optional<RunServer>& best, const RunServer& mine,
@@ -271,10 +289,11 @@ class ConnectionStateMachine {
   // call, the two cancellable timers), what ended the current call, what the server said.
   bool has_call_ = false;  // a kStartCall not yet retired
   uint64_t call_generation_ = 0;
-  bool budget_cut_ = false;       // the read timeout cancelled the current call (not a break)
-  bool ever_joined_ = false;      // re-registrations carry claim_
-  bool read_armed_ = false;       // a kReadTimeout wake is pending
-  bool heartbeat_armed_ = false;  // a kHeartbeat wake is pending
+  bool budget_cut_ = false;           // the read timeout cancelled the current call (not a break)
+  bool ever_joined_ = false;          // re-registrations carry claim_
+  bool read_armed_ = false;           // a kReadTimeout wake is pending
+  bool heartbeat_armed_ = false;      // a kHeartbeat wake is pending
+  uint64_t liveness_generation_ = 0;  // of the last kStartLiveness
   std::chrono::milliseconds heartbeat_interval_;  // ours, or the run's when that is shorter
   TimePoint last_heard_{};                        // the server's last message (fencing)
   int unanswered_ = 0;                            // heartbeats sent since then

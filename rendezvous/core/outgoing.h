@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "common/clock.h"
 #include "rendezvous/api/rendezvous.h"
+#include "rendezvous/api/run_config.h"
 
 namespace ddprun::rendezvous {
 
@@ -28,6 +29,8 @@ struct JoinedNotice {
   // The node this one was before it rejoined under a new id (NodeInfo::formerly_node_id), as
   // far as the server believes it: empty when the join named none or could not prove it.
   std::string succeeds_node_id;
+  // The run's liveness path (RunTimeouts::liveness); the transport adds where to send.
+  LivenessSettings liveness;
 };
 
 // The round `round` is over; stop the workers and wait for the next assignment.

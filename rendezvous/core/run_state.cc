@@ -119,7 +119,7 @@ void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outb
   node.arrival = next_arrival_++;
   const std::string who = Describe(node);
   AddNode(std::move(node));
-  JoinedNotice joined{request.peer_host, timeouts_.keep_alive_interval};
+  JoinedNotice joined{request.peer_host, timeouts_.keep_alive_interval, {}, {}, timeouts_.liveness};
   joined.succeeds_node_id = request.node.formerly_node_id;
   out->push_back({conn, std::move(joined)});
 
@@ -226,10 +226,25 @@ void RunState::StreamBroken(ConnId conn, TimePoint now, Outbox* out) {
   if (now - it->second.last_seen <= 2 * timeouts_.keep_alive_interval) {
     last_round_.MarkGone(it->second.info.node_id);
   }
-  LoseNode(conn, "its connection broke", now, out);
+  LoseNode(conn, "its connection broke", Cause::kNodeLostStream, now, out);
 }
 
-void RunState::LoseNode(ConnId conn, const std::string& why, TimePoint now, Outbox* out) {
+void RunState::Silent(ConnId conn, Duration silent_for, TimePoint now, Outbox* out) {
+  if (nodes_.count(conn) == 0 || phase_ == RunPhase::kClosed) return;
+  const std::string why = absl::StrFormat("silent for %.2f s (its liveness heartbeats stopped)",
+                                          std::chrono::duration<double>(silent_for).count());
+  // As for an expired lease: if the node was only stopped or cut off, it hears on its return
+  // that the run went on without it (and fences; its own detector of the server's acks has
+  // usually fenced it already).
+  CloseNotice given_up{
+      absl::UnavailableError(absl::StrCat("this node was given up by the rendezvous: ", why))};
+  given_up.given_up = true;
+  out->push_back({conn, std::move(given_up)});
+  LoseNode(conn, why, Cause::kNodeLostSilence, now, out);
+}
+
+void RunState::LoseNode(ConnId conn, const std::string& why, Cause cause, TimePoint now,
+                        Outbox* out) {
   auto it = nodes_.find(conn);
   if (it == nodes_.end()) return;
   const bool was_member = it->second.in_round;
@@ -237,7 +252,7 @@ void RunState::LoseNode(ConnId conn, const std::string& why, TimePoint now, Outb
   RemoveNode(conn);
   if (phase_ == RunPhase::kRunning && was_member) {
     if (EndsWithoutRestart(out)) return;
-    RestartRound(reason, Cause::kNodeLostStream, RestartKind::kFailure, std::nullopt, now, out);
+    RestartRound(reason, cause, RestartKind::kFailure, std::nullopt, now, out);
   } else if (phase_ == RunPhase::kJoining) {
     MaybeFormRound(now, out);
   }

@@ -95,6 +95,11 @@ class RunState {
   void Leave(ConnId conn, const std::string& reason, TimePoint now, Outbox* out);
   // The stream ended without a leave: the node is lost (a failure if it was in a round).
   void StreamBroken(ConnId conn, TimePoint now, Outbox* out);
+  // The liveness path's failure detector (rendezvous/liveness/, docs/design.md §3a) confirmed
+  // the node silent for `silent_for` since its last heartbeat: it is lost at once, as with a
+  // broken stream (cause kNodeLostSilence, "silent for 0.28 s"), and its stream is told it was
+  // given up (CloseNotice::given_up), as with an expired lease.
+  void Silent(ConnId conn, Duration silent_for, TimePoint now, Outbox* out);
   // Time passed: last call, join timeout and leases.
   void Tick(TimePoint now, Outbox* out);
 
@@ -174,8 +179,8 @@ class RunState {
   void FormRound(TimePoint now, Outbox* out);
   void CloseRun(const absl::Status& status, const std::optional<WorkerFailure>& root_cause,
                 Outbox* out, const std::string& straggler = "");
-  // The node is gone without a clean leave (stream broken or lease expired).
-  void LoseNode(ConnId conn, const std::string& why, TimePoint now, Outbox* out);
+  // The node is gone without a clean leave (stream broken, or silent); `cause` names how.
+  void LoseNode(ConnId conn, const std::string& why, Cause cause, TimePoint now, Outbox* out);
   std::string Describe(const Node& node) const;
   int members_in_round() const { return members_in_round_; }
 

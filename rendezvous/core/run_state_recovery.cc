@@ -63,7 +63,9 @@ void RunState::TakeOver(ConnId conn, const JoinRequest& request, TimePoint now, 
   node.conn = conn;
   node.last_seen = now;
   AddNode(std::move(node));
-  out->push_back({conn, JoinedNotice{request.peer_host, timeouts_.keep_alive_interval}});
+  out->push_back(
+      {conn,
+       JoinedNotice{request.peer_host, timeouts_.keep_alive_interval, {}, {}, timeouts_.liveness}});
   Node& n = nodes_.at(conn);
   const ResumeClaim& claim = *request.resume;
   last_round_.Confirmed(claim.last.round, n.info.node_id);  // it knows the round it claims

@@ -41,6 +41,9 @@ absl::Status ServerState::Validate(const JoinRequest& request) const {
       }
     }
   }
+  if (request.timeouts.liveness.enabled) {
+    if (absl::Status l = ValidateLivenessSettings(request.timeouts.liveness); !l.ok()) return l;
+  }
   if (n.min_nodes < 1 || n.max_nodes < n.min_nodes) {
     return absl::InvalidArgumentError(
         absl::StrCat("invalid --nnodes=", n.min_nodes, ":", n.max_nodes));
@@ -297,6 +300,16 @@ Outbox ServerState::StreamBroken(ConnId conn, TimePoint now) {
   Outbox out;
   run->state->StreamBroken(conn, now, &out);
   conn_run_.erase(conn);
+  AfterEvent(run_id, out, now);
+  return out;
+}
+
+Outbox ServerState::Silent(ConnId conn, Duration silent_for, TimePoint now) {
+  std::string run_id;
+  Run* run = RunOf(conn, &run_id);
+  if (run == nullptr) return {};
+  Outbox out;
+  run->state->Silent(conn, silent_for, now, &out);
   AfterEvent(run_id, out, now);
   return out;
 }

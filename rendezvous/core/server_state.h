@@ -55,6 +55,8 @@ class ServerState {
   // A step of the agent's run timeline (kept for the status page; renews its lease).
   Outbox Step(ConnId conn, const std::string& json, TimePoint now);
   Outbox StreamBroken(ConnId conn, TimePoint now);
+  // The liveness path found the agent silent (RunState::Silent).
+  Outbox Silent(ConnId conn, Duration silent_for, TimePoint now);
   Outbox Tick(TimePoint now);
 
   // When Tick next has something to do; nullopt: nothing pending.

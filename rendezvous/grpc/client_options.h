@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "common/clock.h"
 #include "rendezvous/api/run_config.h"
 #include "rendezvous/grpc/security.h"
 
@@ -38,6 +39,11 @@ struct ClientOptions {
   // sides of a healed partition): it stops serving, and this client joins the other one.
   // Unset: this client never looks for another server of its run.
   std::function<void()> stop_hosting;
+  // Every sign of life of the server on the liveness path (an authentic ack, when the run has
+  // liveness on), with its arrival time: the hook the fence's local lease renews from (issue
+  // 40, contract 4). Called on the liveness sender's thread; must not block or take a lock the
+  // agent's loop holds. Unset: nobody listens.
+  std::function<void(TimePoint)> on_liveness_ack;
 };
 
 }  // namespace ddprun::rendezvous

@@ -58,7 +58,31 @@ proto::Join ToProto(const NodeInfo& node, const RunTimeouts& timeouts) {
   if (timeouts.failure_last_call_timeout) {
     j.set_failure_last_call_timeout_ms(Millis(*timeouts.failure_last_call_timeout));
   }
+  if (timeouts.liveness.enabled) *j.mutable_liveness() = ToProto(timeouts.liveness);
   return j;
+}
+
+proto::LivenessConf ToProto(const LivenessSettings& l) {
+  proto::LivenessConf p;
+  p.set_enabled(l.enabled);
+  p.set_interval_ms(Millis(l.interval));
+  p.set_phi(l.phi);
+  p.set_pause_ms(Millis(l.pause));
+  p.set_min_sd_ms(Millis(l.min_sd));
+  p.set_observers(l.observers);
+  return p;
+}
+
+LivenessSettings FromProto(const proto::LivenessConf& p) {
+  LivenessSettings l;
+  l.enabled = p.enabled();
+  // Unsaid fields keep the defaults; bad ones pass through for validation to refuse.
+  if (p.interval_ms() != 0) l.interval = milliseconds(p.interval_ms());
+  if (p.phi() != 0) l.phi = p.phi();
+  if (p.pause_ms() != 0) l.pause = milliseconds(p.pause_ms());
+  if (p.min_sd_ms() != 0) l.min_sd = milliseconds(p.min_sd_ms());
+  if (p.observers() != 0) l.observers = p.observers();
+  return l;
 }
 
 proto::WorkerFailure ToProto(const WorkerFailure& f) {
@@ -253,6 +277,7 @@ JoinRequest FromProto(const proto::Join& j, const RunTimeouts& defaults,
   if (j.has_failure_last_call_timeout_ms()) {
     r.timeouts.failure_last_call_timeout = milliseconds(j.failure_last_call_timeout_ms());
   }
+  if (j.has_liveness()) r.timeouts.liveness = FromProto(j.liveness());
   return r;
 }
 
@@ -262,6 +287,8 @@ proto::ServerMessage ToProto(const Outgoing& out) {
     m.mutable_joined()->set_peer_addr(joined->peer_host);
     m.mutable_joined()->set_keep_alive_interval_ms(Millis(joined->keep_alive_interval));
     m.mutable_joined()->set_member_key(joined->member_key);
+    if (joined->liveness.enabled)
+      *m.mutable_joined()->mutable_liveness() = ToProto(joined->liveness);
   } else if (const auto* a = std::get_if<Assignment>(&out.msg)) {
     *m.mutable_assignment() = ToProto(*a);
   } else if (const auto* r = std::get_if<RestartNotice>(&out.msg)) {

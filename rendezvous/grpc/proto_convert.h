@@ -23,6 +23,8 @@ Cause FromProto(proto::Cause cause);
 
 // Agent side.
 proto::Join ToProto(const NodeInfo& node, const RunTimeouts& timeouts);
+proto::LivenessConf ToProto(const LivenessSettings& liveness);
+LivenessSettings FromProto(const proto::LivenessConf& liveness);
 proto::WorkerFailure ToProto(const WorkerFailure& failure);
 proto::Heartbeat ToProto(const std::vector<RankProgress>& progress);
 proto::Assignment ToProto(const Assignment& a);

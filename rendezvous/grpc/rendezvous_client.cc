@@ -5,14 +5,18 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/log.h"
 #include "common/loop_thread.h"
 #include "common/message_limit.h"
+#include "common/strings.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/client/endpoint_probe.h"
 #include "rendezvous/grpc/agent_call.h"
 #include "rendezvous/grpc/proto_convert.h"
 #include "rendezvous/grpc/served_run.h"
+#include "rendezvous/liveness/liveness_settings.h"
+#include "rendezvous/liveness/packet.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -42,6 +46,12 @@ ServerWord WordOf(const proto::ServerMessage& m) {
       w.host_node_id = m.joined().host_node_id();
       w.member_key = m.joined().member_key();
       w.keep_alive_interval_ms = m.joined().keep_alive_interval_ms();
+      if (m.joined().liveness_port() > 0 && m.joined().has_liveness()) {
+        w.liveness.port = m.joined().liveness_port();
+        w.liveness.node_index = m.joined().liveness_node_index();
+        w.liveness.salt = m.joined().liveness_salt();
+        w.liveness.settings = FromProto(m.joined().liveness());
+      }
       break;
     case proto::ServerMessage::kAssignment:
       w.kind = ServerWord::Kind::kAssignment;
@@ -113,6 +123,7 @@ RendezvousClient::~RendezvousClient() {
   // Its question posts the answer to loop_: finished before loop_ goes.
   if (probe_loop_ != nullptr) probe_loop_->Stop();
   loop_->Post([this] {
+    liveness_.reset();  // before the loop its reports post to stops
     if (call_ != nullptr) call_->Cancel();
   });
   // A call's last reaction posts to the loop, so wait for them before stopping the loop.
@@ -210,6 +221,9 @@ void RendezvousClient::Execute(ClientActions actions) {
         break;
     }
   }
+  // The liveness path lives while the machine is joined: a broken stream, a fence or a close
+  // ends it (a new Joined starts a new one).
+  if (liveness_ != nullptr && machine_.state() != ConnectionState::kJoined) liveness_.reset();
 }
 
 void RendezvousClient::Tell(const ClientAction& a) {
@@ -290,6 +304,9 @@ void RendezvousClient::ExecuteOnConnection(const ClientAction& a) {
       break;
     case ClientAction::Type::kLookForTheRun:
       LookForTheRun(a);
+      break;
+    case ClientAction::Type::kStartLiveness:
+      StartLiveness(a);
       break;
     default:
       break;
@@ -392,6 +409,37 @@ void RendezvousClient::Probe(const ClientAction& a) {
 void RendezvousClient::HostHere(int port) {
   const absl::Status hosted = options_.host_failover(port);
   Execute(machine_.OnHosted(hosted, port, Now()));
+}
+
+void RendezvousClient::StartLiveness(const ClientAction& a) {
+  liveness_.reset();
+  absl::StatusOr<HostPort> server =
+      ParseHostPort("the rendezvous endpoint", machine_.endpoint(), 0);
+  if (!server.ok()) {
+    LogWarning(absl::StrCat("liveness: ", server.status().message(), "; the lease stays"));
+    return;
+  }
+  SenderOptions o;
+  o.host = server->host;
+  o.port = a.liveness.port;
+  o.node_index = a.liveness.node_index;
+  o.key = DeriveLivenessKey(machine_.member_key(), a.liveness.salt, a.liveness.node_index);
+  o.interval = a.liveness.settings.interval;
+  o.detector = AccrualOptionsOf(a.liveness.settings);
+  o.on_ack = options_.on_liveness_ack;
+  const uint64_t generation = a.generation;
+  o.on_silent = [this, generation](Duration silent_for) {
+    // Posted, not decided here: the machine is the loop's.
+    loop_->Post([this, generation, silent_for] {
+      Execute(machine_.OnServerSilent(generation, silent_for, Now()));
+    });
+  };
+  absl::StatusOr<std::unique_ptr<LivenessSender>> sender = LivenessSender::Start(std::move(o));
+  if (!sender.ok()) {
+    LogWarning(absl::StrCat(sender.status().message(), "; the lease stays"));
+    return;
+  }
+  liveness_ = *std::move(sender);
 }
 
 void RendezvousClient::SendHeartbeat() {

@@ -51,6 +51,7 @@
 #include "rendezvous/client/connection_state.h"
 #include "rendezvous/grpc/channel_args.h"
 #include "rendezvous/grpc/client_options.h"
+#include "rendezvous/liveness/liveness_sender.h"
 
 namespace ddprun {
 class LoopThread;
@@ -102,6 +103,9 @@ class RendezvousClient final : public Rendezvous {
   // Asks the other hosts on probe_loop_ whether one of them serves the run and went on.
   void LookForTheRun(const ClientAction& action);
   void SendHeartbeat();  // with the latest progress
+  // kStartLiveness: a LivenessSender to the current server's host (its failure to start is
+  // logged: the lease still covers the node).
+  void StartLiveness(const ClientAction& action);
   TimePoint Now() const { return clock_->Now(); }
 
   const ClientOptions options_;
@@ -118,6 +122,8 @@ class RendezvousClient final : public Rendezvous {
   std::vector<RankProgress> progress_;  // the latest ReportProgress, sent with heartbeats
   uint64_t read_timer_ = 0;
   uint64_t heartbeat_timer_ = 0;
+  // While the machine is kJoined with a liveness path: its sender (stopped on leaving it).
+  std::unique_ptr<LivenessSender> liveness_;
   // Blocking probes and Status calls of kLookForTheRun, off the loop that heartbeats.
   std::unique_ptr<LoopThread> probe_loop_;
 };

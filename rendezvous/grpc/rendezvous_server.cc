@@ -44,6 +44,21 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   server->service_ = std::make_unique<RendezvousServiceImpl>(
       server->loop_.get(), clock, options.token, options.limits, options.default_timeouts,
       options.embedded, options.round_quorum);
+  // Beside the gRPC listener, on the same address: an agent sends its heartbeats where it
+  // reached the server. Its reports go to the service's loop.
+  RendezvousServiceImpl* reported_to = server->service_.get();
+  LivenessReceiver::Callbacks liveness_reports;
+  liveness_reports.on_silent = [reported_to](uint64_t conn, Duration silent_for) {
+    reported_to->PostSilent(conn, silent_for);
+  };
+  liveness_reports.on_heard = [reported_to](uint64_t conn) { reported_to->PostHeard(conn); };
+  auto liveness = LivenessReceiver::Start(options.host, std::move(liveness_reports));
+  if (!liveness.ok()) {
+    server->loop_->Stop();
+    return liveness.status();
+  }
+  server->liveness_ = *std::move(liveness);
+  server->service_->set_liveness(server->liveness_.get());
 
   // Process-wide switch read by the builder; every server of this process serves health.
   grpc::EnableDefaultHealthCheckService(true);
@@ -128,6 +143,7 @@ void RendezvousServer::Shutdown(std::chrono::milliseconds grace) {
     server_->Shutdown(std::chrono::system_clock::now() + grace);
   }
   if (loop_ != nullptr) loop_->Stop();
+  liveness_.reset();  // its last reports are dropped by the stopped loop
 }
 
 void RendezvousServer::Wait() {

@@ -19,6 +19,7 @@
 #include "rendezvous/api/run_config.h"
 #include "rendezvous/grpc/security.h"
 #include "rendezvous/http/http_endpoint.h"
+#include "rendezvous/liveness/liveness_receiver.h"
 
 namespace grpc {
 class Server;
@@ -110,6 +111,9 @@ class RendezvousServer {
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> handoff_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<HttpEndpoint> http_;
+  // The liveness path's socket and thread (rendezvous/liveness/), for runs that turn it on;
+  // reset once the loop is stopped (its reports are then dropped).
+  std::unique_ptr<LivenessReceiver> liveness_;
   absl::Mutex mu_;  // makes Shutdown() idempotent and wakes Wait()
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
 };

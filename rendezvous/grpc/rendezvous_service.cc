@@ -14,6 +14,8 @@
 #include "rendezvous/grpc/member_secret.h"
 #include "rendezvous/grpc/proto_convert.h"
 #include "rendezvous/grpc/security.h"
+#include "rendezvous/liveness/liveness_settings.h"
+#include "rendezvous/liveness/packet.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -176,6 +178,7 @@ void RendezvousServiceImpl::PostMessage(ConnId conn, proto::AgentMessage message
 
 void RendezvousServiceImpl::PostStreamBroken(ConnId conn) {
   loop_->Post([this, conn] {
+    UnwatchLiveness(conn);
     Apply(state_.StreamBroken(conn, clock_->Now()));
     ScheduleTick();
   });
@@ -185,6 +188,7 @@ void RendezvousServiceImpl::PostStreamDone(ConnId conn) {
   loop_->Post([this, conn] {
     // Normally the read side already reported the break; this is idempotent.
     Apply(state_.StreamBroken(conn, clock_->Now()));
+    UnwatchLiveness(conn);
     auto it = streams_.find(conn);
     if (it != streams_.end()) {
       if (it->second.join_timer != 0) loop_->Cancel(it->second.join_timer);
@@ -194,6 +198,51 @@ void RendezvousServiceImpl::PostStreamDone(ConnId conn) {
     }
     ScheduleTick();
   });
+}
+
+void RendezvousServiceImpl::PostSilent(ConnId conn, Duration silent_for) {
+  loop_->Post([this, conn, silent_for] {
+    auto it = streams_.find(conn);
+    if (it == streams_.end() || it->second.closed || !it->second.liveness_watched) return;
+    const TimePoint now = clock_->Now();
+    const std::string node = std::to_string(conn);
+    confirmation_.Suspect("server", node, Evidence::kSilence, now);
+    // The server is the only observer today: its suspicion decides (one of one).
+    if (!confirmation_.Decide(node, /*observers_available=*/1, now).lost) return;
+    confirmation_.Forget(node);
+    LogInfo(absl::StrCat("liveness: stream ", conn, " of run '", state_.RunIdOf(conn),
+                         "' silent for ", ToMillis(silent_for), " ms: its node is lost"));
+    Apply(state_.Silent(conn, silent_for, now));
+    ScheduleTick();
+  });
+}
+
+void RendezvousServiceImpl::PostHeard(ConnId conn) {
+  loop_->Post([this, conn] { confirmation_.Withdraw("server", std::to_string(conn)); });
+}
+
+void RendezvousServiceImpl::WatchLiveness(ConnId conn, const JoinedNotice& notice,
+                                          proto::Joined* joined) {
+  if (liveness_ == nullptr || !notice.liveness.enabled) return;
+  auto it = streams_.find(conn);
+  if (it == streams_.end()) return;
+  // The stream's id is the packet's node index: unique for 4 billion streams of this server,
+  // and the salt makes an earlier server's packets no packets here.
+  const auto index = static_cast<uint32_t>(conn);
+  liveness_->Watch(index, conn, DeriveLivenessKey(notice.member_key, liveness_->salt(), index),
+                   AccrualOptionsOf(notice.liveness));
+  it->second.liveness_watched = true;
+  joined->set_liveness_port(liveness_->port());
+  joined->set_liveness_node_index(index);
+  joined->set_liveness_salt(liveness_->salt());
+}
+
+void RendezvousServiceImpl::UnwatchLiveness(ConnId conn) {
+  auto it = streams_.find(conn);
+  if (it == streams_.end() || !it->second.liveness_watched) return;
+  it->second.liveness_watched = false;
+  liveness_->Unwatch(static_cast<uint32_t>(conn));
+  confirmation_.Forget(std::to_string(conn));
 }
 
 void RendezvousServiceImpl::HandleMessage(ConnId conn, const proto::AgentMessage& message) {
@@ -269,10 +318,12 @@ void RendezvousServiceImpl::Apply(const Outbox& out) {
     if (it->second.closed) continue;
     const bool last = std::holds_alternative<CloseNotice>(o.msg);
     it->second.closed = last;
+    if (last) UnwatchLiveness(o.conn);
     proto::ServerMessage m = ToProto(o);
     if (m.has_joined()) {
       m.mutable_joined()->set_embedded(embedded_);
       m.mutable_joined()->set_host_node_id(host_node_id_);
+      WatchLiveness(o.conn, std::get<JoinedNotice>(o.msg), m.mutable_joined());
     } else if (m.has_assignment() && embedded_) {
       m.mutable_assignment()->set_host_node_id(host_node_id_);
     }

@@ -22,6 +22,8 @@
 #include "rendezvous/api/run_config.h"
 #include "rendezvous/core/outgoing.h"
 #include "rendezvous/core/server_state.h"
+#include "rendezvous/detector/loss_confirmation.h"
+#include "rendezvous/liveness/liveness_receiver.h"
 
 namespace ddprun::rendezvous {
 
@@ -47,6 +49,13 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
   int max_queued_messages_per_stream() const { return max_queued_; }
   void PostStreamBroken(ConnId conn);
   void PostStreamDone(ConnId conn);
+  // The liveness receiver's reports (any thread): `conn`'s heartbeats stopped for
+  // `silent_for`; `conn` was heard again.
+  void PostSilent(ConnId conn, Duration silent_for);
+  void PostHeard(ConnId conn);
+  // The liveness path, for runs with liveness on (RunTimeouts::liveness); null: none (every
+  // run falls back to its lease). Set before serving; must outlive the loop's tasks.
+  void set_liveness(LivenessReceiver* receiver) { liveness_ = receiver; }
 
   // Ends every agent stream (after its queued writes) with UNAVAILABLE "server shutting down",
   // so that shutdown need not wait for long-lived streams. Thread-safe; returns once done.
@@ -74,6 +83,10 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
   void LogDecisions(const Outbox& out);  // LogInfo lines (shown when verbose)
   void ScheduleTick();
   void RunTick();
+  // A Joined of a run with liveness on: the receiver starts judging the stream's heartbeats and
+  // `joined` tells the agent where to send them.
+  void WatchLiveness(ConnId conn, const JoinedNotice& notice, proto::Joined* joined);
+  void UnwatchLiveness(ConnId conn);
 
   LoopThread* const loop_;
   const Clock* const clock_;
@@ -94,8 +107,12 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
     std::string scope;                   // of the call's token (scoped_token.h); "": the server's
     LoopThread::TimerId join_timer = 0;  // closes the stream if it never joins
     bool closed = false;                 // a Close was sent: later messages are ignored
+    bool liveness_watched = false;       // the liveness receiver judges its heartbeats
   };
   std::unordered_map<ConnId, StreamEntry> streams_;
+  LivenessReceiver* liveness_ = nullptr;
+  // When a silence is a loss: the server is the only observer so far (docs/design.md §3a).
+  LossConfirmation confirmation_{ConfirmationRule{/*observers_required=*/1}};
   LoopThread::TimerId tick_timer_ = 0;
   TimePoint tick_at_{};
   bool tick_scheduling_posted_ = false;

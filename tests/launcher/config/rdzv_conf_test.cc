@@ -103,6 +103,43 @@ TEST(ParseRdzvConfTest, ContradictoryTlsSettingsNameBothKeys) {
 }
 
 // torch 2.x's c10d key: a duration, checked, without effect.
+TEST(ParseRdzvConfTest, LivenessIsOffUnlessTurnedOnAndItsKeysAreRead) {
+  absl::StatusOr<RdzvConf> unset = ParseRdzvConf({});
+  ASSERT_TRUE(unset.ok()) << unset.status();
+  EXPECT_FALSE(unset->timeouts.liveness.enabled);
+  absl::StatusOr<RdzvConf> on = ParseRdzvConf({{"liveness", "on"},
+                                               {"liveness_interval_ms", "50"},
+                                               {"liveness_phi", "10.5"},
+                                               {"liveness_pause_ms", "200"},
+                                               {"liveness_min_sd_ms", "30"},
+                                               {"liveness_observers", "1"}});
+  ASSERT_TRUE(on.ok()) << on.status();
+  const rendezvous::LivenessSettings& l = on->timeouts.liveness;
+  EXPECT_TRUE(l.enabled);
+  EXPECT_EQ(l.interval, std::chrono::milliseconds(50));
+  EXPECT_DOUBLE_EQ(l.phi, 10.5);
+  EXPECT_EQ(l.pause, std::chrono::milliseconds(200));
+  EXPECT_EQ(l.min_sd, std::chrono::milliseconds(30));
+  EXPECT_EQ(l.observers, 1);
+  EXPECT_TRUE(on->unknown_keys.empty());
+}
+
+TEST(ParseRdzvConfTest, BadLivenessValuesNameTheKey) {
+  for (const auto& [key, value] :
+       std::vector<std::pair<std::string, std::string>>{{"liveness", "yes-please"},
+                                                        {"liveness_interval_ms", "0"},
+                                                        {"liveness_interval_ms", "soon"},
+                                                        {"liveness_phi", "0.5"},
+                                                        {"liveness_phi", "nan"},
+                                                        {"liveness_pause_ms", "-1"},
+                                                        {"liveness_min_sd_ms", "0"},
+                                                        {"liveness_observers", "2"}}) {
+    absl::StatusOr<RdzvConf> bad = ParseRdzvConf({{key, value}});
+    ASSERT_FALSE(bad.ok()) << key << "=" << value;
+    EXPECT_THAT(bad.status().message(), HasSubstr("--rdzv-conf " + key + "=")) << value;
+  }
+}
+
 TEST(ParseRdzvConfTest, HeartbeatTimeoutIsCheckedAndAccepted) {
   EXPECT_TRUE(ParseRdzvConf({{"heartbeat_timeout", "30"}}).ok());
   absl::StatusOr<RdzvConf> bad = ParseRdzvConf({{"heartbeat_timeout", "-1"}});

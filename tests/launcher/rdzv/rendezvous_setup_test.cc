@@ -6,12 +6,14 @@
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace ddprun::launcher {
 namespace {
 
 using std::chrono::milliseconds;
+using ::testing::HasSubstr;
 
 LaunchOptions C10d(RestartMode mode) {
   LaunchOptions o;
@@ -49,6 +51,20 @@ TEST(RendezvousSetupTest, EtcdGetsTheSameTimeouts) {
   auto etcd = MakeEtcdSettings(o);
   ASSERT_TRUE(etcd.ok()) << etcd.status();
   EXPECT_EQ(etcd->timeouts.failure_last_call_timeout, milliseconds(0));
+}
+
+TEST(RendezvousSetupTest, EtcdRefusesLivenessOnSayingTheLeaseDecidesThere) {
+  LaunchOptions o = C10d(RestartMode::kCold);
+  o.rdzv_endpoint = "10.9.9.9:2379";
+  o.rdzv.timeouts.liveness.enabled = true;
+  auto etcd = MakeEtcdSettings(o);
+  ASSERT_FALSE(etcd.ok());
+  EXPECT_EQ(etcd.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(etcd.status().message(), HasSubstr("--rdzv-conf liveness=on: the etcd backend"));
+  // c10d carries it to the server.
+  auto c10d = MakeC10dSettings(o, HostInfo{});
+  ASSERT_TRUE(c10d.ok()) << c10d.status();
+  EXPECT_TRUE(c10d->timeouts.liveness.enabled);
 }
 
 // A static job of several nodes: node 0 hosts at MASTER_ADDR on MASTER_PORT + 1 (whatever the

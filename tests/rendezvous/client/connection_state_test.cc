@@ -248,6 +248,50 @@ TEST(ConnectionStateTest, ElasticNodeFencedRejoinsAsANewNodeWithinJoinTimeout) {
   EXPECT_EQ(d.m().claim().group, ResumeClaim::Group::kWaiting);
 }
 
+TEST(ConnectionStateTest, FencesOnItsDetectorOfTheServerNotTheLease) {
+  Driver d;
+  d.Join(1, 4);
+  ServerWord joined;
+  joined.kind = ServerWord::Kind::kJoined;
+  joined.member_key = "key1";
+  joined.liveness.port = 4711;
+  joined.liveness.node_index = 3;
+  joined.liveness.salt = "salt";
+  joined.liveness.settings.enabled = true;
+  d.Say(joined);
+  const ClientAction* start = d.Find(Type::kStartLiveness);
+  ASSERT_NE(start, nullptr) << d.Messages();
+  EXPECT_EQ(start->liveness.port, 4711);
+  EXPECT_EQ(start->liveness.node_index, 3u);
+  const uint64_t generation = start->generation;
+  // A report of an earlier sender counts for nothing.
+  d.Advance(std::chrono::milliseconds(260));
+  EXPECT_TRUE(
+      d.m().OnServerSilent(generation + 1, std::chrono::milliseconds(260), d.now()).empty());
+  // 260 ms after the last ack, far inside the 3 s lease: the sender's detector decides.
+  const ClientActions fenced =
+      d.m().OnServerSilent(generation, std::chrono::milliseconds(260), d.now());
+  bool rejoins = false;
+  for (const ClientAction& a : fenced) {
+    if (a.type == Type::kRejoinAsNewNode) {
+      rejoins = true;
+      EXPECT_THAT(a.message, HasSubstr("fenced: no liveness ack from the rendezvous server at "
+                                       "10.0.0.1:29400 for 260 ms"));
+    }
+  }
+  EXPECT_TRUE(rejoins);
+  EXPECT_EQ(d.m().state(), ConnectionState::kJoining);
+  // Once fenced, a late report of the same sender changes nothing.
+  EXPECT_TRUE(d.m().OnServerSilent(generation, std::chrono::milliseconds(300), d.now()).empty());
+}
+
+TEST(ConnectionStateTest, AJoinedWithoutALivenessPortStartsNoSender) {
+  Driver d;
+  d.Join();
+  d.Joined();
+  EXPECT_FALSE(d.Has(Type::kStartLiveness));
+}
+
 TEST(ConnectionStateTest, TheServersGiveUpIsAFenceToo) {
   Driver d;
   d.Join(1, 4);

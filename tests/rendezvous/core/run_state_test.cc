@@ -297,6 +297,26 @@ TEST_F(RunStateTest, SilentNodeIsLostAfterItsLease) {
   EXPECT_EQ(state_.Status("run")->restarts_used, 1);
 }
 
+TEST_F(RunStateTest, ASilentNodeIsLostAtOnceWithNodeLostSilence) {
+  Join(1, 2, 3);
+  Join(2, 2, 3);
+  Join(3, 2, 3);
+  clock_.Advance(milliseconds(280));
+  Outbox out = state_.Silent(3, milliseconds(280), clock_.Now());
+  const CloseNotice* close = Find<CloseNotice>(out, 3);
+  ASSERT_NE(close, nullptr);
+  EXPECT_TRUE(close->given_up);
+  EXPECT_THAT(close->status.message(), HasSubstr("silent for 0.28 s"));
+  const RestartNotice* restart = Find<RestartNotice>(out, 1);
+  ASSERT_NE(restart, nullptr);
+  EXPECT_EQ(restart->cause, Cause::kNodeLostSilence);
+  EXPECT_THAT(restart->reason, HasSubstr("was lost: silent for 0.28 s"));
+  EXPECT_EQ(state_.Status("run")->restarts_used, 1);
+  EXPECT_FALSE(state_.HasJoined(3));
+  // Told once: the stream is forgotten, a late second report changes nothing.
+  EXPECT_TRUE(state_.Silent(3, milliseconds(300), clock_.Now()).empty());
+}
+
 TEST_F(RunStateTest, WorkerFailureRestartsEveryNodeAndSpendsBudgetOnce) {
   Join(1, 2, 2);
   Join(2, 2, 2);

@@ -89,11 +89,27 @@ class DaemonTest : public ::testing::Test {
 
   std::unique_ptr<Subprocess> StartAgent(const std::string& node, const std::string& run,
                                          const std::string& nnodes,
-                                         const std::string& token = kToken) {
-    return std::make_unique<Subprocess>(
-        std::vector<std::string>{BinPath("rdzv-test-agent"), "--endpoint", endpoint_, "--run", run,
-                                 "--node", node, "--nnodes", nnodes},
-        std::map<std::string, std::string>{{kTokenEnv, token}});
+                                         const std::string& token = kToken,
+                                         const std::vector<std::string>& more = {}) {
+    std::vector<std::string> argv{BinPath("rdzv-test-agent"),
+                                  "--endpoint",
+                                  endpoint_,
+                                  "--run",
+                                  run,
+                                  "--node",
+                                  node,
+                                  "--nnodes",
+                                  nnodes};
+    argv.insert(argv.end(), more.begin(), more.end());
+    return std::make_unique<Subprocess>(argv,
+                                        std::map<std::string, std::string>{{kTokenEnv, token}});
+  }
+  // With the liveness path on (20 ms heartbeats) and a 5 s lease (1 s x 5), so that a loss
+  // within a second is the failure detector's and not the lease's.
+  std::unique_ptr<Subprocess> StartLivenessAgent(const std::string& node,
+                                                 const std::string& nnodes) {
+    return StartAgent(node, "job", nnodes, kToken,
+                      {"--liveness", "on", "--keep-alive", "1", "--keep-alive-attempts", "5"});
   }
 
   std::unique_ptr<Subprocess> daemon_;
@@ -188,6 +204,77 @@ TEST_F(DaemonTest, StoppedAgentIsLostAfterItsLease) {
       kWait))
       << a->out();
   EXPECT_TRUE(b->running());
+}
+
+TEST_F(DaemonTest, AStoppedAgentWithLivenessIsLostBySilenceWithinHalfASecond) {
+  auto a = StartLivenessAgent("a", "1:2");
+  auto b = StartLivenessAgent("b", "1:2");
+  ASSERT_TRUE(a->WaitForOutputContains("group_world_size=2", kWait)) << a->out();
+  ASSERT_TRUE(b->WaitForOutputContains("group_world_size=2", kWait)) << b->out();
+  // Long enough for each detector to learn the link (its first estimate is wide).
+  ASSERT_FALSE(a->WaitForOutputContains("RESTART", milliseconds(500))) << a->out();
+  const auto start = std::chrono::steady_clock::now();
+  b->Signal(SIGSTOP);
+  ASSERT_TRUE(a->WaitForOutputContains("RESTART node b (localhost) was lost: silent for", kWait))
+      << a->out();
+  const auto took =
+      std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
+  std::smatch silent;
+  const std::string out = a->out();
+  ASSERT_TRUE(std::regex_search(out, silent, std::regex("silent for ([0-9.]+) s")));
+  std::printf(
+      "SIGSTOP -> the other agent told node_lost_silence: %lld ms (server: silent for "
+      "%s s)\n",
+      static_cast<long long>(took.count()), silent[1].str().c_str());
+  EXPECT_LE(took, milliseconds(500)) << "the lease is 5 s: only the detector is this fast";
+  EXPECT_THAT(out, HasSubstr("cause=node_lost_silence"));
+  // Resumed, the stopped agent hears it was given up; the job is elastic: it rejoins as new.
+  b->Signal(SIGCONT);
+  ASSERT_TRUE(b->WaitForOutputContains("RESTART fenced:", kWait)) << b->out();
+  EXPECT_THAT(b->out(), HasSubstr("rejoining as a new node"));
+  ASSERT_TRUE(a->WaitForOutput(
+      [](const std::string& text) {
+        return std::regex_search(text, std::regex("group_world_size=2 world_size=4 .*restarts=1"));
+      },
+      kWait))
+      << a->out();
+}
+
+TEST_F(DaemonTest, AStarvedButBeatingAgentWithLivenessStaysAMember) {
+  auto a = StartLivenessAgent("a", "1:2");
+  auto b = StartLivenessAgent("b", "1:2");
+  ASSERT_TRUE(a->WaitForOutputContains("group_world_size=2", kWait)) << a->out();
+  ASSERT_TRUE(b->WaitForOutputContains("group_world_size=2", kWait)) << b->out();
+  // b runs 40 ms of every 100 (as a CPU quota throttles a container) for 3 s: its heartbeats
+  // come late and in bursts, never silent for the 250 ms the detector needs.
+  const auto until = std::chrono::steady_clock::now() + seconds(3);
+  while (std::chrono::steady_clock::now() < until) {
+    b->Signal(SIGSTOP);
+    std::this_thread::sleep_for(milliseconds(60));  // the fault itself, not a wait
+    b->Signal(SIGCONT);
+    std::this_thread::sleep_for(milliseconds(40));
+  }
+  EXPECT_FALSE(a->WaitForOutputContains("RESTART", milliseconds(300))) << a->out();
+  EXPECT_EQ(CountLines(b->out(), "RESTART"), 0) << b->out();
+  EXPECT_TRUE(b->running());
+}
+
+TEST_F(DaemonTest, AnAgentWithLivenessFencesWhenTheServerFallsSilent) {
+  auto a = StartLivenessAgent("a", "1:2");
+  ASSERT_TRUE(a->WaitForOutputContains("ASSIGNMENT round=1 ", kWait)) << a->out();
+  ASSERT_FALSE(a->WaitForOutputContains("RESTART", milliseconds(500))) << a->out();
+  const auto start = std::chrono::steady_clock::now();
+  daemon_->Signal(SIGSTOP);  // its TCP stays open: only the missing acks tell
+  const bool fenced = a->WaitForOutputContains("RESTART fenced: no liveness ack", kWait);
+  const auto took =
+      std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
+  daemon_->Signal(SIGCONT);
+  ASSERT_TRUE(fenced) << a->out();
+  std::printf("server SIGSTOP -> agent fenced by its detector of the acks: %lld ms\n",
+              static_cast<long long>(took.count()));
+  EXPECT_LE(took, milliseconds(500)) << "the lease is 5 s";
+  // The server comes back; the agent rejoined as a new node and runs again.
+  ASSERT_TRUE(a->WaitForOutputContains("ASSIGNMENT round=2 ", kWait)) << a->out();
 }
 
 TEST_F(DaemonTest, AStoppedAgentOfAFixedWorldHearsItWasGivenUpAndExits3) {

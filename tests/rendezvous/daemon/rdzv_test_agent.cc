@@ -1,7 +1,7 @@
 // rdzv-test-agent: a stand-in agent for real-process rendezvous tests and benchmarks. Joins a
 // run with RendezvousClient and prints one line per event on stdout:
 //   ASSIGNMENT round=R group_rank=G group_world_size=N world_size=W master=ADDR:PORT restarts=K
-//   RESTART <reason>
+//   RESTART <reason> cause=<label>
 //   CLOSED code=<absl code name> <message>
 //   STEPS SENT n                    (after the first assignment, with --step JSON, repeatable:
 //                                    timeline steps sent as the agent's ReportStep would)
@@ -42,7 +42,8 @@ class PrintingEvents final : public ddprun::rendezvous::RendezvousEvents {
   }
   void OnRestart(ddprun::rendezvous::Cause cause, const std::string& reason,
                  const std::optional<ddprun::rendezvous::HangNotice>& hang) override {
-    Print(absl::StrCat("RESTART ", reason, hang.has_value() ? " [hang]" : ""));
+    Print(absl::StrCat("RESTART ", reason, hang.has_value() ? " [hang]" : "",
+                       " cause=", ddprun::rendezvous::CauseLabel(cause)));
   }
   void OnClosed(const absl::Status& status,
                 const std::optional<ddprun::rendezvous::HangNotice>&) override {
@@ -95,6 +96,11 @@ int main(int argc, char** argv) {
   app.add_option("--read-timeout", read_timeout);
   std::vector<std::string> steps;
   app.add_option("--step", steps);
+  // The liveness path (--rdzv-conf liveness=on and its keys, as ddprun passes them).
+  std::string liveness = "off";
+  int liveness_interval_ms = 20;
+  app.add_option("--liveness", liveness)->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--liveness-interval-ms", liveness_interval_ms);
   CLI11_PARSE(app, argc, argv);
 
   ddprun::rendezvous::NodeInfo node;
@@ -119,6 +125,8 @@ int main(int argc, char** argv) {
   options.timeouts.last_call_timeout = ms(last_call);
   options.timeouts.keep_alive_interval = ms(keep_alive);
   options.timeouts.keep_alive_max_attempt = keep_alive_attempts;
+  options.timeouts.liveness.enabled = liveness == "on";
+  options.timeouts.liveness.interval = std::chrono::milliseconds(liveness_interval_ms);
 
   sigset_t signals;
   sigemptyset(&signals);

@@ -1,0 +1,108 @@
+#include "rendezvous/liveness/liveness_sender.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "rendezvous/liveness/thread_priority.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+uint64_t RandomU64() {
+  std::random_device rd;
+  return (static_cast<uint64_t>(rd()) << 32) ^ rd();
+}
+
+// How often the server's detector is judged: often enough not to add to the detection delay,
+// never more often than the heartbeats.
+Duration EvaluationPeriod(Duration interval) {
+  return std::min<Duration>(interval, std::chrono::milliseconds(10));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<LivenessSender>> LivenessSender::Start(SenderOptions options) {
+  absl::StatusOr<UdpSocket> socket = ConnectUdp(options.host, options.port);
+  if (!socket.ok()) return socket.status();
+  std::unique_ptr<LivenessSender> s(new LivenessSender(std::move(options), *std::move(socket)));
+  s->thread_ = std::thread([p = s.get()] { p->Run(); });
+  return s;
+}
+
+LivenessSender::LivenessSender(SenderOptions options, UdpSocket socket)
+    : options_(std::move(options)),
+      socket_(std::move(socket)),
+      incarnation_(RandomU64()),
+      detector_(options_.detector) {}
+
+LivenessSender::~LivenessSender() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+LivenessSender::Counters LivenessSender::counters() const {
+  return {sent_.load(), acks_.load(), refused_.load()};
+}
+
+void LivenessSender::Run() {
+  // Refused without CAP_SYS_NICE: the thread keeps its priority (docs/design.md §3a, risks).
+  RaiseToRealtimePriority();
+  const Duration evaluate_every = EvaluationPeriod(options_.interval);
+  TimePoint next_send = std::chrono::steady_clock::now();
+  TimePoint next_evaluation = next_send + evaluate_every;
+  while (!stop_.load(std::memory_order_relaxed)) {
+    TimePoint now = std::chrono::steady_clock::now();
+    if (now >= next_send) {
+      LivenessPacket p;
+      p.kind = PacketKind::kHeartbeat;
+      p.node_index = options_.node_index;
+      p.incarnation = incarnation_;
+      p.seq = ++seq_;
+      p.echo = last_ack_seq_;
+      const PacketBytes bytes = EncodePacket(p, options_.key);
+      // Errors (an ICMP refusal reported on the connected socket, a full buffer) are a lost
+      // heartbeat: the server's detector allows for those, and nothing here can do better.
+      if (send(socket_.fd(), bytes.data(), bytes.size(), MSG_DONTWAIT) > 0) ++sent_;
+      next_send += options_.interval;
+      if (next_send <= now) next_send = now + options_.interval;  // woke late: no burst
+    }
+    if (now >= next_evaluation) {
+      const Suspicion s = detector_.Evaluate(now);
+      if (s.suspected && !reported_ && options_.on_silent) options_.on_silent(s.silence);
+      reported_ = s.suspected;
+      next_evaluation = now + evaluate_every;
+    }
+    const TimePoint wake = std::min(next_send, next_evaluation);
+    const auto wait = std::chrono::ceil<std::chrono::milliseconds>(
+        std::max<Duration>(wake - now, Duration::zero()));
+    pollfd pfd{socket_.fd(), POLLIN, 0};
+    if (poll(&pfd, 1, static_cast<int>(wait.count())) > 0) {
+      Receive(std::chrono::steady_clock::now());
+    }
+  }
+}
+
+void LivenessSender::Receive(TimePoint now) {
+  uint8_t buf[kPacketBytes + 1];
+  for (;;) {
+    const ssize_t n = recv(socket_.fd(), buf, sizeof(buf), MSG_DONTWAIT);
+    if (n < 0) return;  // drained, or an ICMP error (counted as nothing: the ack is missing)
+    absl::StatusOr<LivenessPacket> p =
+        DecodePacket(buf, static_cast<size_t>(n), options_.key, PacketKind::kAck);
+    if (!p.ok() || p->node_index != options_.node_index || p->echo > seq_ ||
+        !guard_.Accept(p->incarnation, p->seq)) {
+      ++refused_;
+      continue;
+    }
+    ++acks_;
+    last_ack_seq_ = p->seq;
+    detector_.Heartbeat(now, p->incarnation);
+    if (options_.on_ack) options_.on_ack(now);
+  }
+}
+
+}  // namespace ddprun::rendezvous

@@ -1,0 +1,142 @@
+// A LivenessSender and a LivenessReceiver on loopback, with their real threads and sockets: the
+// heartbeats are answered, a sender that stops is suspected in a few hundred ms, a server that
+// stops answering is suspected by the sender, and datagrams that are not authentic count for
+// nothing.
+#include <sys/socket.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "gtest/gtest.h"
+#include "rendezvous/liveness/liveness_receiver.h"
+#include "rendezvous/liveness/liveness_sender.h"
+#include "rendezvous/liveness/packet.h"
+#include "rendezvous/liveness/udp_socket.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+using std::chrono::milliseconds;
+
+class LivenessPathTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LivenessReceiver::Callbacks callbacks;
+    callbacks.on_silent = [this](uint64_t token, Duration silence) {
+      absl::MutexLock lock(&mu_);
+      if (silent_token_ != 0) return;
+      silent_token_ = token;
+      silent_at_ = std::chrono::steady_clock::now();
+      reported_silence_ = silence;
+    };
+    auto receiver = LivenessReceiver::Start("127.0.0.1", callbacks);
+    ASSERT_TRUE(receiver.ok()) << receiver.status();
+    receiver_ = *std::move(receiver);
+    ASSERT_GT(receiver_->port(), 0);
+    key_ = DeriveLivenessKey("member-key", receiver_->salt(), kIndex);
+    receiver_->Watch(kIndex, /*token=*/99, key_, AccrualOptions{});
+  }
+
+  std::unique_ptr<LivenessSender> StartSender() {
+    SenderOptions o;
+    o.host = "127.0.0.1";
+    o.port = receiver_->port();
+    o.node_index = kIndex;
+    o.key = key_;
+    o.on_ack = [this](TimePoint) { acks_.fetch_add(1); };
+    o.on_silent = [this](Duration) { server_silent_.Notify(); };
+    auto sender = LivenessSender::Start(o);
+    EXPECT_TRUE(sender.ok()) << sender.status();
+    return sender.ok() ? *std::move(sender) : nullptr;
+  }
+
+  uint64_t SilentToken() {
+    absl::MutexLock lock(&mu_);
+    return silent_token_;
+  }
+
+  static constexpr uint32_t kIndex = 12;
+  std::unique_ptr<LivenessReceiver> receiver_;
+  LivenessKey key_{};
+  std::atomic<int> acks_{0};
+  absl::Notification server_silent_;
+  absl::Mutex mu_;
+  uint64_t silent_token_ = 0;
+  TimePoint silent_at_{};
+  Duration reported_silence_{};
+};
+
+TEST_F(LivenessPathTest, AStoppedSenderIsSuspectedInAFewHundredMilliseconds) {
+  std::unique_ptr<LivenessSender> sender = StartSender();
+  ASSERT_NE(sender, nullptr);
+  // A second of heartbeats: every one answered, nobody suspected.
+  const auto beating_until = std::chrono::steady_clock::now() + milliseconds(1000);
+  while (std::chrono::steady_clock::now() < beating_until) {
+    std::this_thread::sleep_for(milliseconds(10));
+    ASSERT_EQ(SilentToken(), 0u) << "a beating sender was suspected";
+  }
+  EXPECT_GE(acks_.load(), 30);
+  EXPECT_GE(receiver_->counters().heartbeats, 30u);
+  EXPECT_EQ(receiver_->counters().refused, 0u);
+  EXPECT_FALSE(server_silent_.HasBeenNotified());
+
+  const TimePoint stopped = std::chrono::steady_clock::now();
+  sender.reset();
+  const auto deadline = stopped + milliseconds(2000);
+  while (SilentToken() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(1));
+  }
+  ASSERT_EQ(SilentToken(), 99u);
+  const auto detection = std::chrono::duration_cast<milliseconds>(silent_at_ - stopped);
+  std::printf("receiver suspected the stopped sender after %lld ms (silence %lld ms)\n",
+              static_cast<long long>(detection.count()),
+              static_cast<long long>(ToMillis(reported_silence_)));
+  EXPECT_LE(detection, milliseconds(400));
+  EXPECT_GE(detection, milliseconds(150));  // not before the acceptable pause
+}
+
+TEST_F(LivenessPathTest, ASenderWhoseServerStopsAnsweringSuspectsIt) {
+  std::unique_ptr<LivenessSender> sender = StartSender();
+  ASSERT_NE(sender, nullptr);
+  const auto wait_acks = std::chrono::steady_clock::now() + milliseconds(2000);
+  while (acks_.load() < 10 && std::chrono::steady_clock::now() < wait_acks) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  ASSERT_GE(acks_.load(), 10);
+  const TimePoint unwatched = std::chrono::steady_clock::now();
+  receiver_->Unwatch(kIndex);  // the server forgets the node: no more acks
+  ASSERT_TRUE(server_silent_.WaitForNotificationWithTimeout(absl::Seconds(2)));
+  const auto detection = std::chrono::steady_clock::now() - unwatched;
+  EXPECT_LE(detection, milliseconds(400));
+  EXPECT_GT(receiver_->counters().refused, 0u);  // its heartbeats, to an unknown index
+}
+
+TEST_F(LivenessPathTest, ForgedAndReplayedDatagramsKeepNobodyAlive) {
+  absl::StatusOr<UdpSocket> attacker = ConnectUdp("127.0.0.1", receiver_->port());
+  ASSERT_TRUE(attacker.ok()) << attacker.status();
+  LivenessPacket p;
+  p.node_index = kIndex;
+  p.incarnation = 1;
+  p.seq = 1;
+  const PacketBytes genuine = EncodePacket(p, key_);
+  const PacketBytes forged = EncodePacket(p, DeriveLivenessKey("guess", receiver_->salt(), kIndex));
+  ASSERT_EQ(send(attacker->fd(), genuine.data(), genuine.size(), 0), 52);
+  // Until the detector has two heartbeats it cannot judge; the genuine one started the clock.
+  const auto deadline = std::chrono::steady_clock::now() + milliseconds(2000);
+  while (SilentToken() == 0 && std::chrono::steady_clock::now() < deadline) {
+    // A replay of the genuine packet and forgeries, every 10 ms: none is a sign of life.
+    send(attacker->fd(), genuine.data(), genuine.size(), 0);
+    send(attacker->fd(), forged.data(), forged.size(), 0);
+    send(attacker->fd(), genuine.data(), 20, 0);
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  EXPECT_EQ(SilentToken(), 99u) << "replayed or forged datagrams kept the node alive";
+  EXPECT_EQ(receiver_->counters().heartbeats, 1u);
+  EXPECT_GT(receiver_->counters().refused, 10u);
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
