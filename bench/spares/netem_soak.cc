@@ -188,6 +188,9 @@ class Soak {
   std::vector<std::string> false_detections_;
   std::map<std::string, int64_t> restarts_after_soak_;
   std::vector<std::string> liveness_metrics_;
+  // UDP flows (the liveness path's heartbeats to the server, its acks to the agents) as
+  // delivered by the relays at the end of the soak: their longest silences.
+  std::vector<testing::FrameRelay::UdpFlow> heartbeats_, acks_;
   nlohmann::json status_after_soak_;
   std::optional<double> detection_s_;
   std::string detection_line_, detection_cause_;
@@ -411,6 +414,16 @@ int Soak::Run() {
   soak_s_ = std::chrono::duration<double>(Clock::now() - soak_start).count();
   cpu_busy_ = static_cast<double>(cpu1.busy - cpu0.busy) /
               static_cast<double>(std::max<uint64_t>(1, cpu1.total - cpu0.total));
+  // The silences the two ends of the liveness path met (relay only: it sees every frame).
+  for (int h = 1; h <= hosts_.size(); ++h) {
+    for (const auto& f : hosts_.UdpFlowsTo(h)) {
+      if (f.frames < 100) continue;  // not a heartbeat stream
+      (h == 1 ? heartbeats_ : acks_).push_back(f);
+      std::cout << absl::StrFormat("netem-soak: udp %s -> %s: %d datagrams, longest gap %.0f ms\n",
+                                   f.from, f.to, f.frames,
+                                   static_cast<double>(f.longest_gap.count()) / 1000);
+    }
+  }
   // Every other witness of a loss: the metrics, the run's status, the agents' timelines.
   const std::string metrics = Metrics();
   if (metrics.empty()) Problem("no /metrics from " + http_);
@@ -478,6 +491,23 @@ std::string Soak::Report() {
         dropped, 100.0 * static_cast<double>(dropped) / static_cast<double>(passed + dropped),
         hosts_.RelaysRealtime() ? "yes" : "no");
   }
+  auto longest = [](const std::vector<testing::FrameRelay::UdpFlow>& flows) {
+    std::chrono::microseconds m{0};
+    uint64_t frames = 0;
+    for (const auto& f : flows) {
+      m = std::max(m, f.longest_gap);
+      frames += f.frames;
+    }
+    return std::make_pair(static_cast<double>(m.count()) / 1000, frames);
+  };
+  const auto [hb_gap, hb_frames] = longest(heartbeats_);
+  const auto [ack_gap, ack_frames] = longest(acks_);
+  if (!heartbeats_.empty()) {
+    absl::StrAppendFormat(&out,
+                          "- longest silence met by the server: %.0f ms (%d heartbeat flows, %d "
+                          "datagrams delivered); by an agent (acks): %.0f ms (%d flows, %d)\n",
+                          hb_gap, heartbeats_.size(), hb_frames, ack_gap, acks_.size(), ack_frames);
+  }
   absl::StrAppendFormat(&out, "- false detections: %d\n", false_detections_.size());
   for (const std::string& f : false_detections_) absl::StrAppend(&out, "  - ", f, "\n");
   for (const std::string& l : liveness_metrics_) absl::StrAppend(&out, "- metric: `", l, "`\n");
@@ -503,6 +533,8 @@ std::string Soak::Report() {
                         {"frames_sent", passed + dropped},
                         {"frames_dropped", dropped},
                         {"false_detections", false_detections_},
+                        {"longest_heartbeat_silence_ms", hb_gap},
+                        {"longest_ack_silence_ms", ack_gap},
                         {"liveness_metrics", liveness_metrics_},
                         {"problems", problems_}};
     if (detection_s_) {

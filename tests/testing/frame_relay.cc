@@ -13,6 +13,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <map>
 #include <queue>
 #include <random>
 #include <thread>
@@ -151,8 +153,8 @@ absl::StatusOr<LinkImpairment> ParseNetemArgs(const std::string& args) {
 // its time comes.
 class FrameRelay::Direction {
  public:
-  Direction(int from, int to, LinkImpairment impairment, uint64_t seed)
-      : from_(from), to_(to), impairment_(impairment), rng_(seed) {}
+  Direction(int from, int to, LinkImpairment impairment, uint64_t seed, bool track_udp)
+      : from_(from), to_(to), impairment_(impairment), rng_(seed), track_udp_(track_udp) {}
   ~Direction() {
     {
       absl::MutexLock lock(&mu_);
@@ -175,6 +177,13 @@ class FrameRelay::Direction {
   }
 
   Counts counts() const { return {passed_.load(), dropped_.load()}; }
+
+  std::vector<UdpFlow> flows() const {
+    absl::MutexLock lock(&flows_mu_);
+    std::vector<UdpFlow> out;
+    for (const auto& [key, f] : flows_) out.push_back(f.flow);
+    return out;
+  }
 
  private:
   struct Held {
@@ -242,7 +251,36 @@ class FrameRelay::Direction {
 
   void Send(const char* data, size_t size) {
     // A cut link (the interface down) refuses frames: they are lost, as on a cable.
-    if (send(to_, data, size, MSG_DONTWAIT) == static_cast<ssize_t>(size)) ++passed_;
+    if (send(to_, data, size, MSG_DONTWAIT) != static_cast<ssize_t>(size)) return;
+    ++passed_;
+    if (track_udp_)
+      Track(reinterpret_cast<const uint8_t*>(data) + sizeof(VnetHeader), size - sizeof(VnetHeader));
+  }
+
+  // An IPv4 UDP frame: its flow's frame count and longest gap.
+  void Track(const uint8_t* f, size_t n) {
+    constexpr size_t kEth = 14;
+    if (n < kEth + 20 || f[12] != 0x08 || f[13] != 0x00) return;
+    const uint8_t* ip = f + kEth;
+    const size_t ihl = static_cast<size_t>(ip[0] & 0x0f) * 4;
+    if (ip[9] != 17 || n < kEth + ihl + 8) return;
+    const uint8_t* udp = ip + ihl;
+    auto addr = [](const uint8_t* a, const uint8_t* port) {
+      return absl::StrCat(a[0], ".", a[1], ".", a[2], ".", a[3], ":", (port[0] << 8) | port[1]);
+    };
+    const std::string from = addr(ip + 12, udp), to = addr(ip + 16, udp + 2);
+    const Clock::time_point now = Clock::now();
+    absl::MutexLock lock(&flows_mu_);
+    Flow& flow = flows_[from + ">" + to];
+    if (flow.flow.frames++ == 0) {
+      flow.flow.from = from;
+      flow.flow.to = to;
+    } else {
+      flow.flow.longest_gap =
+          std::max(flow.flow.longest_gap,
+                   std::chrono::duration_cast<std::chrono::microseconds>(now - flow.last));
+    }
+    flow.last = now;
   }
 
   const int from_, to_;
@@ -253,6 +291,13 @@ class FrameRelay::Direction {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::priority_queue<Held, std::vector<Held>, std::greater<Held>> queue_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> passed_{0}, dropped_{0};
+  const bool track_udp_;
+  struct Flow {
+    UdpFlow flow;
+    Clock::time_point last;
+  };
+  mutable absl::Mutex flows_mu_;
+  std::map<std::string, Flow> flows_ ABSL_GUARDED_BY(flows_mu_);
   std::thread reader_, sender_;
 };
 
@@ -269,8 +314,9 @@ absl::StatusOr<std::unique_ptr<FrameRelay>> FrameRelay::Start(
   std::unique_ptr<FrameRelay> relay(new FrameRelay());
   relay->fds_[0] = *fa;
   relay->fds_[1] = *fb;
-  relay->forward_ = std::make_unique<Direction>(*fa, *fb, a_to_b, seed);
-  relay->backward_ = std::make_unique<Direction>(*fb, *fa, b_to_a, seed ^ 0x9e3779b97f4a7c15ULL);
+  relay->forward_ = std::make_unique<Direction>(*fa, *fb, a_to_b, seed, /*track_udp=*/false);
+  relay->backward_ = std::make_unique<Direction>(*fb, *fa, b_to_a, seed ^ 0x9e3779b97f4a7c15ULL,
+                                                 /*track_udp=*/true);
   relay->forward_->Start(&relay->realtime_threads_);
   relay->backward_->Start(&relay->realtime_threads_);
   return relay;
@@ -286,5 +332,6 @@ FrameRelay::~FrameRelay() {
 
 FrameRelay::Counts FrameRelay::a_to_b() const { return forward_->counts(); }
 FrameRelay::Counts FrameRelay::b_to_a() const { return backward_->counts(); }
+std::vector<FrameRelay::UdpFlow> FrameRelay::UdpFlowsToA() const { return backward_->flows(); }
 
 }  // namespace ddprun::testing

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -55,6 +56,15 @@ class FrameRelay {
 
   Counts a_to_b() const;
   Counts b_to_a() const;
+
+  // One UDP flow among the frames relayed from b to a (IPv4 only): the longest time between two
+  // of its frames leaving the relay, i.e. the longest silence its receiver on a's side met.
+  struct UdpFlow {
+    std::string from, to;  // "10.213.0.2:40000"
+    uint64_t frames = 0;
+    std::chrono::microseconds longest_gap{0};
+  };
+  std::vector<UdpFlow> UdpFlowsToA() const;
   // False when the threads could not be made SCHED_FIFO (then busy cores delay frames more).
   // Known once the threads have started (they set it themselves).
   bool realtime() const { return realtime_threads_.load() == 4; }

@@ -163,6 +163,12 @@ std::optional<FrameRelay::Counts> NetHosts::ImpairedCounts(int host) const {
   return it->second->a_to_b();
 }
 
+std::vector<FrameRelay::UdpFlow> NetHosts::UdpFlowsTo(int host) const {
+  auto it = relays_.find(host);
+  if (it == relays_.end()) return {};
+  return it->second->UdpFlowsToA();
+}
+
 bool NetHosts::RelaysRealtime() const {
   for (const auto& [host, relay] : relays_) {
     if (!relay->realtime()) return false;

@@ -57,6 +57,9 @@ class NetHosts {
   // Frames the relay of Impair(host) passed and dropped (the host's egress); nullopt for a
   // host not impaired by the relay.
   std::optional<FrameRelay::Counts> ImpairedCounts(int host) const;
+  // The UDP flows the relay of Impair(host) delivered to the host, with their longest silence
+  // at its door; empty for a host not impaired by the relay.
+  std::vector<FrameRelay::UdpFlow> UdpFlowsTo(int host) const;
   // False when a relay's threads could not be made real-time (see frame_relay.h).
   bool RelaysRealtime() const;
 
