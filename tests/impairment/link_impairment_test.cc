@@ -1,7 +1,7 @@
 // NetHosts::Impair (tests/testing/net_hosts.h), which the false-detection soak
 // (bench/spares/netem_soak.cc) stands on: a link impaired with "loss 10% delay 50ms 50ms" loses
 // and delays UDP datagrams as netem does (tc netem where the kernel has it, else the user-space
-// FrameRelay), measured by round trips between two namespaced hosts. Root only.
+// FrameRelay), measured by round trips between two namespaced hosts (udp_rtt.py). Root only.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -29,7 +29,7 @@ struct RoundTrips {
 
 // N datagrams from host 1 to an echo on host 2 and back.
 RoundTrips Measure(const NetHosts& hosts, int n) {
-  const std::string script = testing::IntegrationScript("udp_rtt.py");
+  const std::string script = testing::SourcePath("tests/impairment/udp_rtt.py");
   Subprocess echo(hosts.On(2, {testing::SystemPython(), script, "echo", "7000"}));
   Subprocess send(hosts.On(
       1, {testing::SystemPython(), script, "send", hosts.Address(2), "7000", std::to_string(n)}));
