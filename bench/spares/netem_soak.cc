@@ -380,12 +380,20 @@ int Soak::Run() {
   spinners_ = StartSpinners(o_.spinners < 0 ? cores : o_.spinners);
   const auto began = Clock::now();
   for (int h = 2; h <= hosts_.size(); ++h) agents_.push_back(StartAgent(h));
-  if (!testing::WaitUntil(
-          [&] {
-            return testing::CountOccurrences(testing::ReadFile(dir_ + "/log"), "started") ==
-                   o_.agents;
-          },
-          120s)) {
+  // Until every worker runs, or an agent gave up (it would not come back).
+  const bool formed = testing::WaitUntil(
+      [&] {
+        for (const auto& a : agents_) {
+          if (!a->running()) return true;
+        }
+        return testing::CountOccurrences(testing::ReadFile(dir_ + "/log"), "started") == o_.agents;
+      },
+      120s);
+  if (!formed ||
+      testing::CountOccurrences(testing::ReadFile(dir_ + "/log"), "started") != o_.agents) {
+    for (const auto& a : agents_) {
+      if (!a->running()) Problem("an agent exited before the job ran: " + a->err());
+    }
     Problem("the job never ran on every host: " + testing::ReadFile(dir_ + "/log") +
             server_->err());
     Teardown();
