@@ -118,6 +118,18 @@ inline constexpr EnvVariable kControlSocketVariable{
     "workers (ddp-train, ddprun_inprocess)",
     "--restart-mode=in-process: the agent's control channel, on which a surviving worker hears "
     "of a new round and says it is ready."};
+inline constexpr EnvVariable kLeaseFdVariable{
+    "DDPRUN_LEASE_FD",
+    "file descriptor number",
+    "unset: no local lease (the worker commits as it always did)",
+    "",
+    VariableUse::kToWorkers,
+    "workers (ddp-train, ddprun_inprocess)",
+    "--rdzv-backend=c10d: a read-only shared-memory page (common/lease_page.h) whose "
+    "valid_until (CLOCK_MONOTONIC ns, little-endian int64 at byte 8) the agent moves on each "
+    "time the rendezvous server answers it. A worker commits nothing (step, checkpoint, "
+    "pointer) past it: in-process it waits for the next round, otherwise ddp-train exits 75 "
+    "(docs/design.md, \"Fencing\")."};
 inline constexpr EnvVariable kPreloadFdVariable{
     "DDPRUN_PRELOAD_FD",
     "file descriptor number",

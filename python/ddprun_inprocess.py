@@ -58,6 +58,15 @@ The contract:
   holds (-1: none; ``start_step`` when resuming from a checkpoint). Call ``rnd.step_done(step)``
   right after ``optimizer.step()``: a step whose update was not applied was never done, and one
   that was applied must be counted, or a rank would hold a state it does not name.
+* The local lease (``DDPRUN_LEASE_FD``, docs/design.md "Fencing"): ddprun's agent vouches, in a
+  shared page, until when the rendezvous server has this node as a member. Past it nothing may
+  be committed: ``step_done`` does not count the step, gives up the state this process holds
+  (its step becomes -1, so the next round sends it the newest state instead of taking its
+  own) and raises :class:`LeaseExpired` (a RoundOver: in-process, ``with rnd:`` swallows it
+  and the loop waits for the next round); without a control channel it exits the process
+  with code 75 (``LEASE_EXPIRED_EXIT``). Before writing a checkpoint, ask
+  ``rnd.may_commit()`` (False past the lease). Without the variable (torchrun, other
+  backends) the lease is always valid.
 * The environment: every round sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
   GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
   TORCHELASTIC_RESTART_COUNT and DDPRUN_ROUND in ``os.environ`` to the round's values, as a cold
@@ -110,9 +119,11 @@ import base64
 import collections
 import datetime
 import json
+import mmap
 import os
 import socket
 import stat
+import struct
 import sys
 import threading
 import time
@@ -124,12 +135,15 @@ import torch.distributed as dist
 __all__ = [
     "ControlError",
     "Control",
+    "LEASE_EXPIRED_EXIT",
+    "LeaseExpired",
     "RecoveryError",
     "Round",
     "RoundInfo",
     "RoundOver",
     "StateError",
     "connect",
+    "lease_valid",
     "rounds",
     "run",
 ]
@@ -141,6 +155,40 @@ _MAX_INT = 2**31 - 1
 _MAX_ROUND = 2**53
 _DEFAULT_DEADLINE_S = 60.0
 _MIN_TIMEOUT_S = 10.0
+LEASE_FD_ENV = "DDPRUN_LEASE_FD"
+LEASE_EXPIRED_EXIT = 75  # trainer/io/commit_guard.h kExitLeaseExpired
+_LEASE_MAGIC = 0x4C504444  # common/lease_page.h: "DDPL", version 1, valid_until at byte 8
+_LEASE_PAGE = 4096
+_lease_page = None  # the mapping, False when there is no lease
+
+
+def _lease_until_ns():
+    """The lease's valid_until (CLOCK_MONOTONIC ns), or None without DDPRUN_LEASE_FD."""
+    global _lease_page
+    if _lease_page is None:
+        value = os.environ.get(LEASE_FD_ENV, "")
+        if not value:
+            _lease_page = False
+        else:
+            try:
+                fd = int(value)
+                page = mmap.mmap(fd, _LEASE_PAGE, mmap.MAP_SHARED, mmap.PROT_READ)
+            except (ValueError, OSError) as e:
+                raise ValueError(f"{LEASE_FD_ENV}={value}: not a ddprun lease page: {e}") from e
+            magic, version = struct.unpack_from("<II", page, 0)
+            if magic != _LEASE_MAGIC or version != 1:
+                raise ValueError(f"{LEASE_FD_ENV}={value}: not a ddprun lease page (version 1)")
+            _lease_page = page
+    if _lease_page is False:
+        return None
+    return struct.unpack_from("<q", _lease_page, 8)[0]
+
+
+def lease_valid():
+    """True unless ddprun's local lease (DDPRUN_LEASE_FD) has expired: past it this node may
+    have been given up by its run and must commit nothing. Always True without the variable."""
+    until = _lease_until_ns()
+    return until is None or time.monotonic_ns() < until
 
 
 _progress_fd = None
@@ -171,6 +219,10 @@ def _report_step(step):
 
 class RoundOver(Exception):
     """This worker's round is over (aborted, superseded, or the agent is gone): abandon it."""
+
+
+class LeaseExpired(RoundOver):
+    """ddprun's local lease expired: this node may have been given up; nothing is committed."""
 
 
 class ControlError(Exception):
@@ -560,10 +612,27 @@ class Round:
         agent is gone (the worker should exit)."""
         if isinstance(step, bool) or not isinstance(step, int):
             raise TypeError(f"step_done: step must be an int, not {type(step).__name__}")
+        if not lease_valid():
+            self._stop_on_lease(step)
         self.step = step
         _report_step(step + 1)
         if self.over():
             self._raise_over()
+
+    def may_commit(self):
+        """False once ddprun's local lease expired (ask before writing a checkpoint)."""
+        return lease_valid()
+
+    def _stop_on_lease(self, step):
+        # The update of `step` may be applied already: the state this process holds is no
+        # longer one it can name, so it claims none and takes the newest in the next round.
+        self.step = -1
+        message = (f"round {self.round}: rank {self.rank}: not committing step {step}: ddprun's "
+                   f"local lease expired (this node may have been given up by its run)")
+        _log(message)
+        if self._ctl is None:
+            raise SystemExit(LEASE_EXPIRED_EXIT)
+        raise LeaseExpired(message)
 
     def _raise_over(self):
         ctl = self._ctl

@@ -5,11 +5,17 @@
 //   2. the server's CPU while every agent heartbeats every --keep-alive seconds;
 //   3. failure-to-restart: one agent reports a worker failure; time until every agent has the
 //      restart and the next round's assignment.
+// With --liveness the run has the liveness path on (rendezvous/liveness/): after the gRPC
+// heartbeats, every agent sends authenticated heartbeat datagrams every --liveness-interval-ms
+// for --heartbeat-seconds (from --liveness-threads sockets, spread over the interval), and the
+// server's CPU for receiving, judging and acking them is reported, with the packets it acked
+// and whether any agent was declared silent.
 // With --scrape-http the daemon also serves /metrics (--http-port 0) and a scraper GETs it
 // every second for the whole run, as Prometheus would: the cost of being watched.
 // The server runs in its own process so that its CPU (from /proc/PID/stat) is its own.
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +25,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -34,6 +41,8 @@
 #include "rendezvous/grpc/proto_convert.h"
 #include "rendezvous/grpc/rendezvous_client.h"
 #include "rendezvous/grpc/security.h"
+#include "rendezvous/liveness/packet.h"
+#include "rendezvous/liveness/udp_socket.h"
 #include "tests/testing/loopback.h"
 
 extern char** environ;
@@ -98,6 +107,75 @@ class Tally {
   int restarts_ ABSL_GUARDED_BY(mu_) = 0;
   int closed_ ABSL_GUARDED_BY(mu_) = 0;
 };
+
+// What an agent's Joined said about the liveness path.
+struct LivenessJoin {
+  std::atomic<int> port{0};
+  uint32_t index = 0;
+  std::optional<PacketMac> mac;
+};
+
+// The liveness phase: `joins` agents' heartbeats every `interval` for `seconds`, from `threads`
+// sockets, each thread sending its share spread over the interval (sendmmsg in batches), and
+// reading (counting) the acks. Returns the acks received.
+uint64_t SendLivenessHeartbeats(const std::string& host, std::vector<LivenessJoin>& joins,
+                                std::chrono::milliseconds interval, double seconds, int threads,
+                                uint64_t* sent_total) {
+  std::atomic<uint64_t> acks{0}, sent{0};
+  std::vector<std::thread> senders;
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(seconds));
+  for (int t = 0; t < threads; ++t) {
+    senders.emplace_back([&, t] {
+      absl::StatusOr<UdpSocket> socket = ConnectUdp(host, joins[0].port.load());
+      if (!socket.ok()) return;
+      std::vector<size_t> mine;
+      for (size_t i = t; i < joins.size(); i += threads) mine.push_back(i);
+      std::vector<uint64_t> seq(mine.size(), 0);
+      // 1 ms slices: each sends the agents whose turn in the interval falls in it.
+      const int slices = std::max<int>(1, static_cast<int>(interval.count()));
+      const size_t per_slice = (mine.size() + slices - 1) / slices;
+      size_t next = 0;
+      std::vector<PacketBytes> out(per_slice);
+      std::vector<iovec> iov(per_slice);
+      std::vector<mmsghdr> msgs(per_slice);
+      uint8_t ack[kPacketBytes + 1];
+      auto slice_at = Clock::now();
+      while (Clock::now() < until) {
+        size_t n = 0;
+        for (; n < per_slice && !mine.empty(); ++n, next = (next + 1) % mine.size()) {
+          LivenessPacket p;
+          p.node_index = joins[mine[next]].index;
+          p.incarnation = 1;
+          p.seq = ++seq[next];
+          out[n] = EncodePacket(p, *joins[mine[next]].mac);
+          iov[n] = {out[n].data(), out[n].size()};
+          msgs[n] = {};
+          msgs[n].msg_hdr.msg_iov = &iov[n];
+          msgs[n].msg_hdr.msg_iovlen = 1;
+        }
+        for (size_t done = 0; done < n;) {
+          const int r = sendmmsg(socket->fd(), msgs.data() + done, n - done, 0);
+          if (r <= 0) break;
+          done += r;
+          sent += r;
+        }
+        while (recv(socket->fd(), ack, sizeof(ack), MSG_DONTWAIT) > 0) ++acks;
+        // Pacing of the generator itself (one slice a millisecond), not a wait in a test.
+        slice_at += std::chrono::milliseconds(1);
+        std::this_thread::sleep_until(slice_at);
+      }
+      const auto drain_until = Clock::now() + std::chrono::milliseconds(100);
+      while (Clock::now() < drain_until) {
+        while (recv(socket->fd(), ack, sizeof(ack), MSG_DONTWAIT) > 0) ++acks;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    });
+  }
+  for (std::thread& s : senders) s.join();
+  *sent_total = sent.load();
+  return acks.load();
+}
 
 struct Daemon {
   pid_t pid = -1;
@@ -195,6 +273,8 @@ int Main(int argc, char** argv) {
   double heartbeat_seconds = 10, keep_alive = 1.0;
   std::string endpoint, daemon_path;
   bool scrape_http = false;
+  bool liveness = false;
+  int liveness_interval_ms = 20, liveness_threads = 2;
   CLI::App app{"rendezvous load generator"};
   app.add_option("--agents", agents, "simulated agents (one stream each)");
   app.add_option("--channels", channels, "TCP connections the streams share");
@@ -206,6 +286,11 @@ int Main(int argc, char** argv) {
   app.add_option("--daemon", daemon_path, "ddprun-rdzv to start (default: next to this binary)");
   app.add_flag("--scrape-http", scrape_http,
                "serve /metrics (--http-port 0) and GET it every second during the run");
+  app.add_flag("--liveness", liveness,
+               "the run has the liveness path on; its heartbeat phase sends datagrams");
+  app.add_option("--liveness-interval-ms", liveness_interval_ms,
+                 "the run's liveness heartbeat interval");
+  app.add_option("--liveness-threads", liveness_threads, "sockets sending the datagrams");
   CLI11_PARSE(app, argc, argv);
 
   const std::string token = "load-test-token";
@@ -240,6 +325,9 @@ int Main(int argc, char** argv) {
   timeouts.keep_alive_interval = std::chrono::milliseconds(static_cast<int>(keep_alive * 1000));
   timeouts.keep_alive_max_attempt = 10;
   timeouts.last_call_timeout = std::chrono::seconds(0);
+  timeouts.liveness.enabled = liveness;
+  timeouts.liveness.interval = std::chrono::milliseconds(liveness_interval_ms);
+  std::vector<LivenessJoin> liveness_joins(agents);
   Tally tally;
   std::vector<std::unique_ptr<AgentCall>> calls;
   calls.reserve(agents);
@@ -247,7 +335,13 @@ int Main(int argc, char** argv) {
   std::vector<proto::AgentMessage> joins(agents);
   for (int i = 0; i < agents; ++i) {
     auto call = std::make_unique<AgentCall>(
-        [&tally](proto::ServerMessage m) {
+        [&tally, &lj = liveness_joins[i]](proto::ServerMessage m) {
+          if (m.has_joined() && m.joined().liveness_port() > 0) {
+            lj.index = m.joined().liveness_node_index();
+            lj.mac.emplace(
+                DeriveLivenessKey(m.joined().member_key(), m.joined().liveness_salt(), lj.index));
+            lj.port = m.joined().liveness_port();  // last: the sender threads read it after
+          }
           if (m.has_assignment()) tally.Assigned(m.assignment().round());
           if (m.has_restart()) tally.Restarted();
           if (m.has_close()) tally.Closed();
@@ -334,6 +428,39 @@ int Main(int argc, char** argv) {
   }
   std::printf("worker failure on one node -> all %d nodes restarted and reassigned in %.3f s\n",
               agents, Seconds(Clock::now() - f0));
+
+  // Last: once it ends, every agent falls silent and the server declares them lost.
+  if (liveness && heartbeat_seconds > 0) {
+    for (const LivenessJoin& j : liveness_joins) {
+      if (j.port.load() == 0) {
+        std::fprintf(stderr, "rdzv-load: an agent's Joined named no liveness port\n");
+        return 1;
+      }
+    }
+    const int restarts_before = tally.restarts();
+    const double cpu0 = daemon.pid > 0 ? ProcessCpuSeconds(daemon.pid) : 0;
+    const auto l0 = Clock::now();
+    uint64_t sent = 0;
+    const uint64_t acks =
+        SendLivenessHeartbeats(endpoint.substr(0, endpoint.rfind(':')), liveness_joins,
+                               std::chrono::milliseconds(liveness_interval_ms), heartbeat_seconds,
+                               liveness_threads, &sent);
+    const double elapsed = Seconds(Clock::now() - l0);
+    std::printf(
+        "liveness: %d agents every %d ms (%.0f datagrams/s asked): sent %.0f/s, acked %.0f/s "
+        "(%.1f%%)",
+        agents, liveness_interval_ms, agents * 1000.0 / liveness_interval_ms, sent / elapsed,
+        acks / elapsed, sent > 0 ? 100.0 * acks / sent : 0.0);
+    if (daemon.pid > 0) {
+      std::printf(": server CPU %.1f%% of one core",
+                  100 * (ProcessCpuSeconds(daemon.pid) - cpu0) / elapsed);
+    }
+    std::printf("\n");
+    if (tally.restarts() > restarts_before || tally.closed() > 0) {
+      std::fprintf(stderr, "rdzv-load: an agent was declared lost during the liveness phase\n");
+      return 1;
+    }
+  }
 
   if (scraper != nullptr) std::printf("http: %s\n", scraper->Summary().c_str());
   scraper.reset();

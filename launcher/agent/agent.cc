@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -153,12 +154,15 @@ void Agent::OnAssignment(const rendezvous::Assignment& assignment) {
 }
 
 void Agent::OnRestart(rendezvous::Cause cause, const std::string& reason,
-                      const std::optional<rendezvous::HangNotice>& hang) {
-  LogInfo(reason);
+                      const std::optional<rendezvous::HangNotice>& hang,
+                      const rendezvous::RestartFacts& facts) {
+  LogInfo(facts.spare_used ? absl::StrCat(reason, "; a spare takes its place") : reason);
   if (!failure_in_cycle_) {  // else the restart is the consequence of this node's own failure
     StepEvent detected{Step::kFailureDetected};
     detected.cause = HeardCause(cause, hang.has_value());
     detected.detail = reason;
+    if (facts.lost_silent_s) detected.detect_ms = std::llround(*facts.lost_silent_s * 1000);
+    detected.spare_used = facts.spare_used;
     RecordStep(detected);
   }
   NoteHangNotice(hang);

@@ -53,7 +53,9 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   // RendezvousEvents
   void OnAssignment(const rendezvous::Assignment& assignment) override;
   void OnRestart(rendezvous::Cause cause, const std::string& reason,
-                 const std::optional<rendezvous::HangNotice>& hang) override;
+                 const std::optional<rendezvous::HangNotice>& hang,
+                 const rendezvous::RestartFacts& facts) override;
+  void OnStandby(const rendezvous::StandbyNotice& standby) override;
   void OnClosed(const absl::Status& status,
                 const std::optional<rendezvous::HangNotice>& hang) override;
   void OnReconnecting(const std::string& why) override;
@@ -149,6 +151,9 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   // --health-check: one run, its verdict, the next try.
   void RunHealthCheck();
   void OnHealthVerdict(const HealthVerdict& verdict);
+  // While a spare with --health-check: the check every kStandbyCheckInterval. `generation`
+  // ends the chain of an earlier spell as a spare.
+  void ScheduleStandbyCheck(uint64_t generation);
 
   // The run record (agent_record.cc): timeline, events.jsonl, goodput ledger, torchrun's events.
   // Records a step of the run (run_timeline.h): events.jsonl with --log-dir, and after a
@@ -224,6 +229,7 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   std::set<pid_t> started_worker_pids_;          // of the last cold start, for gpu_release_
   rendezvous::NodeInfo node_;                    // what Run() joins with
   bool joined_ = false;                          // Join() called (a later step in is StepIn())
+  uint64_t standby_generation_ = 0;              // spells as a spare so far
 };
 
 }  // namespace ddprun::launcher

@@ -44,6 +44,27 @@ void Agent::RunHealthCheck() {
   health_->Run([this](const HealthVerdict& v) { OnHealthVerdict(v); });
 }
 
+void Agent::OnStandby(const rendezvous::StandbyNotice& standby) {
+  const bool already = state_.standby();
+  Execute(state_.OnStandby());
+  if (already || !state_.standby()) return;  // logged once per spell as a spare
+  LogInfo(absl::StrCat(
+      "waiting as a spare for run ", run_id_, ": ", standby.members, " members running (round ",
+      standby.round, "), spare ", standby.position + 1, " in line",
+      health_ != nullptr
+          ? absl::StrCat("; --health-check re-run every ", SecondsText(kStandbyCheckInterval))
+          : ""));
+  if (health_ != nullptr) ScheduleStandbyCheck(++standby_generation_);
+}
+
+void Agent::ScheduleStandbyCheck(uint64_t generation) {
+  loop_.AddTimerAfter(kStandbyCheckInterval, [this, generation] {
+    if (generation != standby_generation_ || !state_.standby()) return;
+    Execute(state_.OnStandbyCheckDue());
+    ScheduleStandbyCheck(generation);
+  });
+}
+
 void Agent::OnHealthVerdict(const HealthVerdict& v) {
   const std::string described =
       absl::StrCat("--health-check '", health_->command(), "' ", v.Describe());

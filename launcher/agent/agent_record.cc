@@ -39,7 +39,11 @@ void Agent::NoteInLedger(const StepEvent& e) {
   if (ledger_ == nullptr) return;
   switch (e.step) {
     case Step::kFailureDetected:
-      ledger_->OnFailure(e.when, e.cause.value_or(rendezvous::Cause::kUnspecified), std::nullopt);
+      ledger_->OnFailure(e.when, e.cause.value_or(rendezvous::Cause::kUnspecified),
+                         e.detect_ms
+                             ? std::optional<Duration>(std::chrono::milliseconds(*e.detect_ms))
+                             : std::nullopt,
+                         e.spare_used);
       break;
     case Step::kStopFinished:
     case Step::kRoundAborted:

@@ -187,6 +187,11 @@ SpawnRequest Agent::WorkerSpawn(int lr, Environment env) const {
   SpawnRequest spawn;
   spawn.env = std::move(env);
   hangs_.AddWorkerEnv(lr, options_.entrypoint_kind != EntrypointKind::kBinary, &spawn.env);
+  if (setup_.lease != nullptr) {
+    spawn.env[kLeaseFdVariable.name] = absl::StrCat(setup_.lease->worker_fd());
+  } else {
+    spawn.env.erase(kLeaseFdVariable.name);  // an outer ddprun's, not this agent's
+  }
   if (reform_) {
     spawn.env[control::kControlSocketEnv] = reform_->socket_path();
     std::string& path = spawn.env["PYTHONPATH"];

@@ -11,13 +11,14 @@ int64_t Millis(TimePoint from, TimePoint to) {
 
 }  // namespace
 
-void GoodputLedger::OnFailure(TimePoint t, rendezvous::Cause cause,
-                              std::optional<Duration> detect) {
+void GoodputLedger::OnFailure(TimePoint t, rendezvous::Cause cause, std::optional<Duration> detect,
+                              bool spare_used) {
   last_step_.reset();
   if (open_.has_value()) return;
   Open o;
   o.failed_at = t;
   o.record.cause = cause;
+  o.record.spare_used = spare_used;
   if (detect.has_value()) {
     o.record.detect_ms = std::chrono::duration_cast<std::chrono::milliseconds>(*detect).count();
   }

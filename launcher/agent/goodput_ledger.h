@@ -35,11 +35,14 @@ struct RecoveryRecord {
   int64_t round = -1;  // the round the recovery ran into
   std::string mode;    // "cold" or "in-process": how this node recovered
   rendezvous::Cause cause = rendezvous::Cause::kUnspecified;  // the failure's (run_timeline.h)
-  std::optional<int64_t> detect_ms;  // the cause's own detection time, where known (a hang's)
+  // The cause's own detection time, where known: for a lost node, how long the rendezvous took
+  // to declare it lost (RestartFacts::lost_silent_s).
+  std::optional<int64_t> detect_ms;
   std::optional<int64_t> stop_ms, rendezvous_ms, start_ms, restore_ms;
   int64_t first_step_ms = 0;
   std::optional<int64_t> restored_step;
   std::optional<int64_t> steps_lost;
+  bool spare_used = false;  // the round it ran into took a spare in the lost node's place
 };
 
 class GoodputLedger {
@@ -47,8 +50,10 @@ class GoodputLedger {
   explicit GoodputLedger(TimePoint started) : started_(started) {}
 
   // The first failure of a cycle opens a recovery; later ones before it closes are its
-  // consequences. `detect` is how long the cause took to be noticed, where known.
-  void OnFailure(TimePoint t, rendezvous::Cause cause, std::optional<Duration> detect);
+  // consequences. `detect` is how long the cause took to be noticed, where known; `spare_used`:
+  // the next round took a spare (RestartFacts).
+  void OnFailure(TimePoint t, rendezvous::Cause cause, std::optional<Duration> detect,
+                 bool spare_used = false);
   void OnStopped(TimePoint t);
   void OnRoundComplete(TimePoint t, int64_t round);
   void OnWorkersStarted(TimePoint t, bool in_process);

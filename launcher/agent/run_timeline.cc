@@ -84,6 +84,8 @@ std::string RunTimeline::Add(const StepEvent& e) {
   if (e.rank >= 0) j["rank"] = e.rank;
   if (!e.host.empty()) j["host"] = e.host;
   if (!e.detail.empty()) j["detail"] = AbbreviateMessage(e.detail);  // message_limit.h
+  if (e.detect_ms.has_value()) j["detect_ms"] = *e.detect_ms;
+  if (e.spare_used) j["spare_used"] = true;
   if (e.recovery.has_value()) {
     const RecoveryRecord& r = *e.recovery;
     j["mode"] = r.mode;
@@ -98,6 +100,7 @@ std::string RunTimeline::Add(const StepEvent& e) {
     j["first_step_ms"] = r.first_step_ms;
     put("steps_lost", r.steps_lost);
     put("restored_step", r.restored_step);
+    if (r.spare_used) j["spare_used"] = true;
   }
   if (e.effective_ratio.has_value()) {
     j["effective_ratio"] = std::round(*e.effective_ratio * 10000) / 10000;
@@ -110,6 +113,7 @@ std::string FormatRecovery(const RecoveryRecord& r, double effective_ratio) {
   auto part = [&parts](const char* what, const std::optional<int64_t>& ms) {
     if (ms.has_value()) parts.push_back(absl::StrCat(what, " +", *ms, " ms"));
   };
+  part("detected after", r.detect_ms);
   part("stopped", r.stop_ms);
   part("round formed", r.rendezvous_ms);
   part("started", r.start_ms);
@@ -120,6 +124,7 @@ std::string FormatRecovery(const RecoveryRecord& r, double effective_ratio) {
       ": ", absl::StrJoin(parts, ", "),
       r.restored_step.has_value() ? absl::StrCat(" (from step ", *r.restored_step, ")") : "",
       r.steps_lost.has_value() ? absl::StrCat("; ", *r.steps_lost, " step(s) lost") : "",
+      r.spare_used ? "; a spare took the lost node's place" : "",
       absl::StrFormat("; effective training time %.1f%%", effective_ratio * 100));
 }
 

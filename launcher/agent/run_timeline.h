@@ -56,6 +56,10 @@ struct StepEvent {
   int rank = -1;                           // the failed or first-progressing worker's global rank
   std::string host;
   std::string detail;  // "exited 1", "signal SIGKILL (9)", "node n3 was lost: ...", ...
+  // kFailureDetected, heard from the rendezvous (RestartFacts): how long the cause took to
+  // detect (a lost node's silence), and whether the next round took a spare in its place.
+  std::optional<int64_t> detect_ms;
+  bool spare_used = false;
   std::optional<RecoveryRecord> recovery;  // kRecovered
   std::optional<double> effective_ratio;   // kRecovered, kClosed: the goodput ledger's
 };

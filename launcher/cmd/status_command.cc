@@ -112,16 +112,23 @@ std::string FormatRunStatusText(const nlohmann::json& run) {
   std::string out = absl::StrCat(
       "run ", text(run, "run_id"), ": ", text(run, "phase"), ", round ", run.value("round", 0),
       ", nodes ", run.value("min_nodes", 0), ":", run.value("max_nodes", 0), ", restarts used ",
-      run.value("restarts_used", 0), " of ", run.value("max_restarts", 0), "\n");
+      run.value("restarts_used", 0), " of ", run.value("max_restarts", 0),
+      run.value("spares", 0) > 0 || run.value("spares_used", 0) > 0
+          ? absl::StrCat(", spares ", run.value("spares", 0), " (used ",
+                         run.value("spares_used", 0), ")")
+          : std::string(),
+      "\n");
   const std::string closed = text(run, "close_message");
   if (!closed.empty()) absl::StrAppend(&out, "closed: ", closed, "\n");
   for (const auto& m : run.value("members", nlohmann::json::array())) {
     const int group_rank = m.value("group_rank", -1);
-    absl::StrAppend(
-        &out, "  ",
-        group_rank >= 0 ? absl::StrCat("node rank ", group_rank) : std::string("waiting    "), "  ",
-        text(m, "hostname"), "  ", text(m, "addr"), "  nproc ", m.value("nproc_per_node", 0), "  ",
-        text(m, "state"), "  ", text(m, "node_id"), "\n");
+    absl::StrAppend(&out, "  ",
+                    group_rank >= 0               ? absl::StrCat("node rank ", group_rank)
+                    : text(m, "state") == "spare" ? std::string("spare      ")
+                                                  : std::string("waiting    "),
+                    "  ", text(m, "hostname"), "  ", text(m, "addr"), "  nproc ",
+                    m.value("nproc_per_node", 0), "  ", text(m, "state"), "  ", text(m, "node_id"),
+                    "\n");
   }
   return out;
 }

@@ -60,6 +60,13 @@ absl::StatusOr<StaticCoordination> ParseStaticCoordination(const std::string& va
       absl::StrCat("--rdzv-conf static_coordination=", value, ": must be rendezvous or none"));
 }
 
+// Whole milliseconds in [min, max] (the liveness keys).
+absl::StatusOr<std::chrono::milliseconds> Millis(const std::string& key, const std::string& value,
+                                                 int64_t min, int64_t max) {
+  DDPRUN_ASSIGN_OR_RETURN(int64_t n, ParseInt(absl::StrCat("--rdzv-conf ", key), value, min, max));
+  return std::chrono::milliseconds(n);
+}
+
 absl::StatusOr<bool> ParseOnOff(const std::string& value) {
   if (value == "on") return true;
   if (value == "off") return false;
@@ -139,19 +146,13 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
     } else if (key == "liveness") {
       DDPRUN_ASSIGN_OR_RETURN(c.timeouts.liveness.enabled, ParseOnOff(value));
     } else if (key == "liveness_interval_ms") {
-      DDPRUN_ASSIGN_OR_RETURN(int64_t n,
-                              ParseInt("--rdzv-conf liveness_interval_ms", value, 1, 10000));
-      c.timeouts.liveness.interval = std::chrono::milliseconds(n);
+      DDPRUN_ASSIGN_OR_RETURN(c.timeouts.liveness.interval, Millis(key, value, 1, 10000));
     } else if (key == "liveness_phi") {
       DDPRUN_ASSIGN_OR_RETURN(c.timeouts.liveness.phi, ParsePhi(value));
     } else if (key == "liveness_pause_ms") {
-      DDPRUN_ASSIGN_OR_RETURN(int64_t n,
-                              ParseInt("--rdzv-conf liveness_pause_ms", value, 0, 60000));
-      c.timeouts.liveness.pause = std::chrono::milliseconds(n);
+      DDPRUN_ASSIGN_OR_RETURN(c.timeouts.liveness.pause, Millis(key, value, 0, 60000));
     } else if (key == "liveness_min_sd_ms") {
-      DDPRUN_ASSIGN_OR_RETURN(int64_t n,
-                              ParseInt("--rdzv-conf liveness_min_sd_ms", value, 1, 60000));
-      c.timeouts.liveness.min_sd = std::chrono::milliseconds(n);
+      DDPRUN_ASSIGN_OR_RETURN(c.timeouts.liveness.min_sd, Millis(key, value, 1, 60000));
     } else if (key == "liveness_observers") {
       DDPRUN_ASSIGN_OR_RETURN(int64_t n, ParseInt("--rdzv-conf liveness_observers", value, 1, 64));
       c.timeouts.liveness.observers = static_cast<int>(n);
@@ -204,7 +205,9 @@ std::string UnknownKeyWarning(const std::string& key, const std::string& value) 
       "close_timeout, read_timeout, keep_alive_interval, keep_alive_max_attempt, is_host, "
       "token_file, tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name, protocol, "
       "etcd_prefix, etcd_user, etcd_password_file, http_port, http_host, static_coordination, "
-      "static_port, and torchrun's cacert, ca_cert, cert, ssl_cert, key, ssl_cert_key, "
+      "static_port, liveness, liveness_interval_ms, liveness_phi, liveness_pause_ms, "
+      "liveness_min_sd_ms, liveness_observers, and torchrun's cacert, ca_cert, cert, ssl_cert, "
+      "key, ssl_cert_key, "
       "heartbeat_timeout, store_type, use_libuv");
 }
 

@@ -63,7 +63,7 @@ void LocalRendezvous::ReportGroupState(int64_t round, rendezvous::GroupState sta
       hang.has_value() ? rendezvous::Cause::kHang : rendezvous::Cause::kWorkerFailure;
   executor_->Post([this, cause, reason, hang, a = MakeAssignment()] {
     if (left_) return;
-    events_->OnRestart(cause, reason, hang);
+    events_->OnRestart(cause, reason, hang, {});
     events_->OnAssignment(a);
   });
 }

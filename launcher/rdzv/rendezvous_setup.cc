@@ -291,6 +291,11 @@ absl::StatusOr<RendezvousSetup> SetUpRendezvous(const LaunchOptions& options, co
   }
   DDPRUN_ASSIGN_OR_RETURN(C10dSettings settings, MakeC10dSettings(options, host));
   setup.run_id = options.rdzv_id;
+  DDPRUN_ASSIGN_OR_RETURN(setup.lease,
+                          fence::LocalLease::Create(fence::LeaseLength(settings.timeouts)));
+  settings.on_server_heard = [lease = setup.lease.get()](TimePoint heard_from) {
+    lease->Renew(heard_from);
+  };
   // This agent's store, used when this node holds group rank 0 (its port is announced in the
   // join).
   DDPRUN_ASSIGN_OR_RETURN(setup.store, StartStore(options, /*given_port=*/false));

@@ -10,6 +10,8 @@
 //   --rdzv-backend=c10d     the gRPC client of the server at --rdzv-endpoint; the agent on the
 //                           endpoint's host (or with is_host=1) also runs the server, unless
 //                           another process on this host already serves that port.
+//                           The c10d client renews a local lease (launcher/fence) its workers
+//                           check before they commit anything.
 //   --rdzv-backend=etcd     (alias etcd-v3) the etcd v3 rendezvous of the same plugin, on the
 //                           cluster of --rdzv-endpoint=h1:p1[,h2:p2...].
 #ifndef DDPRUN_LAUNCHER_RDZV_RENDEZVOUS_SETUP_H_
@@ -24,6 +26,7 @@
 #include "launcher/config/host_info.h"
 #include "launcher/config/options.h"
 #include "launcher/config/rdzv_conf.h"
+#include "launcher/fence/local_lease.h"
 #include "launcher/store/store_server.h"
 #include "rendezvous/api/grpc_rendezvous_plugin.h"
 #include "rendezvous/api/rendezvous.h"
@@ -35,6 +38,10 @@ inline constexpr int kDefaultRdzvPort = 29400;
 
 struct RendezvousSetup {
   std::string run_id;
+  // c10d: the local lease the client renews and the workers check (launcher/fence); null for
+  // the other backends (their workers get no DDPRUN_LEASE_FD). Before `rendezvous`, which
+  // renews it from its own thread until destroyed.
+  std::unique_ptr<fence::LocalLease> lease;
   std::unique_ptr<rendezvous::Rendezvous> rendezvous;
   GrpcRendezvous* grpc = nullptr;  // `rendezvous` when it is the c10d one
   // The job's c10d store (TORCHELASTIC_USE_AGENT_STORE=True), listening before any worker

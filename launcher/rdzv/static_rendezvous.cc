@@ -38,8 +38,13 @@ void StaticRendezvous::OnAssignment(const rendezvous::Assignment& assignment) {
 }
 
 void StaticRendezvous::OnRestart(rendezvous::Cause cause, const std::string& reason,
-                                 const std::optional<rendezvous::HangNotice>& hang) {
-  events_->OnRestart(cause, reason, hang);
+                                 const std::optional<rendezvous::HangNotice>& hang,
+                                 const rendezvous::RestartFacts& facts) {
+  events_->OnRestart(cause, reason, hang, facts);
+}
+
+void StaticRendezvous::OnStandby(const rendezvous::StandbyNotice& standby) {
+  events_->OnStandby(standby);
 }
 
 void StaticRendezvous::OnClosed(const absl::Status& status,

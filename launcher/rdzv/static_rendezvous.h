@@ -42,7 +42,9 @@ class StaticRendezvous final : public rendezvous::Rendezvous, rendezvous::Rendez
   // RendezvousEvents, from the coordinated rendezvous.
   void OnAssignment(const rendezvous::Assignment& assignment) override;
   void OnRestart(rendezvous::Cause cause, const std::string& reason,
-                 const std::optional<rendezvous::HangNotice>& hang) override;
+                 const std::optional<rendezvous::HangNotice>& hang,
+                 const rendezvous::RestartFacts& facts) override;
+  void OnStandby(const rendezvous::StandbyNotice& standby) override;
   void OnClosed(const absl::Status& status,
                 const std::optional<rendezvous::HangNotice>& hang) override;
   void OnReconnecting(const std::string& why) override;

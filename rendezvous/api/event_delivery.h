@@ -44,8 +44,14 @@ class EventDelivery {
   void Assigned(const Assignment& a) {
     Deliver([a](RendezvousEvents* e) { e->OnAssignment(a); });
   }
-  void Restart(Cause cause, const std::string& reason, const std::optional<HangNotice>& hang) {
-    Deliver([cause, reason, hang](RendezvousEvents* e) { e->OnRestart(cause, reason, hang); });
+  void Restart(Cause cause, const std::string& reason, const std::optional<HangNotice>& hang,
+               const RestartFacts& facts = {}) {
+    Deliver([cause, reason, hang, facts](RendezvousEvents* e) {
+      e->OnRestart(cause, reason, hang, facts);
+    });
+  }
+  void Standby(const StandbyNotice& standby) {
+    Deliver([standby](RendezvousEvents* e) { e->OnStandby(standby); });
   }
   void Reconnecting(const std::string& why) {
     Deliver([why](RendezvousEvents* e) { e->OnReconnecting(why); });

@@ -10,12 +10,14 @@
 #define DDPRUN_RENDEZVOUS_API_GRPC_RENDEZVOUS_PLUGIN_H_
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/clock.h"
 #include "common/executor.h"
 #include "rendezvous/api/rendezvous.h"
 #include "rendezvous/api/run_config.h"
@@ -44,6 +46,9 @@ struct C10dSettings {
   // When hosting: the server's /metrics and status page on http_host:http_port; unset: off.
   std::optional<int> http_port;
   std::string http_host = "127.0.0.1";
+  // Called on the client's thread each time the server vouches for this node, with the time
+  // the agent sent what it answered (launcher/fence/local_lease.h). Unset: nobody listens.
+  std::function<void(TimePoint heard_from)> on_server_heard;
 };
 
 // Everything the etcd v3 backend needs (--rdzv-backend=etcd), parsed from the options.

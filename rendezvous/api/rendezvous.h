@@ -93,6 +93,22 @@ struct HangNotice {
   std::string straggler;
 };
 
+// What the server knows of a restart beyond its cause (issue 40), for the goodput ledger.
+struct RestartFacts {
+  bool spare_used = false;  // the round formed at once after it took a spare
+  // A lost node: how long the loss took to detect. Its silence (now minus its last sign of life)
+  // when a silence lost it; 0 when its stream broke while it was heard from. Unset otherwise.
+  std::optional<double> lost_silent_s;
+};
+
+// This node is a spare: connected, not in the running round `round` (of `members` nodes). The
+// next round that needs a node takes the spares in `position` order (0 first).
+struct StandbyNotice {
+  int64_t round = 0;
+  int members = 0;
+  int position = 0;
+};
+
 enum class GroupState { kRunning, kSucceeded, kFailed };
 
 // What a node knows of its place in the run. Sent when it re-registers (its stream broke, or it
@@ -126,9 +142,12 @@ class RendezvousEvents {
   virtual void OnAssignment(const Assignment& assignment) = 0;
   // The current round is over (a failure somewhere, a node lost or joining): stop the workers
   // and wait for the next assignment. `cause`: why (one of kRestartCauses; kUnspecified from a
-  // server that does not say); `reason` is one human-readable line, for people only.
+  // server that does not say); `reason` is one human-readable line, for people only. `facts`:
+  // what the server measured (a spare taken, the lost node's silence), for the goodput ledger.
   virtual void OnRestart(Cause cause, const std::string& reason,
-                         const std::optional<HangNotice>& hang) = 0;
+                         const std::optional<HangNotice>& hang, const RestartFacts& facts) = 0;
+  // This node waits as a spare beyond the running round (no workers until an assignment).
+  virtual void OnStandby(const StandbyNotice& standby) {}
   // The run is over for this node. OK: the job succeeded. kResourceExhausted: the restart
   // budget is spent (exit 1). IsCrashLoopStop (crash_loop.h): the crash-loop breaker stopped
   // it (exit 4). Anything else: rendezvous failure (exit 3), message says why.

@@ -44,7 +44,9 @@ struct MemberStatus {
   std::string addr;
   int group_rank = -1;  // -1: waiting for the next round
   int nproc_per_node = 0;
-  std::string state;      // "running", "waiting", "recovering" (re-registered, not yet settled)
+  // "running"; "spare" (connected, not in the running round); "waiting" (no round runs);
+  // "recovering" (re-registered, not yet settled).
+  std::string state;
   TimePoint last_seen{};  // the agent's last message
 };
 
@@ -55,6 +57,9 @@ struct RestartRecord {
   Cause cause = Cause::kUnspecified;  // one of kRestartCauses
   std::string reason;
   std::optional<double> formed_after_s;  // until the next round formed
+  bool spare_used = false;               // that round took a spare
+  // A lost node: how long the loss took to detect (RestartFacts::lost_silent_s).
+  std::optional<double> lost_silent_s;
 };
 
 struct RunStatus {
@@ -69,7 +74,9 @@ struct RunStatus {
   std::string close_message;
   std::vector<RestartRecord> restarts;  // the latest kMaxRestartRecords, oldest first
   int num_nodes = 0;                    // agents connected (= members.size() when listed)
-  std::vector<std::string> steps;       // the agents' latest timeline steps (JSON), oldest first
+  int spares = 0;           // connected, not in the running round (0 while no round runs)
+  int64_t spares_used = 0;  // spares taken into a round since the run began (this coordinator)
+  std::vector<std::string> steps;  // the agents' latest timeline steps (JSON), oldest first
   // The gRPC server process that answered (random per process; empty from etcd): one server
   // reached under two names is one server.
   std::string server_instance;

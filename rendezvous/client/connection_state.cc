@@ -231,6 +231,13 @@ ClientActions ConnectionStateMachine::OnServerWord(uint64_t generation, const Se
       a.cause = word.cause;
       a.message = word.reason;
       a.hang = word.hang;
+      a.facts = word.facts;
+      Do(std::move(a));
+      break;
+    }
+    case ServerWord::Kind::kStandby: {
+      ClientAction a(ClientAction::Type::kStandby);
+      a.standby = word.standby;
       Do(std::move(a));
       break;
     }

@@ -80,7 +80,7 @@ struct LivenessTarget {
 
 // One message of the server, as the machine needs it (the client converts the proto).
 struct ServerWord {
-  enum class Kind { kAck, kJoined, kAssignment, kRestart, kResumed, kClose, kUnknown };
+  enum class Kind { kAck, kJoined, kAssignment, kRestart, kResumed, kClose, kStandby, kUnknown };
   Kind kind = Kind::kAck;
   bool embedded = false;               // kJoined: the server lives in an agent
   std::string host_node_id;            // kJoined, kAssignment: that agent's node (empty: unsaid)
@@ -93,6 +93,8 @@ struct ServerWord {
   int64_t round = 0;                   // kRestart, kResumed
   std::string reason;                  // kRestart
   std::optional<HangNotice> hang;      // kRestart, kClose
+  RestartFacts facts;                  // kRestart
+  StandbyNotice standby;               // kStandby
   bool given_up = false;               // kClose: the server gave this node up
   std::string message;                 // kClose
   absl::Status close_status;           // kClose
@@ -155,7 +157,8 @@ struct ClientAction {
     kStartLiveness,
     // To the agent (RendezvousEvents through EventDelivery).
     kAssigned,         // `assignment`
-    kRestart,          // `cause`, `message`, `hang`
+    kRestart,          // `cause`, `message`, `hang`, `facts`
+    kStandby,          // `standby`: this node waits as a spare
     kResumed,          // `round`
     kReconnecting,     // `message`
     kRejoinAsNewNode,  // `message`; mutable_node() renamed
@@ -176,6 +179,8 @@ struct ClientAction {
   int64_t round = 0;
   Cause cause = Cause::kUnspecified;
   std::optional<HangNotice> hang;
+  RestartFacts facts;     // kRestart
+  StandbyNotice standby;  // kStandby
   absl::Status status;
   LivenessTarget liveness;        // kStartLiveness
   RunServer mine;                 // kLookForTheRun

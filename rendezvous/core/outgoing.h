@@ -40,6 +40,7 @@ struct RestartNotice {
   std::string reason;                 // for people and logs only
   std::optional<HangNotice> hang;     // a worker hung: every node takes stacks first
   int restart_count = 0;              // restarts spent so far, this one included
+  RestartFacts facts;
 };
 
 // A re-registered node's round `round` goes on: its workers keep running.
@@ -60,7 +61,8 @@ struct CloseNotice {
 
 struct Outgoing {
   ConnId conn = 0;
-  std::variant<JoinedNotice, Assignment, RestartNotice, CloseNotice, ResumedNotice> msg;
+  std::variant<JoinedNotice, Assignment, RestartNotice, CloseNotice, ResumedNotice, StandbyNotice>
+      msg;
 };
 
 using Outbox = std::vector<Outgoing>;

@@ -141,7 +141,15 @@ void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outb
     // round where some node already succeeded is finishing; the newcomer waits instead.
     RestartRound(absl::StrCat(who, " joined"), Cause::kNodeJoined, RestartKind::kFree, std::nullopt,
                  now, out);
+  } else {
+    // The round is full (or finishing): the newcomer waits as a spare, last in the order.
+    Standby(nodes_.at(conn), static_cast<int>(nodes_.size()) - members_in_round() - 1, out);
   }
+}
+
+void RunState::Standby(Node& node, int position, Outbox* out) {
+  node.spare = true;
+  out->push_back({node.conn, StandbyNotice{round_, members_in_round(), position}});
 }
 
 void RunState::Heartbeat(ConnId conn, TimePoint now) {
@@ -223,10 +231,15 @@ void RunState::StreamBroken(ConnId conn, TimePoint now, Outbox* out) {
   // Broken while the agent was still heard from: it died (or its host reset the connection),
   // so it is on no other side of a partition. A stream that breaks after a silence (gRPC's
   // keepalive giving up on a cut link) proves nothing: the node counts as silent.
+  // The detection time follows: a death is noticed at once (its heartbeats say nothing of when
+  // it died), a silence took as long as it lasted.
+  Duration silent_for{0};
   if (now - it->second.last_seen <= 2 * timeouts_.keep_alive_interval) {
     last_round_.MarkGone(it->second.info.node_id);
+  } else {
+    silent_for = now - it->second.last_seen;
   }
-  LoseNode(conn, "its connection broke", Cause::kNodeLostStream, now, out);
+  LoseNode(conn, "its connection broke", Cause::kNodeLostStream, silent_for, now, out);
 }
 
 void RunState::Silent(ConnId conn, Duration silent_for, TimePoint now, Outbox* out) {
@@ -240,11 +253,11 @@ void RunState::Silent(ConnId conn, Duration silent_for, TimePoint now, Outbox* o
       absl::UnavailableError(absl::StrCat("this node was given up by the rendezvous: ", why))};
   given_up.given_up = true;
   out->push_back({conn, std::move(given_up)});
-  LoseNode(conn, why, Cause::kNodeLostSilence, now, out);
+  LoseNode(conn, why, Cause::kNodeLostSilence, silent_for, now, out);
 }
 
-void RunState::LoseNode(ConnId conn, const std::string& why, Cause cause, TimePoint now,
-                        Outbox* out) {
+void RunState::LoseNode(ConnId conn, const std::string& why, Cause cause, Duration silent_for,
+                        TimePoint now, Outbox* out) {
   auto it = nodes_.find(conn);
   if (it == nodes_.end()) return;
   const bool was_member = it->second.in_round;
@@ -252,7 +265,7 @@ void RunState::LoseNode(ConnId conn, const std::string& why, Cause cause, TimePo
   RemoveNode(conn);
   if (phase_ == RunPhase::kRunning && was_member) {
     if (EndsWithoutRestart(out)) return;
-    RestartRound(reason, cause, RestartKind::kFailure, std::nullopt, now, out);
+    RestartRound(reason, cause, RestartKind::kFailure, std::nullopt, silent_for, now, out);
   } else if (phase_ == RunPhase::kJoining) {
     MaybeFormRound(now, out);
   }
@@ -266,10 +279,14 @@ void RunState::Tick(TimePoint now, Outbox* out) {
                                        " ms (keep_alive_interval * keep_alive_max_attempt)");
   std::string lost_members;
   int num_lost_members = 0;
+  Duration silent_for{};  // the first lost member's (the longest silent)
   while (!by_last_seen_.empty() && now - by_last_seen_.begin()->first >= timeouts_.lease()) {
     const ConnId conn = by_last_seen_.begin()->second;
     const Node& node = nodes_.at(conn);
-    if (node.in_round && num_lost_members++ == 0) lost_members = Describe(node);
+    if (node.in_round && num_lost_members++ == 0) {
+      lost_members = Describe(node);
+      silent_for = now - node.last_seen;
+    }
     CloseNotice given_up{
         absl::UnavailableError(absl::StrCat("this node's rendezvous lease expired: ", why))};
     given_up.given_up = true;
@@ -280,7 +297,7 @@ void RunState::Tick(TimePoint now, Outbox* out) {
     const std::string more =
         num_lost_members > 1 ? absl::StrCat(" (and ", num_lost_members - 1, " more)") : "";
     RestartRound(absl::StrCat(lost_members, more, " was lost: ", why), Cause::kNodeLostLease,
-                 RestartKind::kFailure, std::nullopt, now, out);
+                 RestartKind::kFailure, std::nullopt, silent_for, now, out);
   }
   if (phase_ == RunPhase::kRecovering && recovery_deadline_ && now >= *recovery_deadline_) {
     Settle(now, out);
@@ -404,8 +421,8 @@ bool RunState::EndsWithoutRestart(Outbox* out) {
 }
 
 void RunState::RestartRound(const std::string& reason, Cause cause, RestartKind kind,
-                            const std::optional<WorkerFailure>& root_cause, TimePoint now,
-                            Outbox* out) {
+                            const std::optional<WorkerFailure>& root_cause,
+                            std::optional<Duration> lost_silent_for, TimePoint now, Outbox* out) {
   std::optional<HangNotice> hang;
   if (root_cause.has_value() && root_cause->hang) hang = HangNotice{Straggler(now)};
   if (kind == RestartKind::kFailure) {
@@ -420,21 +437,33 @@ void RunState::RestartRound(const std::string& reason, Cause cause, RestartKind 
     failed_at_ = now;
   }
   PushBounded(&restart_causes_, cause, kMaxUntaken);
-  PushBounded(&restart_log_, RestartRecord{now, round_, cause, reason, std::nullopt},
-              kMaxRestartRecords);
+  RestartRecord record{now, round_, cause, reason, std::nullopt};
+  RestartFacts facts;
+  if (lost_silent_for.has_value()) {
+    facts.lost_silent_s = std::chrono::duration<double>(*lost_silent_for).count();
+    record.lost_silent_s = facts.lost_silent_s;
+  }
+  PushBounded(&restart_log_, std::move(record), kMaxRestartRecords);
   round_began_ = now;
+  const size_t first_notice = out->size();
   for (auto& [conn, node] : nodes_) {
     if (!node.in_round) continue;
     node.in_round = false;  // group_rank stays: it orders the survivors in the next round
     node.progress.clear();
     --members_in_round_;
-    out->push_back({conn, RestartNotice{round_, cause, reason, hang, restarts_used_}});
+    out->push_back({conn, RestartNotice{round_, cause, reason, hang, restarts_used_, facts}});
   }
   phase_ = RunPhase::kJoining;
   succeeded_in_round_ = 0;
   join_deadline_ = now + timeouts_.join_timeout;
   last_call_deadline_.reset();
   MaybeFormRound(now, out);
+  if (!restart_log_.back().spare_used) return;
+  // The round formed at once and took a spare (the usual case with one): the survivors' notices,
+  // still unsent, say so.
+  for (size_t i = first_notice; i < out->size(); ++i) {
+    if (auto* notice = std::get_if<RestartNotice>(&(*out)[i].msg)) notice->facts.spare_used = true;
+  }
 }
 
 bool RunState::MajorityHeld() const {
@@ -473,11 +502,15 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
   if (failed_at_) timing.after_failure_s = std::chrono::duration<double>(now - *failed_at_).count();
   failed_at_.reset();
   PushBounded(&round_timings_, timing, kMaxUntaken);
+  RestartRecord* after_restart = nullptr;  // the restart this round is the first after
   if (!restart_log_.empty() && !restart_log_.back().formed_after_s) {
-    restart_log_.back().formed_after_s =
-        std::chrono::duration<double>(now - restart_log_.back().when).count();
+    after_restart = &restart_log_.back();
+    after_restart->formed_after_s =
+        std::chrono::duration<double>(now - after_restart->when).count();
   }
-  // Survivors of earlier rounds first, by their old rank; then newcomers by arrival.
+  // Survivors of the last round first, by their old rank; then newcomers (spares) by arrival,
+  // those that asked for a rank first. Only newcomers are left out past max_nodes: a survivor is
+  // never dropped for a spare (the survivors were one round, so they fit).
   std::vector<Node*> order;
   order.reserve(nodes_.size());
   for (auto& [conn, node] : nodes_) order.push_back(&node);
@@ -485,28 +518,35 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
     const bool a_old = a->group_rank >= 0, b_old = b->group_rank >= 0;
     if (a_old != b_old) return a_old;
     if (a_old && a->group_rank != b->group_rank) return a->group_rank < b->group_rank;
+    const bool a_asked = a->info.requested_node_rank >= 0;
+    const bool b_asked = b->info.requested_node_rank >= 0;
+    if (a_asked != b_asked) return a_asked;
     return a->arrival < b->arrival;
   });
-  // Nodes that asked for a rank come before the rest, so they are not the ones left out.
-  std::stable_partition(order.begin(), order.end(),
-                        [](const Node* n) { return n->info.requested_node_rank >= 0; });
+  // The ones left out are spares, told so in the order the next round would take them.
+  for (size_t i = max_nodes_; i < order.size(); ++i) {
+    Standby(*order[i], static_cast<int>(i) - max_nodes_, out);
+  }
   if (static_cast<int>(order.size()) > max_nodes_) order.resize(max_nodes_);
-  // Back to rank priority among the chosen.
-  std::sort(order.begin(), order.end(), [](const Node* a, const Node* b) {
+  // Back to arrival order among the chosen newcomers: the holes go to the earliest spare.
+  std::stable_sort(order.begin(), order.end(), [](const Node* a, const Node* b) {
     const bool a_old = a->group_rank >= 0, b_old = b->group_rank >= 0;
     if (a_old != b_old) return a_old;
-    if (a_old && a->group_rank != b->group_rank) return a->group_rank < b->group_rank;
-    return a->arrival < b->arrival;
+    return !a_old && a->arrival < b->arrival;
   });
 
   std::vector<RankCandidate> candidates;
-  for (const Node* n : order) candidates.push_back({n->info.requested_node_rank});
+  for (const Node* n : order) candidates.push_back({n->info.requested_node_rank, n->group_rank});
   const std::vector<int> ranks = AssignGroupRanks(candidates);
   const int size = static_cast<int>(order.size());
   std::vector<Node*> by_rank(size);
   for (int i = 0; i < size; ++i) by_rank[ranks[i]] = order[i];
 
   for (auto& [conn, node] : nodes_) node.group_rank = -1;  // the waiting ones lose old ranks
+  int spares_taken = 0;
+  for (Node* n : order) spares_taken += std::exchange(n->spare, false) ? 1 : 0;
+  spares_used_ += spares_taken;
+  if (after_restart != nullptr) after_restart->spare_used = spares_taken > 0;
   if (quorum_ == RoundQuorum::kMajorityOfLastRound) {
     // Only where the rule applies: elsewhere nobody would ever forget the rounds kept.
     std::vector<std::string> member_ids;
@@ -589,8 +629,9 @@ RunSnapshot RunState::Snapshot() const {
   s.restarts_used = restarts_used_;
   s.succeeded_in_round = succeeded_in_round_;
   s.crash_loop_signature = crash_loop_.unprogressed();
+  s.spares_used = spares_used_;
   for (const auto& [conn, node] : nodes_) {
-    s.members.push_back({node.info.node_id, node.group_rank, node.in_round});
+    s.members.push_back({node.info.node_id, node.group_rank, node.in_round, node.spare});
   }
   if (phase_ == RunPhase::kClosed) {
     s.close_status = close_status_;
@@ -601,6 +642,7 @@ RunSnapshot RunState::Snapshot() const {
 void RunState::Restore(const RunSnapshot& s, TimePoint now, Outbox* out) {
   round_ = s.round;
   restarts_used_ = s.restarts_used;
+  spares_used_ = s.spares_used;
   crash_loop_ = CrashLoopBreaker(s.crash_loop_signature);
   if (s.phase == RunPhase::kClosed) {
     CloseRun(s.close_status, std::nullopt, out);
@@ -614,6 +656,7 @@ void RunState::Restore(const RunSnapshot& s, TimePoint now, Outbox* out) {
     auto it = known.find(node.info.node_id);
     node.group_rank = it != known.end() ? it->second->group_rank : -1;
     node.in_round = it != known.end() && it->second->in_round && s.phase == RunPhase::kRunning;
+    node.spare = it != known.end() && it->second->spare;
     if (node.in_round) ++members_in_round_;
     if (it == known.end() && newcomer.empty()) newcomer = Describe(node);
   }
@@ -643,6 +686,14 @@ void RunState::Restore(const RunSnapshot& s, TimePoint now, Outbox* out) {
   } else if (!newcomer.empty() && members_in_round() < max_nodes_ && succeeded_in_round_ == 0) {
     RestartRound(absl::StrCat(newcomer, " joined"), Cause::kNodeJoined, RestartKind::kFree,
                  std::nullopt, now, out);
+  } else if (phase_ == RunPhase::kRunning) {
+    // The round goes on. Spares of the old coordinator stay spares (they were told); a node it
+    // did not know waits beyond the round: told now, after them.
+    int position = 0;
+    for (auto& [conn, node] : nodes_) position += node.spare ? 1 : 0;
+    for (auto& [conn, node] : nodes_) {
+      if (!node.in_round && !node.spare) Standby(node, position++, out);
+    }
   }
 }
 
@@ -657,6 +708,8 @@ RunStatus RunState::Status(bool with_members) const {
   s.max_nodes = max_nodes_;
   s.close_message = close_message_;
   s.num_nodes = static_cast<int>(nodes_.size());
+  s.spares = phase_ == RunPhase::kRunning ? s.num_nodes - members_in_round() : 0;
+  s.spares_used = spares_used_;
   if (!with_members) return s;
   s.restarts = restart_log_;
   s.steps.assign(steps_.begin(), steps_.end());
@@ -674,7 +727,7 @@ RunStatus RunState::Status(bool with_members) const {
     m.addr = n->addr;
     m.group_rank = n->in_round ? n->group_rank : -1;
     m.nproc_per_node = n->info.nproc_per_node;
-    m.state = n->in_round ? "running" : "waiting";
+    m.state = n->in_round ? "running" : phase_ == RunPhase::kRunning ? "spare" : "waiting";
     m.last_seen = n->last_seen;
     if (n->claim.has_value() && n->claim->group != ResumeClaim::Group::kWaiting) {
       m.group_rank = n->claim->last.group_rank;

@@ -16,8 +16,11 @@
 //  - A node that reports success is told Close(OK) at once (torchrun: each node exits 0 when
 //    its group succeeds) and is no reason to restart the others; when every member of a round
 //    has succeeded, the run closes OK for everyone still connected.
-//  - Ranks: survivors keep their relative order, explicit node ranks are honoured, newcomers
-//    fill the rest in arrival order. Extra nodes beyond max_nodes wait for a later round.
+//  - Ranks (rank_assignment.h): explicit node ranks are honoured; survivors keep their group
+//    rank and newcomers fill the holes in arrival order, unless the round shrank below a
+//    survivor's rank (then survivors keep their relative order). Nodes beyond max_nodes are
+//    spares: they wait, and the next round takes them in arrival order; a survivor is never
+//    left out for one.
 //  - MASTER_ADDR: the rank-0 agent's --local-addr, else the address the server saw it connect
 //    from; if that is loopback while other members are remote, its hostname.
 //  - Re-registration (a join with a ResumeClaim): the agent's stream broke, or the server
@@ -60,6 +63,7 @@ struct RunSnapshot {
     std::string node_id;
     int group_rank = -1;
     bool in_round = false;
+    bool spare = false;  // waited beyond a running round: its next round counts a spare used
   };
   int64_t round = 0;
   RunPhase phase = RunPhase::kJoining;
@@ -70,6 +74,7 @@ struct RunSnapshot {
   // The crash-loop breaker's last failure without progress (CrashLoopBreaker::unprogressed), so
   // that a new coordinator still stops the second identical failure.
   std::string crash_loop_signature;
+  int64_t spares_used = 0;
 };
 
 class RunState {
@@ -142,6 +147,7 @@ class RunState {
     TimePoint last_seen;
     uint64_t arrival = 0;   // join order
     bool in_round = false;  // a member of the running round
+    bool spare = false;     // waited beyond a running round (told by a StandbyNotice)
     int group_rank = -1;    // in the running round, or in the last one it was a member of
     std::vector<RankProgress> progress;  // the latest the agent sent
     TimePoint progress_at{};
@@ -167,7 +173,15 @@ class RunState {
   enum class RestartKind { kFailure, kFree };
   // A member is gone or failed, or the membership changed: restart the survivors.
   void RestartRound(const std::string& reason, Cause cause, RestartKind kind,
-                    const std::optional<WorkerFailure>& root_cause, TimePoint now, Outbox* out);
+                    const std::optional<WorkerFailure>& root_cause, TimePoint now, Outbox* out) {
+    RestartRound(reason, cause, kind, root_cause, std::nullopt, now, out);
+  }
+  // `lost_silent_for`: how long a lost node's loss took to detect (RestartFacts).
+  void RestartRound(const std::string& reason, Cause cause, RestartKind kind,
+                    const std::optional<WorkerFailure>& root_cause,
+                    std::optional<Duration> lost_silent_for, TimePoint now, Outbox* out);
+  // `node` waits beyond the running round: a spare, told so (`position` in the spare order).
+  void Standby(Node& node, int position, Outbox* out);
   // While joining: forms a round if max is reached or the last call expired (and, with
   // kMajorityOfLastRound, a majority of the last round's members is here).
   void MaybeFormRound(TimePoint now, Outbox* out);
@@ -180,7 +194,9 @@ class RunState {
   void CloseRun(const absl::Status& status, const std::optional<WorkerFailure>& root_cause,
                 Outbox* out, const std::string& straggler = "");
   // The node is gone without a clean leave (stream broken, or silent); `cause` names how.
-  void LoseNode(ConnId conn, const std::string& why, Cause cause, TimePoint now, Outbox* out);
+  // `silent_for`: how long the loss took to detect (RestartFacts::lost_silent_s).
+  void LoseNode(ConnId conn, const std::string& why, Cause cause, Duration silent_for,
+                TimePoint now, Outbox* out);
   std::string Describe(const Node& node) const;
   int members_in_round() const { return members_in_round_; }
 
@@ -239,6 +255,7 @@ class RunState {
   std::optional<TimePoint> failed_at_;      // the failure that restarted it
   std::vector<RoundTiming> round_timings_;  // formed, not yet taken
   int restarts_used_ = 0;
+  int64_t spares_used_ = 0;  // spares taken into rounds
   int succeeded_in_round_ = 0;
   uint64_t next_arrival_ = 0;
   std::map<ConnId, Node> nodes_;  // every connected agent: members and waiting

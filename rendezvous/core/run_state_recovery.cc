@@ -332,6 +332,13 @@ void RunState::Settle(TimePoint now, Outbox* out) {
                    std::nullopt, now, out);
       break;
     }
+    return;
+  }
+  // The round goes on full: whoever else came back waits as a spare (told by this server, which
+  // is new to it), in arrival order.
+  int position = 0;
+  for (auto& [conn, node] : nodes_) {
+    if (!node.in_round) Standby(node, position++, out);
   }
 }
 

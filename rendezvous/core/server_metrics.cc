@@ -106,10 +106,11 @@ std::string FormatMetrics(const ServerMetrics& m, const std::vector<RunStatus>& 
   Family("ddprun_rdzv_runs", "gauge", "Runs this server hosts (closed ones until forgotten).",
          &out);
   absl::StrAppend(&out, "ddprun_rdzv_runs ", runs.size(), "\n");
-  struct Gauge {
+  struct Gauge {  // a per-run sample (a counter where type says so)
     const char* name;
     const char* help;
     double (*value)(const RunStatus&);
+    const char* type = "gauge";
   };
   const Gauge gauges[] = {
       {"ddprun_rdzv_run_nodes", "Agents connected to the run.",
@@ -122,9 +123,14 @@ std::string FormatMetrics(const ServerMetrics& m, const std::vector<RunStatus>& 
        [](const RunStatus& r) { return static_cast<double>(r.max_restarts); }},
       {"ddprun_rdzv_run_closed", "1 once the run has closed.",
        [](const RunStatus& r) { return r.phase == RunPhase::kClosed ? 1.0 : 0.0; }},
+      {"ddprun_rdzv_spares", "Agents connected to the run but not in its running round.",
+       [](const RunStatus& r) { return static_cast<double>(r.spares); }},
+      {"ddprun_rdzv_spares_used_total",
+       "Spares taken into a round of the run (since this server or coordinator took it).",
+       [](const RunStatus& r) { return static_cast<double>(r.spares_used); }, "counter"},
   };
   for (const Gauge& g : gauges) {
-    Family(g.name, "gauge", g.help, &out);
+    Family(g.name, g.type, g.help, &out);
     for (const RunStatus& r : runs) {
       absl::StrAppend(&out, g.name, "{run_id=\"", EscapeLabelValue(r.run_id), "\"} ",
                       SampleValue(g.value(r)), "\n");

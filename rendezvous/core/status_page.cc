@@ -126,7 +126,8 @@ std::string RenderStatusPage(const std::vector<RunStatus>& runs, const ServerMet
                     HtmlEscape(run.run_id), " <span class=\"phase ", phase, "\">", phase,
                     "</span></h2><p>round ", run.round, " &middot; nodes ", run.min_nodes, ":",
                     run.max_nodes, " &middot; restarts used ", run.restarts_used, " of ",
-                    run.max_restarts, "</p>");
+                    run.max_restarts, " &middot; spares ", run.spares, " (used ", run.spares_used,
+                    ")</p>");
     if (!run.close_message.empty()) {
       absl::StrAppend(&out, "<p>closed: ", HtmlEscape(run.close_message), "</p>");
     }
@@ -186,13 +187,17 @@ std::string RenderStatusPage(const std::vector<RunStatus>& runs, const ServerMet
     if (!run.restarts.empty()) {
       absl::StrAppend(&out,
                       "<table class=\"restarts\"><tr><th>when</th><th>round</th><th>cause</th>"
-                      "<th>next round formed</th><th>reason</th></tr>");
+                      "<th>lost node silent</th><th>next round formed</th><th>spare</th>"
+                      "<th>reason</th></tr>");
       for (auto it = run.restarts.rbegin(); it != run.restarts.rend(); ++it) {
         absl::StrAppend(&out, "<tr class=\"restart\"><td>", Seconds(Since(it->when, now)),
                         " ago</td><td>", it->round, "</td><td>", CauseLabel(it->cause), "</td><td>",
+                        it->lost_silent_s ? Seconds(*it->lost_silent_s) : std::string(),
+                        "</td><td>",
                         it->formed_after_s ? absl::StrCat("+", Seconds(*it->formed_after_s))
                                            : std::string("not yet"),
-                        "</td><td>", HtmlEscape(it->reason), "</td></tr>");
+                        "</td><td>", it->spare_used ? "taken" : "", "</td><td>",
+                        HtmlEscape(it->reason), "</td></tr>");
       }
       absl::StrAppend(&out, "</table>");
     }

@@ -4,8 +4,9 @@
 // evidence (a TCP reset on its rendezvous stream: its kernel answered, its agent is gone). The
 // rule is data (ConfirmationRule), so a test or an operator reads it in one place.
 //
-// NOT YET IN USE: the server still decides a node's loss by its stream and its lease (RunState;
-// issue 40, docs/design.md §3a). Pure: no I/O, no clock reads. Not thread-safe.
+// In use with --rdzv-conf liveness=on: the server's gRPC service reports its liveness receiver's
+// suspicions here (one observer so far: the server; docs/design.md §3a). Pure: no I/O, no
+// clock reads. Not thread-safe.
 #ifndef DDPRUN_RENDEZVOUS_DETECTOR_LOSS_CONFIRMATION_H_
 #define DDPRUN_RENDEZVOUS_DETECTOR_LOSS_CONFIRMATION_H_
 

@@ -26,6 +26,15 @@ double ZForPhi(double phi) {
 
 }  // namespace
 
+Duration EarliestSuspicion(double phi_threshold, Duration acceptable_pause,
+                           Duration min_std_deviation) {
+  // SuspectAfter with a mean of zero and the spread at its floor; z >= 0 for phi >= 0.31.
+  const double z = std::max(0.0, ZForPhi(phi_threshold));
+  return acceptable_pause +
+         std::chrono::duration_cast<Duration>(std::chrono::duration<double, std::nano>(
+             std::floor(z * static_cast<double>(min_std_deviation.count()))));
+}
+
 double PhiOfStandardNormal(double z) {
   const double p_later = 0.5 * std::erfc(z / std::sqrt(2.0));
   if (p_later <= 0) return std::numeric_limits<double>::infinity();

@@ -15,8 +15,9 @@
 // restarted) starts a fresh window. An observer that was not running for longer than
 // max_evaluation_gap (its process stopped, its cores busy) measures silence from when it woke.
 //
-// NOT YET IN USE: no server or agent sends or observes these heartbeats yet (issue 40; the plan
-// is in docs/design.md §3a). Pure: no I/O, no clock reads, every input carries its time. Not
+// In use with --rdzv-conf liveness=on: the server's LivenessReceiver keeps one per agent, each
+// agent's LivenessSender one of the server's acks (rendezvous/liveness/, docs/design.md §3a).
+// Pure: no I/O, no clock reads, every input carries its time. Not
 // thread-safe: one observer owns one detector per sender.
 #ifndef DDPRUN_RENDEZVOUS_DETECTOR_PHI_ACCRUAL_H_
 #define DDPRUN_RENDEZVOUS_DETECTOR_PHI_ACCRUAL_H_
@@ -112,6 +113,13 @@ class PhiAccrualDetector {
   std::optional<TimePoint> last_evaluation_;
   std::optional<TimePoint> woke_at_;  // the end of the observer's last stall
 };
+
+// The shortest silence after the last heartbeat at which a detector with these settings can
+// suspect its sender, whatever the window holds (a mean of 0, the spread at its floor):
+// acceptable_pause + z(phi) x min_std_deviation (232 ms at the defaults). A local lease renewed
+// from heartbeats' send times and no longer than this ends before the observer's verdict.
+Duration EarliestSuspicion(double phi_threshold, Duration acceptable_pause,
+                           Duration min_std_deviation);
 
 // phi of a standard normal variable exceeding z: -log10(P(X > z)); +inf where P underflows.
 double PhiOfStandardNormal(double z);

@@ -22,8 +22,9 @@ RunSnapshot FromRecord(const RunSnapshotRecord& r) {
   s.restarts_used = r.restarts_used();
   s.succeeded_in_round = r.succeeded_in_round();
   s.crash_loop_signature = r.crash_loop_signature();
+  s.spares_used = r.spares_used();
   for (const auto& m : r.members())
-    s.members.push_back({m.node_id(), m.group_rank(), m.in_round()});
+    s.members.push_back({m.node_id(), m.group_rank(), m.in_round(), m.spare()});
   s.close_status = absl::Status(static_cast<absl::StatusCode>(r.close_code()), r.close_message());
   return s;
 }
@@ -254,11 +255,13 @@ std::optional<etcdserverpb::TxnRequest> EtcdCoordinator::PendingWrite() const {
     r.set_restarts_used(s.restarts_used);
     r.set_succeeded_in_round(s.succeeded_in_round);
     r.set_crash_loop_signature(s.crash_loop_signature);
+    r.set_spares_used(s.spares_used);
     for (const auto& m : s.members) {
       auto* rm = r.add_members();
       rm->set_node_id(m.node_id);
       rm->set_group_rank(m.group_rank);
       rm->set_in_round(m.in_round);
+      rm->set_spare(m.spare);
     }
     r.set_close_code(static_cast<int>(s.close_status.code()));
     r.set_close_message(std::string(s.close_status.message()));

@@ -294,7 +294,10 @@ void EtcdRendezvous::OnInbox(const std::string& value) {
     if (m.has_assignment()) {
       events_.Assigned(FromProto(m.assignment()));
     } else if (m.has_restart()) {
-      events_.Restart(FromProto(m.restart().cause()), m.restart().reason(), HangOf(m.restart()));
+      events_.Restart(FromProto(m.restart().cause()), m.restart().reason(), HangOf(m.restart()),
+                      FactsOf(m.restart()));
+    } else if (m.has_standby()) {
+      events_.Standby(FromProto(m.standby()));
     } else if (m.has_close()) {
       events_.Close(CloseStatus(m.close()), HangOf(m.close()));
     }

@@ -38,6 +38,7 @@ absl::StatusOr<RunStatus> QueryEtcdRunStatus(EtcdClient* client, const std::stri
   s.round = state.round();
   s.phase = static_cast<RunPhase>(state.phase());
   s.restarts_used = state.restarts_used();
+  s.spares_used = state.spares_used();
   s.max_restarts = state.first().max_restarts();
   s.min_nodes = state.first().min_nodes();
   s.max_nodes = state.first().max_nodes();
@@ -63,7 +64,9 @@ absl::StatusOr<RunStatus> QueryEtcdRunStatus(EtcdClient* client, const std::stri
     auto it = rank.find(id);
     const bool in_round = it != rank.end() && it->second.second;
     m.group_rank = in_round ? it->second.first : -1;
-    m.state = in_round ? "running" : "waiting";
+    // Beyond a running round: a spare (RunState::Status says the same).
+    m.state = in_round ? "running" : s.phase == RunPhase::kRunning ? "spare" : "waiting";
+    if (m.state == "spare") ++s.spares;
     s.members.push_back(std::move(m));
   }
   std::sort(s.members.begin(), s.members.end(), [&](const MemberStatus& a, const MemberStatus& b) {

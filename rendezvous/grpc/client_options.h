@@ -39,11 +39,15 @@ struct ClientOptions {
   // sides of a healed partition): it stops serving, and this client joins the other one.
   // Unset: this client never looks for another server of its run.
   std::function<void()> stop_hosting;
-  // Every sign of life of the server on the liveness path (an authentic ack, when the run has
-  // liveness on), with its arrival time: the hook the fence's local lease renews from (issue
-  // 40, contract 4). Called on the liveness sender's thread; must not block or take a lock the
-  // agent's loop holds. Unset: nobody listens.
-  std::function<void(TimePoint)> on_liveness_ack;
+  // Called on the client's thread each time the server vouches for this node: with the time
+  // this client sent the heartbeat an ack answers (acks come in order, one per heartbeat), or
+  // when a Joined arrived (joining, the node has no workers that could commit). Never for a
+  // word that answers nothing (it may have been read late, after the node was given up).
+  // The local lease (launcher/fence/local_lease.h) is renewed from it. Unset: nobody listens.
+  // With the run's liveness path on (rendezvous/liveness/), the liveness acks renew it instead
+  // (the send time of the heartbeat each answers), called on the liveness sender's thread; the
+  // stream's acks then renew nothing (a longer renewal would mask the short lease).
+  std::function<void(TimePoint heard_from)> on_server_heard;
 };
 
 }  // namespace ddprun::rendezvous

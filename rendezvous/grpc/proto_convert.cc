@@ -237,6 +237,17 @@ std::optional<HangNotice> HangOf(const proto::Restart& restart) {
   return HangNotice{restart.straggler()};
 }
 
+RestartFacts FactsOf(const proto::Restart& restart) {
+  RestartFacts f;
+  f.spare_used = restart.spare_used();
+  if (restart.has_lost_silent_s()) f.lost_silent_s = restart.lost_silent_s();
+  return f;
+}
+
+StandbyNotice FromProto(const proto::Standby& p) {
+  return StandbyNotice{p.round(), p.members(), p.position()};
+}
+
 std::optional<HangNotice> HangOf(const proto::Close& close) {
   if (!close.root_cause().hang()) return std::nullopt;
   return HangNotice{close.straggler()};
@@ -300,6 +311,12 @@ proto::ServerMessage ToProto(const Outgoing& out) {
       m.mutable_restart()->set_hang(true);
       m.mutable_restart()->set_straggler(r->hang->straggler);
     }
+    m.mutable_restart()->set_spare_used(r->facts.spare_used);
+    if (r->facts.lost_silent_s) m.mutable_restart()->set_lost_silent_s(*r->facts.lost_silent_s);
+  } else if (const auto* standby = std::get_if<StandbyNotice>(&out.msg)) {
+    m.mutable_standby()->set_round(standby->round);
+    m.mutable_standby()->set_members(standby->members);
+    m.mutable_standby()->set_position(standby->position);
   } else if (const auto* resumed = std::get_if<ResumedNotice>(&out.msg)) {
     m.mutable_resumed()->set_round(resumed->round);
   } else if (const auto* c = std::get_if<CloseNotice>(&out.msg)) {
@@ -323,6 +340,8 @@ void ToProto(const RunStatus& s, proto::StatusResponse* r) {
   r->set_min_nodes(s.min_nodes);
   r->set_max_nodes(s.max_nodes);
   r->set_close_message(s.close_message);
+  r->set_spares(s.spares);
+  r->set_spares_used(s.spares_used);
   for (const MemberStatus& m : s.members) {
     proto::Member* p = r->add_members();
     p->set_node_id(m.node_id);
@@ -347,6 +366,8 @@ RunStatus FromProto(const proto::StatusResponse& r) {
   s.max_nodes = r.max_nodes();
   s.close_message = r.close_message();
   s.server_instance = r.server_instance();
+  s.spares = r.spares();
+  s.spares_used = r.spares_used();
   for (const proto::Member& m : r.members()) {
     s.members.push_back(
         {m.node_id(), m.hostname(), m.addr(), m.group_rank(), m.nproc_per_node(), m.state()});

@@ -39,6 +39,8 @@ absl::Status CloseStatus(const proto::Close& close);
 // The hang a Restart or Close message tells of (the straggler); nullopt when none.
 std::optional<HangNotice> HangOf(const proto::Restart& restart);
 std::optional<HangNotice> HangOf(const proto::Close& close);
+RestartFacts FactsOf(const proto::Restart& restart);
+StandbyNotice FromProto(const proto::Standby& standby);
 
 // Server side. Zero timeouts in `join` take `defaults`.
 JoinRequest FromProto(const proto::Join& join, const RunTimeouts& defaults,

@@ -65,6 +65,11 @@ ServerWord WordOf(const proto::ServerMessage& m) {
       w.round = m.restart().round();
       w.reason = m.restart().reason();
       w.hang = HangOf(m.restart());
+      w.facts = FactsOf(m.restart());
+      break;
+    case proto::ServerMessage::kStandby:
+      w.kind = ServerWord::Kind::kStandby;
+      w.standby = FromProto(m.standby());
       break;
     case proto::ServerMessage::kResumed:
       w.kind = ServerWord::Kind::kResumed;
@@ -208,6 +213,7 @@ void RendezvousClient::Execute(ClientActions actions) {
     switch (a.type) {
       case ClientAction::Type::kAssigned:
       case ClientAction::Type::kRestart:
+      case ClientAction::Type::kStandby:
       case ClientAction::Type::kResumed:
       case ClientAction::Type::kReconnecting:
       case ClientAction::Type::kRejoinAsNewNode:
@@ -232,7 +238,10 @@ void RendezvousClient::Tell(const ClientAction& a) {
       events_.Assigned(a.assignment);
       break;
     case ClientAction::Type::kRestart:
-      events_.Restart(a.cause, a.message, a.hang);
+      events_.Restart(a.cause, a.message, a.hang, a.facts);
+      break;
+    case ClientAction::Type::kStandby:
+      events_.Standby(a.standby);
       break;
     case ClientAction::Type::kResumed:
       events_.Resumed(a.round);
@@ -328,14 +337,13 @@ void RendezvousClient::StartCall(const ClientAction& a) {
   const uint64_t gen = a.generation;
   call_ = std::make_unique<AgentCall>(
       [this, gen](proto::ServerMessage m) {
-        loop_->Post([this, gen, m = std::move(m)] {
-          Execute(machine_.OnServerWord(gen, WordOf(m), Now()));
-        });
+        loop_->Post([this, gen, m = std::move(m)] { OnServerMessage(gen, WordOf(m)); });
       },
       [this, gen](grpc::Status s) {
         loop_->Post(
             [this, gen, end = EndOf(s)] { Execute(machine_.OnStreamEnd(gen, end, Now())); });
       });
+  unanswered_sent_.clear();
   AddRendezvousAuth(call_->context(), options_.token);
   // Waits for the server to come up instead of failing at once; read_timeout bounds it.
   call_->context()->set_wait_for_ready(true);
@@ -426,7 +434,7 @@ void RendezvousClient::StartLiveness(const ClientAction& a) {
   o.key = DeriveLivenessKey(machine_.member_key(), a.liveness.salt, a.liveness.node_index);
   o.interval = a.liveness.settings.interval;
   o.detector = AccrualOptionsOf(a.liveness.settings);
-  o.on_ack = options_.on_liveness_ack;
+  o.on_ack = options_.on_server_heard;  // thread-safe: LocalLease::Renew is one atomic store
   const uint64_t generation = a.generation;
   o.on_silent = [this, generation](Duration silent_for) {
     // Posted, not decided here: the machine is the loop's.
@@ -447,6 +455,33 @@ void RendezvousClient::SendHeartbeat() {
   proto::AgentMessage m;
   *m.mutable_heartbeat() = ToProto(progress_);
   call_->Send(std::move(m));
+  unanswered_sent_.push_back(Now());
+}
+
+void RendezvousClient::OnServerMessage(uint64_t generation, const ServerWord& word) {
+  // What the word vouches for: the server had this node as a member when it read what the word
+  // answers, so no earlier than that was sent. Words that answer nothing vouch for nothing: one
+  // read late (this process was stopped) may be older than the server's verdict on this node.
+  std::optional<TimePoint> heard_from;
+  if (generation == machine_.generation()) {
+    if (word.kind == ServerWord::Kind::kAck && !unanswered_sent_.empty()) {
+      heard_from = unanswered_sent_.front();
+      unanswered_sent_.pop_front();
+    } else if (word.kind == ServerWord::Kind::kJoined) {
+      // When the join was sent is unknown (the call waits for the server to come up): when it
+      // was answered. Read late only if this process was stopped while joining, when it has no
+      // workers that could commit (a fence stopped them; kept in-process ones wait for a round).
+      heard_from = Now();
+    }
+  }
+  Execute(machine_.OnServerWord(generation, word, Now()));
+  // With a liveness path its acks renew the lease, which is then short: the stream's would
+  // mask it (LocalLease::Renew keeps the latest end).
+  if (liveness_ != nullptr && word.kind == ServerWord::Kind::kAck) heard_from.reset();
+  if (heard_from.has_value() && options_.on_server_heard &&
+      machine_.state() == ConnectionState::kJoined) {
+    options_.on_server_heard(*heard_from);
+  }
 }
 
 void RendezvousClient::LookForTheRun(const ClientAction& a) {

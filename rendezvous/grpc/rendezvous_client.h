@@ -39,6 +39,7 @@
 #define DDPRUN_RENDEZVOUS_GRPC_RENDEZVOUS_CLIENT_H_
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -103,6 +104,8 @@ class RendezvousClient final : public Rendezvous {
   // Asks the other hosts on probe_loop_ whether one of them serves the run and went on.
   void LookForTheRun(const ClientAction& action);
   void SendHeartbeat();  // with the latest progress
+  // A message of call `generation`: to the machine, and ClientOptions::on_server_heard.
+  void OnServerMessage(uint64_t generation, const ServerWord& word);
   // kStartLiveness: a LivenessSender to the current server's host (its failure to start is
   // logged: the lease still covers the node).
   void StartLiveness(const ClientAction& action);
@@ -122,6 +125,9 @@ class RendezvousClient final : public Rendezvous {
   std::vector<RankProgress> progress_;  // the latest ReportProgress, sent with heartbeats
   uint64_t read_timer_ = 0;
   uint64_t heartbeat_timer_ = 0;
+  // When each heartbeat of the current call not yet acknowledged was sent (the server
+  // acknowledges each, in order): what on_server_heard reports.
+  std::deque<TimePoint> unanswered_sent_;
   // While the machine is kJoined with a liveness path: its sender (stopped on leaving it).
   std::unique_ptr<LivenessSender> liveness_;
   // Blocking probes and Status calls of kLookForTheRun, off the loop that heartbeats.

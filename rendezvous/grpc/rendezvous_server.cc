@@ -48,8 +48,9 @@ absl::StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   // reached the server. Its reports go to the service's loop.
   RendezvousServiceImpl* reported_to = server->service_.get();
   LivenessReceiver::Callbacks liveness_reports;
-  liveness_reports.on_silent = [reported_to](uint64_t conn, Duration silent_for) {
-    reported_to->PostSilent(conn, silent_for);
+  liveness_reports.on_silent = [reported_to](uint64_t conn, Duration silent_for, size_t suspected,
+                                             size_t watched) {
+    reported_to->PostSilent(conn, silent_for, suspected, watched);
   };
   liveness_reports.on_heard = [reported_to](uint64_t conn) { reported_to->PostHeard(conn); };
   auto liveness = LivenessReceiver::Start(options.host, std::move(liveness_reports));

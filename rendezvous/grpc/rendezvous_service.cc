@@ -200,10 +200,21 @@ void RendezvousServiceImpl::PostStreamDone(ConnId conn) {
   });
 }
 
-void RendezvousServiceImpl::PostSilent(ConnId conn, Duration silent_for) {
-  loop_->Post([this, conn, silent_for] {
+void RendezvousServiceImpl::PostSilent(ConnId conn, Duration silent_for, size_t suspected,
+                                       size_t watched) {
+  loop_->Post([this, conn, silent_for, suspected, watched] {
     auto it = streams_.find(conn);
     if (it == streams_.end() || it->second.closed || !it->second.liveness_watched) return;
+    if (suspected >= 2 && 2 * suspected > watched) {
+      if (!std::exchange(mass_silence_logged_, true)) {
+        LogWarning(absl::StrCat("liveness: ", suspected, " of ", watched,
+                                " agents fell silent at once: more likely this server's own "
+                                "network or cores than theirs; nobody is lost by silence while "
+                                "so many are (their leases still decide)"));
+      }
+      return;
+    }
+    mass_silence_logged_ = false;
     const TimePoint now = clock_->Now();
     const std::string node = std::to_string(conn);
     confirmation_.Suspect("server", node, Evidence::kSilence, now);
@@ -336,6 +347,7 @@ void RendezvousServiceImpl::LogDecisions(const Outbox& out) {
   const Assignment* first = nullptr;
   ConnId first_conn = 0;
   int assigned = 0;
+  int spares_told = 0;  // StandbyNotice: nodes left out of a round, or joining a full one
   std::string last_restart, last_close;
   const ResumedNotice* resumed = nullptr;
   ConnId resumed_conn = 0;
@@ -354,11 +366,13 @@ void RendezvousServiceImpl::LogDecisions(const Outbox& out) {
         first_conn = o.conn;
       }
       ++assigned;
+    } else if (std::holds_alternative<StandbyNotice>(o.msg)) {
+      ++spares_told;
     } else if (const auto* r = std::get_if<RestartNotice>(&o.msg)) {
       if (r->reason != last_restart) {
         last_restart = r->reason;
-        LogInfo(absl::StrCat("run '", state_.RunIdOf(o.conn), "': round ", r->round,
-                             " is over: ", r->reason));
+        LogInfo(absl::StrCat("run '", state_.RunIdOf(o.conn), "': round ", r->round, " is over: ",
+                             r->reason, r->facts.spare_used ? "; a spare takes its place" : ""));
       }
     } else if (const auto* c = std::get_if<CloseNotice>(&o.msg)) {
       const std::string line =
@@ -376,10 +390,12 @@ void RendezvousServiceImpl::LogDecisions(const Outbox& out) {
                          " goes on: ", num_resumed, " node(s) re-registered"));
   }
   if (first != nullptr) {
-    LogInfo(absl::StrCat("run '", state_.RunIdOf(first_conn), "': round ", first->round,
-                         " formed: ", assigned, " nodes, world size ", first->world_size,
-                         ", master ", FormatHostPort(first->master_addr, first->master_port),
-                         ", restarts used ", first->restart_count, " of ", first->max_restarts));
+    LogInfo(
+        absl::StrCat("run '", state_.RunIdOf(first_conn), "': round ", first->round,
+                     " formed: ", assigned, " nodes, world size ", first->world_size, ", master ",
+                     FormatHostPort(first->master_addr, first->master_port), ", restarts used ",
+                     first->restart_count, " of ", first->max_restarts,
+                     spares_told > 0 ? absl::StrCat(", ", spares_told, " spare(s) waiting") : ""));
   }
 }
 

@@ -50,8 +50,11 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
   void PostStreamBroken(ConnId conn);
   void PostStreamDone(ConnId conn);
   // The liveness receiver's reports (any thread): `conn`'s heartbeats stopped for
-  // `silent_for`; `conn` was heard again.
-  void PostSilent(ConnId conn, Duration silent_for);
+  // `silent_for` (`suspected` of the `watched` streams at once); `conn` was heard again.
+  // When more than half of the watched streams (at least two) are suspected at once, the
+  // server's own path or cores are the likelier fault: nobody is lost by silence (logged once
+  // per episode) and the leases decide.
+  void PostSilent(ConnId conn, Duration silent_for, size_t suspected, size_t watched);
   void PostHeard(ConnId conn);
   // The liveness path, for runs with liveness on (RunTimeouts::liveness); null: none (every
   // run falls back to its lease). Set before serving; must outlive the loop's tasks.
@@ -113,6 +116,7 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
   LivenessReceiver* liveness_ = nullptr;
   // When a silence is a loss: the server is the only observer so far (docs/design.md §3a).
   LossConfirmation confirmation_{ConfirmationRule{/*observers_required=*/1}};
+  bool mass_silence_logged_ = false;  // the current mass suspicion was logged
   LoopThread::TimerId tick_timer_ = 0;
   TimePoint tick_at_{};
   bool tick_scheduling_posted_ = false;

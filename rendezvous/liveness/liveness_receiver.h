@@ -39,8 +39,11 @@ inline constexpr std::chrono::milliseconds kEvaluateEvery{10};
 class LivenessReceiver {
  public:
   struct Callbacks {
-    // `token` (what Watch was given) is suspected: no heartbeat for `silent_for`.
-    std::function<void(uint64_t token, Duration silent_for)> on_silent;
+    // `token` (what Watch was given) is suspected: no heartbeat for `silent_for`; with it, how
+    // many of the `watched` nodes are suspected at this evaluation (when most are, the fault is
+    // more likely the server's own path than theirs).
+    std::function<void(uint64_t token, Duration silent_for, size_t suspected, size_t watched)>
+        on_silent;
     // `token`, reported silent, was heard again.
     std::function<void(uint64_t token)> on_heard;
   };
@@ -73,9 +76,9 @@ class LivenessReceiver {
  private:
   struct Node {
     Node(uint64_t t, const LivenessKey& k, const AccrualOptions& o)
-        : token(t), key(k), detector(o) {}
+        : token(t), mac(k), detector(o) {}
     uint64_t token;
-    LivenessKey key;
+    PacketMac mac;
     PhiAccrualDetector detector;
     ReplayGuard guard;
     uint64_t ack_seq = 0;

@@ -37,6 +37,7 @@ LivenessSender::LivenessSender(SenderOptions options, UdpSocket socket)
     : options_(std::move(options)),
       socket_(std::move(socket)),
       incarnation_(RandomU64()),
+      mac_(options_.key),
       detector_(options_.detector) {}
 
 LivenessSender::~LivenessSender() {
@@ -63,9 +64,10 @@ void LivenessSender::Run() {
       p.incarnation = incarnation_;
       p.seq = ++seq_;
       p.echo = last_ack_seq_;
-      const PacketBytes bytes = EncodePacket(p, options_.key);
+      const PacketBytes bytes = EncodePacket(p, mac_);
       // Errors (an ICMP refusal reported on the connected socket, a full buffer) are a lost
       // heartbeat: the server's detector allows for those, and nothing here can do better.
+      sent_at_[p.seq % kSentKept] = {p.seq, now};
       if (send(socket_.fd(), bytes.data(), bytes.size(), MSG_DONTWAIT) > 0) ++sent_;
       next_send += options_.interval;
       if (next_send <= now) next_send = now + options_.interval;  // woke late: no burst
@@ -92,7 +94,7 @@ void LivenessSender::Receive(TimePoint now) {
     const ssize_t n = recv(socket_.fd(), buf, sizeof(buf), MSG_DONTWAIT);
     if (n < 0) return;  // drained, or an ICMP error (counted as nothing: the ack is missing)
     absl::StatusOr<LivenessPacket> p =
-        DecodePacket(buf, static_cast<size_t>(n), options_.key, PacketKind::kAck);
+        DecodePacket(buf, static_cast<size_t>(n), mac_, PacketKind::kAck);
     if (!p.ok() || p->node_index != options_.node_index || p->echo > seq_ ||
         !guard_.Accept(p->incarnation, p->seq)) {
       ++refused_;
@@ -101,7 +103,8 @@ void LivenessSender::Receive(TimePoint now) {
     ++acks_;
     last_ack_seq_ = p->seq;
     detector_.Heartbeat(now, p->incarnation);
-    if (options_.on_ack) options_.on_ack(now);
+    const Sent& answered = sent_at_[p->echo % kSentKept];
+    if (options_.on_ack && answered.seq == p->echo && p->echo != 0) options_.on_ack(answered.at);
   }
 }
 

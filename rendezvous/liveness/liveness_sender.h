@@ -17,6 +17,7 @@
 #ifndef DDPRUN_RENDEZVOUS_LIVENESS_LIVENESS_SENDER_H_
 #define DDPRUN_RENDEZVOUS_LIVENESS_LIVENESS_SENDER_H_
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -39,12 +40,16 @@ struct SenderOptions {
   LivenessKey key{};
   Duration interval = kDefaultHeartbeatInterval;
   AccrualOptions detector;  // of the server's acks: the run's settings, as the server's
-  std::function<void(TimePoint)> on_ack;    // optional
+  // Optional: an authentic ack, with the time the heartbeat it answers (its echo) was sent: the
+  // server had this node as a member when it read that heartbeat, so no earlier. Acks of
+  // heartbeats older than the last kSentKept are not reported.
+  std::function<void(TimePoint)> on_ack;
   std::function<void(Duration)> on_silent;  // optional: no ack for that long (suspected)
 };
 
 class LivenessSender {
  public:
+  static constexpr size_t kSentKept = 64;  // send times remembered for on_ack
   struct Counters {
     uint64_t sent = 0;
     uint64_t acks = 0;     // authentic, new
@@ -72,6 +77,12 @@ class LivenessSender {
   // The thread's own.
   uint64_t seq_ = 0;
   uint64_t last_ack_seq_ = 0;  // echoed in the next heartbeat
+  struct Sent {
+    uint64_t seq = 0;
+    TimePoint at{};
+  };
+  std::array<Sent, kSentKept> sent_at_{};  // by seq % kSentKept
+  PacketMac mac_;                          // under options_.key
   ReplayGuard guard_;
   PhiAccrualDetector detector_;
   bool reported_ = false;

@@ -1,7 +1,9 @@
 #include "rendezvous/liveness/packet.h"
 
+#include <openssl/core_names.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <openssl/params.h>
 
 #include <cstring>
 
@@ -27,6 +29,11 @@ void Hmac(const uint8_t* key, size_t key_len, const uint8_t* data, size_t len,
           uint8_t out[EVP_MAX_MD_SIZE]) {
   unsigned int out_len = 0;
   HMAC(EVP_sha256(), key, static_cast<int>(key_len), data, len, out, &out_len);
+}
+
+EVP_MAC* HmacAlgorithm() {
+  static EVP_MAC* const mac = EVP_MAC_fetch(nullptr, "HMAC", nullptr);
+  return mac;
 }
 
 bool HasHeader(const uint8_t* data, size_t size) {
@@ -55,7 +62,37 @@ LivenessKey DeriveLivenessKey(std::string_view member_key, std::string_view salt
   return key;
 }
 
-PacketBytes EncodePacket(const LivenessPacket& packet, const LivenessKey& key) {
+PacketMac::PacketMac(const LivenessKey& key) : ctx_(EVP_MAC_CTX_new(HmacAlgorithm())) {
+  char digest[] = "SHA256";
+  const OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                               OSSL_PARAM_END};
+  EVP_MAC_init(ctx_, key.data(), key.size(), params);
+}
+
+PacketMac::~PacketMac() { EVP_MAC_CTX_free(ctx_); }
+
+PacketMac::PacketMac(PacketMac&& other) noexcept : ctx_(other.ctx_) { other.ctx_ = nullptr; }
+
+PacketMac& PacketMac::operator=(PacketMac&& other) noexcept {
+  if (this != &other) {
+    EVP_MAC_CTX_free(ctx_);
+    ctx_ = other.ctx_;
+    other.ctx_ = nullptr;
+  }
+  return *this;
+}
+
+void PacketMac::Compute(const uint8_t* data, size_t size, uint8_t out[kPacketMacBytes]) {
+  uint8_t full[EVP_MAX_MD_SIZE];
+  size_t length = 0;
+  // A null key starts a new message under the key set at construction.
+  EVP_MAC_init(ctx_, nullptr, 0, nullptr);
+  EVP_MAC_update(ctx_, data, size);
+  EVP_MAC_final(ctx_, full, &length, sizeof(full));
+  std::memcpy(out, full, kPacketMacBytes);
+}
+
+PacketBytes EncodePacket(const LivenessPacket& packet, PacketMac& mac) {
   PacketBytes b{};
   std::memcpy(b.data(), kMagic, sizeof(kMagic));
   b[4] = kPacketVersion;
@@ -64,9 +101,7 @@ PacketBytes EncodePacket(const LivenessPacket& packet, const LivenessKey& key) {
   PutLe(&b[12], packet.incarnation, 8);
   PutLe(&b[20], packet.seq, 8);
   PutLe(&b[28], packet.echo, 8);
-  uint8_t mac[EVP_MAX_MD_SIZE];
-  Hmac(key.data(), key.size(), b.data(), kSignedBytes, mac);
-  std::memcpy(&b[kSignedBytes], mac, kPacketMacBytes);
+  mac.Compute(b.data(), kSignedBytes, &b[kSignedBytes]);
   return b;
 }
 
@@ -75,8 +110,8 @@ std::optional<uint32_t> PeekNodeIndex(const uint8_t* data, size_t size) {
   return static_cast<uint32_t>(GetLe(&data[8], 4));
 }
 
-absl::StatusOr<LivenessPacket> DecodePacket(const uint8_t* data, size_t size,
-                                            const LivenessKey& key, PacketKind expected) {
+absl::StatusOr<LivenessPacket> DecodePacket(const uint8_t* data, size_t size, PacketMac& mac,
+                                            PacketKind expected) {
   if (size != kPacketBytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("liveness packet of ", size, " bytes (", kPacketBytes, " expected)"));
@@ -87,10 +122,10 @@ absl::StatusOr<LivenessPacket> DecodePacket(const uint8_t* data, size_t size,
   if (data[4] != kPacketVersion) {
     return absl::InvalidArgumentError(absl::StrCat("liveness packet version ", data[4]));
   }
-  uint8_t mac[EVP_MAX_MD_SIZE];
-  Hmac(key.data(), key.size(), data, kSignedBytes, mac);
+  uint8_t expected_mac[kPacketMacBytes];
+  mac.Compute(data, kSignedBytes, expected_mac);
   unsigned char diff = 0;
-  for (size_t i = 0; i < kPacketMacBytes; ++i) diff |= mac[i] ^ data[kSignedBytes + i];
+  for (size_t i = 0; i < kPacketMacBytes; ++i) diff |= expected_mac[i] ^ data[kSignedBytes + i];
   if (diff != 0) return absl::InvalidArgumentError("liveness packet with a wrong MAC");
   if (data[5] != static_cast<uint8_t>(expected)) {
     return absl::InvalidArgumentError(absl::StrCat("liveness packet of kind ", data[5]));

@@ -74,6 +74,7 @@ absl::StatusOr<rendezvous::ClientOptions> ClientOptionsFor(const C10dSettings& s
   c.read_timeout = s.read_timeout;
   c.rpc_timeout = s.rpc_timeout;
   if (s.close_timeout) c.close_timeout = *s.close_timeout;
+  c.on_server_heard = s.on_server_heard;
   return c;
 }
 
@@ -240,6 +241,8 @@ std::string RunStatusJson(const rendezvous::RunStatus& status) {
   j["restarts_used"] = status.restarts_used;
   j["max_restarts"] = status.max_restarts;
   j["close_message"] = status.close_message;
+  j["spares"] = status.spares;
+  j["spares_used"] = status.spares_used;
   j["members"] = nlohmann::ordered_json::array();
   for (const auto& m : status.members) {
     nlohmann::ordered_json member;

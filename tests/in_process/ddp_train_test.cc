@@ -8,6 +8,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <map>
@@ -27,6 +29,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/lease_page.h"
 #include "control/control_message.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -255,7 +258,8 @@ class InProcessTrainTest : public ::testing::Test {
             {"DDPRUN_PROGRESS_FILE", "\x01unset"},
             {"DDPRUN_ROUND", "\x01unset"},
             {"OMP_NUM_THREADS", "1"},
-            {"DDPRUN_CONTROL_SOCKET", agent.empty() ? "\x01unset" : agent}};
+            {"DDPRUN_CONTROL_SOCKET", agent.empty() ? "\x01unset" : agent},
+            {"DDPRUN_LEASE_FD", lease_fd_.empty() ? "\x01unset" : lease_fd_}};
   }
 
   // The model of a fault-free cold run of Train()'s configuration on kWorld ranks, once per
@@ -306,6 +310,7 @@ class InProcessTrainTest : public ::testing::Test {
 
   TempDir dir_;
   const std::string socket_ = dir_.File("control.sock");
+  std::string lease_fd_;  // DDPRUN_LEASE_FD for the workers; empty: none
   std::vector<std::unique_ptr<Subprocess>> workers_;
 };
 
@@ -356,6 +361,72 @@ TEST_F(InProcessTrainTest, KilledRankReplacedWithoutRecomputingAStep) {
   EXPECT_EQ(StepLines(out, 40), 1) << out;
   EXPECT_TRUE(ReadFile(dir_.File("model.pt")) == reference)
       << "the recovered run's model differs from the fault-free run's";
+}
+
+// ddprun's local lease (DDPRUN_LEASE_FD, trainer/io/commit_guard.h) runs out mid-training, as
+// on a host that woke after its run gave it up: no rank counts a step past it, each drops its
+// group and waits for the agent's next round (the agent aborts the round, as it does when it
+// stops a node's workers); with the lease renewed, round 1 goes on from the last step every rank
+// holds and the run ends with the fault-free model, byte for byte.
+TEST_F(InProcessTrainTest, PastTheLocalLeaseNoStepIsCountedAndTheRanksWaitForTheNextRound) {
+  const std::string reference = ReferenceModel();
+  ASSERT_FALSE(reference.empty());
+  // The agent's page (common/lease_page.h), inherited by the workers at its number.
+  const int fd = memfd_create("test-lease", 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, kLeasePageSize), 0);
+  void* page = mmap(nullptr, kLeasePageSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(page, MAP_FAILED);
+  const uint32_t head[2] = {kLeaseMagic, kLeaseVersion};
+  std::memcpy(page, head, sizeof(head));
+  auto set_valid_until = [page](int64_t ns) {
+    std::memcpy(static_cast<char*>(page) + kLeaseValidUntilOffset, &ns, sizeof(ns));
+  };
+  constexpr int64_t kHour = 3600'000'000'000;
+  set_valid_until(MonotonicNowNs() + kHour);
+  lease_fd_ = std::to_string(fd);
+  FakeAgent agent(socket_);
+  const int port = ::ddprun::testing::FreeLoopbackPort();
+  ASSERT_NO_FATAL_FAILURE(StartRoundZero(agent, port, 3));
+
+  set_valid_until(MonotonicNowNs() - 1);
+  auto refused = [&](int r) {
+    return absl::StrContains(workers_[r]->out() + workers_[r]->err(), "not committing step");
+  };
+  ASSERT_TRUE(WaitUntil([&] { return refused(0) || refused(1) || refused(2); }, seconds(30)))
+      << Describe(*workers_[0]);
+  // A rank that passed its check just before the end may be blocked in a collective with one
+  // that stopped: the agent's abort frees it.
+  for (int r = 0; r < kWorld; ++r) agent.Send(r, Abort(0, "this node was given up"));
+  for (int r = 0; r < kWorld; ++r) {
+    const std::string left =
+        absl::StrCat("rank ", r, ": round 0( over|: .*: waiting for the next round)");
+    ASSERT_TRUE(
+        WaitUntil([&] { return ::ddprun::testing::CountMatches(workers_[r]->out(), left) == 1; },
+                  seconds(30)))
+        << Describe(*workers_[r]);
+  }
+  const std::string stopped_out = workers_[0]->out();
+  set_valid_until(MonotonicNowNs() + kHour);
+  for (int r = 0; r < kWorld; ++r) agent.Send(r, Round(1, r, kWorld, port));
+  std::vector<int64_t> steps;
+  for (int r = 0; r < kWorld; ++r) {
+    std::optional<control::ReadyMessage> ready = agent.AwaitReady(r, 1, seconds(60));
+    ASSERT_TRUE(ready.has_value()) << Describe(*workers_[r]);
+    steps.push_back(ready->step);
+  }
+  EXPECT_EQ(steps[0], steps[1]);
+  EXPECT_EQ(steps[0], steps[2]);
+  EXPECT_GE(steps[0], 3);
+  // No step line past the last step every rank holds, before round 1.
+  EXPECT_EQ(StepLines(stopped_out, steps[0] + 1), 0) << stopped_out;
+  ASSERT_TRUE(::ddprun::testing::ExpectAllExit(workers_, 0, seconds(120)));
+  munmap(page, kLeasePageSize);
+  close(fd);
+  const std::string out = workers_[0]->out();
+  for (int64_t step = 1; step <= 40; ++step) EXPECT_LE(StepLines(out, step), 1) << step;
+  EXPECT_TRUE(ReadFile(dir_.File("model.pt")) == reference)
+      << "the run's model differs from the fault-free run's";
 }
 
 // 3 -> 2 ranks: rank 1 dies and nobody replaces it; the survivors swap roles on the same store

@@ -7,11 +7,13 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -25,6 +27,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "common/lease_page.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/free_port.h"
@@ -385,6 +388,47 @@ TEST_F(DdpTrainTest, SigtermCheckpointsThenResumesWithAnotherWorldSize) {
   // The resumed part covers only what was left of the 3840 samples.
   EXPECT_LT(m[0]["samples"].get<int64_t>(), 3840);
   EXPECT_GT(m[0]["test_acc"].get<double>(), 0.5);
+}
+
+// ddprun's local lease (DDPRUN_LEASE_FD; trainer/io/commit_guard.h): steps and checkpoints are
+// committed while it is valid, and not one past it: no checkpoint file nor pointer is written
+// after valid_until, and ddp-train exits 75 naming the step it did not commit.
+TEST_F(DdpTrainTest, PastItsLocalLeaseNothingIsCommittedAndItExits75) {
+  // The agent's page (common/lease_page.h), inherited at its number.
+  const int fd = memfd_create("test-lease", 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, kLeasePageSize), 0);
+  void* page = mmap(nullptr, kLeasePageSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(page, MAP_FAILED);
+  const uint32_t head[2] = {kLeaseMagic, kLeaseVersion};
+  std::memcpy(page, head, sizeof(head));
+  constexpr int64_t kLeaseNs = 6'000'000'000;  // training the whole set takes longer
+  const auto expires = std::chrono::system_clock::now() + std::chrono::nanoseconds(kLeaseNs);
+  const int64_t until = MonotonicNowNs() + kLeaseNs;
+  std::memcpy(static_cast<char*>(page) + kLeaseValidUntilOffset, &until, sizeof(until));
+  std::map<std::string, std::string> env = Solo();
+  env["DDPRUN_LEASE_FD"] = std::to_string(fd);
+  const std::string ckpt = dir_.File("ckpt");
+  Subprocess p(Train({"--epochs", "1", "--checkpoint-dir", ckpt, "--checkpoint-every", "1"}), env);
+  std::optional<ExitStatus> st = p.Wait(seconds(120));
+  munmap(page, kLeasePageSize);
+  close(fd);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 75) << Describe(p);
+  EXPECT_THAT(p.err(), HasSubstr("not committing step"));
+  EXPECT_THAT(p.err(), HasSubstr("local lease expired"));
+  ASSERT_TRUE(Exists(ckpt + "/LATEST")) << "nothing was committed while the lease was valid";
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(ckpt)) {
+    ++files;
+    const auto written = std::filesystem::last_write_time(entry.path());
+    const auto written_at = std::chrono::system_clock::now() +
+                            (written - std::filesystem::file_time_type::clock::now());
+    // One save that passed the check just before the end may still be finishing (ms).
+    EXPECT_LT(written_at, expires + std::chrono::milliseconds(500))
+        << entry.path() << " written after the lease";
+  }
+  EXPECT_GT(files, 1);
 }
 
 // The newest checkpoint is torn (cut short, as by a crash of an unsynced copy): the next run

@@ -434,6 +434,18 @@ TEST_F(InProcessModuleTest, TheStateFormatRefusesWhatAPeerMustNotSend) {
   }
 }
 
+// ddprun's local lease (DDPRUN_LEASE_FD): past it step_done counts nothing and gives the held
+// state up, in-process (LeaseExpired, swallowed by `with rnd:`) and cold (exit 75); may_commit()
+// says so; no variable, no change (tests/python/scripts/lease_check.py).
+TEST_F(InProcessModuleTest, PastTheLocalLeaseNoStepIsCountedAndNothingCommitted) {
+  Subprocess p({python_, testing::SourcePath("tests/python/scripts/lease_check.py")},
+               {{"PYTHONPATH", module_dir_.path()}, {"DDPRUN_CONTROL_SOCKET", "\x01unset"}});
+  const std::optional<testing::ExitStatus> st = p.Wait(60s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 0) << p.out() << p.err();
+  EXPECT_THAT(p.out(), HasSubstr("ok: 11 checks"));
+}
+
 // A peer that is gone without a FIN (a lost node; here SIGSTOPped): the survivors are blocked
 // in a gloo collective that would wait for its 30 s timeout. The abort must free them at once.
 TEST_F(InProcessModuleTest, ACollectiveBlockedOnAStoppedPeerEndsWhenTheAbortArrives) {

@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/version.h"
+#include "trainer/io/commit_guard.h"
 #include "trainer/io/dist_env.h"
 #include "trainer/io/error_file.h"
 #include "trainer/io/fault_injection.h"
@@ -54,6 +55,13 @@ bool IsInputError(const absl::Status& s) {
 }
 
 int Fail(const DistEnv& env, const absl::Status& s) {
+  if (IsLeaseExpired(s)) {
+    // Not a failure of this worker: its node lost the rendezvous' trust (docs/design.md,
+    // "Fencing"). No error file: ddprun knows why.
+    std::cerr << "ddp-train: rank " << env.rank << ": " << s.message() << "; exiting "
+              << kExitLeaseExpired << std::endl;
+    return kExitLeaseExpired;
+  }
   const bool input = IsInputError(s);
   const std::string msg(s.message());
   std::cerr << "ddp-train: rank " << env.rank << ": error: " << msg << std::endl;

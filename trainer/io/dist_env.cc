@@ -103,6 +103,7 @@ absl::StatusOr<DistEnv> ReadDistEnv(const EnvGetter& getenv) {
   env.gloo_socket_ifname = getenv("GLOO_SOCKET_IFNAME").value_or("");
   env.progress_file = getenv(kProgressFileVariable.name).value_or("");
   env.control_socket = getenv(kControlSocketVariable.name).value_or("");
+  env.lease_fd = getenv(kLeaseFdVariable.name).value_or("");
   return env;
 }
 

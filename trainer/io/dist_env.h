@@ -23,6 +23,9 @@
 //                                                   rank, world and store from the agent's round
 //                                                   messages and re-forms its group after a
 //                                                   failure; empty or unset: cold mode
+//   DDPRUN_LEASE_FD                                 ddprun's local lease (commit_guard.h):
+//                                                   nothing is committed past it; empty or
+//                                                   unset: no lease
 // No variable set at all means a single process (world size 1, no communication).
 #ifndef DDPRUN_TRAINER_IO_DIST_ENV_H_
 #define DDPRUN_TRAINER_IO_DIST_ENV_H_
@@ -50,6 +53,7 @@ struct DistEnv {
   std::string gloo_socket_ifname;
   std::string progress_file;   // empty: no step reports
   std::string control_socket;  // empty: cold mode (no in-process recovery)
+  std::string lease_fd;        // DDPRUN_LEASE_FD as given; empty: no local lease
   bool from_slurm = false;
 };
 

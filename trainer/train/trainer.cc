@@ -151,6 +151,7 @@ void Trainer::NewSynchronizer() {
 }
 
 absl::Status Trainer::Start() {
+  DDPRUN_ASSIGN_OR_RETURN(commit_guard_, CommitGuard::Open(env_.lease_fd));
   DDPRUN_RETURN_IF_ERROR(ConnectOnDevice());
   if (control_ != nullptr) return JoinRounds(control_->current_round());
   DDPRUN_RETURN_IF_ERROR(AgreeOnSetup(SetupLocal(/*fresh_start=*/true)));
@@ -169,6 +170,14 @@ absl::Status Trainer::SaveCheckpoint(const char* why, bool best) {
   const auto t0 = Clock::now();
   DDPRUN_ASSIGN_OR_RETURN(std::string payload, Serialize());
   const double serialize_ms = SecondsSince(t0) * 1e3;
+  // After serializing, which takes time: nothing of a node that may have been given up reaches
+  // the checkpoint directory (the file nor its pointer).
+  if (absl::Status lease =
+          commit_guard_.MayCommit(absl::StrCat("the checkpoint of step ", state_.global_step));
+      !lease.ok()) {
+    Log(std::string(lease.message()));
+    return lease;
+  }
   const auto t1 = Clock::now();
   absl::Status s = store_->Save(state_.global_step, payload);
   if (s.ok() && best) s = best_store_->Save(state_.global_step, payload);
@@ -206,6 +215,8 @@ absl::StatusOr<bool> Trainer::TrainEpoch(int64_t* samples, double* train_s) {
     // "Starting step N": a rank stuck outside a collective then shows one step fewer than the
     // ranks waiting for it inside the next one, which is how ddprun names the straggler.
     step_reports_.Report(state_.global_step + 1);
+    // Before the step's collectives: a worker of a node given up meets nobody's group.
+    DDPRUN_RETURN_IF_ERROR(commit_guard_.MayCommit(absl::StrCat("step ", state_.global_step + 1)));
     std::optional<StepUndo> undo;
     if (control_ != nullptr) {
       // A round can end without any collective of this rank failing (world size 1, or between
@@ -224,6 +235,13 @@ absl::StatusOr<bool> Trainer::TrainEpoch(int64_t* samples, double* train_s) {
     }
     std::optional<StepResult>& step = *result;
     if (!step.has_value()) break;
+    // A step that ran across a stop of this host (SIGSTOP, a frozen VM) is not counted: its
+    // node may have been given up and its ranks taken over meanwhile.
+    if (absl::Status lease = commit_guard_.MayCommit(absl::StrCat("step ", state_.global_step + 1));
+        !lease.ok()) {
+      if (undo.has_value()) undo->Apply(Model().parameters());
+      return lease;
+    }
     state_.epoch_offset += step->consumed;
     state_.global_step += 1;
     state_.epoch_loss_sum += step->loss;
@@ -247,6 +265,8 @@ absl::StatusOr<bool> Trainer::TrainEpoch(int64_t* samples, double* train_s) {
 }
 
 absl::Status Trainer::FinishEpoch(int64_t samples, double train_s, bool resumed, bool* best) {
+  // Evaluation's collectives and the metrics line commit the epoch: not past the lease.
+  DDPRUN_RETURN_IF_ERROR(commit_guard_.MayCommit(absl::StrCat("the end of epoch ", state_.epoch)));
   EpochMetrics m;
   m.epoch = state_.epoch;
   m.world_size = world();
@@ -271,6 +291,7 @@ absl::StatusOr<int> Trainer::StopWithCheckpoint() {
   const int signal = stop_ != nullptr && stop_->received() != 0 ? stop_->received() : peer_stop_;
   Log(absl::StrFormat("stop requested (signal %d): saving a checkpoint and exiting", signal));
   absl::Status saved = SaveCheckpoint("stop", false);
+  if (IsLeaseExpired(saved)) return saved;  // no barrier with a group that may have moved on
   // The others wait until rank 0's checkpoint is durable: a launcher that sees one rank exit
   // tears the group down.
   DDPRUN_RETURN_IF_ERROR(comm_->Barrier());

@@ -5,6 +5,11 @@
 // exceptions become a Status. A trainer (mnist_trainer.cc, imagenet_trainer.cc) brings its data,
 // model, step and evaluation through the hooks below.
 //
+// With DDPRUN_LEASE_FD set (ddprun's local lease, commit_guard.h), nothing is committed past
+// the lease: no step counted (the step is undone in-process), no checkpoint written; the
+// worker then waits for the next round (in-process) or the trainer fails with
+// IsLeaseExpired (ddp-train exits kExitLeaseExpired).
+//
 // With DDPRUN_CONTROL_SOCKET set (ddprun --restart-mode=in-process), the same skeleton speaks
 // the worker side of in-process recovery (docs/design.md §6b; trainer_rounds.cc): the group
 // comes from the agent's round messages, and a failed collective or an aborted round abandons
@@ -28,6 +33,7 @@
 #include "absl/strings/string_view.h"
 #include "control/control_client.h"
 #include "trainer/io/checkpoint_store.h"
+#include "trainer/io/commit_guard.h"
 #include "trainer/io/dist_env.h"
 #include "trainer/io/metrics.h"
 #include "trainer/io/step_report.h"
@@ -160,6 +166,8 @@ class Trainer {
   const Clock::time_point start_;
   StepReporter step_reports_;
   std::unique_ptr<CheckpointStore> store_, best_store_;
+  // ddprun's local lease: no step counted, no checkpoint written past it (commit_guard.h).
+  CommitGuard commit_guard_;
   MetricsWriter metrics_;
   int peer_stop_ = 0;  // SIGTERM when another rank's signal stopped this one
   int restart_count_;

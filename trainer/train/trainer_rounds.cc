@@ -108,7 +108,7 @@ absl::Status Trainer::JoinRound(const control::RoundMessage& round) {
 
 absl::StatusOr<control::RoundMessage> Trainer::NextRound(const absl::Status& error) {
   const bool over = RoundOver();
-  if (!over && !CollectiveFailed(error)) return error;
+  if (!over && !CollectiveFailed(error) && !IsLeaseExpired(error)) return error;
   const int rank = comm_ != nullptr ? comm_->rank() : round_.rank;
   auto give_up = [&](const absl::Status& why) {
     // The agent treats the exit as a failed worker, as in cold mode.
@@ -158,6 +158,8 @@ absl::StatusOr<int> Trainer::StopBetweenRounds() {
   // state of a completed step (an abandoned one was undone), possibly one step behind another
   // survivor's.
   if (round_.rank == 0 && has_state_ && store_ != nullptr) {
+    DDPRUN_RETURN_IF_ERROR(
+        commit_guard_.MayCommit(absl::StrCat("the checkpoint of step ", state_.global_step)));
     state_.world_size = round_.world_size;
     DDPRUN_ASSIGN_OR_RETURN(std::string payload, Serialize());
     DDPRUN_RETURN_IF_ERROR(store_->Save(state_.global_step, payload));

@@ -105,7 +105,18 @@ std::vector<AgentAction> AgentStateMachine::Exit(int code, const std::string& wh
   return {exit};
 }
 
+std::vector<AgentAction> AgentStateMachine::OnStandby() {
+  if (phase_ == Phase::kRendezvous) standby_ = true;
+  return {};
+}
+
+std::vector<AgentAction> AgentStateMachine::OnStandbyCheckDue() {
+  if (!standby() || gate_ != HealthGate::kBeforeEachRound) return {};
+  return {AgentAction{Type::kCheckHealth}};
+}
+
 std::vector<AgentAction> AgentStateMachine::OnAssignment(const rendezvous::Assignment& a) {
+  standby_ = false;
   switch (phase_) {
     case Phase::kRendezvous: {
       if (gate_ == HealthGate::kBeforeEachRound && !health_passed_) {
@@ -176,6 +187,7 @@ std::vector<AgentAction> AgentStateMachine::OnHealthChecked(bool passed, const s
   }
   pending_assignment_.reset();
   phase_ = Phase::kSittingOut;
+  standby_ = false;  // back in, it joins as a new node: a spare again only when told
   AgentAction out{Type::kStepOut};
   out.message = why;
   return {out};

@@ -31,6 +31,12 @@
 //       +------------------- failed: step out ------------------------- kRunning
 //
 // In-process recovery's survivors keep running: a re-formed round is not gated.
+//
+// Spares (issue 40): the rendezvous tells a node that waits beyond the running round that it is
+// a spare (OnStandby). With the health gate, a spare's check is re-run every
+// kStandbyCheckInterval (OnStandbyCheckDue): a failure steps it out (the run will not pick a
+// node that is not ready), and the sitting-out retries step it back in once a check passes (a
+// spare again). The check before a cold start stays the backstop.
 #ifndef DDPRUN_LAUNCHER_AGENT_STATE_AGENT_STATE_H_
 #define DDPRUN_LAUNCHER_AGENT_STATE_AGENT_STATE_H_
 
@@ -58,6 +64,12 @@ inline constexpr int kExitSignalBase = 128;
 
 // Whether a cold start of workers waits for the node's readiness check to pass.
 enum class HealthGate { kNone, kBeforeEachRound };
+
+// How often a spare re-runs its --health-check. The default keep-alive interval (5 s): a spare's
+// readiness is proved as often as its liveness, so a GPU that went bad while the node waited is
+// found before the next lease could lose a member; a check costing a fraction of a second is a
+// few percent of one core, on a node that runs nothing else.
+inline constexpr Duration kStandbyCheckInterval = std::chrono::seconds(5);
 
 // How kStopWorkers stops the group.
 enum class StopMode {
@@ -142,6 +154,12 @@ class AgentStateMachine {
   int health_failures_in_row() const { return health_failures_; }
   // The check kept failing for too long (`why` says so): the agent ends with `exit_code`.
   std::vector<AgentAction> OnHealthAbandoned(int exit_code, const std::string& why);
+  // The rendezvous says this node waits as a spare (it has no workers; an assignment ends it).
+  std::vector<AgentAction> OnStandby();
+  // A spare's periodic check is due: kCheckHealth with the health gate, while still a spare.
+  std::vector<AgentAction> OnStandbyCheckDue();
+  // Waiting as a spare (told so, not assigned, not stepped out since).
+  bool standby() const { return standby_ && phase_ == Phase::kRendezvous; }
   // In-process mode: local rank `local_rank`'s current worker said hello on the control
   // channel. No actions.
   void OnWorkerSpeaks(int local_rank);
@@ -193,6 +211,7 @@ class AgentStateMachine {
   const HealthGate gate_;
   const Duration health_give_up_after_;
   bool health_passed_ = false;                     // a check passed since the last cold start
+  bool standby_ = false;                           // told it is a spare; see standby()
   int health_failures_ = 0;                        // in a row
   std::optional<TimePoint> health_failing_since_;  // the first failure of that streak
   // What the decisions keep about each local rank's worker, in one table.

@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "launcher/agent/goodput_ledger.h"
+
 namespace ddprun::launcher {
 namespace {
 
@@ -114,6 +116,37 @@ TEST_F(RunTimelineTest, ARestartIsLabelledByItsCauseNotItsReason) {
 }
 
 // A server from before Restart.cause says none: hang when it flagged one, else other.
+// Issue 40: a loss the rendezvous detected after the node's silence, and a spare taken in its
+// place, are in the failure's step, the recovery the goodput ledger closes, and its log line.
+TEST_F(RunTimelineTest, ALostNodesDetectionAndTheSpareTakenAreRecorded) {
+  StepEvent lost = Failure(Cause::kNodeLostStream, -1, "", "node n2 (n2) was lost");
+  lost.detect_ms = 280;
+  lost.spare_used = true;
+  const nlohmann::json j = At(0, lost);
+  EXPECT_EQ(j["detect_ms"], 280);
+  EXPECT_EQ(j["spare_used"], true);
+  EXPECT_FALSE(At(1, Failure(Cause::kWorkerExit, 3, "n1", "exited 1")).contains("spare_used"));
+
+  GoodputLedger ledger(start_);
+  ledger.OnFailure(start_, Cause::kNodeLostStream, milliseconds(280), /*spare_used=*/true);
+  ledger.OnStopped(start_ + milliseconds(10));
+  ledger.OnRoundComplete(start_ + milliseconds(20), 2);
+  ledger.OnWorkersStarted(start_ + milliseconds(30), /*in_process=*/false);
+  EXPECT_FALSE(ledger.OnStepReport(start_ + milliseconds(40), 0).has_value());  // restored
+  const std::optional<RecoveryRecord> r = ledger.OnStepReport(start_ + milliseconds(50), 2);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->detect_ms, 280);
+  EXPECT_TRUE(r->spare_used);
+  EXPECT_THAT(FormatRecovery(*r, 0.9),
+              ::testing::AllOf(::testing::HasSubstr("detected after +280 ms"),
+                               ::testing::HasSubstr("a spare took the lost node's place")));
+  StepEvent recovered{Step::kRecovered};
+  recovered.recovery = *r;
+  const nlohmann::json done = At(60, recovered);
+  EXPECT_EQ(done["detect_ms"], 280);
+  EXPECT_EQ(done["spare_used"], true);
+}
+
 TEST(HeardCauseTest, AServerThatSaysNoCauseGivesHangOrOther) {
   EXPECT_EQ(HeardCause(Cause::kUnspecified, true), Cause::kHang);
   EXPECT_EQ(HeardCause(Cause::kUnspecified, false), Cause::kUnspecified);

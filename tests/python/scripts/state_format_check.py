@@ -15,16 +15,9 @@ import sys
 import torch
 
 import ddprun_inprocess as dip
+import script_checks
+from script_checks import check
 
-checks = 0
-
-
-def check(cond, what):
-    global checks
-    checks += 1
-    if not cond:
-        print(f"FAILED: {what}", flush=True)
-        sys.exit(1)
 
 
 def raises(fn, needle, what):
@@ -227,4 +220,4 @@ _, _, refused = dip._choose_source([(4, 1), (10**15, 1), (-1, 0)], 1)
 check(list(refused) == [1] and "claims step 1000000000000000, more than 1 ahead" in refused[1]
       and "rank 0, a survivor, holds step 4" in refused[1], f"the refusal says why: {refused}")
 
-print(f"ok: {checks} checks (torch {torch.__version__})", flush=True)
+print(f"ok: {script_checks.count()} checks (torch {torch.__version__})", flush=True)

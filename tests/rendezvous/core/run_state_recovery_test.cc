@@ -51,6 +51,26 @@ JoinRequest Claim(ConnId conn, int64_t round, int rank, Group group = Group::kRu
 
 using RunStateRecoveryTest = ::ddprun::rendezvous::testing::ServerStateTest;
 
+// Issue 40: a spare (no workers, waiting since an older round) re-registers with a restarted
+// server; the members' round goes on full, and the spare is told it is one, counted as one,
+// and fills the next hole.
+TEST_F(RunStateRecoveryTest, ASpareBackAfterAServerRestartStaysASpareAndFillsAHole) {
+  Join(1, Claim(1, 4, 0));
+  Join(2, Claim(2, 4, 1));
+  Join(4, Claim(4, 3, 0, Group::kWaiting));
+  const Outbox out = Join(3, Claim(3, 4, 2));
+  EXPECT_EQ(Count<ResumedNotice>(out), 3);
+  EXPECT_EQ(Count<RestartNotice>(out), 0);
+  ASSERT_NE(Find<StandbyNotice>(out, 4), nullptr);
+  EXPECT_EQ(Find<StandbyNotice>(out, 4)->round, 4);
+  EXPECT_EQ(Status().spares, 1);
+  const Outbox lost = state_.StreamBroken(2, clock_.Now());
+  ASSERT_NE(Find<Assignment>(lost, 4), nullptr);
+  EXPECT_EQ(Find<Assignment>(lost, 4)->group_rank, 1);
+  EXPECT_EQ(Find<Assignment>(lost, 3)->group_rank, 2);
+  EXPECT_EQ(Status().spares_used, 1);
+}
+
 TEST_F(RunStateRecoveryTest, EveryMemberBackTheRoundGoesOnWithoutRestartOrBudget) {
   Outbox out = Join(1, Claim(1, 4, 0));
   EXPECT_NE(Find<JoinedNotice>(out, 1), nullptr);

@@ -412,22 +412,23 @@ TEST_F(RunStateTest, JoinAtMaxWaitsForALaterRound) {
   ASSERT_NE(Find<RestartNotice>(out, 2), nullptr);
   EXPECT_THAT(Find<RestartNotice>(out, 2)->reason, HasSubstr("left: done"));
   ASSERT_EQ(Count<Assignment>(out), 2);
-  EXPECT_EQ(Find<Assignment>(out, 2)->group_rank, 0);
-  EXPECT_EQ(Find<Assignment>(out, 3)->group_rank, 1);
+  // Node 2 keeps its rank; the waiting node takes the rank node 1 left.
+  EXPECT_EQ(Find<Assignment>(out, 2)->group_rank, 1);
+  EXPECT_EQ(Find<Assignment>(out, 3)->group_rank, 0);
   EXPECT_EQ(Find<Assignment>(out, 3)->restart_count, 1);
 }
 
-TEST_F(RunStateTest, SurvivorsKeepTheirRelativeOrder) {
+TEST_F(RunStateTest, SurvivorsKeepTheirRanksAndANewcomerFillsTheHole) {
   for (ConnId c = 1; c <= 4; ++c) Join(c, 2, 4);
   state_.StreamBroken(2, clock_.Now());
-  // A newcomer arrives during the last call (the round is at max again at once); it goes
-  // after the survivors.
+  // A newcomer arrives during the last call (the round is at max again at once); it takes the
+  // lost node's rank, the survivors keep theirs.
   Outbox out = Join(5, 2, 4);
   ASSERT_EQ(Count<Assignment>(out), 4);
   EXPECT_EQ(Find<Assignment>(out, 1)->group_rank, 0);
-  EXPECT_EQ(Find<Assignment>(out, 3)->group_rank, 1);
-  EXPECT_EQ(Find<Assignment>(out, 4)->group_rank, 2);
-  EXPECT_EQ(Find<Assignment>(out, 5)->group_rank, 3);
+  EXPECT_EQ(Find<Assignment>(out, 3)->group_rank, 2);
+  EXPECT_EQ(Find<Assignment>(out, 4)->group_rank, 3);
+  EXPECT_EQ(Find<Assignment>(out, 5)->group_rank, 1);
 }
 
 TEST_F(RunStateTest, ExplicitNodeRankIsHonoured) {
@@ -720,7 +721,7 @@ TEST_F(RunStateTest, StatusListsMembersByRankThenWaiting) {
   EXPECT_EQ(s->members[0].group_rank, 0);
   EXPECT_EQ(s->members[0].addr, "10.0.0.1");
   EXPECT_EQ(s->members[2].node_id, "3");
-  EXPECT_EQ(s->members[2].state, "waiting");
+  EXPECT_EQ(s->members[2].state, "spare");  // beyond max while the round runs
   EXPECT_EQ(state_.Status("nope").status().code(), absl::StatusCode::kNotFound);
 }
 

@@ -87,6 +87,17 @@ TEST(ServerMetricsTest, WorkerFailuresAreCountedByTheirCause) {
   EXPECT_THAT(text, Not(HasSubstr("worker_failures_total{cause=\"node_joined\"}")));
 }
 
+// Round 1's restart 3 s before `now`: node n3 lost, the next round formed 4.2 ms later.
+RestartRecord LostNodeRestart(TimePoint now, Cause cause) {
+  RestartRecord r;
+  r.when = now - std::chrono::seconds(3);
+  r.round = 1;
+  r.cause = cause;
+  r.reason = "node n3 was lost";
+  r.formed_after_s = 0.0042;
+  return r;
+}
+
 TEST(StatusPageTest, EscapesWhatAgentsSentAndCapsHugeRuns) {
   RunStatus run;
   run.run_id = "<script>alert(1)</script>";
@@ -101,13 +112,7 @@ TEST(StatusPageTest, EscapesWhatAgentsSentAndCapsHugeRuns) {
   }
   const TimePoint now = std::chrono::steady_clock::now();
   run.members[0].last_seen = now - std::chrono::milliseconds(1500);
-  RestartRecord r;
-  r.when = now - std::chrono::seconds(3);
-  r.round = 1;
-  r.cause = Cause::kNodeLostLease;
-  r.reason = "node n3 was lost";
-  r.formed_after_s = 0.0042;
-  run.restarts.push_back(r);
+  run.restarts.push_back(LostNodeRestart(now, Cause::kNodeLostLease));
   const std::string page = RenderStatusPage({run}, ServerMetrics(), "h:1", now);
   EXPECT_THAT(page, Not(HasSubstr("<script>")));
   EXPECT_THAT(page, HasSubstr("&lt;script&gt;"));
@@ -118,6 +123,31 @@ TEST(StatusPageTest, EscapesWhatAgentsSentAndCapsHugeRuns) {
   EXPECT_THAT(page, HasSubstr("and 44 more"));
   EXPECT_THAT(page, HasSubstr("http-equiv=\"refresh\""));
   EXPECT_THAT(page, Not(HasSubstr("src="))) << "nothing loaded from elsewhere";
+}
+
+// Issue 40: the spares waiting and used, a spare's state, and for a restart the lost node's
+// silence and whether a spare was taken.
+TEST(StatusPageTest, SparesAndTheRestartsThatTookOneAreShown) {
+  RunStatus run;
+  run.run_id = "job";
+  run.phase = RunPhase::kRunning;
+  run.spares = 2;
+  run.spares_used = 1;
+  MemberStatus spare;
+  spare.hostname = "n9";
+  spare.state = "spare";
+  run.members.push_back(spare);
+  const TimePoint now = std::chrono::steady_clock::now();
+  RestartRecord r = LostNodeRestart(now, Cause::kNodeLostStream);
+  r.lost_silent_s = 0.28;
+  r.spare_used = true;
+  run.restarts.push_back(r);
+  const std::string page = RenderStatusPage({run}, ServerMetrics(), "h:1", now);
+  EXPECT_THAT(page, HasSubstr("spares 2 (used 1)"));
+  EXPECT_THAT(page, HasSubstr("<td>spare</td>"));
+  EXPECT_THAT(page, HasSubstr("<th>lost node silent</th>"));
+  EXPECT_THAT(page, HasSubstr("<td>280 ms</td>"));
+  EXPECT_THAT(page, HasSubstr("<td>taken</td>"));
 }
 
 TEST(StatusPageTest, StepsWithFieldsOfTheWrongTypeAreShownWithoutThem) {

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -41,9 +42,15 @@ class PrintingEvents final : public ddprun::rendezvous::RendezvousEvents {
                        " restarts=", a.restart_count));
   }
   void OnRestart(ddprun::rendezvous::Cause cause, const std::string& reason,
-                 const std::optional<ddprun::rendezvous::HangNotice>& hang) override {
+                 const std::optional<ddprun::rendezvous::HangNotice>& hang,
+                 const ddprun::rendezvous::RestartFacts& facts) override {
     Print(absl::StrCat("RESTART ", reason, hang.has_value() ? " [hang]" : "",
+                       facts.spare_used ? " [spare used]" : "",
                        " cause=", ddprun::rendezvous::CauseLabel(cause)));
+  }
+  void OnStandby(const ddprun::rendezvous::StandbyNotice& standby) override {
+    Print(absl::StrCat("STANDBY round=", standby.round, " members=", standby.members,
+                       " position=", standby.position));
   }
   void OnClosed(const absl::Status& status,
                 const std::optional<ddprun::rendezvous::HangNotice>&) override {
@@ -97,7 +104,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> steps;
   app.add_option("--step", steps);
   // The liveness path (--rdzv-conf liveness=on and its keys, as ddprun passes them).
-  std::string liveness = "off";
+  // Default from $RDZV_TEST_AGENT_LIVENESS: the whole daemon suite can run with the path on.
+  const char* liveness_env = std::getenv("RDZV_TEST_AGENT_LIVENESS");
+  std::string liveness = liveness_env != nullptr ? liveness_env : "off";
   int liveness_interval_ms = 20;
   app.add_option("--liveness", liveness)->check(CLI::IsMember({"on", "off"}));
   app.add_option("--liveness-interval-ms", liveness_interval_ms);

@@ -148,6 +148,32 @@ TEST_F(EtcdCoordinatorTest, NewCoordinatorContinuesTheRunAndLosesTheDeadOne) {
   EXPECT_EQ(a3.back().assignment().group_rank(), 1);
 }
 
+// Issue 40: the spare is a spare in the state record; when the coordinator (a member) dies, the
+// next coordinator takes the spare into its rank at once, the survivor keeps its own, and the
+// restart says a spare was used.
+TEST_F(EtcdCoordinatorTest, ASpareStaysASpareAcrossACoordinatorChangeAndTakesTheLostRank) {
+  EtcdCoordinator first(keys_, "1", "1/7");
+  first.Rebuild(store_.All(), store_.revision(), now_);
+  for (const std::string id : {"1", "2", "3"}) JoinNode(first, id, 2, 2);
+  Write(first);
+  ASSERT_TRUE(Inbox(store_, keys_, "3").back().has_standby());
+  EXPECT_EQ(Inbox(store_, keys_, "3").back().standby().members(), 2);
+  store_.Delete(keys_.node("1"));  // the coordinator, group rank 0, dies
+  EtcdCoordinator second(keys_, "2", "2/8");
+  second.Rebuild(store_.All(), store_.revision(), now_);
+  Write(second);
+  auto m2 = Inbox(store_, keys_, "2"), m3 = Inbox(store_, keys_, "3");
+  ASSERT_TRUE(m2[0].has_restart());
+  EXPECT_TRUE(m2[0].restart().spare_used());
+  ASSERT_TRUE(m2.back().has_assignment());
+  ASSERT_TRUE(m3.back().has_assignment());
+  EXPECT_EQ(m2.back().assignment().group_rank(), 1);
+  EXPECT_EQ(m3.back().assignment().group_rank(), 0);
+  proto::etcd::RunSnapshotRecord state;
+  ASSERT_TRUE(state.ParseFromString(store_.value(keys_.state())));
+  EXPECT_EQ(state.spares_used(), 1);
+}
+
 TEST_F(EtcdCoordinatorTest, NewCoordinatorAppliesStatusWrittenAfterTheLastState) {
   EtcdCoordinator first(keys_, "1", "1/7");
   first.Rebuild(store_.All(), store_.revision(), now_);

@@ -28,8 +28,8 @@ class ManualExecutor final : public Executor {
 class Log final : public RendezvousEvents {
  public:
   void OnAssignment(const Assignment& a) override { lines.push_back("assigned " + Str(a.round)); }
-  void OnRestart(Cause cause, const std::string& reason,
-                 const std::optional<HangNotice>& hang) override {
+  void OnRestart(Cause cause, const std::string& reason, const std::optional<HangNotice>& hang,
+                 const RestartFacts& facts) override {
     lines.push_back("restart " + reason + (hang ? " hang=" + hang->straggler : ""));
   }
   void OnClosed(const absl::Status& s, const std::optional<HangNotice>& hang) override {

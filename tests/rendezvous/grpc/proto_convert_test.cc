@@ -93,6 +93,38 @@ TEST(ProtoConvertTest, RestartCarriesItsCauseWhateverItsReasonSays) {
   }
 }
 
+// Issue 40: what a restart says of spares and detection, the standby message and the status
+// counts go through the protos and back.
+TEST(ProtoConvertTest, SpareFactsStandbyAndCountsRoundTrip) {
+  RestartNotice notice{4, Cause::kNodeLostStream, "n3 lost", std::nullopt, 1};
+  proto::ServerMessage m = ToProto(Outgoing{7, notice});
+  EXPECT_FALSE(FactsOf(m.restart()).spare_used);
+  EXPECT_FALSE(FactsOf(m.restart()).lost_silent_s.has_value()) << "unset: not a loss";
+  notice.facts = {true, 0.28};
+  m = ToProto(Outgoing{7, notice});
+  EXPECT_TRUE(FactsOf(m.restart()).spare_used);
+  EXPECT_DOUBLE_EQ(*FactsOf(m.restart()).lost_silent_s, 0.28);
+
+  m = ToProto(Outgoing{7, StandbyNotice{5, 16, 2}});
+  ASSERT_TRUE(m.has_standby());
+  const StandbyNotice standby = FromProto(m.standby());
+  EXPECT_EQ(standby.round, 5);
+  EXPECT_EQ(standby.members, 16);
+  EXPECT_EQ(standby.position, 2);
+
+  RunStatus status;
+  status.phase = RunPhase::kRunning;
+  status.spares = 3;
+  status.spares_used = 7;
+  status.members.push_back({"n9", "host9", "10.0.0.9", -1, 8, "spare"});
+  proto::StatusResponse response;
+  ToProto(status, &response);
+  const RunStatus back = FromProto(response);
+  EXPECT_EQ(back.spares, 3);
+  EXPECT_EQ(back.spares_used, 7);
+  EXPECT_EQ(back.members[0].state, "spare");
+}
+
 // The crash-loop stop has its own ending beside ABORTED, and a server from before the ending
 // (which sent ABORTED for nothing else) is read the same way.
 TEST(ProtoConvertTest, TheCrashLoopCloseIsToldApart) {

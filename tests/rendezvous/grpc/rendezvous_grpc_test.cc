@@ -6,8 +6,10 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/loop_thread.h"
 #include "gmock/gmock.h"
@@ -112,6 +114,40 @@ TEST_F(RendezvousGrpcTest, BrokenStreamRestartsSurvivorsIntoASmallerRound) {
   EXPECT_EQ(a0->group_rank, first_rank[0] < first_rank[2] ? 0 : 1);
   EXPECT_EQ(a2->group_rank, 1 - a0->group_rank);
   EXPECT_EQ(a2->restart_count, 1);
+}
+
+// Issue 40 over real streams: the node beyond max is told it is a spare; when a member's stream
+// breaks, the spare gets the lost member's group rank, the survivor keeps its own and hears
+// that a spare was taken and how long the lost node had been silent.
+TEST_F(RendezvousGrpcTest, ASpareIsToldAndTakesTheLostMembersGroupRank) {
+  auto a = Agent(MakeNode("run", "a", 2, 2));
+  auto b = Agent(MakeNode("run", "b", 2, 2));
+  std::optional<Assignment> first_a = a->recorder.WaitAssignment(0, kWait);
+  std::optional<Assignment> first_b = b->recorder.WaitAssignment(0, kWait);
+  ASSERT_TRUE(first_a && first_b);
+  auto spare = Agent(MakeNode("run", "spare", 2, 2));
+  ASSERT_TRUE(spare->recorder.WaitKind(Event::kStandby, kWait));
+  const Event told = spare->recorder.events().back();
+  EXPECT_EQ(told.standby.round, 1);
+  EXPECT_EQ(told.standby.members, 2);
+  EXPECT_EQ(told.standby.position, 0);
+
+  a->client->CancelForTesting();
+  std::optional<Assignment> taken = spare->recorder.WaitAssignment(0, kWait);
+  std::optional<Assignment> kept = b->recorder.WaitAssignment(1, kWait);
+  ASSERT_TRUE(taken && kept);
+  EXPECT_EQ(taken->round, 2);
+  EXPECT_EQ(taken->group_rank, first_a->group_rank);
+  EXPECT_EQ(kept->group_rank, first_b->group_rank);
+  std::optional<Event> restart;
+  for (const Event& e : b->recorder.events()) {
+    if (e.kind == Event::kRestart) restart = e;
+  }
+  ASSERT_TRUE(restart.has_value());
+  EXPECT_TRUE(restart->facts.spare_used);
+  ASSERT_TRUE(restart->facts.lost_silent_s.has_value());
+  EXPECT_GE(*restart->facts.lost_silent_s, 0.0);
+  EXPECT_LT(*restart->facts.lost_silent_s, 10.0);
 }
 
 TEST_F(RendezvousGrpcTest, ANewServerOnTheSameAddressTakesTheRoundBackWithoutARestart) {
@@ -254,6 +290,47 @@ TEST_F(RendezvousGrpcTest, SilentAgentIsLostAfterItsLease) {
   std::optional<Assignment> next = a->recorder.WaitAssignment(1, kWait);
   ASSERT_TRUE(next);
   EXPECT_EQ(next->group_world_size, 1);
+}
+
+// The local lease's source (launcher/fence): the server vouches for a joined node with every
+// ack, from when the heartbeat it answers was sent; once the server is gone nobody vouches.
+TEST_F(RendezvousGrpcTest, EachAckVouchesFromWhenItsHeartbeatWasSent) {
+  struct Heard {
+    TimePoint from, at;
+  };
+  absl::Mutex mu;
+  std::vector<Heard> heard;
+  ClientOptions options = Options();
+  options.on_server_heard = [&](TimePoint from) {
+    absl::MutexLock lock(&mu);
+    heard.push_back({from, std::chrono::steady_clock::now()});
+  };
+  TestAgent agent(options, MakeNode("run", "n0", 1, 1));
+  ASSERT_TRUE(agent.recorder.WaitAssignment(0, kWait).has_value());
+  auto count = [&] {
+    absl::MutexLock lock(&mu);
+    return heard.size();
+  };
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  while (count() < 6 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  server_.reset();
+  std::vector<Heard> got;
+  {
+    absl::MutexLock lock(&mu);
+    got = heard;
+  }
+  ASSERT_GE(got.size(), 6u);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_LE(got[i].from, got[i].at) << i;
+    if (i >= 2) {
+      // One heartbeat per 200 ms interval: each ack names its own heartbeat, not the last one.
+      EXPECT_GE(got[i].from - got[i - 1].from, milliseconds(100)) << i;
+    }
+  }
+  std::this_thread::sleep_for(milliseconds(600));  // three intervals without a server
+  EXPECT_LE(count(), got.size() + 1);              // at most an ack already on its way
 }
 
 TEST_F(RendezvousGrpcTest, AgentWithSlowerHeartbeatFollowsTheRunsLease) {

@@ -18,20 +18,25 @@
 namespace ddprun::rendezvous::testing {
 
 struct Event {
-  enum Kind { kAssignment, kRestart, kClosed, kReconnecting, kResumed } kind;
+  enum Kind { kAssignment, kRestart, kClosed, kReconnecting, kResumed, kStandby } kind;
   Assignment assignment;
   std::string reason;
   absl::Status status;
   std::optional<HangNotice> hang;
   Cause cause = Cause::kUnspecified;  // kRestart
+  RestartFacts facts;                 // kRestart
+  StandbyNotice standby;              // kStandby
 };
 
 class Recorder final : public RendezvousEvents {
  public:
   void OnAssignment(const Assignment& a) override { Add({Event::kAssignment, a, "", {}}); }
-  void OnRestart(Cause cause, const std::string& reason,
-                 const std::optional<HangNotice>& hang) override {
-    Add({Event::kRestart, {}, reason, {}, hang, cause});
+  void OnRestart(Cause cause, const std::string& reason, const std::optional<HangNotice>& hang,
+                 const RestartFacts& facts) override {
+    Add({Event::kRestart, {}, reason, {}, hang, cause, facts});
+  }
+  void OnStandby(const StandbyNotice& standby) override {
+    Add({Event::kStandby, {}, "", {}, {}, Cause::kUnspecified, {}, standby});
   }
   void OnClosed(const absl::Status& s, const std::optional<HangNotice>& hang) override {
     Add({Event::kClosed, {}, "", s, hang});

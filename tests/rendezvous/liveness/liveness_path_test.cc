@@ -21,11 +21,17 @@ namespace {
 
 using std::chrono::milliseconds;
 
+// One-off MACs: the tests use a key once or twice.
+PacketBytes Encode(const LivenessPacket& p, const LivenessKey& key) {
+  PacketMac mac(key);
+  return EncodePacket(p, mac);
+}
+
 class LivenessPathTest : public ::testing::Test {
  protected:
   void SetUp() override {
     LivenessReceiver::Callbacks callbacks;
-    callbacks.on_silent = [this](uint64_t token, Duration silence) {
+    callbacks.on_silent = [this](uint64_t token, Duration silence, size_t, size_t) {
       absl::MutexLock lock(&mu_);
       if (silent_token_ != 0) return;
       silent_token_ = token;
@@ -121,8 +127,8 @@ TEST_F(LivenessPathTest, ForgedAndReplayedDatagramsKeepNobodyAlive) {
   p.node_index = kIndex;
   p.incarnation = 1;
   p.seq = 1;
-  const PacketBytes genuine = EncodePacket(p, key_);
-  const PacketBytes forged = EncodePacket(p, DeriveLivenessKey("guess", receiver_->salt(), kIndex));
+  const PacketBytes genuine = Encode(p, key_);
+  const PacketBytes forged = Encode(p, DeriveLivenessKey("guess", receiver_->salt(), kIndex));
   ASSERT_EQ(send(attacker->fd(), genuine.data(), genuine.size(), 0), 52);
   // Until the detector has two heartbeats it cannot judge; the genuine one started the clock.
   const auto deadline = std::chrono::steady_clock::now() + milliseconds(2000);

@@ -9,6 +9,17 @@
 namespace ddprun::rendezvous {
 namespace {
 
+// One-off MACs: the tests use a key once or twice.
+PacketBytes Encode(const LivenessPacket& p, const LivenessKey& key) {
+  PacketMac mac(key);
+  return EncodePacket(p, mac);
+}
+absl::StatusOr<LivenessPacket> Decode(const uint8_t* data, size_t size, const LivenessKey& key,
+                                      PacketKind kind) {
+  PacketMac mac(key);
+  return DecodePacket(data, size, mac, kind);
+}
+
 LivenessPacket Heartbeat(uint64_t seq) {
   LivenessPacket p;
   p.kind = PacketKind::kHeartbeat;
@@ -25,15 +36,14 @@ const LivenessKey& Key() {
 }
 
 TEST(LivenessPacketTest, RoundTripsEveryFieldInAFixedLittleEndianLayout) {
-  const PacketBytes b = EncodePacket(Heartbeat(5), Key());
+  const PacketBytes b = Encode(Heartbeat(5), Key());
   ASSERT_EQ(b.size(), 52u);
   EXPECT_EQ(std::memcmp(b.data(), "DDPL", 4), 0);
   EXPECT_EQ(b[4], kPacketVersion);
   EXPECT_EQ(b[8], 7);      // node index, little-endian
   EXPECT_EQ(b[12], 0x88);  // incarnation's low byte first
   EXPECT_EQ(b[20], 5);     // seq
-  absl::StatusOr<LivenessPacket> p =
-      DecodePacket(b.data(), b.size(), Key(), PacketKind::kHeartbeat);
+  absl::StatusOr<LivenessPacket> p = Decode(b.data(), b.size(), Key(), PacketKind::kHeartbeat);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->node_index, 7u);
   EXPECT_EQ(p->incarnation, 0x1122334455667788ULL);
@@ -43,11 +53,11 @@ TEST(LivenessPacketTest, RoundTripsEveryFieldInAFixedLittleEndianLayout) {
 }
 
 TEST(LivenessPacketTest, AnyFlippedBitIsRefused) {
-  const PacketBytes good = EncodePacket(Heartbeat(5), Key());
+  const PacketBytes good = Encode(Heartbeat(5), Key());
   for (size_t byte = 0; byte < good.size(); ++byte) {
     PacketBytes bad = good;
     bad[byte] ^= 0x01;
-    EXPECT_FALSE(DecodePacket(bad.data(), bad.size(), Key(), PacketKind::kHeartbeat).ok())
+    EXPECT_FALSE(Decode(bad.data(), bad.size(), Key(), PacketKind::kHeartbeat).ok())
         << "byte " << byte;
   }
 }
@@ -57,28 +67,28 @@ TEST(LivenessPacketTest, AnotherKeyIsRefused) {
   for (const LivenessKey& other : {DeriveLivenessKey("member-key-of-n7", "salt-1", 8),
                                    DeriveLivenessKey("member-key-of-n7", "salt-2", 7),
                                    DeriveLivenessKey("member-key-of-n8", "salt-1", 7)}) {
-    const PacketBytes forged = EncodePacket(Heartbeat(5), other);
+    const PacketBytes forged = Encode(Heartbeat(5), other);
     absl::StatusOr<LivenessPacket> p =
-        DecodePacket(forged.data(), forged.size(), Key(), PacketKind::kHeartbeat);
+        Decode(forged.data(), forged.size(), Key(), PacketKind::kHeartbeat);
     ASSERT_FALSE(p.ok());
     EXPECT_EQ(p.status().message(), "liveness packet with a wrong MAC");
   }
 }
 
 TEST(LivenessPacketTest, AHeartbeatReflectedAsAnAckIsRefused) {
-  const PacketBytes b = EncodePacket(Heartbeat(5), Key());
-  EXPECT_FALSE(DecodePacket(b.data(), b.size(), Key(), PacketKind::kAck).ok());
+  const PacketBytes b = Encode(Heartbeat(5), Key());
+  EXPECT_FALSE(Decode(b.data(), b.size(), Key(), PacketKind::kAck).ok());
 }
 
 TEST(LivenessPacketTest, TruncatedOrLongerDatagramsAreRefused) {
-  const PacketBytes b = EncodePacket(Heartbeat(5), Key());
+  const PacketBytes b = Encode(Heartbeat(5), Key());
   for (size_t size : {size_t{0}, size_t{4}, size_t{36}, kPacketBytes - 1}) {
-    EXPECT_FALSE(DecodePacket(b.data(), size, Key(), PacketKind::kHeartbeat).ok()) << size;
+    EXPECT_FALSE(Decode(b.data(), size, Key(), PacketKind::kHeartbeat).ok()) << size;
     EXPECT_FALSE(PeekNodeIndex(b.data(), size).has_value()) << size;
   }
   uint8_t longer[kPacketBytes + 1] = {};
   std::memcpy(longer, b.data(), b.size());
-  EXPECT_FALSE(DecodePacket(longer, sizeof(longer), Key(), PacketKind::kHeartbeat).ok());
+  EXPECT_FALSE(Decode(longer, sizeof(longer), Key(), PacketKind::kHeartbeat).ok());
 }
 
 TEST(LivenessPacketTest, ReplayGuardRefusesOldSeqsAndOtherIncarnations) {

@@ -55,7 +55,8 @@ class FakeAgent : public rendezvous::RendezvousEvents {
 
   void OnAssignment(const rendezvous::Assignment& a) override { Do(state_.OnAssignment(a)); }
   void OnRestart(rendezvous::Cause cause, const std::string& reason,
-                 const std::optional<rendezvous::HangNotice>& hang) override {
+                 const std::optional<rendezvous::HangNotice>& hang,
+                 const rendezvous::RestartFacts& facts) override {
     Do(state_.OnRestart(reason, hang));
   }
   void OnClosed(const absl::Status& s, const std::optional<rendezvous::HangNotice>& hang) override {

@@ -1,0 +1,93 @@
+#include "launcher/fence/local_lease.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/lease_page.h"
+#include "rendezvous/detector/phi_accrual.h"
+
+namespace ddprun::launcher::fence {
+namespace {
+
+int64_t Ns(TimePoint t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+absl::Status Errno(const char* what) {
+  return absl::InternalError(absl::StrCat("local lease: ", what, ": ", strerror(errno)));
+}
+
+}  // namespace
+
+Duration LeaseLength(const rendezvous::RunTimeouts& timeouts) {
+  if (timeouts.liveness.enabled) {
+    const rendezvous::LivenessSettings& l = timeouts.liveness;
+    return rendezvous::EarliestSuspicion(l.phi, l.pause, l.min_sd);
+  }
+  const Duration interval = timeouts.keep_alive_interval;
+  const int attempts = std::max(1, timeouts.keep_alive_max_attempt);
+  if (attempts == 1) return interval + interval / 2;
+  return interval * attempts - interval / 2;
+}
+
+absl::StatusOr<std::unique_ptr<LocalLease>> LocalLease::Create(Duration length) {
+  const int fd = memfd_create("ddprun-lease", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) return Errno("memfd_create");
+  if (ftruncate(fd, kLeasePageSize) != 0 ||
+      fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
+    absl::Status s = Errno("sizing the page");
+    close(fd);
+    return s;
+  }
+  void* page = mmap(nullptr, kLeasePageSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (page == MAP_FAILED) {
+    absl::Status s = Errno("mmap");
+    close(fd);
+    return s;
+  }
+  const uint32_t head[2] = {kLeaseMagic, kLeaseVersion};
+  std::memcpy(page, head, sizeof(head));
+  // The workers' descriptor opens the same file read-only: they can map it but never write it.
+  // No O_CLOEXEC: every worker inherits it at this number.
+  const int read_fd = open(absl::StrCat("/proc/self/fd/", fd).c_str(), O_RDONLY);
+  if (read_fd < 0) {
+    absl::Status s = Errno("reopening the page read-only");
+    munmap(page, kLeasePageSize);
+    close(fd);
+    return s;
+  }
+  return std::unique_ptr<LocalLease>(new LocalLease(fd, read_fd, page, length));
+}
+
+LocalLease::~LocalLease() {
+  munmap(page_, kLeasePageSize);
+  close(read_fd_);
+  close(fd_);
+}
+
+int64_t* LocalLease::word() const {
+  return reinterpret_cast<int64_t*>(static_cast<char*>(page_) + kLeaseValidUntilOffset);
+}
+
+void LocalLease::Renew(TimePoint heard_from) {
+  auto* until = reinterpret_cast<std::atomic<int64_t>*>(word());
+  const int64_t next = Ns(heard_from + length_);
+  int64_t current = until->load(std::memory_order_relaxed);
+  while (current < next &&
+         !until->compare_exchange_weak(current, next, std::memory_order_release)) {
+  }
+}
+
+int64_t LocalLease::valid_until_ns() const {
+  return reinterpret_cast<std::atomic<int64_t>*>(word())->load(std::memory_order_acquire);
+}
+
+bool LocalLease::ValidAt(TimePoint now) const { return Ns(now) < valid_until_ns(); }
+
+}  // namespace ddprun::launcher::fence

@@ -1,0 +1,43 @@
+// `ddprun status`'s text (FormatRunStatusText): spares (issue 40) are shown as such.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "launcher/cmd/status_command.h"
+
+namespace ddprun::launcher {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(StatusTextTest, SparesAreCountedAndListedAsSpares) {
+  const nlohmann::json run = nlohmann::json::parse(R"({
+    "run_id": "job17", "phase": "running", "round": 2, "min_nodes": 2, "max_nodes": 2,
+    "restarts_used": 1, "max_restarts": 3, "spares": 1, "spares_used": 1,
+    "members": [
+      {"node_id": "a", "hostname": "n0", "addr": "10.0.0.1", "group_rank": 0,
+       "nproc_per_node": 2, "state": "running"},
+      {"node_id": "c", "hostname": "n2", "addr": "10.0.0.3", "group_rank": 1,
+       "nproc_per_node": 2, "state": "running"},
+      {"node_id": "d", "hostname": "n3", "addr": "10.0.0.4", "group_rank": -1,
+       "nproc_per_node": 2, "state": "spare"}]})");
+  const std::string text = FormatRunStatusText(run);
+  EXPECT_THAT(text, HasSubstr("restarts used 1 of 3, spares 1 (used 1)\n"));
+  EXPECT_THAT(text, HasSubstr("  spare        n3  10.0.0.4  nproc 2  spare  d\n"));
+  EXPECT_THAT(text, HasSubstr("  node rank 1  n2"));
+
+  const nlohmann::json none = nlohmann::json::parse(R"({
+    "run_id": "job17", "phase": "joining", "round": 1, "min_nodes": 2, "max_nodes": 2,
+    "restarts_used": 0, "max_restarts": 3, "spares": 0, "spares_used": 0,
+    "members": [{"node_id": "a", "hostname": "n0", "addr": "10.0.0.1", "group_rank": -1,
+                 "nproc_per_node": 2, "state": "waiting"}]})");
+  // A run without spares says nothing of them.
+  const std::string quiet = FormatRunStatusText(none);
+  EXPECT_THAT(quiet, Not(HasSubstr("spare")));
+  EXPECT_THAT(quiet, HasSubstr("  waiting      n0"));
+}
+
+}  // namespace
+}  // namespace ddprun::launcher
