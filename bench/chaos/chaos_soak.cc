@@ -51,6 +51,7 @@
 #include "bench/chaos/soak_report.h"
 #include "tests/testing/net_hosts.h"
 #include "tests/testing/rdzv_daemon.h"
+#include "tests/testing/spare_cluster.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
 
@@ -153,46 +154,6 @@ void OnInterrupt(int) { g_interrupted = true; }
 
 double Since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-// A --preload spare not yet handed a start: its stdout is ddprun's memory file. (Its
-// environment in /proc stays the one it was started with, after the hand-over too.)
-bool IsSpare(const std::string& pid) {
-  std::error_code ec;
-  const std::filesystem::path out = std::filesystem::read_symlink("/proc/" + pid + "/fd/1", ec);
-  return !ec && out.string().rfind("/memfd:ddprun-spare", 0) == 0;
-}
-
-// The agent's workers: its children that lead process groups of their own (the agent's own
-// helper processes stay in its group), spares aside.
-std::vector<pid_t> Workers(pid_t pid) {
-  std::vector<pid_t> out;
-  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = e.path().filename();
-    if (name.empty() || !std::isdigit(name[0])) continue;
-    std::ifstream stat(e.path() / "stat");
-    std::string line;
-    if (!std::getline(stat, line)) continue;
-    const size_t close = line.rfind(')');
-    if (close == std::string::npos) continue;
-    std::istringstream rest(line.substr(close + 2));
-    char state;
-    int ppid = 0, pgrp = 0;
-    rest >> state >> ppid >> pgrp;
-    if (ppid == pid && pgrp != pid && !IsSpare(name)) out.push_back(std::stoi(name));
-  }
-  return out;
-}
-
-// Pids in a host's network namespace (anything left behind shows here).
-std::vector<std::string> NamespacePids(const std::string& ns) {
-  Subprocess p({"ip", "netns", "pids", ns});
-  p.Wait(10s);
-  std::vector<std::string> out;
-  for (absl::string_view s : absl::StrSplit(p.out(), '\n', absl::SkipWhitespace())) {
-    out.emplace_back(s);
-  }
-  return out;
 }
 
 // One agent process on a host, and what the soak has read of its output.
@@ -377,7 +338,8 @@ void Segment::SampleMemory() {
   if (Clock::now() - sampled_at_ < 1s) return;
   sampled_at_ = Clock::now();
   for (const Agent& a : agents_) {
-    if (a.proc != nullptr && !a.exited) memory_.Sample(a.proc->pid(), Workers(a.proc->pid()));
+    if (a.proc != nullptr && !a.exited)
+      memory_.Sample(a.proc->pid(), testing::AgentWorkerPids(a.proc->pid()));
   }
 }
 
@@ -460,7 +422,7 @@ std::optional<pid_t> Segment::PlannedWorker(const PlannedFault& plan, Agent** ow
   Agent* a = PlannedAgent(plan);
   const auto deadline = Clock::now() + 5s;
   while (Clock::now() < deadline && !finished_) {
-    std::vector<pid_t> workers = Workers(a->proc->pid());
+    std::vector<pid_t> workers = testing::AgentWorkerPids(a->proc->pid());
     if (!workers.empty()) {
       std::sort(workers.begin(), workers.end());
       *owner = a;
@@ -615,10 +577,10 @@ bool Segment::Run(Clock::time_point stop_at, int faults_left, bool inject) {
   server_->Kill();
   for (int host = 1; host <= hosts_->size(); ++host) {
     // Processes exit asynchronously after their parent reaped them: a short grace.
-    std::vector<std::string> left;
+    std::vector<pid_t> left;
     const auto until = Clock::now() + 5s;
     do {
-      left = NamespacePids(absl::StrCat(hosts_->Namespace(host)));
+      left = testing::NamespacePids(hosts_->Namespace(host));
       if (left.empty()) break;
       std::this_thread::sleep_for(100ms);
     } while (Clock::now() < until);

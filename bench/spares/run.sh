@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Issue 40, point 3: what a lost node costs with a spare ready, without one, and under torchrun
+# 2.11 with the same extra node; then the whole spare test matrix (spare_integration_test, every
+# server and fault, both restart modes). Root only (network namespaces).
+#
+#   bench/spares/run.sh [BUILD_DIR] [OUT_DIR]
+#
+# SPARES_FAULTS (10 per job), SPARES_MODES (in-process,cold), SPARES_KINDS (kill,freeze,cut),
+# SPARES_VARIANTS (spare,no-spare), SPARES_RDZV_CONF (more ddprun --rdzv-conf; default
+# liveness=on, the UDP detector; "" leaves frozen and cut-off hosts to the 2 s lease), SPARES_TORCHRUN (1: the torchrun 2.11 side, 0: not),
+# SPARES_MATRIX (1: also the test matrix). Writes OUT_DIR/bench.log and matrix.log.
+set -euo pipefail
+BUILD_DIR=$(realpath "${1:-build}")
+OUT=$(realpath -m "${2:-/tmp/ddprun-spares-$(date +%s)}")
+if [ "$(id -u)" -ne 0 ]; then echo "bench/spares: needs root (network namespaces)" >&2; exit 1; fi
+mkdir -p "$OUT"
+TORCHRUN=""
+if [ "${SPARES_TORCHRUN:-1}" = 1 ]; then
+  TORCHRUN="${DDPRUN_TORCH2_VENV:-$HOME/.cache/ddprun/venv-torch-2.11.0}/bin/torchrun"
+  [ -x "$TORCHRUN" ] || { echo "bench/spares: $TORCHRUN missing (scripts/install-torch2.sh)" >&2; exit 1; }
+fi
+# The binaries copied aside: builds may go on while the bench runs.
+PRIVATE="$OUT/install"
+mkdir -p "$PRIVATE/bin" "$PRIVATE/lib"
+cp "$BUILD_DIR"/bin/{ddprun,ddprun-rdzv,ddp-train,spares-bench} "$PRIVATE/bin/"
+cp -r "$BUILD_DIR/lib/ddprun" "$PRIVATE/lib/"  # ddprun's gRPC rendezvous plugin
+export DDPRUN_BIN_DIR="$PRIVATE/bin"
+echo "bench/spares: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/bench.log"
+"$PRIVATE/bin/spares-bench" --faults "${SPARES_FAULTS:-10}" --modes "${SPARES_MODES:-in-process,cold}" \
+  --kinds "${SPARES_KINDS:-kill,freeze,cut}" --variants "${SPARES_VARIANTS:-spare,no-spare}" \
+  --rdzv-conf "${SPARES_RDZV_CONF-liveness=on}" --torchrun "$TORCHRUN" --work-dir "$OUT/work" \
+  2>&1 | tee -a "$OUT/bench.log"
+if [ "${SPARES_MATRIX:-1}" = 1 ]; then
+  "$BUILD_DIR/tests/spare_integration_test" 2>&1 | tee "$OUT/matrix.log"
+fi
