@@ -18,6 +18,18 @@ bool HaveCommand(const char* name) {
   return std::system(absl::StrCat("command -v ", name, " >/dev/null 2>&1").c_str()) == 0;
 }
 
+// Runs `command`; "" when it succeeded, else the command and what it printed.
+std::string Shell(const std::string& command) {
+  std::string out;
+  if (FILE* p = popen((command + " 2>&1").c_str(), "r")) {
+    char buf[512];
+    while (fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+    if (pclose(p) == 0) return "";
+  }
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return absl::StrCat("failed: ", command, ": ", out);
+}
+
 }  // namespace
 
 std::string NetHosts::Unavailable() {
@@ -71,6 +83,7 @@ NetHosts::NetHosts(int n) : n_(n), prefix_(absl::StrCat("ddprun-", getpid())) {
 }
 
 NetHosts::~NetHosts() {
+  relays_.clear();
   for (int h = 1; h <= n_; ++h) {
     std::system(absl::StrCat("ip netns del ", Ns(h), " >/dev/null 2>&1").c_str());
   }
@@ -106,6 +119,61 @@ void NetHosts::Cut(int host) {
 
 void NetHosts::Heal(int host) {
   Run(absl::StrCat("ip -n ", SwitchNs(), " link set p", host, " up"));
+}
+
+absl::StatusOr<std::string> NetHosts::Impair(int host, const std::string& netem_args,
+                                             Impairer how) {
+  absl::StatusOr<LinkImpairment> impairment = ParseNetemArgs(netem_args);
+  if (!impairment.ok()) return impairment.status();
+  std::string netem_error;
+  if (how != Impairer::kRelay) {
+    netem_error =
+        Shell(absl::StrCat("tc -n ", Ns(host), " qdisc add dev eth0 root netem ", netem_args));
+    if (netem_error.empty()) return std::string("netem");
+    if (how == Impairer::kNetem) {
+      return absl::UnavailableError(absl::StrCat(
+          netem_error,
+          " (a kernel without sch_netem, CONFIG_NET_SCH_NETEM, cannot do it: the user-space "
+          "relay can)"));
+    }
+  }
+  // The host's end of the switch (pN) leaves the bridge; a new pair (xN, wN) takes its place
+  // there, and the relay copies frames between pN and xN: host -> bridge impaired.
+  const std::string sw = SwitchNs();
+  for (const std::string& command :
+       {absl::StrCat("ip -n ", sw, " link set p", host, " nomaster"),
+        absl::StrCat("ip -n ", sw, " link add name x", host, " type veth peer name w", host),
+        absl::StrCat("ip -n ", sw, " link set w", host, " master br0"),
+        absl::StrCat("ip -n ", sw, " link set w", host, " up"),
+        absl::StrCat("ip -n ", sw, " link set x", host, " up")}) {
+    if (std::string e = Shell(command); !e.empty()) return absl::UnavailableError(e);
+  }
+  absl::StatusOr<std::unique_ptr<FrameRelay>> relay =
+      FrameRelay::Start(absl::StrCat("/run/netns/", sw), absl::StrCat("p", host),
+                        absl::StrCat("x", host), *impairment, LinkImpairment{},
+                        static_cast<uint64_t>(getpid()) * 1000 + static_cast<uint64_t>(host));
+  if (!relay.ok()) return relay.status();
+  relays_[host] = std::move(*relay);
+  return std::string("relay");
+}
+
+std::optional<FrameRelay::Counts> NetHosts::ImpairedCounts(int host) const {
+  auto it = relays_.find(host);
+  if (it == relays_.end()) return std::nullopt;
+  return it->second->a_to_b();
+}
+
+std::vector<FrameRelay::UdpFlow> NetHosts::UdpFlowsTo(int host) const {
+  auto it = relays_.find(host);
+  if (it == relays_.end()) return {};
+  return it->second->UdpFlowsToA();
+}
+
+bool NetHosts::RelaysRealtime() const {
+  for (const auto& [host, relay] : relays_) {
+    if (!relay->realtime()) return false;
+  }
+  return true;
 }
 
 void NetHosts::AddAddress(int host, const std::string& cidr) {

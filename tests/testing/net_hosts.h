@@ -6,8 +6,14 @@
 #ifndef DDPRUN_TESTS_TESTING_NET_HOSTS_H_
 #define DDPRUN_TESTS_TESTING_NET_HOSTS_H_
 
+#include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "absl/status/statusor.h"
+#include "tests/testing/frame_relay.h"
 
 namespace ddprun::testing {
 
@@ -38,6 +44,25 @@ class NetHosts {
   // every host reaches it).
   void AddAddress(int host, const std::string& cidr);
 
+  // How Impair() impairs a link: the kernel's netem qdisc, or the user-space stand-in
+  // (frame_relay.h) for kernels without sch_netem; kAuto: netem when the kernel has it.
+  enum class Impairer { kAuto, kNetem, kRelay };
+  // Impairs every frame the host sends (its link's egress) as `tc qdisc add dev eth0 root
+  // netem ARGS` does, e.g. "loss 10% delay 50ms 50ms". Only egress: a packet between two
+  // hosts then crosses exactly one impaired link, so each direction of every path sees ARGS.
+  // Returns what was used ("netem" or "relay"), or why it cannot be done (kNetem on a kernel
+  // without sch_netem names the missing CONFIG_NET_SCH_NETEM).
+  absl::StatusOr<std::string> Impair(int host, const std::string& netem_args,
+                                     Impairer how = Impairer::kAuto);
+  // Frames the relay of Impair(host) passed and dropped (the host's egress); nullopt for a
+  // host not impaired by the relay.
+  std::optional<FrameRelay::Counts> ImpairedCounts(int host) const;
+  // The UDP flows the relay of Impair(host) delivered to the host, with their longest silence
+  // at its door; empty for a host not impaired by the relay.
+  std::vector<FrameRelay::UdpFlow> UdpFlowsTo(int host) const;
+  // False when a relay's threads could not be made real-time (see frame_relay.h).
+  bool RelaysRealtime() const;
+
  private:
   std::string Ns(int host) const;
   std::string SwitchNs() const { return prefix_ + "-sw"; }
@@ -46,6 +71,7 @@ class NetHosts {
   const int n_;
   std::string prefix_;
   std::string error_;
+  std::map<int, std::unique_ptr<FrameRelay>> relays_;  // by host; stopped before the namespaces go
 };
 
 }  // namespace ddprun::testing
