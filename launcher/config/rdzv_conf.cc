@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -83,6 +84,28 @@ absl::StatusOr<double> ParsePhi(const std::string& value) {
   return phi;
 }
 
+// Sets the liveness detector's key `key` on `c`; false when `key` is none of them.
+absl::StatusOr<bool> ParseLivenessKey(const std::string& key, const std::string& value,
+                                      RdzvConf* c) {
+  if (key == "liveness") {
+    DDPRUN_ASSIGN_OR_RETURN(c->liveness, ParseOnOff(value));
+  } else if (key == "liveness_interval_ms") {
+    DDPRUN_ASSIGN_OR_RETURN(c->timeouts.liveness.interval, Millis(key, value, 1, 10000));
+  } else if (key == "liveness_phi") {
+    DDPRUN_ASSIGN_OR_RETURN(c->timeouts.liveness.phi, ParsePhi(value));
+  } else if (key == "liveness_pause_ms") {
+    DDPRUN_ASSIGN_OR_RETURN(c->timeouts.liveness.pause, Millis(key, value, 0, 60000));
+  } else if (key == "liveness_min_sd_ms") {
+    DDPRUN_ASSIGN_OR_RETURN(c->timeouts.liveness.min_sd, Millis(key, value, 1, 60000));
+  } else if (key == "liveness_observers") {
+    DDPRUN_ASSIGN_OR_RETURN(int64_t n, ParseInt("--rdzv-conf liveness_observers", value, 1, 64));
+    c->timeouts.liveness.observers = static_cast<int>(n);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>& given) {
@@ -143,19 +166,9 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
     } else if (key == "static_port") {
       DDPRUN_ASSIGN_OR_RETURN(int64_t port, ParseInt("--rdzv-conf static_port", value, 1, 65535));
       c.static_port = static_cast<int>(port);
-    } else if (key == "liveness") {
-      DDPRUN_ASSIGN_OR_RETURN(c.liveness, ParseOnOff(value));
-    } else if (key == "liveness_interval_ms") {
-      DDPRUN_ASSIGN_OR_RETURN(c.timeouts.liveness.interval, Millis(key, value, 1, 10000));
-    } else if (key == "liveness_phi") {
-      DDPRUN_ASSIGN_OR_RETURN(c.timeouts.liveness.phi, ParsePhi(value));
-    } else if (key == "liveness_pause_ms") {
-      DDPRUN_ASSIGN_OR_RETURN(c.timeouts.liveness.pause, Millis(key, value, 0, 60000));
-    } else if (key == "liveness_min_sd_ms") {
-      DDPRUN_ASSIGN_OR_RETURN(c.timeouts.liveness.min_sd, Millis(key, value, 1, 60000));
-    } else if (key == "liveness_observers") {
-      DDPRUN_ASSIGN_OR_RETURN(int64_t n, ParseInt("--rdzv-conf liveness_observers", value, 1, 64));
-      c.timeouts.liveness.observers = static_cast<int>(n);
+    } else if (absl::StartsWith(key, "liveness")) {
+      DDPRUN_ASSIGN_OR_RETURN(const bool known, ParseLivenessKey(key, value, &c));
+      if (!known) c.unknown_keys.push_back(key);
     } else if (key == "store_type" || key == "use_libuv") {
       // torch 2.x store options; meaningless without an agent store, accepted and ignored.
     } else if (key == "heartbeat_timeout") {

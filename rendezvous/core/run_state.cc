@@ -376,41 +376,6 @@ std::string RunState::Describe(const Node& node) const {
   return absl::StrCat("node ", node.info.node_id, " (", node.info.hostname, ")");
 }
 
-void RunState::Progress(ConnId conn, const std::vector<RankProgress>& progress, TimePoint now) {
-  auto it = nodes_.find(conn);
-  if (it == nodes_.end()) return;
-  // Bounded by what one node can run; a larger list is not an agent's.
-  if (progress.size() > 4096) return;
-  it->second.progress = progress;
-  it->second.progress_at = now;
-}
-
-std::string RunState::Straggler(TimePoint now) const {
-  // Lowest step first (a rank stuck outside a collective is a step behind the ranks waiting in
-  // it), then the longest without a sign of life.
-  const Node* best_node = nullptr;
-  const RankProgress* best = nullptr;
-  int64_t best_idle = 0;
-  for (const auto& [conn, node] : nodes_) {
-    if (!node.in_round) continue;
-    for (const RankProgress& p : node.progress) {
-      const int64_t idle = p.idle_ms + ToMillis(now - node.progress_at);
-      const bool better = best == nullptr ||
-                          (p.step >= 0 && (best->step < 0 || p.step < best->step)) ||
-                          (p.step == best->step && idle > best_idle);
-      if (better) {
-        best = &p;
-        best_node = &node;
-        best_idle = idle;
-      }
-    }
-  }
-  if (best == nullptr) return "";
-  return absl::StrCat("rank ", best->rank, " on ", best_node->info.hostname, " (",
-                      best->step >= 0 ? absl::StrCat("step ", best->step, ", ") : "",
-                      "no progress for ", absl::StrFormat("%.1f", best_idle / 1000.0), " s)");
-}
-
 bool RunState::EndsWithoutRestart(Outbox* out) {
   if (succeeded_in_round_ == 0) return false;
   if (members_in_round() == 0) {
@@ -496,18 +461,7 @@ void RunState::MaybeFormRound(TimePoint now, Outbox* out) {
   if (now >= *last_call_deadline_) FormRound(now, out);
 }
 
-void RunState::FormRound(TimePoint now, Outbox* out) {
-  RoundTiming timing;
-  timing.completion_s = std::chrono::duration<double>(now - round_began_).count();
-  if (failed_at_) timing.after_failure_s = std::chrono::duration<double>(now - *failed_at_).count();
-  failed_at_.reset();
-  PushBounded(&round_timings_, timing, kMaxUntaken);
-  RestartRecord* after_restart = nullptr;  // the restart this round is the first after
-  if (!restart_log_.empty() && !restart_log_.back().formed_after_s) {
-    after_restart = &restart_log_.back();
-    after_restart->formed_after_s =
-        std::chrono::duration<double>(now - after_restart->when).count();
-  }
+std::vector<RunState::Node*> RunState::ChooseMembers(Outbox* out) {
   // Survivors of the last round first, by their old rank; then newcomers (spares) by arrival,
   // those that asked for a rank first. Only newcomers are left out past max_nodes: a survivor is
   // never dropped for a spare (the survivors were one round, so they fit).
@@ -538,13 +492,30 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
   std::vector<RankCandidate> candidates;
   for (const Node* n : order) candidates.push_back({n->info.requested_node_rank, n->group_rank});
   const std::vector<int> ranks = AssignGroupRanks(candidates);
-  const int size = static_cast<int>(order.size());
+  const size_t size = order.size();
   std::vector<Node*> by_rank(size);
-  for (int i = 0; i < size; ++i) by_rank[ranks[i]] = order[i];
+  for (size_t i = 0; i < size; ++i) by_rank[ranks[i]] = order[i];
+  return by_rank;
+}
+
+void RunState::FormRound(TimePoint now, Outbox* out) {
+  RoundTiming timing;
+  timing.completion_s = std::chrono::duration<double>(now - round_began_).count();
+  if (failed_at_) timing.after_failure_s = std::chrono::duration<double>(now - *failed_at_).count();
+  failed_at_.reset();
+  PushBounded(&round_timings_, timing, kMaxUntaken);
+  RestartRecord* after_restart = nullptr;  // the restart this round is the first after
+  if (!restart_log_.empty() && !restart_log_.back().formed_after_s) {
+    after_restart = &restart_log_.back();
+    after_restart->formed_after_s =
+        std::chrono::duration<double>(now - after_restart->when).count();
+  }
+  const std::vector<Node*> by_rank = ChooseMembers(out);
+  const int size = static_cast<int>(by_rank.size());
 
   for (auto& [conn, node] : nodes_) node.group_rank = -1;  // the waiting ones lose old ranks
   int spares_taken = 0;
-  for (Node* n : order) spares_taken += std::exchange(n->spare, false) ? 1 : 0;
+  for (Node* n : by_rank) spares_taken += std::exchange(n->spare, false) ? 1 : 0;
   spares_used_ += spares_taken;
   if (after_restart != nullptr) after_restart->spare_used = spares_taken > 0;
   if (quorum_ == RoundQuorum::kMajorityOfLastRound) {
@@ -695,47 +666,6 @@ void RunState::Restore(const RunSnapshot& s, TimePoint now, Outbox* out) {
       if (!node.in_round && !node.spare) Standby(node, position++, out);
     }
   }
-}
-
-RunStatus RunState::Status(bool with_members) const {
-  RunStatus s;
-  s.run_id = run_id_;
-  s.round = round_;
-  s.phase = phase_;
-  s.restarts_used = restarts_used_;
-  s.max_restarts = max_restarts_;
-  s.min_nodes = min_nodes_;
-  s.max_nodes = max_nodes_;
-  s.close_message = close_message_;
-  s.num_nodes = static_cast<int>(nodes_.size());
-  s.spares = phase_ == RunPhase::kRunning ? s.num_nodes - members_in_round() : 0;
-  s.spares_used = spares_used_;
-  if (!with_members) return s;
-  s.restarts = restart_log_;
-  s.steps.assign(steps_.begin(), steps_.end());
-  std::vector<const Node*> order;
-  for (const auto& [conn, node] : nodes_) order.push_back(&node);
-  std::sort(order.begin(), order.end(), [](const Node* a, const Node* b) {
-    if (a->in_round != b->in_round) return a->in_round;
-    if (a->in_round) return a->group_rank < b->group_rank;
-    return a->arrival < b->arrival;
-  });
-  for (const Node* n : order) {
-    MemberStatus m;
-    m.node_id = n->info.node_id;
-    m.hostname = n->info.hostname;
-    m.addr = n->addr;
-    m.group_rank = n->in_round ? n->group_rank : -1;
-    m.nproc_per_node = n->info.nproc_per_node;
-    m.state = n->in_round ? "running" : phase_ == RunPhase::kRunning ? "spare" : "waiting";
-    m.last_seen = n->last_seen;
-    if (n->claim.has_value() && n->claim->group != ResumeClaim::Group::kWaiting) {
-      m.group_rank = n->claim->last.group_rank;
-      m.state = "recovering";
-    }
-    s.members.push_back(std::move(m));
-  }
-  return s;
 }
 
 }  // namespace ddprun::rendezvous

@@ -191,6 +191,9 @@ class RunState {
     return by_node_id_.count(node_id) > 0 || by_former_id_.count(node_id) > 0;
   }
   void FormRound(TimePoint now, Outbox* out);
+  // The next round's members by group rank (survivors keep their order; spares fill the
+  // holes), at most max_nodes; the nodes left out are told they are spares.
+  std::vector<Node*> ChooseMembers(Outbox* out);
   void CloseRun(const absl::Status& status, const std::optional<WorkerFailure>& root_cause,
                 Outbox* out, const std::string& straggler = "");
   // The node is gone without a clean leave (stream broken, or silent); `cause` names how.
@@ -216,6 +219,9 @@ class RunState {
   // Decides the run from the claims: the round goes on, or restarts (the rule is documented
   // in run_state_recovery.cc).
   void Settle(TimePoint now, Outbox* out);
+  // Once the claimed round resumed: a node outside it restarts it to join where there is
+  // room, else every such node waits as a spare.
+  void SeatTheOthers(TimePoint now, Outbox* out);
   // The claims of the newest round: who claims it with workers, the shape they share, their
   // group ranks, and the first thing wrong with them (empty when nothing is).
   struct ClaimSurvey {

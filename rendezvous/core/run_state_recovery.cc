@@ -325,6 +325,10 @@ void RunState::Settle(TimePoint now, Outbox* out) {
   for (ConnId conn : claimants) out->push_back({conn, ResumedNotice{newest}});
   ReplayClaimedGroups(claimants, claims, newest, now, out);
   if (phase_ != RunPhase::kRunning || succeeded_in_round_ > 0) return;
+  SeatTheOthers(now, out);
+}
+
+void RunState::SeatTheOthers(TimePoint now, Outbox* out) {
   if (static_cast<size_t>(members_in_round()) < nodes_.size() && members_in_round() < max_nodes_) {
     for (const auto& [conn, node] : nodes_) {
       if (node.in_round) continue;

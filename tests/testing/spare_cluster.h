@@ -1,5 +1,5 @@
 // SpareCluster: a ddprun job of `ddp-train mnist` on namespaced hosts (net_hosts.h) with spare
-// nodes beside its members, for the spare tests (tests/integration/spare_test.cc) and the spare
+// nodes beside its members, for the spare tests (tests/spares/spare_test.cc) and the spare
 // bench (bench/spares/). Host 1 holds the rendezvous server (ddprun-rdzv or a one-member etcd;
 // with the built-in server, host 2's agent hosts it), hosts 2..members+1 the members (one worker
 // each), the hosts after them the spares, started once the members train. The cluster injects

@@ -1,0 +1,90 @@
+// RunState: what a run reports of itself: the status page's view (Status) and the ranks'
+// progress, from which a hang names its straggler.
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/strings.h"
+#include "rendezvous/core/run_state.h"
+
+namespace ddprun::rendezvous {
+
+void RunState::Progress(ConnId conn, const std::vector<RankProgress>& progress, TimePoint now) {
+  auto it = nodes_.find(conn);
+  if (it == nodes_.end()) return;
+  // Bounded by what one node can run; a larger list is not an agent's.
+  if (progress.size() > 4096) return;
+  it->second.progress = progress;
+  it->second.progress_at = now;
+}
+
+std::string RunState::Straggler(TimePoint now) const {
+  // Lowest step first (a rank stuck outside a collective is a step behind the ranks waiting in
+  // it), then the longest without a sign of life.
+  const Node* best_node = nullptr;
+  const RankProgress* best = nullptr;
+  int64_t best_idle = 0;
+  for (const auto& [conn, node] : nodes_) {
+    if (!node.in_round) continue;
+    for (const RankProgress& p : node.progress) {
+      const int64_t idle = p.idle_ms + ToMillis(now - node.progress_at);
+      const bool better = best == nullptr ||
+                          (p.step >= 0 && (best->step < 0 || p.step < best->step)) ||
+                          (p.step == best->step && idle > best_idle);
+      if (better) {
+        best = &p;
+        best_node = &node;
+        best_idle = idle;
+      }
+    }
+  }
+  if (best == nullptr) return "";
+  return absl::StrCat("rank ", best->rank, " on ", best_node->info.hostname, " (",
+                      best->step >= 0 ? absl::StrCat("step ", best->step, ", ") : "",
+                      "no progress for ", absl::StrFormat("%.1f", best_idle / 1000.0), " s)");
+}
+
+RunStatus RunState::Status(bool with_members) const {
+  RunStatus s;
+  s.run_id = run_id_;
+  s.round = round_;
+  s.phase = phase_;
+  s.restarts_used = restarts_used_;
+  s.max_restarts = max_restarts_;
+  s.min_nodes = min_nodes_;
+  s.max_nodes = max_nodes_;
+  s.close_message = close_message_;
+  s.num_nodes = static_cast<int>(nodes_.size());
+  s.spares = phase_ == RunPhase::kRunning ? s.num_nodes - members_in_round() : 0;
+  s.spares_used = spares_used_;
+  if (!with_members) return s;
+  s.restarts = restart_log_;
+  s.steps.assign(steps_.begin(), steps_.end());
+  std::vector<const Node*> order;
+  for (const auto& [conn, node] : nodes_) order.push_back(&node);
+  std::sort(order.begin(), order.end(), [](const Node* a, const Node* b) {
+    if (a->in_round != b->in_round) return a->in_round;
+    if (a->in_round) return a->group_rank < b->group_rank;
+    return a->arrival < b->arrival;
+  });
+  for (const Node* n : order) {
+    MemberStatus m;
+    m.node_id = n->info.node_id;
+    m.hostname = n->info.hostname;
+    m.addr = n->addr;
+    m.group_rank = n->in_round ? n->group_rank : -1;
+    m.nproc_per_node = n->info.nproc_per_node;
+    m.state = n->in_round ? "running" : phase_ == RunPhase::kRunning ? "spare" : "waiting";
+    m.last_seen = n->last_seen;
+    if (n->claim.has_value() && n->claim->group != ResumeClaim::Group::kWaiting) {
+      m.group_rank = n->claim->last.group_rank;
+      m.state = "recovering";
+    }
+    s.members.push_back(std::move(m));
+  }
+  return s;
+}
+
+}  // namespace ddprun::rendezvous
