@@ -57,8 +57,7 @@ rendezvous::RunTimeouts TimeoutsFor(const RdzvConf& conf, const LaunchOptions& o
   rendezvous::RunTimeouts t = conf.timeouts;
   // Off unless asked for. The soak found no false alarm on this path (design §3a), but with it
   // a link that flaps for longer than a quarter second loses its node (and spends a restart)
-  // where the lease rode it out, and an agent's silence verdict on an embedded server does not
-  // yet start the failover walk the lease's does: the default waits for both (issue 40).
+  // where the lease rode it out: the default waits for a rule for such flaps (issue 40).
   t.liveness.enabled = conf.liveness.value_or(kLivenessByDefault && options.max_nodes > 1);
   if (!t.failure_last_call_timeout && options.restart_mode == RestartMode::kInProcess) {
     t.failure_last_call_timeout = Duration::zero();
