@@ -591,11 +591,18 @@ void ConnectionStateMachine::JudgeProbedSilence(ProbeResult probe, TimePoint jud
 ClientActions ConnectionStateMachine::OnServerSilent(uint64_t generation, Duration silent_for,
                                                      TimePoint now) {
   if (generation != liveness_generation_ || !Joined()) return Flush();
-  Fence(absl::StrCat("fenced: no liveness ack from the rendezvous server at ", endpoint_, " for ",
-                     ToMillis(silent_for),
-                     " ms (its failure detector suspects it): the server gives this node up in "
-                     "the same time"),
-        now);
+  const std::string silence =
+      absl::StrCat("no liveness ack from the rendezvous server at ", endpoint_, " for ",
+                   ToMillis(silent_for), " ms (its failure detector suspects it)");
+  if (FailsOverOnSilence()) {
+    // As after the lease's verdict on an embedded server: its host may be the one gone, so the
+    // survivors walk to its successor and the majority rule decides which side goes on.
+    Do(ClientAction(ClientAction::Type::kCancelCall));
+    RetireCall();
+    StartFailover(silence, /*host_refused=*/false, now);
+    return Flush();
+  }
+  Fence(absl::StrCat("fenced: ", silence, ": the server gives this node up in the same time"), now);
   return Flush();
 }
 

@@ -67,16 +67,16 @@ TEST(RendezvousSetupTest, EtcdRefusesLivenessOnSayingTheLeaseDecidesThere) {
   EXPECT_TRUE(c10d->timeouts.liveness.enabled);
 }
 
-// Unset, the liveness path is on wherever another node can be lost, and etcd (whose lease is its
-// detector) is not refused for a default it cannot take.
-TEST(RendezvousSetupTest, LivenessIsOnByDefaultWhereThereIsANodeToLose) {
+// Unset, the liveness path is off (the default waits for failover on its verdict, design §3a);
+// etcd refuses only an explicit on, not the default it cannot take.
+TEST(RendezvousSetupTest, LivenessIsOffUnlessAsked) {
   LaunchOptions o = C10d(RestartMode::kCold);
   o.min_nodes = 1;
-  o.max_nodes = 1;
-  auto one = MakeC10dSettings(o, HostInfo{});
-  ASSERT_TRUE(one.ok()) << one.status();
-  EXPECT_FALSE(one->timeouts.liveness.enabled);
   o.max_nodes = 3;
+  auto unset = MakeC10dSettings(o, HostInfo{});
+  ASSERT_TRUE(unset.ok()) << unset.status();
+  EXPECT_FALSE(unset->timeouts.liveness.enabled);
+  o.rdzv.liveness = true;
   auto three = MakeC10dSettings(o, HostInfo{});
   ASSERT_TRUE(three.ok()) << three.status();
   EXPECT_TRUE(three->timeouts.liveness.enabled);

@@ -573,6 +573,34 @@ TEST(ConnectionStateTest, ALeaseOfSilenceFromAnEmbeddedServerFailsOverInsteadOfF
   EXPECT_FALSE(d.Has(Type::kProbe));
 }
 
+// The detector's verdict on an embedded server is the lease's, only sooner: the walk to the
+// successor, not a fence (a fixed world would exit 3 with its host merely cut off).
+TEST(ConnectionStateTest, ALivenessSilenceOfAnEmbeddedServerFailsOverInsteadOfFencing) {
+  Driver d(HostLoss::kFailOver, /*can_host=*/false);
+  d.Join(2, 2);
+  ServerWord joined;
+  joined.kind = ServerWord::Kind::kJoined;
+  joined.embedded = true;
+  joined.host_node_id = "host";
+  joined.member_key = "key1";
+  joined.liveness.port = 4711;
+  joined.liveness.node_index = 1;
+  joined.liveness.salt = "salt";
+  joined.liveness.settings.enabled = true;
+  d.Say(joined);
+  const ClientAction* start = d.Find(Type::kStartLiveness);
+  ASSERT_NE(start, nullptr) << d.Messages();
+  const uint64_t generation = start->generation;
+  d.Assigned(1, kMembers);
+  d.Advance(std::chrono::milliseconds(260));
+  const ClientActions walked =
+      d.m().OnServerSilent(generation, std::chrono::milliseconds(260), d.now());
+  EXPECT_TRUE(HasAction(walked, Type::kCancelCall));
+  EXPECT_FALSE(HasAction(walked, Type::kRejoinAsNewNode));
+  EXPECT_FALSE(HasAction(walked, Type::kClose));
+  EXPECT_EQ(d.m().state(), ConnectionState::kFailingOver);
+}
+
 TEST(ConnectionStateTest, TheHostItselfIsFencedNotFailedOver) {
   // This agent hosts the server: silence from it fences like any server's.
   Driver d;
