@@ -51,8 +51,8 @@ struct RdzvConf {
   StaticCoordination static_coordination = StaticCoordination::kRendezvous;
   std::optional<int> static_port;  // unset: MASTER_PORT + 1
   // liveness=on|off as given; unset: kLivenessByDefault (off) for a multi-node c10d or static
-  // run, off for one node and for etcd (TimeoutsFor in rendezvous_setup.cc). timeouts.liveness.enabled is the
-  // resolved value the rendezvous uses.
+  // run, off for one node and for etcd (TimeoutsFor in rendezvous_setup.cc).
+  // timeouts.liveness.enabled is the resolved value the rendezvous uses.
   std::optional<bool> liveness;
   std::vector<std::string> unknown_keys;  // given, not read by ddprun
   // The key=value pairs as given (merged over the sources, the strongest last), for messages
