@@ -627,7 +627,10 @@ void MultiHostTest::CutOffAndHeal(const std::string& nnodes, int cut_host) {
       WaitUntil([&] { return CountMatches(all_err(), "hosting the rendezvous on") == 2; }, 30s))
       << all_err();
   std::this_thread::sleep_for(1s);  // the rest of the cut, not a wait for a condition
-  EXPECT_EQ(CountMatches(Log(), "world=1"), 0) << Log();
+  // After a restart only: with --nnodes=1:3 and a 0.2 s last call, host 2's agent may form a
+  // first round alone before the others join on a loaded machine (restart=0 world=1, then a
+  // free restart to 3); what must never be is the cut-off side running a world of its own.
+  EXPECT_EQ(CountMatches(Log(), "restart=[1-9][0-9]* world=1"), 0) << Log();
   if (nnodes == "3") {
     EXPECT_EQ(CountMatches(Log(), "world=2"), 0) << Log();
   }
@@ -640,7 +643,7 @@ void MultiHostTest::CutOffAndHeal(const std::string& nnodes, int cut_host) {
             << " s" << std::endl;
   EXPECT_THAT(cut_off.err(), HasSubstr("this agent stops hosting and joins there"));
   EXPECT_THAT(cut_off.err(), HasSubstr("no longer hosting the rendezvous"));
-  EXPECT_EQ(CountMatches(Log(), "world=1"), 0) << Log();
+  EXPECT_EQ(CountMatches(Log(), "restart=[1-9][0-9]* world=1"), 0) << Log();
   testing::WriteFile(dir_.File("done"), "");
   ASSERT_TRUE(testing::ExpectAllExit(agents, 0, 30s)) << Log() << all_err();
 }
