@@ -35,9 +35,18 @@ ReceivedMessage ReceiveWithFds(int socket, size_t max_bytes, size_t max_fds) {
   msg.msg_iovlen = 1;
   msg.msg_control = control.data();
   msg.msg_controllen = control.size();
-  do {
+  // ECONNRESET once: a SOCK_SEQPACKET/SOCK_STREAM peer that closed with messages of ours unread
+  // leaves that error pending, and recvmsg reports it before what the peer sent first (ddprun
+  // hands a spare over and closes while the spare's "ready" is still unread: issue 40). Reading
+  // the error clears it; the next call returns the queued message, or 0 at end of file.
+  bool reset_seen = false;
+  while (true) {
     out.bytes = recvmsg(socket, &msg, MSG_CMSG_CLOEXEC);
-  } while (out.bytes < 0 && errno == EINTR);
+    if (out.bytes >= 0) break;
+    if (errno == EINTR) continue;
+    if (errno != ECONNRESET || reset_seen) break;
+    reset_seen = true;
+  }
   if (out.bytes >= 0) {
     for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
       if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;

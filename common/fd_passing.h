@@ -23,7 +23,8 @@ struct ReceivedMessage {
   std::vector<int> fds;  // received with O_CLOEXEC; the caller owns them
 };
 
-// Blocks (retrying EINTR) for one message of at most `max_bytes` with at most `max_fds`.
+// Blocks (retrying EINTR) for one message of at most `max_bytes` with at most `max_fds`. A
+// peer's close with our messages unread (ECONNRESET) does not hide what it sent before closing.
 ReceivedMessage ReceiveWithFds(int socket, size_t max_bytes, size_t max_fds);
 
 }  // namespace ddprun

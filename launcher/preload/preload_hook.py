@@ -123,10 +123,18 @@ def _ddprun_spare(fd, hook_dir):
             done.release()
 
     _thread.start_new_thread(preload, ())
-    try:
-        msg, fds, _, _ = socket.recv_fds(sock, 1 << 22, 2)
-    except OSError:
-        msg, fds = b"", []
+    msg, fds = b"", []
+    # Twice on ConnectionResetError: ddprun closes its end right after the hand-over, and when
+    # it had not read this spare's report yet the kernel reports that before the hand-over
+    # queued ahead of it (issue 40); the error is cleared once read.
+    for _ in range(2):
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 1 << 22, 2)
+            break
+        except ConnectionResetError:
+            continue
+        except OSError:
+            break
     if not msg.startswith(b"start\0") or len(fds) != 2:
         os._exit(0)  # ddprun is gone (or spoke nonsense): never run the script as a spare
 

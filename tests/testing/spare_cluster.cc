@@ -432,6 +432,13 @@ std::string SpareCluster::Logs() {
     if (n.agent == nullptr) continue;
     absl::StrAppend(&all, "--- host ", n.host, " (", hosts_->Name(n.host), ") agent:\n",
                     n.agent->err());
+    // The workers' output (the agent's stdout) is too long for the message: it goes to the
+    // job's folder, for the diagnosis.
+    std::ofstream(absl::StrCat(options_.dir, "/host", n.host, ".out")) << n.agent->out();
+    std::ofstream(absl::StrCat(options_.dir, "/host", n.host, ".err")) << n.agent->err();
+  }
+  if (daemon_ != nullptr) {
+    std::ofstream(options_.dir + "/ddprun-rdzv.log") << daemon_->output() << daemon_->error();
   }
   return all;
 }
