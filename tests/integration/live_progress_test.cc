@@ -62,7 +62,10 @@ class OnATerminal {
       char buf[4096];
       for (;;) {
         const ssize_t n = read(master_, buf, sizeof(buf));
-        if (n <= 0) return;  // EIO: the last writer has gone
+        if (n <= 0) {  // EIO: the last writer has gone and everything it wrote has been read
+          drained_ = true;
+          return;
+        }
         std::lock_guard<std::mutex> lock(mu_);
         seen_.append(buf, static_cast<size_t>(n));
       }
@@ -86,6 +89,11 @@ class OnATerminal {
     while (std::chrono::steady_clock::now() < deadline) {
       if (waitpid(pid_, &status, WNOHANG) == pid_) {
         exited_ = true;
+        // What the run wrote last may still sit in the terminal's buffer: Seen() after Wait()
+        // must hold all of it (a loaded machine schedules the reader late).
+        while (!drained_ && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(20ms);
+        }
         return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
       }
       std::this_thread::sleep_for(20ms);  // polling a child's exit: no fd to wait on here
@@ -97,6 +105,7 @@ class OnATerminal {
   pid_t pid_ = -1;
   int master_ = -1;
   bool exited_ = false;
+  std::atomic<bool> drained_{false};  // the reader saw the end of the terminal's output
   std::thread reader_;
   std::mutex mu_;
   std::string seen_;
