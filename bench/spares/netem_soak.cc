@@ -39,9 +39,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/net_hosts.h"
+#include "tests/testing/spare_cluster.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
 
@@ -49,6 +49,7 @@ namespace ddprun::soak {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using testing::NamespacePids;
 using testing::NetHosts;
 using testing::Subprocess;
 using namespace std::chrono_literals;
@@ -105,16 +106,6 @@ std::vector<pid_t> StartSpinners(int n) {
 void StopSpinners(const std::vector<pid_t>& pids) {
   for (pid_t p : pids) kill(p, SIGKILL);
   for (pid_t p : pids) waitpid(p, nullptr, 0);
-}
-
-std::vector<pid_t> NamespacePids(const std::string& ns) {
-  Subprocess p({"ip", "netns", "pids", ns});
-  p.Wait(10s);
-  std::vector<pid_t> out;
-  for (absl::string_view s : absl::StrSplit(p.out(), '\n', absl::SkipWhitespace())) {
-    out.push_back(std::atoi(std::string(s).c_str()));
-  }
-  return out;
 }
 
 // Milliseconds since local midnight of a log stamp "HH:MM:SS.mmm" (common/log.cc), and of now.

@@ -8,7 +8,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -29,11 +28,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/lease_page.h"
 #include "control/control_message.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/class_images.h"
+#include "tests/testing/fake_lease_page.h"
 #include "tests/testing/free_port.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
@@ -372,19 +371,12 @@ TEST_F(InProcessTrainTest, PastTheLocalLeaseNoStepIsCountedAndTheRanksWaitForThe
   const std::string reference = ReferenceModel();
   ASSERT_FALSE(reference.empty());
   // The agent's page (common/lease_page.h), inherited by the workers at its number.
-  const int fd = memfd_create("test-lease", 0);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(ftruncate(fd, kLeasePageSize), 0);
-  void* page = mmap(nullptr, kLeasePageSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ASSERT_NE(page, MAP_FAILED);
-  const uint32_t head[2] = {kLeaseMagic, kLeaseVersion};
-  std::memcpy(page, head, sizeof(head));
-  auto set_valid_until = [page](int64_t ns) {
-    std::memcpy(static_cast<char*>(page) + kLeaseValidUntilOffset, &ns, sizeof(ns));
-  };
+  testing::FakeLeasePage lease;
+  ASSERT_TRUE(lease.ok());
+  auto set_valid_until = [&lease](int64_t ns) { lease.SetValidUntil(ns); };
   constexpr int64_t kHour = 3600'000'000'000;
   set_valid_until(MonotonicNowNs() + kHour);
-  lease_fd_ = std::to_string(fd);
+  lease_fd_ = std::to_string(lease.fd());
   FakeAgent agent(socket_);
   const int port = ::ddprun::testing::FreeLoopbackPort();
   ASSERT_NO_FATAL_FAILURE(StartRoundZero(agent, port, 3));
@@ -421,8 +413,6 @@ TEST_F(InProcessTrainTest, PastTheLocalLeaseNoStepIsCountedAndTheRanksWaitForThe
   // No step line past the last step every rank holds, before round 1.
   EXPECT_EQ(StepLines(stopped_out, steps[0] + 1), 0) << stopped_out;
   ASSERT_TRUE(::ddprun::testing::ExpectAllExit(workers_, 0, seconds(120)));
-  munmap(page, kLeasePageSize);
-  close(fd);
   const std::string out = workers_[0]->out();
   for (int64_t step = 1; step <= 40; ++step) EXPECT_LE(StepLines(out, step), 1) << step;
   EXPECT_TRUE(ReadFile(dir_.File("model.pt")) == reference)

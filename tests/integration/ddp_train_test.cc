@@ -7,7 +7,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -27,9 +26,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
-#include "common/lease_page.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testing/fake_lease_page.h"
 #include "tests/testing/free_port.h"
 #include "tests/testing/rdzv_daemon.h"
 #include "tests/testing/subprocess.h"
@@ -395,24 +394,17 @@ TEST_F(DdpTrainTest, SigtermCheckpointsThenResumesWithAnotherWorldSize) {
 // after valid_until, and ddp-train exits 75 naming the step it did not commit.
 TEST_F(DdpTrainTest, PastItsLocalLeaseNothingIsCommittedAndItExits75) {
   // The agent's page (common/lease_page.h), inherited at its number.
-  const int fd = memfd_create("test-lease", 0);
-  ASSERT_GE(fd, 0);
-  ASSERT_EQ(ftruncate(fd, kLeasePageSize), 0);
-  void* page = mmap(nullptr, kLeasePageSize, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ASSERT_NE(page, MAP_FAILED);
-  const uint32_t head[2] = {kLeaseMagic, kLeaseVersion};
-  std::memcpy(page, head, sizeof(head));
+  testing::FakeLeasePage lease;
+  ASSERT_TRUE(lease.ok());
   constexpr int64_t kLeaseNs = 6'000'000'000;  // training the whole set takes longer
   const auto expires = std::chrono::system_clock::now() + std::chrono::nanoseconds(kLeaseNs);
   const int64_t until = MonotonicNowNs() + kLeaseNs;
-  std::memcpy(static_cast<char*>(page) + kLeaseValidUntilOffset, &until, sizeof(until));
+  lease.SetValidUntil(until);
   std::map<std::string, std::string> env = Solo();
-  env["DDPRUN_LEASE_FD"] = std::to_string(fd);
+  env["DDPRUN_LEASE_FD"] = std::to_string(lease.fd());
   const std::string ckpt = dir_.File("ckpt");
   Subprocess p(Train({"--epochs", "1", "--checkpoint-dir", ckpt, "--checkpoint-every", "1"}), env);
   std::optional<ExitStatus> st = p.Wait(seconds(120));
-  munmap(page, kLeasePageSize);
-  close(fd);
   ASSERT_TRUE(st.has_value());
   EXPECT_EQ(st->exit_code, 75) << Describe(p);
   EXPECT_THAT(p.err(), HasSubstr("not committing step"));

@@ -73,6 +73,20 @@ class Driver {
     w.member_key = key;
     return Say(w);
   }
+  // Joined, with the run's liveness path on: the server's UDP port 4711 and this node's index.
+  const ClientActions& JoinedWithLiveness(uint32_t node_index, bool embedded = false,
+                                          const std::string& host = "") {
+    ServerWord w;
+    w.kind = ServerWord::Kind::kJoined;
+    w.embedded = embedded;
+    w.host_node_id = host;
+    w.member_key = "key1";
+    w.liveness.port = 4711;
+    w.liveness.node_index = node_index;
+    w.liveness.salt = "salt";
+    w.liveness.settings.enabled = true;
+    return Say(w);
+  }
   // An assignment of round `round` whose members are `members` (node id, addr) in group-rank
   // order.
   const ClientActions& Assigned(int64_t round, const std::vector<Successor>& members) {
@@ -251,14 +265,7 @@ TEST(ConnectionStateTest, ElasticNodeFencedRejoinsAsANewNodeWithinJoinTimeout) {
 TEST(ConnectionStateTest, FencesOnItsDetectorOfTheServerNotTheLease) {
   Driver d;
   d.Join(1, 4);
-  ServerWord joined;
-  joined.kind = ServerWord::Kind::kJoined;
-  joined.member_key = "key1";
-  joined.liveness.port = 4711;
-  joined.liveness.node_index = 3;
-  joined.liveness.salt = "salt";
-  joined.liveness.settings.enabled = true;
-  d.Say(joined);
+  d.JoinedWithLiveness(/*node_index=*/3);
   const ClientAction* start = d.Find(Type::kStartLiveness);
   ASSERT_NE(start, nullptr) << d.Messages();
   EXPECT_EQ(start->liveness.port, 4711);
@@ -578,16 +585,7 @@ TEST(ConnectionStateTest, ALeaseOfSilenceFromAnEmbeddedServerFailsOverInsteadOfF
 TEST(ConnectionStateTest, ALivenessSilenceOfAnEmbeddedServerFailsOverInsteadOfFencing) {
   Driver d(HostLoss::kFailOver, /*can_host=*/false);
   d.Join(2, 2);
-  ServerWord joined;
-  joined.kind = ServerWord::Kind::kJoined;
-  joined.embedded = true;
-  joined.host_node_id = "host";
-  joined.member_key = "key1";
-  joined.liveness.port = 4711;
-  joined.liveness.node_index = 1;
-  joined.liveness.salt = "salt";
-  joined.liveness.settings.enabled = true;
-  d.Say(joined);
+  d.JoinedWithLiveness(/*node_index=*/1, /*embedded=*/true, "host");
   const ClientAction* start = d.Find(Type::kStartLiveness);
   ASSERT_NE(start, nullptr) << d.Messages();
   const uint64_t generation = start->generation;
