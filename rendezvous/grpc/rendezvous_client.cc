@@ -127,20 +127,24 @@ RendezvousClient::~RendezvousClient() {
   events_.Silence();
   // Its question posts the answer to loop_: finished before loop_ goes.
   if (probe_loop_ != nullptr) probe_loop_->Stop();
-  loop_->Post([this] {
-    liveness_.reset();  // before the loop its reports post to stops
-    if (call_ != nullptr) call_->Cancel();
-  });
-  // A call's last reaction posts to the loop, so wait for them before stopping the loop.
-  std::vector<AgentCall*> calls;
+  // A call's last reaction posts to the loop, so wait for them before stopping the loop. The
+  // calls leave the loop's hands first: a reaction still queued could otherwise retire (and
+  // free) a call this thread is waiting on.
+  std::vector<std::unique_ptr<AgentCall>> calls;
   absl::Notification fetched;
   loop_->Post([this, &calls, &fetched] {
-    if (call_ != nullptr) calls.push_back(call_.get());
-    for (const auto& retired : retired_calls_) calls.push_back(retired.get());
+    closing_ = true;
+    liveness_.reset();  // before the loop its reports post to stops
+    if (call_ != nullptr) {
+      call_->Cancel();
+      calls.push_back(std::move(call_));
+    }
+    for (auto& retired : retired_calls_) calls.push_back(std::move(retired));
+    retired_calls_.clear();
     fetched.Notify();
   });
   fetched.WaitForNotification();
-  for (AgentCall* call : calls) call->done().WaitForNotification();
+  for (const auto& call : calls) call->done().WaitForNotification();
   loop_->Stop();
 }
 
@@ -209,6 +213,7 @@ void RendezvousClient::CancelForTesting() {
 // ---- Executing the machine's actions ----
 
 void RendezvousClient::Execute(ClientActions actions) {
+  if (closing_) return;  // the destructor holds the calls; nothing new starts
   for (const ClientAction& a : actions) {
     switch (a.type) {
       case ClientAction::Type::kAssigned:
