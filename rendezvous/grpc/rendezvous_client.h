@@ -122,7 +122,7 @@ class RendezvousClient final : public Rendezvous {
   ConnectionStateMachine machine_;
   std::unique_ptr<AgentCall> call_;
   std::vector<std::unique_ptr<AgentCall>> retired_calls_;  // cancelled by a rejoin
-  bool closing_ = false;  // set by the destructor: the machine's actions are dropped
+  bool closing_ = false;                // set by the destructor: the machine's actions are dropped
   std::vector<RankProgress> progress_;  // the latest ReportProgress, sent with heartbeats
   uint64_t read_timer_ = 0;
   uint64_t heartbeat_timer_ = 0;

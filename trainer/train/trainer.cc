@@ -228,20 +228,13 @@ absl::StatusOr<bool> Trainer::TrainEpoch(int64_t* samples, double* train_s) {
     }
     absl::StatusOr<std::optional<StepResult>> result = TrainStep(stop_vote);
     if (!result.ok()) {
-      // The optimizer update comes after the gradient all-reduce, so a failed step never made
-      // one; what the step did change before it is put back.
+      // The optimizer update comes after the gradient all-reduce and MayUpdate, so a failed or
+      // refused step never made one; what the step did change before it is put back.
       if (undo.has_value()) undo->Apply(Model().parameters());
       return result.status();
     }
     std::optional<StepResult>& step = *result;
     if (!step.has_value()) break;
-    // A step that ran across a stop of this host (SIGSTOP, a frozen VM) is not counted: its
-    // node may have been given up and its ranks taken over meanwhile.
-    if (absl::Status lease = commit_guard_.MayCommit(absl::StrCat("step ", state_.global_step + 1));
-        !lease.ok()) {
-      if (undo.has_value()) undo->Apply(Model().parameters());
-      return lease;
-    }
     state_.epoch_offset += step->consumed;
     state_.global_step += 1;
     state_.epoch_loss_sum += step->loss;
@@ -262,6 +255,10 @@ absl::StatusOr<bool> Trainer::TrainEpoch(int64_t* samples, double* train_s) {
   *train_s = SecondsSince(t0);
   EndEpoch();
   return stop;
+}
+
+absl::Status Trainer::MayUpdate() {
+  return commit_guard_.MayCommit(absl::StrCat("step ", state_.global_step + 1));
 }
 
 absl::Status Trainer::FinishEpoch(int64_t samples, double train_s, bool resumed, bool* best) {

@@ -111,6 +111,11 @@ class Trainer {
   void Log(const std::string& line) {
     if (leader()) log_ << line << std::endl;
   }
+  // TrainStep calls it between the gradient all-reduce and the optimizer update: a step that
+  // ran across a stop of this host (SIGSTOP, a frozen VM) makes no update, as its node may have
+  // been given up and its ranks taken over meanwhile. After the update it would be too late: the
+  // step would not be counted while its update stayed in the parameters and the optimizer.
+  absl::Status MayUpdate();
 
   const TrainOptions& options_;
   const DistEnv& env_;
