@@ -6,7 +6,9 @@
 //   no-spare today's behaviour without one: the extra host's agent is started at the fault (a
 //            scheduler that replaces the node at once), so the world waits for its start;
 //   torchrun torchrun 2.11 on the same four hosts (its c10d rendezvous hosted by host 2's
-//            agent), the extra agent started with the others.
+//            agent), the extra agent started with the others; its workers are a ddp-train
+//            built against torch 2.11 (--torchrun-worker), its model compared with a fault-free
+//            torchrun run's.
 // --faults times per job: steady training, then the member of group rank 1 is lost (kill: every
 // process on its host SIGKILLed; freeze: SIGSTOP of every process; cut: its link down), and the
 // time is taken from the fault to a training step printed after every node of the new
@@ -15,6 +17,8 @@
 // lost host is then emptied and becomes the extra host (spare: its agent started again as the
 // next spare). At the end the final model must be byte-identical to a fault-free run's.
 // Prints a Markdown table (p50 / worst recovery, steps recomputed, model identical) per job.
+#include <unistd.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
@@ -46,9 +50,10 @@ struct Options {
   std::vector<std::string> modes = {"in-process", "cold"};
   std::vector<std::string> kinds = {"kill", "freeze", "cut"};
   std::vector<std::string> variants = {"spare", "no-spare"};
-  std::string torchrun;   // torchrun 2.x; "": not measured
-  int gap_steps = 10;     // steady steps between faults
-  std::string rdzv_conf;  // more ddprun --rdzv-conf, e.g. liveness=on
+  std::string torchrun;         // torchrun 2.x; "": not measured
+  std::string torchrun_worker;  // ddp-train built against torchrun's torch (make torch2-build)
+  int gap_steps = 10;           // steady steps between faults
+  std::string rdzv_conf;        // more ddprun --rdzv-conf, e.g. liveness=on
   std::string work_dir;
 };
 
@@ -82,16 +87,35 @@ SpareClusterOptions JobOptions(const Options& o, bool in_process, const std::str
   return c;
 }
 
+void UseTorchrun(const Options& o, SpareClusterOptions& c) {
+  c.torchrun = o.torchrun;
+  c.torchrun_worker = o.torchrun_worker;
+  c.server = testing::RdzvServer::kBuiltIn;
+  c.in_process = false;
+}
+
+// The final model of a fault-free run of the job (ddprun, or torchrun with its own worker:
+// another LibTorch gives other bits); "" when it failed.
+std::string Reference(const Options& o, bool torchrun) {
+  SpareClusterOptions c =
+      JobOptions(o, true, o.work_dir + (torchrun ? "/reference-torchrun" : "/reference"));
+  c.spares = 0;
+  if (torchrun) UseTorchrun(o, c);
+  SpareCluster job(c);
+  const std::string started = job.Start(300s);
+  const bool done = started.empty() && job.WaitFinished({}, 900s);
+  std::cout << (torchrun ? "fault-free run (torchrun): " : "fault-free run: ")
+            << (done ? "done" : "FAILED " + started + job.Logs()) << std::endl;
+  return done ? job.Model() : "";
+}
+
 // One job under --faults faults.
 JobResult RunJob(const Options& o, bool in_process, HostFault fault, bool spare, bool torchrun,
                  const std::string& dir, const std::string& reference) {
   JobResult r;
   SpareClusterOptions c = JobOptions(o, in_process, dir);
   c.spares = spare ? 1 : 0;
-  if (torchrun) {
-    c.torchrun = o.torchrun;
-    c.server = testing::RdzvServer::kBuiltIn;
-  }
+  if (torchrun) UseTorchrun(o, c);
   SpareCluster job(c);
   r.error = job.Start(300s);
   if (!r.error.empty()) return r;
@@ -129,8 +153,11 @@ JobResult RunJob(const Options& o, bool in_process, HostFault fault, bool spare,
     }
     r.recovery_s.push_back(back->seconds);
     r.recomputed += back->recomputed;
-    std::cout << absl::StrFormat("  fault %d: %s -> full size in %.2f s, %d step(s) recomputed\n",
-                                 i + 1, job.hosts().Name(victim), back->seconds, back->recomputed)
+    std::cout << absl::StrFormat(
+                     "  fault %d: %s -> full size in %.2f s (round %d -> %d), %d step(s) "
+                     "recomputed\n",
+                     i + 1, job.hosts().Name(victim), back->seconds, round, back->round,
+                     back->recomputed)
               << std::flush;
     job.Clear(victim);
     extra = victim;
@@ -179,6 +206,8 @@ int Main(int argc, char** argv) {
   app.add_option("--variants", variants, "spare, no-spare");
   app.add_option("--torchrun", o.torchrun,
                  "also this torchrun (2.x) with the extra node waiting (its redundancy list)");
+  app.add_option("--torchrun-worker", o.torchrun_worker,
+                 "the ddp-train torchrun runs, built against its torch (make torch2-build)");
   app.add_option("--rdzv-conf", o.rdzv_conf,
                  "more ddprun --rdzv-conf for every job, e.g. liveness=on (the UDP detector)");
   app.add_option("--gap-steps", o.gap_steps, "steady training steps between faults");
@@ -199,6 +228,12 @@ int Main(int argc, char** argv) {
       return 2;
     }
   }
+  if (!o.torchrun.empty() && access(o.torchrun_worker.c_str(), X_OK) != 0) {
+    std::cerr << "spares-bench: --torchrun-worker: '" << o.torchrun_worker
+              << "' is not an executable (ddp-train built against torchrun's torch: make "
+                 "torch2-build)\n";
+    return 2;
+  }
   if (const std::string why = testing::NetHosts::Unavailable(); !why.empty()) {
     std::cerr << "spares-bench: " << why << std::endl;
     return 1;
@@ -209,15 +244,8 @@ int Main(int argc, char** argv) {
     o.work_dir = temp->path();
   }
   // One fault-free run: every job has the same ranks, data and steps.
-  std::string reference;
-  {
-    SpareClusterOptions c = JobOptions(o, true, o.work_dir + "/reference");
-    SpareCluster job(c);
-    const std::string started = job.Start(300s);
-    if (started.empty() && job.WaitFinished({}, 900s)) reference = job.Model();
-    std::cout << "fault-free run: " << (reference.empty() ? "FAILED " + started : "done")
-              << std::endl;
-  }
+  const std::string reference = Reference(o, false);
+  const std::string torchrun_reference = o.torchrun.empty() ? "" : Reference(o, true);
   std::vector<JobResult> results;
   int index = 0;
   for (const std::string& kind : o.kinds) {
@@ -240,7 +268,7 @@ int Main(int argc, char** argv) {
           absl::StrCat("torchrun 2.11, extra node waiting, ", testing::HostFaultName(Kind(kind)));
       std::cout << name << std::endl;
       JobResult r = RunJob(o, false, Kind(kind), /*spare=*/true, /*torchrun=*/true,
-                           absl::StrCat(o.work_dir, "/job", ++index), reference);
+                           absl::StrCat(o.work_dir, "/job", ++index), torchrun_reference);
       r.name = name;
       if (!r.error.empty()) std::cout << "  FAILED: " << r.error << std::endl;
       results.push_back(std::move(r));

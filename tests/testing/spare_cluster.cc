@@ -47,8 +47,10 @@ int64_t LastMatch(const std::string& text, const std::regex& re, int group) {
 const std::regex& RoundLine(bool torchrun) {
   static const std::regex ddprun(
       "round (\\d+): (?:starting|in-process recovery)[^\\n]*\\(node (\\d+) of (\\d+)\\)");
+  // torch 2.11 prefixes each line of the block with its logger's "I1127 ... api.py:539]".
   static const std::regex torch(
-      "restart_count=(\\d+)\\s+master_addr=\\S+\\s+master_port=\\S+\\s+group_rank=(\\d+)\\s+"
+      "restart_count=(\\d+)\\s+(?:[^\\n=\\]]*\\]\\s+)?master_addr=\\S+\\s+(?:[^\\n=\\]]*\\]\\s+)?"
+      "master_port=\\S+\\s+(?:[^\\n=\\]]*\\]\\s+)?group_rank=(\\d+)\\s+(?:[^\\n=\\]]*\\]\\s+)?"
       "group_world_size=(\\d+)");
   return torchrun ? torch : ddprun;
 }
@@ -140,8 +142,11 @@ std::vector<std::string> SpareCluster::AgentArgv(int host) const {
                                   ",keep_alive_max_attempt=", options_.keep_alive_max_attempt,
                                   ",last_call_timeout=0.2,join_timeout=300");
   if (!options_.extra_rdzv_conf.empty()) absl::StrAppend(&conf, ",", options_.extra_rdzv_conf);
+  const bool torchrun = !options_.torchrun.empty();
   const std::vector<std::string> train = {"--no-python",
-                                          BinPath("ddp-train"),
+                                          torchrun && !options_.torchrun_worker.empty()
+                                              ? options_.torchrun_worker
+                                              : BinPath("ddp-train"),
                                           "mnist",
                                           "--data",
                                           kData,
@@ -165,7 +170,7 @@ std::vector<std::string> SpareCluster::AgentArgv(int host) const {
                                           "--save-model",
                                           "--save-model-path",
                                           options_.dir + "/model.pt"};
-  if (!options_.torchrun.empty()) {
+  if (torchrun) {
     std::vector<std::string> argv = {
         options_.torchrun, absl::StrCat("--nnodes=", m), "--nproc-per-node=1",
         "--rdzv-backend=c10d", "--rdzv-endpoint=" + Endpoint(), "--rdzv-id=" + options_.run_id,
@@ -198,15 +203,15 @@ void SpareCluster::StartNode(int host) {
   nodes_[host].host = host;
   nodes_[host].out_seen = 0;
   nodes_[host].agent = std::make_unique<Subprocess>(
-      AgentArgv(host),
-      std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", kToken},
-                                         {"GLOO_SOCKET_IFNAME", "eth0"},
-                                         {"OMP_NUM_THREADS", "1"},
-                                         {"TORCHELASTIC_ERROR_FILE", "\x01unset"},
-                                         {"LOGLEVEL", "INFO"},
-                                         // torch 2.x's libuv store does not serve ddp-train's
-                                         // (LibTorch 1.13) store client.
-                                         {"USE_LIBUV", "0"}});
+      AgentArgv(host), std::map<std::string, std::string>{
+                           {"DDPRUN_RDZV_TOKEN", kToken},
+                           {"GLOO_SOCKET_IFNAME", "eth0"},
+                           {"OMP_NUM_THREADS", "1"},
+                           {"TORCHELASTIC_ERROR_FILE", "\x01unset"},
+                           {"LOGLEVEL", "INFO"},
+                           // torchrun logs its redundancy list only at DEBUG, a level its
+                           // rendezvous logger gets from TORCH_LOGS alone.
+                           {"TORCH_LOGS", options_.torchrun.empty() ? "" : "+distributed"}});
 }
 
 std::string SpareCluster::Start(std::chrono::seconds limit) {

@@ -58,6 +58,9 @@ struct SpareClusterOptions {
   // Set: the agents are this torchrun (2.x) instead of ddprun, its c10d rendezvous hosted by host
   // 2's agent (server must be kBuiltIn); rounds and group ranks come from its INFO log.
   std::string torchrun;
+  // The ddp-train torchrun's agents run: one built against torchrun's torch (`make torch2-build`;
+  // LibTorch 1.13's store client cannot talk to torch 2.x's store). "": the bin dir's.
+  std::string torchrun_worker;
   std::string dir;  // where the job writes (required)
   std::string run_id = "spares";
 };
