@@ -211,7 +211,13 @@ void SpareCluster::StartNode(int host) {
                            {"LOGLEVEL", "INFO"},
                            // torchrun logs its redundancy list only at DEBUG, a level its
                            // rendezvous logger gets from TORCH_LOGS alone.
-                           {"TORCH_LOGS", options_.torchrun.empty() ? "" : "+distributed"}});
+                           {"TORCH_LOGS", options_.torchrun.empty() ? "\x01unset" : "+distributed"},
+                           // ddp-train scopes its store keys to TORCHELASTIC_RESTART_COUNT unless
+                           // DDPRUN_ROUND is set, and torchrun counts restarts per agent: the
+                           // extra agent's worker would wait on other keys than the survivors'.
+                           // Without torchrun's shared store each round has a fresh store, so
+                           // one fixed scope is safe.
+                           {"DDPRUN_ROUND", options_.torchrun.empty() ? "\x01unset" : "0"}});
 }
 
 std::string SpareCluster::Start(std::chrono::seconds limit) {
