@@ -88,6 +88,9 @@ SpareClusterOptions JobOptions(const Options& o, bool in_process, const std::str
 }
 
 void UseTorchrun(const Options& o, SpareClusterOptions& c) {
+  // Its recoveries take seconds to a minute of stalled training and each new extra agent seconds
+  // to join: more steps, so that training outlasts every fault (the reference has as many).
+  c.epochs = (o.faults * 200 + 200) / c.steps_per_epoch + 1;
   c.torchrun = o.torchrun;
   c.torchrun_worker = o.torchrun_worker;
   c.server = testing::RdzvServer::kBuiltIn;
