@@ -42,16 +42,15 @@ int64_t LastMatch(const std::string& text, const std::regex& re, int group) {
 }
 
 // ddprun: "round R: starting N worker(s), ranks A-B of W (node G of S)" and the in-process
-// "round R: in-process recovery, ...; ranks A-B of W (node G of S)". torchrun: its "Rendezvous
-// complete for workers" lines (restart_count, group_rank, group_world_size).
+// "round R: in-process recovery, ...; ranks A-B of W (node G of S)". torchrun: its "has joined
+// round R of the rendezvous ... as rank G in a world of size S" lines.
 const std::regex& RoundLine(bool torchrun) {
   static const std::regex ddprun(
       "round (\\d+): (?:starting|in-process recovery)[^\\n]*\\(node (\\d+) of (\\d+)\\)");
-  // torch 2.11 prefixes each line of the block with its logger's "I1127 ... api.py:539]".
+  // torchrun counts restarts per agent (a new extra agent starts at 0): its rendezvous round is
+  // the one number all agents share.
   static const std::regex torch(
-      "restart_count=(\\d+)\\s+(?:[^\\n=\\]]*\\]\\s+)?master_addr=\\S+\\s+(?:[^\\n=\\]]*\\]\\s+)?"
-      "master_port=\\S+\\s+(?:[^\\n=\\]]*\\]\\s+)?group_rank=(\\d+)\\s+(?:[^\\n=\\]]*\\]\\s+)?"
-      "group_world_size=(\\d+)");
+      "has joined round (\\d+) of the rendezvous '[^']*' as rank (\\d+) in a world of size (\\d+)");
   return torchrun ? torch : ddprun;
 }
 
