@@ -10,6 +10,8 @@
 # liveness=on, the UDP detector; "" leaves frozen and cut-off hosts to the 2 s lease), SPARES_TORCHRUN (1: the torchrun 2.11 side, 0: not),
 # SPARES_TORCHRUN_WORKER (the ddp-train torchrun runs, built against torch 2.11; default
 # build-torch2/bin/ddp-train beside BUILD_DIR, which `make torch2-build` makes),
+# SPARES_TORCHRUN_SHARED_STORE (1: torch 2.11's default shared store, with which a late extra node
+# never joins; default 0: TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1),
 # SPARES_MATRIX (1: also the test matrix). Writes OUT_DIR/bench.log and matrix.log.
 set -euo pipefail
 BUILD_DIR=$(realpath "${1:-build}")
