@@ -597,6 +597,54 @@ TEST(AgentStateInProcessTest, EveryWorkerSucceedingEndsTheRunAsInColdMode) {
   EXPECT_EQ(actions[1].exit_code, kExitSuccess);
 }
 
+// Issue 40: the round was re-formed for a replacement, and every other rank waits for it there;
+// one that exits 0 before its hello never joined it. That is a failure (restarted as any other),
+// not one of the node's workers done. Once it has said hello, exit 0 is a success again; a
+// worker of a cold start, of which no hello is expected, succeeds with exit 0 before any.
+TEST(AgentStateInProcessTest, AReplacementThatExitsZeroBeforeItsHelloFailed) {
+  AgentStateMachine sm = SpeakingGroup(2);
+  sm.OnWorkerExited(ExitOf(0, 1));
+  sm.OnAssignment(RoundAssignment(1));
+  auto actions = sm.OnWorkerExited(ExitOf(0, 0));
+  ASSERT_EQ(TypesOf(actions), (std::vector<Type>{Type::kReportFailed, Type::kStopWorkers}));
+  EXPECT_EQ(actions[0].failure.local_rank, 0);
+  EXPECT_EQ(actions[0].failure.never_started, NeverStarted::kNoHello);
+  EXPECT_FALSE(actions[0].failure.ok());
+  ASSERT_TRUE(sm.root_cause().has_value());
+  EXPECT_EQ(sm.root_cause()->never_started, NeverStarted::kNoHello);
+
+  AgentStateMachine spoke = SpeakingGroup(2);
+  spoke.OnWorkerExited(ExitOf(0, 1));
+  spoke.OnAssignment(RoundAssignment(1));
+  spoke.OnWorkerSpeaks(0);
+  EXPECT_TRUE(spoke.OnWorkerExited(ExitOf(0, 0)).empty());
+  EXPECT_EQ(TypesOf(spoke.OnWorkerExited(ExitOf(1, 0))),
+            (std::vector<Type>{Type::kReportSucceeded, Type::kExit}));
+
+  AgentStateMachine first(2, RestartMode::kInProcess);
+  first.OnAssignment(RoundAssignment(0));
+  EXPECT_TRUE(first.OnWorkerExited(ExitOf(0, 0)).empty());
+  EXPECT_EQ(TypesOf(first.OnWorkerExited(ExitOf(1, 0))),
+            (std::vector<Type>{Type::kReportSucceeded, Type::kExit}));
+}
+
+// A spare that never read the start handed to it (WorkerExit::never_started, from the worker
+// group) failed, whatever the mode: reported as the root cause, never as the node's success.
+TEST(AgentStateTest, AnExitZeroOfAWorkerThatNeverReadItsHandOverIsAFailure) {
+  for (RestartMode mode : {RestartMode::kCold, RestartMode::kInProcess}) {
+    AgentStateMachine sm(1, mode);
+    sm.OnAssignment(RoundAssignment(0));
+    WorkerExit exit = ExitOf(0, 0);
+    exit.never_started = NeverStarted::kHandOverUnread;
+    auto actions = sm.OnWorkerExited(exit);
+    ASSERT_FALSE(actions.empty());
+    EXPECT_EQ(actions[0].type, Type::kReportFailed);
+    for (const AgentAction& a : actions) EXPECT_NE(a.type, Type::kReportSucceeded);
+    ASSERT_TRUE(sm.root_cause().has_value());
+    EXPECT_EQ(sm.root_cause()->never_started, NeverStarted::kHandOverUnread);
+  }
+}
+
 TEST(AgentStateInProcessTest, ColdModeIgnoresSpeakers) {
   AgentStateMachine sm(2);  // --restart-mode=cold, the default
   sm.OnAssignment(RoundAssignment(0));
