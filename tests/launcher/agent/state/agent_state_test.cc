@@ -406,18 +406,23 @@ TEST(AgentStateInProcessTest, TheNextAssignmentReformsStartingExactlyTheDeadRank
   EXPECT_EQ(sm.previous_root_cause()->local_rank, 1);
 }
 
-TEST(AgentStateInProcessTest, AReformedGroupRecoversInProcessAgainOnceTheNewWorkersSpeak) {
+// Two speaking workers; local rank 0 failed and round 1 re-formed with its replacement, which has
+// not said hello yet.
+AgentStateMachine ReformedForRank0() {
   AgentStateMachine sm = SpeakingGroup(2);
   sm.OnWorkerExited(ExitOf(0, 1));
   sm.OnAssignment(RoundAssignment(1));
+  return sm;
+}
+
+TEST(AgentStateInProcessTest, AReformedGroupRecoversInProcessAgainOnceTheNewWorkersSpeak) {
+  AgentStateMachine sm = ReformedForRank0();
   // The replacement of local rank 0 has not said hello yet: a failure now is cold.
   auto cold = sm.OnWorkerExited(ExitOf(1, 1));
   EXPECT_EQ(TypesOf(cold), (std::vector<Type>{Type::kReportFailed, Type::kStopWorkers}));
   EXPECT_EQ(sm.phase(), Phase::kStopping);
 
-  AgentStateMachine warm = SpeakingGroup(2);
-  warm.OnWorkerExited(ExitOf(0, 1));
-  warm.OnAssignment(RoundAssignment(1));
+  AgentStateMachine warm = ReformedForRank0();
   warm.OnWorkerSpeaks(0);
   auto actions = warm.OnWorkerExited(ExitOf(1, 1));
   EXPECT_EQ(TypesOf(actions), (std::vector<Type>{Type::kReportFailed, Type::kAbortRound}));
@@ -602,9 +607,7 @@ TEST(AgentStateInProcessTest, EveryWorkerSucceedingEndsTheRunAsInColdMode) {
 // not one of the node's workers done. Once it has said hello, exit 0 is a success again; a
 // worker of a cold start, of which no hello is expected, succeeds with exit 0 before any.
 TEST(AgentStateInProcessTest, AReplacementThatExitsZeroBeforeItsHelloFailed) {
-  AgentStateMachine sm = SpeakingGroup(2);
-  sm.OnWorkerExited(ExitOf(0, 1));
-  sm.OnAssignment(RoundAssignment(1));
+  AgentStateMachine sm = ReformedForRank0();
   auto actions = sm.OnWorkerExited(ExitOf(0, 0));
   ASSERT_EQ(TypesOf(actions), (std::vector<Type>{Type::kReportFailed, Type::kStopWorkers}));
   EXPECT_EQ(actions[0].failure.local_rank, 0);
@@ -613,9 +616,7 @@ TEST(AgentStateInProcessTest, AReplacementThatExitsZeroBeforeItsHelloFailed) {
   ASSERT_TRUE(sm.root_cause().has_value());
   EXPECT_EQ(sm.root_cause()->never_started, NeverStarted::kNoHello);
 
-  AgentStateMachine spoke = SpeakingGroup(2);
-  spoke.OnWorkerExited(ExitOf(0, 1));
-  spoke.OnAssignment(RoundAssignment(1));
+  AgentStateMachine spoke = ReformedForRank0();
   spoke.OnWorkerSpeaks(0);
   EXPECT_TRUE(spoke.OnWorkerExited(ExitOf(0, 0)).empty());
   EXPECT_EQ(TypesOf(spoke.OnWorkerExited(ExitOf(1, 0))),
