@@ -57,11 +57,22 @@ LivenessReceiver::~LivenessReceiver() {
 }
 
 void LivenessReceiver::Watch(uint32_t node_index, uint64_t token, const LivenessKey& key,
-                             const AccrualOptions& options) {
+                             const AccrualOptions& options, SilenceVerdict offered) {
   absl::MutexLock lock(&mu_);
   nodes_.erase(node_index);
-  nodes_.emplace(std::piecewise_construct, std::forward_as_tuple(node_index),
-                 std::forward_as_tuple(token, key, options));
+  auto [it, added] = nodes_.emplace(std::piecewise_construct, std::forward_as_tuple(node_index),
+                                    std::forward_as_tuple(token, key, options));
+  it->second.offered = offered;
+}
+
+void LivenessReceiver::Offer(uint32_t node_index, SilenceVerdict offered) {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(node_index);
+  if (it == nodes_.end() || it->second.offered == offered) return;
+  Node& node = it->second;
+  node.offered = offered;
+  node.offered_from_seq = node.ack_seq + 1;
+  node.followed = false;
 }
 
 void LivenessReceiver::Unwatch(uint32_t node_index) {
@@ -159,8 +170,15 @@ bool LivenessReceiver::Handle(const uint8_t* data, size_t size, TimePoint now, P
   }
   ++counters_.heartbeats;
   node.detector.Heartbeat(now, p->incarnation);
+  // Its lease follows the silence verdict, and it heard so from an ack of the current offer
+  // (an echo of an older one may predate a withdrawal: its lease may be the stream's again).
+  if (node.offered == SilenceVerdict::kBySilence && p->verdict == SilenceVerdict::kBySilence &&
+      p->echo >= node.offered_from_seq) {
+    node.followed = true;
+  }
   LivenessPacket answer;
   answer.kind = PacketKind::kAck;
+  answer.verdict = node.offered;
   answer.node_index = *index;
   answer.incarnation = incarnation_;
   answer.seq = ++node.ack_seq;
@@ -175,8 +193,12 @@ void LivenessReceiver::Evaluate(TimePoint now) {
   size_t suspected = 0, watched = 0;
   {
     absl::MutexLock lock(&mu_);
-    watched = nodes_.size();
     for (auto& [index, node] : nodes_) {
+      if (!node.judged()) {
+        if (std::exchange(node.reported, false)) heard.push_back(node.token);
+        continue;
+      }
+      ++watched;
       const Suspicion s = node.detector.Evaluate(now);
       if (s.suspected) ++suspected;
       if (s.suspected && !node.reported) {

@@ -64,6 +64,7 @@ void LivenessSender::Run() {
       p.incarnation = incarnation_;
       p.seq = ++seq_;
       p.echo = last_ack_seq_;
+      p.verdict = verdict_;
       const PacketBytes bytes = EncodePacket(p, mac_);
       // Errors (an ICMP refusal reported on the connected socket, a full buffer) are a lost
       // heartbeat: the server's detector allows for those, and nothing here can do better.
@@ -74,7 +75,12 @@ void LivenessSender::Run() {
     }
     if (now >= next_evaluation) {
       const Suspicion s = detector_.Evaluate(now);
-      if (s.suspected && !reported_ && options_.on_silent) options_.on_silent(s.silence);
+      // Only a server that may give this node up on silence is fenced from on silence: under
+      // the lease's verdict, a short silence of the server is ridden out as before.
+      if (s.suspected && !reported_ && options_.on_silent &&
+          verdict_ == SilenceVerdict::kBySilence) {
+        options_.on_silent(s.silence);
+      }
       reported_ = s.suspected;
       next_evaluation = now + evaluate_every;
     }
@@ -104,7 +110,10 @@ void LivenessSender::Receive(TimePoint now) {
     last_ack_seq_ = p->seq;
     detector_.Heartbeat(now, p->incarnation);
     const Sent& answered = sent_at_[p->echo % kSentKept];
-    if (options_.on_ack && answered.seq == p->echo && p->echo != 0) options_.on_ack(answered.at);
+    if (answered.seq != p->echo || p->echo == 0) continue;  // too old to date: renews nothing
+    if (options_.on_ack) options_.on_ack(answered.at, p->verdict);
+    // Only after the lease took the verdict do the heartbeats say they follow it.
+    verdict_ = p->verdict;
   }
 }
 

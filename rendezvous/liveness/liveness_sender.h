@@ -41,10 +41,12 @@ struct SenderOptions {
   Duration interval = kDefaultHeartbeatInterval;
   AccrualOptions detector;  // of the server's acks: the run's settings, as the server's
   // Optional: an authentic ack, with the time the heartbeat it answers (its echo) was sent: the
-  // server had this node as a member when it read that heartbeat, so no earlier. Acks of
-  // heartbeats older than the last kSentKept are not reported.
-  std::function<void(TimePoint)> on_ack;
-  std::function<void(Duration)> on_silent;  // optional: no ack for that long (suspected)
+  // server had this node as a member when it read that heartbeat, so no earlier; and the
+  // verdict the server offers (the local lease follows it before the heartbeats say so). Acks
+  // of heartbeats older than the last kSentKept are not reported (nor is their verdict taken).
+  std::function<void(TimePoint, SilenceVerdict)> on_ack;
+  // Optional: no ack for that long (suspected), while the server offers kBySilence.
+  std::function<void(Duration)> on_silent;
 };
 
 class LivenessSender {
@@ -76,7 +78,8 @@ class LivenessSender {
   std::atomic<uint64_t> sent_{0}, acks_{0}, refused_{0};
   // The thread's own.
   uint64_t seq_ = 0;
-  uint64_t last_ack_seq_ = 0;  // echoed in the next heartbeat
+  uint64_t last_ack_seq_ = 0;                          // echoed in the next heartbeat
+  SilenceVerdict verdict_ = SilenceVerdict::kByLease;  // of the last ack on_ack took
   struct Sent {
     uint64_t seq = 0;
     TimePoint at{};
