@@ -66,6 +66,21 @@ class LivenessPathTest : public ::testing::Test {
     absl::MutexLock lock(&mu_);
     return silent_token_;
   }
+  // Waits (2 s at most) for `predicate`; returns it.
+  template <typename Predicate>
+  static bool Within2s(Predicate predicate) {
+    const auto deadline = std::chrono::steady_clock::now() + milliseconds(2000);
+    while (!predicate() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    return predicate();
+  }
+  bool TenAcks() {
+    return Within2s([this] { return acks_.load() >= 10; });
+  }
+  bool Suspected() {
+    return Within2s([this] { return SilentToken() != 0; });
+  }
 
   static constexpr uint32_t kIndex = 12;
   std::unique_ptr<LivenessReceiver> receiver_;
@@ -95,10 +110,7 @@ TEST_F(LivenessPathTest, AStoppedSenderIsSuspectedInAFewHundredMilliseconds) {
 
   const TimePoint stopped = std::chrono::steady_clock::now();
   sender.reset();
-  const auto deadline = stopped + milliseconds(2000);
-  while (SilentToken() == 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(1));
-  }
+  Suspected();
   ASSERT_EQ(SilentToken(), 99u);
   const auto detection = std::chrono::duration_cast<milliseconds>(silent_at_ - stopped);
   std::printf("receiver suspected the stopped sender after %lld ms (silence %lld ms)\n",
@@ -111,11 +123,7 @@ TEST_F(LivenessPathTest, AStoppedSenderIsSuspectedInAFewHundredMilliseconds) {
 TEST_F(LivenessPathTest, ASenderWhoseServerStopsAnsweringSuspectsIt) {
   std::unique_ptr<LivenessSender> sender = StartSender();
   ASSERT_NE(sender, nullptr);
-  const auto wait_acks = std::chrono::steady_clock::now() + milliseconds(2000);
-  while (acks_.load() < 10 && std::chrono::steady_clock::now() < wait_acks) {
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  ASSERT_GE(acks_.load(), 10);
+  ASSERT_TRUE(TenAcks());
   const TimePoint unwatched = std::chrono::steady_clock::now();
   receiver_->Unwatch(kIndex);  // the server forgets the node: no more acks
   ASSERT_TRUE(server_silent_.WaitForNotificationWithTimeout(absl::Seconds(2)));
@@ -156,11 +164,7 @@ TEST_F(LivenessPathTest, UnderTheLeasesVerdictNeitherSideJudgesASilence) {
   receiver_->Offer(kIndex, SilenceVerdict::kByLease);
   std::unique_ptr<LivenessSender> sender = StartSender();
   ASSERT_NE(sender, nullptr);
-  const auto wait_acks = std::chrono::steady_clock::now() + milliseconds(2000);
-  while (acks_.load() < 10 && std::chrono::steady_clock::now() < wait_acks) {
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  ASSERT_GE(acks_.load(), 10);
+  ASSERT_TRUE(TenAcks());
   EXPECT_EQ(last_offer_.load(), SilenceVerdict::kByLease);
   receiver_->Unwatch(kIndex);  // no more acks: the sender's detector would suspect the server
   EXPECT_FALSE(server_silent_.WaitForNotificationWithTimeout(absl::Milliseconds(1000)));
@@ -177,25 +181,13 @@ TEST_F(LivenessPathTest, TheSenderFollowsAnOfferMadeWhileItRuns) {
   receiver_->Offer(kIndex, SilenceVerdict::kByLease);
   std::unique_ptr<LivenessSender> sender = StartSender();
   ASSERT_NE(sender, nullptr);
-  const auto wait_acks = std::chrono::steady_clock::now() + milliseconds(2000);
-  while (acks_.load() < 10 && std::chrono::steady_clock::now() < wait_acks) {
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  ASSERT_GE(acks_.load(), 10);
+  ASSERT_TRUE(TenAcks());
   receiver_->Offer(kIndex, SilenceVerdict::kBySilence);
-  const auto wait_offer = std::chrono::steady_clock::now() + milliseconds(2000);
-  while (last_offer_.load() != SilenceVerdict::kBySilence &&
-         std::chrono::steady_clock::now() < wait_offer) {
-    std::this_thread::sleep_for(milliseconds(5));
-  }
-  ASSERT_EQ(last_offer_.load(), SilenceVerdict::kBySilence);
+  ASSERT_TRUE(Within2s([this] { return last_offer_.load() == SilenceVerdict::kBySilence; }));
   std::this_thread::sleep_for(milliseconds(100));  // a few heartbeats that say they follow
   const TimePoint stopped = std::chrono::steady_clock::now();
   sender.reset();
-  const auto deadline = stopped + milliseconds(2000);
-  while (SilentToken() == 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(1));
-  }
+  Suspected();
   ASSERT_EQ(SilentToken(), 99u);
   EXPECT_LE(std::chrono::steady_clock::now() - stopped, milliseconds(600));
 }
@@ -231,10 +223,7 @@ TEST_F(LivenessPathTest, ASilenceIsJudgedOnlyAfterAHeartbeatEchoingTheCurrentOff
   std::this_thread::sleep_for(milliseconds(1000));       // the silence itself
   EXPECT_EQ(SilentToken(), 0u) << "judged before the node echoed the offer";
   beat(/*echo=*/11, 10);  // heard the offer's first ack: judged from now on
-  const auto deadline = std::chrono::steady_clock::now() + milliseconds(2000);
-  while (SilentToken() == 0 && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(milliseconds(1));
-  }
+  Suspected();
   EXPECT_EQ(SilentToken(), 99u);
 }
 
