@@ -169,13 +169,16 @@ bool LivenessReceiver::Handle(const uint8_t* data, size_t size, TimePoint now, P
     return false;
   }
   ++counters_.heartbeats;
-  node.detector.Heartbeat(now, p->incarnation);
   // Its lease follows the silence verdict, and it heard so from an ack of the current offer
   // (an echo of an older one may predate a withdrawal: its lease may be the stream's again).
-  if (node.offered == SilenceVerdict::kBySilence && p->verdict == SilenceVerdict::kBySilence &&
-      p->echo >= node.offered_from_seq) {
+  if (!node.followed && node.offered == SilenceVerdict::kBySilence &&
+      p->verdict == SilenceVerdict::kBySilence && p->echo >= node.offered_from_seq) {
     node.followed = true;
+    // Judged from now on, at the run's rate: a window that learnt the slower heartbeats of the
+    // lease's verdict (LivenessSender's kLeaseVerdictInterval) would suspect it late.
+    node.detector = PhiAccrualDetector(node.options);
   }
+  node.detector.Heartbeat(now, p->incarnation);
   LivenessPacket answer;
   answer.kind = PacketKind::kAck;
   answer.verdict = node.offered;

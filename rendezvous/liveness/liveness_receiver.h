@@ -85,9 +85,10 @@ class LivenessReceiver {
  private:
   struct Node {
     Node(uint64_t t, const LivenessKey& k, const AccrualOptions& o)
-        : token(t), mac(k), detector(o) {}
+        : token(t), mac(k), options(o), detector(o) {}
     uint64_t token;
     PacketMac mac;
+    AccrualOptions options;
     PhiAccrualDetector detector;
     ReplayGuard guard;
     uint64_t ack_seq = 0;

@@ -33,6 +33,13 @@
 
 namespace ddprun::rendezvous {
 
+// The heartbeat interval while the server's lease decides this node's loss (its acks offer
+// kByLease: liveness=auto with no spare ready): the heartbeats then only carry the verdict's
+// handshake, so they go at 4 a second instead of 50 (the server's cost for a large run with no
+// spare), and an offer of kBySilence reaches the agent within this. Never faster than the
+// run's interval.
+inline constexpr Duration kLeaseVerdictInterval = std::chrono::milliseconds(250);
+
 struct SenderOptions {
   std::string host;  // the server's address (its gRPC endpoint's host)
   int port = 0;      // Joined.liveness_port
@@ -76,8 +83,12 @@ class LivenessSender {
   std::atomic<bool> stop_{false};
   // Written by the thread only; read by counters().
   std::atomic<uint64_t> sent_{0}, acks_{0}, refused_{0};
+  // The send interval for verdict_: the run's under kBySilence, kLeaseVerdictInterval else.
+  Duration Interval() const;
+
   // The thread's own.
   uint64_t seq_ = 0;
+  TimePoint next_send_{};
   uint64_t last_ack_seq_ = 0;                          // echoed in the next heartbeat
   SilenceVerdict verdict_ = SilenceVerdict::kByLease;  // of the last ack on_ack took
   struct Sent {

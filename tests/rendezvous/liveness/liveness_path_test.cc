@@ -75,8 +75,8 @@ class LivenessPathTest : public ::testing::Test {
     }
     return predicate();
   }
-  bool TenAcks() {
-    return Within2s([this] { return acks_.load() >= 10; });
+  bool Acks(int n) {
+    return Within2s([this, n] { return acks_.load() >= n; });
   }
   bool Suspected() {
     return Within2s([this] { return SilentToken() != 0; });
@@ -123,7 +123,7 @@ TEST_F(LivenessPathTest, AStoppedSenderIsSuspectedInAFewHundredMilliseconds) {
 TEST_F(LivenessPathTest, ASenderWhoseServerStopsAnsweringSuspectsIt) {
   std::unique_ptr<LivenessSender> sender = StartSender();
   ASSERT_NE(sender, nullptr);
-  ASSERT_TRUE(TenAcks());
+  ASSERT_TRUE(Acks(10));
   const TimePoint unwatched = std::chrono::steady_clock::now();
   receiver_->Unwatch(kIndex);  // the server forgets the node: no more acks
   ASSERT_TRUE(server_silent_.WaitForNotificationWithTimeout(absl::Seconds(2)));
@@ -164,8 +164,12 @@ TEST_F(LivenessPathTest, UnderTheLeasesVerdictNeitherSideJudgesASilence) {
   receiver_->Offer(kIndex, SilenceVerdict::kByLease);
   std::unique_ptr<LivenessSender> sender = StartSender();
   ASSERT_NE(sender, nullptr);
-  ASSERT_TRUE(TenAcks());
+  ASSERT_TRUE(Acks(3));  // at kLeaseVerdictInterval
   EXPECT_EQ(last_offer_.load(), SilenceVerdict::kByLease);
+  // At the lease verdict's rate (4 a second), not the run's 50: nothing to judge them by.
+  const int before = acks_.load();
+  std::this_thread::sleep_for(milliseconds(1000));  // the span counted, not a wait
+  EXPECT_LE(acks_.load() - before, 6);
   receiver_->Unwatch(kIndex);  // no more acks: the sender's detector would suspect the server
   EXPECT_FALSE(server_silent_.WaitForNotificationWithTimeout(absl::Milliseconds(1000)));
 
@@ -181,10 +185,13 @@ TEST_F(LivenessPathTest, TheSenderFollowsAnOfferMadeWhileItRuns) {
   receiver_->Offer(kIndex, SilenceVerdict::kByLease);
   std::unique_ptr<LivenessSender> sender = StartSender();
   ASSERT_NE(sender, nullptr);
-  ASSERT_TRUE(TenAcks());
+  ASSERT_TRUE(Acks(3));  // at kLeaseVerdictInterval
   receiver_->Offer(kIndex, SilenceVerdict::kBySilence);
   ASSERT_TRUE(Within2s([this] { return last_offer_.load() == SilenceVerdict::kBySilence; }));
-  std::this_thread::sleep_for(milliseconds(100));  // a few heartbeats that say they follow
+  // At the run's rate now (20 ms), not the lease verdict's (250 ms): the acks of one second.
+  const int before = acks_.load();
+  std::this_thread::sleep_for(milliseconds(1000));  // the span counted, not a wait
+  EXPECT_GE(acks_.load() - before, 25) << "still at the lease verdict's rate";
   const TimePoint stopped = std::chrono::steady_clock::now();
   sender.reset();
   Suspected();
