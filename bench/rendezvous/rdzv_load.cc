@@ -148,6 +148,10 @@ uint64_t SendLivenessHeartbeats(const std::string& host, std::vector<LivenessJoi
           p.node_index = joins[mine[next]].index;
           p.incarnation = 1;
           p.seq = ++seq[next];
+          // Says it follows the silence verdict (liveness=on offers it from the first ack), so
+          // that the server judges every agent, as it would real ones.
+          p.verdict = SilenceVerdict::kBySilence;
+          p.echo = 1;
           out[n] = EncodePacket(p, *joins[mine[next]].mac);
           iov[n] = {out[n].data(), out[n].size()};
           msgs[n] = {};
@@ -325,7 +329,7 @@ int Main(int argc, char** argv) {
   timeouts.keep_alive_interval = std::chrono::milliseconds(static_cast<int>(keep_alive * 1000));
   timeouts.keep_alive_max_attempt = 10;
   timeouts.last_call_timeout = std::chrono::seconds(0);
-  timeouts.liveness.enabled = liveness;
+  timeouts.liveness.mode = liveness ? LivenessMode::kOn : LivenessMode::kOff;
   timeouts.liveness.interval = std::chrono::milliseconds(liveness_interval_ms);
   std::vector<LivenessJoin> liveness_joins(agents);
   Tally tally;

@@ -1,5 +1,6 @@
 // netem-soak: the false-detection soak of issue 40 point 2. A ddprun-rdzv on host 1 and
-// --agents ddprun agents on hosts 2.. (namespaced hosts, tests/testing/net_hosts.h) run one
+// --agents member agents and --spares spare agents on hosts 2.. (namespaced hosts,
+// tests/testing/net_hosts.h; with a spare, the default liveness=auto judges silences) run one
 // long job (a worker that sleeps until told to stop) while every host's link drops and delays
 // what it sends (--netem, default "loss 10% delay 50ms 50ms": each direction of every path
 // crosses one impaired link) and spinner processes keep every core busy. A node the
@@ -7,7 +8,7 @@
 // three places: the server's log ("round N is over"), its /metrics (ddprun_rdzv_restarts_total
 // by cause) and `ddprun status` (round, restarts used), and the agents' events.jsonl
 // (failure_detected), and the agents' own logs (an agent that fenced itself: its watch of the
-// server gave up). Then a positive control: every process of the last agent's host is
+// server gave up). Then a positive control: every process of the last member's host is
 // frozen (SIGSTOP, as a hung host) and must be declared lost within --detect-within; its
 // detection time (freeze -> the server's log line) is reported, so the soak cannot pass by
 // detecting nothing.
@@ -59,14 +60,16 @@ constexpr char kRunId[] = "soak";
 
 struct Options {
   int seconds = 60;  // of soak, after the round formed
-  int agents = 3;
+  int agents = 3;    // members (--nnodes)
+  int spares = 1;    // agents beyond them: with liveness=auto (the default) a silence decides then
   std::string netem = "loss 10% delay 50ms 50ms";
   std::string impair = "auto";  // auto, netem, relay
   std::string rdzv_conf;        // the agents' --rdzv-conf (e.g. liveness=on)
   int spinners = -1;            // -1: one per core
   bool freeze = true;
-  // The positive control's limit; -1: 1 s with liveness=on (the issue's few hundred
-  // milliseconds, with room for the impaired link), else 20 s (the 15 s lease and its tick).
+  // The positive control's limit; -1: 1 s where the detector decides (liveness=on, or the
+  // default auto with a spare: the issue's few hundred milliseconds, with room for the impaired
+  // link), else 20 s (the 15 s lease and its tick).
   double detect_within_s = -1;
   std::string work_dir, json, report;
 };
@@ -139,7 +142,7 @@ std::vector<ServerRestart> ServerRestarts(const std::string& log) {
 
 class Soak {
  public:
-  explicit Soak(const Options& o) : o_(o), hosts_(1 + o.agents) {}
+  explicit Soak(const Options& o) : o_(o), hosts_(1 + o.agents + o.spares) {}
 
   int Run();
 
@@ -303,7 +306,10 @@ bool Soak::Setup() {
 }
 
 void Soak::Freeze() {
-  const int host = hosts_.size();
+  // The last host that runs a worker: a member, not the spare.
+  const std::string log = testing::ReadFile(dir_ + "/log");
+  int host = hosts_.size();
+  while (host > 2 && log.find("started " + hosts_.Name(host) + "\n") == std::string::npos) --host;
   const std::vector<pid_t> pids = NamespacePids(hosts_.Namespace(host));
   const size_t restarts_before = ServerRestarts(server_->err()).size();
   const int64_t frozen_at = NowOfDayMs();
@@ -470,9 +476,9 @@ std::string Soak::Report() {
   std::string out = "## netem soak (issue 40 point 2)\n\n";
   absl::StrAppendFormat(
       &out,
-      "- settings: %d agents + ddprun-rdzv on namespaced hosts, `%s` on every "
-      "host's egress (%s), %d spinner(s) on %d core(s), --rdzv-conf=`%s`\n",
-      o_.agents, o_.netem, impairer_,
+      "- settings: %d member agents, %d spare(s) + ddprun-rdzv on namespaced hosts, `%s` on "
+      "every host's egress (%s), %d spinner(s) on %d core(s), --rdzv-conf=`%s`\n",
+      o_.agents, o_.spares, o_.netem, impairer_,
       o_.spinners < 0 ? static_cast<int>(std::thread::hardware_concurrency()) : o_.spinners,
       std::thread::hardware_concurrency(), o_.rdzv_conf);
   absl::StrAppendFormat(&out, "- soak: %.0f s after the round formed (%.1f s); CPU busy %.0f %%\n",
@@ -524,6 +530,7 @@ std::string Soak::Report() {
       &out, "- verdict: ", false_detections_.empty() && problems_.empty() ? "PASS" : "FAIL", "\n");
   if (!o_.json.empty()) {
     nlohmann::json j = {{"agents", o_.agents},
+                        {"spares", o_.spares},
                         {"netem", o_.netem},
                         {"impairer", impairer_},
                         {"rdzv_conf", o_.rdzv_conf},
@@ -550,18 +557,22 @@ int Main(int argc, char** argv) {
   CLI::App app("netem-soak: no false detection of a lost node on impaired, busy hosts");
   app.add_option("--seconds", o.seconds, "seconds of soak after the round formed (default 60)")
       ->check(CLI::PositiveNumber);
-  app.add_option("--agents", o.agents, "agents (each on a host of its own; default 3)")
+  app.add_option("--agents", o.agents, "members, each on a host of its own (default 3)")
       ->check(CLI::Range(1, 32));
+  app.add_option("--spares", o.spares, "agents beyond the members, each on a host (default 1)")
+      ->check(CLI::Range(0, 8));
   app.add_option("--netem", o.netem, "netem arguments on every host's egress");
   app.add_option("--impair", o.impair,
                  "netem, relay (user space) or auto (netem if the kernel has it)")
       ->check(CLI::IsMember({"auto", "netem", "relay"}));
-  app.add_option("--rdzv-conf", o.rdzv_conf, "the agents' --rdzv-conf, e.g. liveness=on");
+  app.add_option("--rdzv-conf", o.rdzv_conf,
+                 "the agents' --rdzv-conf (default: none, so liveness=auto), e.g. liveness=on");
   app.add_option("--spinners", o.spinners, "busy processes (default: one per core)");
   app.add_flag("!--no-freeze", o.freeze, "skip the positive control (a frozen host)");
   app.add_option(
       "--detect-within", o.detect_within_s,
-      "seconds the frozen host must be declared lost in (default 1 with liveness=on, else 20)");
+      "seconds the frozen host must be declared lost in (default 1 where the detector decides: "
+      "liveness=on, or auto with a spare; else 20)");
   app.add_option("--work-dir", o.work_dir, "where the job writes (default: a temporary folder)");
   app.add_option("--json", o.json, "write the report as JSON here");
   app.add_option("--report", o.report, "append the Markdown report here");
@@ -571,7 +582,9 @@ int Main(int argc, char** argv) {
     return 1;
   }
   if (o.detect_within_s < 0) {
-    o.detect_within_s = o.rdzv_conf.find("liveness=on") != std::string::npos ? 1.0 : 20.0;
+    const bool on = o.rdzv_conf.find("liveness=on") != std::string::npos;
+    const bool off = o.rdzv_conf.find("liveness=off") != std::string::npos;
+    o.detect_within_s = on || (o.spares > 0 && !off) ? 1.0 : 20.0;
   }
   Soak soak(o);
   return soak.Run();

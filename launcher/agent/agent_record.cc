@@ -123,14 +123,15 @@ void Agent::WriteEventLog(int exit_code, const std::string& reason) {
       exit_code == kExitSuccess || exit_code == kExitWorkersFailed || exit_code == kExitCrashLoop;
   std::string out;
   if (run_returned && group_ != nullptr) {
-    auto failed = [&](int local_rank) {
+    // The failure as the state machine classified it (an exit 0 before the start is one).
+    auto failure_of = [&](int local_rank) -> const WorkerExit* {
       if (state_.root_cause().has_value() && state_.root_cause()->local_rank == local_rank) {
-        return true;
+        return &*state_.root_cause();
       }
       for (const WorkerExit& e : state_.other_failures()) {
-        if (e.local_rank == local_rank) return true;
+        if (e.local_rank == local_rank) return &e;
       }
-      return false;
+      return nullptr;
     };
     for (int lr = 0; lr < static_cast<int>(ranks_.size()); ++lr) {
       WorkerEventFacts w;
@@ -141,11 +142,11 @@ void Agent::WriteEventLog(int exit_code, const std::string& reason) {
       if (e.has_value() && e->signal == 0) w.exit_code = e->exit_code;
       if (exit_code == kExitSuccess) {
         w.state = "SUCCEEDED";
-      } else if (failed(lr)) {
+      } else if (const WorkerExit* failure = failure_of(lr)) {
         w.state = "FAILED";
         w.raw_error = ReadBoundedFile(WorkerErrorFile(lr), kMaxErrorFileBytes).value_or("");
-        if (w.raw_error.empty() && e.has_value()) {
-          w.raw_error = nlohmann::json({{"message", DescribeExit(*e)}}).dump();
+        if (w.raw_error.empty()) {
+          w.raw_error = nlohmann::json({{"message", DescribeExit(*failure)}}).dump();
         }
       } else {
         w.state = "TERMINATED";

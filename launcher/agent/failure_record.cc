@@ -21,6 +21,7 @@ rendezvous::Cause DeathCauseOfExit(const WorkerExit& exit) {
     case FailureKind::kSignal:
       return DeathCauseOf(exit.cause.kind);
     case FailureKind::kExit:
+    case FailureKind::kNeverStarted:
       break;
   }
   return rendezvous::Cause::kExit;
@@ -30,7 +31,24 @@ rendezvous::Cause DeathCauseOfExit(const WorkerExit& exit) {
 
 FailureKind KindOf(const WorkerExit& exit) {
   if (!exit.hang.empty()) return FailureKind::kHang;
-  return exit.signal != 0 ? FailureKind::kSignal : FailureKind::kExit;
+  if (exit.signal != 0) return FailureKind::kSignal;
+  // A non-zero exit says more than where it came to: it stays kExit.
+  if (exit.exit_code == 0 && exit.never_started != NeverStarted::kNone) {
+    return FailureKind::kNeverStarted;
+  }
+  return FailureKind::kExit;
+}
+
+std::string NeverStartedReason(NeverStarted why) {
+  switch (why) {
+    case NeverStarted::kNone:
+      break;
+    case NeverStarted::kHandOverUnread:
+      return "it ended without reading the start handed to its --preload spare";
+    case NeverStarted::kNoHello:
+      return "an in-process replacement, it ended before its hello on the control channel";
+  }
+  return "";
 }
 
 WorkerDeath DeathOf(const WorkerExit& exit) {
@@ -46,6 +64,7 @@ WorkerDeath DeathOf(const WorkerExit& exit) {
 
 std::string FailureMessage(const WorkerExit& exit, const FailureMessageSources& sources) {
   if (KindOf(exit) == FailureKind::kHang) return exit.hang;
+  if (KindOf(exit) == FailureKind::kNeverStarted) return NeverStartedReason(exit.never_started);
   if (!sources.kill_reason.empty()) return sources.kill_reason;
   if (sources.error_file_message) {
     if (std::optional<std::string> message = sources.error_file_message()) return *message;
@@ -60,6 +79,7 @@ std::string CrashLoopSignature(const WorkerExit& exit, const std::string& cause_
   std::string how;
   switch (KindOf(exit)) {
     case FailureKind::kHang:
+    case FailureKind::kNeverStarted:  // a hand-over lost or a round left: not the program's own
       return "";
     case FailureKind::kSignal:
       if (!MayRepeatByItself(exit.cause.kind, exit.signal)) return "";
@@ -107,6 +127,11 @@ StepEvent FailureStepOf(const WorkerExit& exit, int64_t round, const std::string
     case FailureKind::kExit:
       detected.cause = rendezvous::Cause::kWorkerExit;
       detected.detail = absl::StrCat("exited ", exit.exit_code);
+      break;
+    case FailureKind::kNeverStarted:
+      detected.cause = rendezvous::Cause::kWorkerExit;
+      detected.detail =
+          absl::StrCat("exited 0 before it started (", NeverStartedReason(exit.never_started), ")");
       break;
   }
   detected.rank = exit.rank;

@@ -22,11 +22,15 @@ namespace ddprun::launcher {
 
 // How a worker failed; every label and text below follows from this one classification.
 enum class FailureKind {
-  kExit,    // it exited non-zero
-  kSignal,  // a signal killed it (the kernel may say why: WorkerExit::cause)
-  kHang,    // it did not exit: no sign of life for too long (WorkerExit::hang)
+  kExit,          // it exited non-zero
+  kSignal,        // a signal killed it (the kernel may say why: WorkerExit::cause)
+  kHang,          // it did not exit: no sign of life for too long (WorkerExit::hang)
+  kNeverStarted,  // it exited 0 before it began its start (WorkerExit::never_started)
 };
 FailureKind KindOf(const WorkerExit& exit);
+
+// Why a worker never began its start, for messages ("" for NeverStarted::kNone).
+std::string NeverStartedReason(NeverStarted why);
 
 // What the death explainer (launcher/causes) is asked about a worker killed by a signal.
 WorkerDeath DeathOf(const WorkerExit& exit);

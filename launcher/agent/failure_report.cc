@@ -7,6 +7,7 @@
 #include "common/file_text.h"
 #include "common/log.h"
 #include "common/strings.h"
+#include "launcher/agent/failure_record.h"
 #include "launcher/workers/error_file_relay.h"
 
 namespace ddprun::launcher {
@@ -17,6 +18,7 @@ std::string DescribeExit(const WorkerExit& exit) {
     return absl::StrCat("signal ", SignalNameAndNumber(exit.signal),
                         exit.cause.text.empty() ? "" : ": ", exit.cause.text);
   }
+  if (KindOf(exit) == FailureKind::kNeverStarted) return "exit code 0 before it started";
   return absl::StrCat("exit code ", exit.exit_code);
 }
 

@@ -433,11 +433,11 @@ constexpr FlagDef kFlags[] = {
      "torchrun's etcd TLS keys cacert/ca_cert, cert/ssl_cert, key/ssl_cert_key mean tls_ca, "
      "tls_cert, tls_key. Static jobs: static_coordination (rendezvous, the default: several "
      "nodes coordinate through node 0's agent; none: each on its own), static_port "
-     "(MASTER_PORT+1). liveness=on|off (off; etcd has no liveness path and refuses on): "
-     "heartbeat datagrams to the server, a silent node lost in ~0.25 s, with liveness_interval_ms "
-     "(20), "
-     "liveness_phi (8), liveness_pause_ms (120), liveness_min_sd_ms (20), liveness_observers "
-     "(1, the only value so far).",
+     "(MASTER_PORT+1). liveness=off|auto|on (auto with several nodes; etcd has no liveness "
+     "path and refuses auto and on): heartbeat datagrams to the server; a silent member is "
+     "lost in ~0.25 s while a spare stands ready to take its place (auto) or always (on), "
+     "else by its lease; with liveness_interval_ms (20), liveness_phi (8), liveness_pause_ms "
+     "(120), liveness_min_sd_ms (20), liveness_observers (1, the only value so far).",
      ApplyRdzvConf},
     {"standalone", "", true, "One node: a private rendezvous on loopback, random port and run id.",
      ApplyBool<&LaunchOptions::standalone>},

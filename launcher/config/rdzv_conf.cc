@@ -68,11 +68,12 @@ absl::StatusOr<std::chrono::milliseconds> Millis(const std::string& key, const s
   return std::chrono::milliseconds(n);
 }
 
-absl::StatusOr<bool> ParseOnOff(const std::string& value) {
-  if (value == "on") return true;
-  if (value == "off") return false;
+absl::StatusOr<rendezvous::LivenessMode> ParseLivenessMode(const std::string& value) {
+  if (value == "on") return rendezvous::LivenessMode::kOn;
+  if (value == "auto") return rendezvous::LivenessMode::kAuto;
+  if (value == "off") return rendezvous::LivenessMode::kOff;
   return absl::InvalidArgumentError(
-      absl::StrCat("--rdzv-conf liveness=", value, ": must be on or off"));
+      absl::StrCat("--rdzv-conf liveness=", value, ": must be off, auto or on"));
 }
 
 absl::StatusOr<double> ParsePhi(const std::string& value) {
@@ -88,7 +89,7 @@ absl::StatusOr<double> ParsePhi(const std::string& value) {
 absl::StatusOr<bool> ParseLivenessKey(const std::string& key, const std::string& value,
                                       RdzvConf* c) {
   if (key == "liveness") {
-    DDPRUN_ASSIGN_OR_RETURN(c->liveness, ParseOnOff(value));
+    DDPRUN_ASSIGN_OR_RETURN(c->liveness, ParseLivenessMode(value));
   } else if (key == "liveness_interval_ms") {
     DDPRUN_ASSIGN_OR_RETURN(c->timeouts.liveness.interval, Millis(key, value, 1, 10000));
   } else if (key == "liveness_phi") {

@@ -50,10 +50,10 @@ struct RdzvConf {
   // --rdzv-backend=static with more than one node.
   StaticCoordination static_coordination = StaticCoordination::kRendezvous;
   std::optional<int> static_port;  // unset: MASTER_PORT + 1
-  // liveness=on|off as given; unset: kLivenessByDefault (off) for a multi-node c10d or static
-  // run, off for one node and for etcd (TimeoutsFor in rendezvous_setup.cc).
-  // timeouts.liveness.enabled is the resolved value the rendezvous uses.
-  std::optional<bool> liveness;
+  // liveness=off|auto|on as given; unset: auto for a multi-node c10d or static run, off for one
+  // node and for etcd (TimeoutsFor in rendezvous_setup.cc). timeouts.liveness.mode is the
+  // resolved value the rendezvous uses.
+  std::optional<rendezvous::LivenessMode> liveness;
   std::vector<std::string> unknown_keys;  // given, not read by ddprun
   // The key=value pairs as given (merged over the sources, the strongest last), for messages
   // that quote them; the settings are the fields above.

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/lease_page.h"
@@ -26,7 +27,7 @@ absl::Status Errno(const char* what) {
 }  // namespace
 
 Duration LeaseLength(const rendezvous::RunTimeouts& timeouts) {
-  if (timeouts.liveness.enabled) {
+  if (timeouts.liveness.on()) {
     const rendezvous::LivenessSettings& l = timeouts.liveness;
     return rendezvous::EarliestSuspicion(l.phi, l.pause, l.min_sd);
   }
@@ -83,14 +84,24 @@ int64_t* LocalLease::word() const {
 
 void LocalLease::Renew(TimePoint heard_from, Voucher by) {
   absl::MutexLock lock(&mu_);
-  if (by == Voucher::kStream) {
-    if (liveness_heard_) return;  // the short lease rules now
-    MoveEnd(Ns(heard_from + stream_length_), /*replace=*/false);
-    return;
+  switch (by) {
+    case Voucher::kStream:
+      if (!stream_heard_ || *stream_heard_ < heard_from) stream_heard_ = heard_from;
+      // While the liveness acks rule, the short lease would be masked by the stream's.
+      if (follows_ == Follows::kStream) MoveEnd(Ns(heard_from + stream_length_), false);
+      return;
+    case Voucher::kLivenessBySilence: {
+      const bool first = std::exchange(follows_, Follows::kLiveness) == Follows::kStream;
+      MoveEnd(Ns(heard_from + liveness_length_.value_or(stream_length_)), /*replace=*/first);
+      return;
+    }
+    case Voucher::kLivenessByLease:
+      // The server's lease decides again: what the stream last vouched for holds.
+      if (std::exchange(follows_, Follows::kStream) == Follows::kLiveness && stream_heard_) {
+        MoveEnd(Ns(*stream_heard_ + stream_length_), false);
+      }
+      return;
   }
-  const bool first = !liveness_heard_;
-  liveness_heard_ = true;
-  MoveEnd(Ns(heard_from + liveness_length_.value_or(stream_length_)), /*replace=*/first);
 }
 
 void LocalLease::MoveEnd(int64_t next, bool replace) {

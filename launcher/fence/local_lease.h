@@ -6,11 +6,14 @@
 // worker_fd() (DDPRUN_LEASE_FD) and commit nothing once now >= valid_until.
 //
 // Two paths vouch for the node: the gRPC stream's answers, and, with the liveness path on, its
-// acks every liveness interval. The lease follows the stream, with its length, until the first
-// liveness ack; from then on only liveness acks renew it, with the short length (the stream's
-// would mask it, since a renewal keeps the latest end). So an agent whose liveness datagrams
-// never get through (an older server, UDP filtered) keeps the stream's lease instead of a lease
-// that lapses between heartbeats.
+// acks every liveness interval. Each ack says who the server lets decide the node's loss when it
+// falls silent (rendezvous::SilenceVerdict). The lease follows the stream, with its length,
+// until an ack offers kBySilence; from then on only liveness acks renew it, with the short
+// length (the stream's would mask it, since a renewal keeps the latest end), until an ack says
+// kByLease again (no spare is left to take the node's place): then it follows the stream again
+// from its latest answer. So an agent whose liveness datagrams never get through (an older
+// server, UDP filtered), or whose server keeps the lease's verdict, keeps the stream's lease
+// instead of one that lapses between heartbeats.
 //
 // Nothing revokes it: a node given up has heard nothing for the server's lease, longer than
 // this one, so by then it has run out by itself.
@@ -53,8 +56,9 @@ Duration StreamLeaseLength(const rendezvous::RunTimeouts& timeouts);
 
 // Which sign of life of the server renews the lease.
 enum class Voucher {
-  kStream,    // an answer on the gRPC stream (a heartbeat's ack, a Joined)
-  kLiveness,  // a liveness ack (rendezvous/liveness/)
+  kStream,             // an answer on the gRPC stream (a heartbeat's ack, a Joined)
+  kLivenessBySilence,  // a liveness ack offering kBySilence: the server's detector may decide
+  kLivenessByLease,    // a liveness ack offering kByLease: the server's lease decides
 };
 
 class LocalLease {
@@ -69,8 +73,9 @@ class LocalLease {
 
   // The server vouched for this node at or after `heard_from`, through `by`: valid until
   // heard_from + that path's length, never earlier than already (answers may come out of order
-  // across calls), except at the first liveness ack, which replaces the stream's longer end.
-  // A stream answer after the first liveness ack renews nothing.
+  // across calls), except at the switch to the liveness acks, which replaces the stream's
+  // longer end. A stream answer while the liveness acks rule renews nothing (it is remembered
+  // for the switch back); a kByLease ack renews nothing but switches back.
   void Renew(TimePoint heard_from, Voucher by = Voucher::kStream) ABSL_LOCKS_EXCLUDED(mu_);
   bool ValidAt(TimePoint now) const;
   int64_t valid_until_ns() const;
@@ -98,7 +103,9 @@ class LocalLease {
   const Duration stream_length_;
   const std::optional<Duration> liveness_length_;
   absl::Mutex mu_;
-  bool liveness_heard_ ABSL_GUARDED_BY(mu_) = false;
+  enum class Follows { kStream, kLiveness };
+  Follows follows_ ABSL_GUARDED_BY(mu_) = Follows::kStream;
+  std::optional<TimePoint> stream_heard_ ABSL_GUARDED_BY(mu_);  // the latest stream answer
 };
 
 }  // namespace ddprun::launcher::fence

@@ -156,17 +156,19 @@ void SparePool::StartSpare(int lr) {
   auto pid = request.stdout_fd >= 0 && request.stderr_fd >= 0
                  ? Spawn(request)
                  : absl::StatusOr<pid_t>(absl::InternalError(strerror(errno)));
-  for (int fd : {request.stdout_fd, request.stderr_fd, ends[1]}) {
+  for (int fd : {request.stdout_fd, request.stderr_fd}) {
     if (fd >= 0) close(fd);
   }
   if (!pid.ok()) {
     close(ends[0]);
+    close(ends[1]);
     TurnOff(absl::StrCat("cannot start a spare: ", pid.status().message()));
     return;
   }
   Spare& s = spares_[lr];
   s.pid = *pid;
   s.socket = ends[0];
+  s.spare_end = ends[1];
   s.ready = false;
   s.started = std::chrono::steady_clock::now();
   if (guard_ != nullptr) guard_->Add(s.pid);
@@ -201,7 +203,9 @@ void SparePool::OnSpareMessage(int lr) {
   char buf[65536];
   const ssize_t n = recv(s.socket, buf, sizeof(buf), 0);
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
-  if (n <= 0) {  // the spare is gone; its exit (SIGCHLD) says how
+  // An error: a spare's death shows as its exit (SIGCHLD), not here, since our copy of its end
+  // keeps the socket open.
+  if (n <= 0) {
     loop_->RemoveFd(s.socket);
     close(s.socket);
     s.socket = -1;
@@ -236,7 +240,8 @@ void SparePool::OnSpareMessage(int lr) {
   }
 }
 
-absl::StatusOr<pid_t> SparePool::Launch(int lr, const SpawnRequest& request) {
+absl::StatusOr<pid_t> SparePool::Launch(int lr, const SpawnRequest& request,
+                                        HandOverReceipt* receipt) {
   workers_started_ = true;
   workers_settled_ = false;
   if (!active_ || lr < 0 || lr >= static_cast<int>(spares_.size()) || spares_[lr].pid <= 0 ||
@@ -276,6 +281,11 @@ absl::StatusOr<pid_t> SparePool::Launch(int lr, const SpawnRequest& request) {
   if (guard_ != nullptr) guard_->Remove(pid);
   loop_->RemoveFd(s.socket);
   close(s.socket);
+  if (receipt != nullptr) {
+    *receipt = HandOverReceipt(s.spare_end);
+  } else {
+    close(s.spare_end);
+  }
   s = Spare{};
   ++handed_over_;
   StartSpareLater(lr, kSettleAfterStart);
@@ -342,6 +352,7 @@ void SparePool::Forget(Spare* s) {
     loop_->RemoveFd(s->socket);
     close(s->socket);
   }
+  if (s->spare_end >= 0) close(s->spare_end);
   *s = Spare{};
 }
 

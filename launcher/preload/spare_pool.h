@@ -34,6 +34,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/event_loop.h"
+#include "launcher/preload/hand_over_receipt.h"
 #include "launcher/process/orphan_guard.h"
 #include "launcher/process/spawn.h"
 
@@ -66,8 +67,11 @@ class SparePool {
   absl::Status Start(std::vector<SpawnRequest> templates);
 
   // Starts the worker of `local_rank`: hands `request` (its environment, stdout_fd, stderr_fd)
-  // to that rank's spare when one is running the same command, else Spawn(request).
-  absl::StatusOr<pid_t> Launch(int local_rank, const SpawnRequest& request);
+  // to that rank's spare when one is running the same command, else Spawn(request). `receipt`
+  // (optional) gets what tells, once the worker has exited, whether it read that hand-over
+  // (a cold start leaves it empty).
+  absl::StatusOr<pid_t> Launch(int local_rank, const SpawnRequest& request,
+                               HandOverReceipt* receipt = nullptr);
 
   // The workers of the latest start have shown a first sign of life (output): their start-up
   // is over, and the spares waiting for that start now.
@@ -88,6 +92,9 @@ class SparePool {
   struct Spare {
     pid_t pid = -1;
     int socket = -1;  // ours; the spare's end is its DDPRUN_PRELOAD_FD
+    // A copy of the spare's end (HandOverReceipt): kept open, it outlives the spare, so that a
+    // hand-over the spare never read can be seen once it is gone.
+    int spare_end = -1;
     bool ready = false;
     std::chrono::steady_clock::time_point started;
   };

@@ -50,15 +50,12 @@ std::set<std::string> LocalAddresses() {
 // mode: in-process survivors re-form at once after a failure (no last call, unless
 // failure_last_call_timeout says otherwise), because a node that comes back later costs them
 // only one more cheap re-formation, while waiting for it idles every survivor.
-// Whether a multi-node c10d or static run uses the liveness path when --rdzv-conf does not say.
-constexpr bool kLivenessByDefault = false;
-
 rendezvous::RunTimeouts TimeoutsFor(const RdzvConf& conf, const LaunchOptions& options) {
   rendezvous::RunTimeouts t = conf.timeouts;
-  // Off unless asked for. The soak found no false alarm on this path (design §3a), but with it
-  // a link that flaps for longer than a quarter second loses its node (and spends a restart)
-  // where the lease rode it out: the default waits for a rule for such flaps (issue 40).
-  t.liveness.enabled = conf.liveness.value_or(kLivenessByDefault && options.max_nodes > 1);
+  // auto for a multi-node run: the path runs, and a silence loses a member only while a spare
+  // can take its place (design §3a); with one node there is nobody to tell.
+  t.liveness.mode = conf.liveness.value_or(options.max_nodes > 1 ? rendezvous::LivenessMode::kAuto
+                                                                 : rendezvous::LivenessMode::kOff);
   if (!t.failure_last_call_timeout && options.restart_mode == RestartMode::kInProcess) {
     t.failure_last_call_timeout = Duration::zero();
   }
@@ -172,13 +169,14 @@ absl::StatusOr<EtcdSettings> MakeEtcdSettings(const LaunchOptions& options) {
                      " needs --rdzv-endpoint=HOST:PORT[,HOST:PORT...]"));
   }
   const RdzvConf& conf = options.rdzv;  // parsed and checked with the command line
-  if (conf.liveness.value_or(false)) {
+  if (conf.liveness == rendezvous::LivenessMode::kOn ||
+      conf.liveness == rendezvous::LivenessMode::kAuto) {
     // Asked for, not silently different from c10d: etcd's coordinator hosts no liveness socket yet
     // (issue 40's plan, step 8); there, the lease alone finds a silent node.
-    return absl::InvalidArgumentError(
-        "--rdzv-conf liveness=on: the etcd backend has no liveness path yet (its lease, "
-        "keep_alive_interval x keep_alive_max_attempt, finds a silent node); use "
-        "--rdzv-backend=c10d, or liveness=off");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rdzv-conf liveness=", conf.liveness == rendezvous::LivenessMode::kOn ? "on" : "auto",
+        ": the etcd backend has no liveness path yet (its lease, keep_alive_interval x "
+        "keep_alive_max_attempt, finds a silent node); use --rdzv-backend=c10d, or liveness=off"));
   }
   EtcdSettings s;
   for (absl::string_view part : absl::StrSplit(options.rdzv_endpoint, ',', absl::SkipEmpty())) {
@@ -299,15 +297,18 @@ absl::StatusOr<RendezvousSetup> SetUpRendezvous(const LaunchOptions& options, co
   DDPRUN_ASSIGN_OR_RETURN(C10dSettings settings, MakeC10dSettings(options, host));
   setup.run_id = options.rdzv_id;
   std::optional<Duration> liveness_length;
-  if (settings.timeouts.liveness.enabled) liveness_length = fence::LeaseLength(settings.timeouts);
+  if (settings.timeouts.liveness.on()) liveness_length = fence::LeaseLength(settings.timeouts);
   DDPRUN_ASSIGN_OR_RETURN(
       setup.lease,
       fence::LocalLease::Create(fence::StreamLeaseLength(settings.timeouts), liveness_length));
   settings.on_server_heard = [lease = setup.lease.get()](TimePoint heard_from) {
     lease->Renew(heard_from, fence::Voucher::kStream);
   };
-  settings.on_liveness_ack = [lease = setup.lease.get()](TimePoint heard_from) {
-    lease->Renew(heard_from, fence::Voucher::kLiveness);
+  settings.on_liveness_ack = [lease = setup.lease.get()](TimePoint heard_from,
+                                                         rendezvous::SilenceVerdict offered) {
+    lease->Renew(heard_from, offered == rendezvous::SilenceVerdict::kBySilence
+                                 ? fence::Voucher::kLivenessBySilence
+                                 : fence::Voucher::kLivenessByLease);
   };
   // This agent's store, used when this node holds group rank 0 (its port is announced in the
   // join).

@@ -10,6 +10,14 @@
 
 namespace ddprun::launcher {
 
+// Why a worker is known never to have begun the start it was given: its exit 0 is then no
+// success but a failure (ok() is false), restarted as any other (docs/design.md §6a, §6b).
+enum class NeverStarted {
+  kNone,            // it began, or nothing tells otherwise: a cold start gives no sign
+  kHandOverUnread,  // a --preload spare that ended without reading the start handed to it
+  kNoHello,         // in-process recovery: a replacement that ended before its hello
+};
+
 struct WorkerExit {
   int local_rank = 0;
   int rank = 0;
@@ -26,7 +34,10 @@ struct WorkerExit {
   // Why it died, from the kernel's evidence (death_cause.h); the agent fills it in for a
   // signal death. kNone for an exit.
   DeathCause cause;
-  bool ok() const { return signal == 0 && exit_code == 0 && hang.empty(); }
+  NeverStarted never_started = NeverStarted::kNone;
+  bool ok() const {
+    return signal == 0 && exit_code == 0 && hang.empty() && never_started == NeverStarted::kNone;
+  }
 };
 
 }  // namespace ddprun::launcher

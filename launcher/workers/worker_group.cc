@@ -122,8 +122,9 @@ void WorkerGroup::Start(std::vector<WorkerLaunch> launches) {
     } else {
       launch.spawn.stdout_fd = out_pipe[1];
       launch.spawn.stderr_fd = err_pipe[1];
-      auto pid = spares_ != nullptr ? spares_->Launch(launch.local_rank, launch.spawn)
-                                    : Spawn(launch.spawn);
+      auto pid = spares_ != nullptr
+                     ? spares_->Launch(launch.local_rank, launch.spawn, &w->hand_over)
+                     : Spawn(launch.spawn);
       close(out_pipe[1]);
       close(err_pipe[1]);
       w->out_fd = out_pipe[0];
@@ -237,6 +238,8 @@ bool WorkerGroup::HandleChildExit(pid_t pid, int wait_status, const std::string&
   for (auto& w : workers_) {
     if (!w->running || w->pid != pid) continue;
     w->running = false;
+    // First: an unread hand-over holds the write ends of the worker's pipes until settled.
+    const HandOver hand_over = w->hand_over.Settle();
     // Anything else in the worker's process group (its own children) goes with it.
     kill(-pid, SIGKILL);
     if (guard_ != nullptr) guard_->Remove(pid);
@@ -257,6 +260,7 @@ bool WorkerGroup::HandleChildExit(pid_t pid, int wait_status, const std::string&
     } else {
       exit.exit_code = WEXITSTATUS(wait_status);
     }
+    if (hand_over == HandOver::kUnread) exit.never_started = NeverStarted::kHandOverUnread;
     if (live() == 0) {
       for (EventLoop::TimerId* t : {&kill_timer_, &abandon_timer_}) {
         if (*t != 0) loop_->CancelTimer(*t);

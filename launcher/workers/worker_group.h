@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/event_loop.h"
+#include "launcher/preload/hand_over_receipt.h"
 #include "launcher/preload/spare_pool.h"
 #include "launcher/process/orphan_guard.h"
 #include "launcher/process/spawn.h"
@@ -137,6 +138,7 @@ class WorkerGroup {
     std::string stacks_path;
     bool python = false;
     bool stacks_written = false;
+    HandOverReceipt hand_over;  // started from a --preload spare: whether it read its start
   };
   // The local rank of the running worker whose pid is `pid`; -1: none.
   int LocalRankOfWorker(pid_t pid) const;

@@ -50,7 +50,7 @@ struct C10dSettings {
   // the agent sent what it answered (launcher/fence/local_lease.h). Unset: nobody listens.
   std::function<void(TimePoint heard_from)> on_server_heard;
   // Likewise for each liveness ack, on the liveness sender's thread (ClientOptions).
-  std::function<void(TimePoint heard_from)> on_liveness_ack;
+  std::function<void(TimePoint heard_from, rendezvous::SilenceVerdict offered)> on_liveness_ack;
 };
 
 // Everything the etcd v3 backend needs (--rdzv-backend=etcd), parsed from the options.

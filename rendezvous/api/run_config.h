@@ -16,12 +16,32 @@
 
 namespace ddprun::rendezvous {
 
+// When the liveness path's detector, rather than the lease, may give a silent member up
+// (--rdzv-conf liveness=off|auto|on; docs/design.md §3a).
+enum class LivenessMode {
+  kOff,   // no liveness path: the lease alone
+  kAuto,  // the path runs; a silence loses a member only while a spare stands ready to take its
+          // group rank. Without one, a quick verdict buys nothing (a fixed world waits for the
+          // node anyway) and would turn every short flap of a link into a restart.
+  kOn,    // a silence loses any node at once
+};
+
+// Who decides that one node, fallen silent, is lost: what the server offers in its liveness acks
+// and what the agent's local lease is ready for in its heartbeats (rendezvous/liveness/packet.h).
+// The server judges the node by its detector only once the agent said it follows (its workers'
+// local lease then ends before the detector may suspect the node: launcher/fence/).
+enum class SilenceVerdict : uint8_t {
+  kByLease = 0,    // the lease (keep_alive_interval x keep_alive_max_attempt)
+  kBySilence = 1,  // the liveness detector, in a few hundred ms
+};
+
 // The liveness path of one run (issue 40, rendezvous/liveness/, docs/design.md §3a): heartbeat
 // datagrams every `interval` from each agent to the server, which answers each one; a phi
 // accrual detector on each side finds a silent peer in a few hundred ms. The defaults are the
 // detector's (rendezvous/detector/phi_accrual.h); the lease stays the backstop.
 struct LivenessSettings {
-  bool enabled = false;
+  LivenessMode mode = LivenessMode::kOff;
+  bool on() const { return mode != LivenessMode::kOff; }
   Duration interval = std::chrono::milliseconds(20);
   double phi = 8.0;
   Duration pause = std::chrono::milliseconds(120);

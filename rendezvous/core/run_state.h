@@ -139,6 +139,18 @@ class RunState {
   // /metrics needs the counts, not 10,000 members copied and sorted on the loop every scrape.
   RunStatus Status(bool with_members = true) const;
 
+  // With the liveness path (rendezvous/liveness/, docs/design.md §3a): who may decide that
+  // `conn`'s node, fallen silent, is lost. liveness=on: the detector, for any node; auto: the
+  // detector for a member of the running round while a spare stands ready to take its group
+  // rank, else the lease; off, or an unknown conn: the lease.
+  SilenceVerdict SilenceVerdictOf(ConnId conn) const;
+  // auto's condition: the round runs and a node waits beyond it.
+  bool SpareStandsReady() const {
+    return phase_ == RunPhase::kRunning && nodes_.size() > static_cast<size_t>(members_in_round_);
+  }
+  std::vector<ConnId> Conns() const;
+  const LivenessSettings& liveness() const { return timeouts_.liveness; }
+
  private:
   struct Node {
     ConnId conn = 0;

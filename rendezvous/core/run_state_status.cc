@@ -1,5 +1,5 @@
-// RunState: what a run reports of itself: the status page's view (Status) and the ranks'
-// progress, from which a hang names its straggler.
+// RunState: what a run reports of itself: the status page's view (Status), the ranks'
+// progress, from which a hang names its straggler, and the silence verdict of each node.
 
 #include <algorithm>
 #include <utility>
@@ -85,6 +85,30 @@ RunStatus RunState::Status(bool with_members) const {
     s.members.push_back(std::move(m));
   }
   return s;
+}
+
+SilenceVerdict RunState::SilenceVerdictOf(ConnId conn) const {
+  auto it = nodes_.find(conn);
+  if (it == nodes_.end()) return SilenceVerdict::kByLease;
+  switch (timeouts_.liveness.mode) {
+    case LivenessMode::kOn:
+      return SilenceVerdict::kBySilence;
+    case LivenessMode::kAuto:
+      // A quick verdict pays only where a spare takes the lost rank at once; without one a fixed
+      // world waits for the node anyway, and a flap of its link would cost a restart.
+      return it->second.in_round && SpareStandsReady() ? SilenceVerdict::kBySilence
+                                                       : SilenceVerdict::kByLease;
+    case LivenessMode::kOff:
+      break;
+  }
+  return SilenceVerdict::kByLease;
+}
+
+std::vector<ConnId> RunState::Conns() const {
+  std::vector<ConnId> conns;
+  conns.reserve(nodes_.size());
+  for (const auto& [conn, node] : nodes_) conns.push_back(conn);
+  return conns;
 }
 
 }  // namespace ddprun::rendezvous

@@ -41,7 +41,7 @@ absl::Status ServerState::Validate(const JoinRequest& request) const {
       }
     }
   }
-  if (request.timeouts.liveness.enabled) {
+  if (request.timeouts.liveness.on()) {
     if (absl::Status l = ValidateLivenessSettings(request.timeouts.liveness); !l.ok()) return l;
   }
   if (n.min_nodes < 1 || n.max_nodes < n.min_nodes) {
@@ -341,6 +341,7 @@ void ServerState::AfterEvent(const std::string& run_id, const Outbox& out, TimeP
   if (it == runs_.end()) return;
   RunState& run = *it->second.state;
   metrics_.Add(run.TakeRoundTimings(), run.TakeRestartCauses());
+  OfferVerdicts(it->second, out);
   if (run.num_nodes() > 0) return;
   if (run.phase() == RunPhase::kClosed) {
     // Remembered for a while so that late agents learn why, then forgotten.
@@ -353,6 +354,27 @@ void ServerState::AfterEvent(const std::string& run_id, const Outbox& out, TimeP
     // of agents with this run id starts afresh.
     Forget(it);
   }
+}
+
+void ServerState::OfferVerdicts(Run& run, const Outbox& out) {
+  const RunState& state = *run.state;
+  if (!state.liveness().on()) return;
+  for (const Outgoing& o : out) {
+    if (state.HasConn(o.conn)) verdict_offers_.emplace_back(o.conn, state.SilenceVerdictOf(o.conn));
+  }
+  // A spare joining, taken or gone changes every member's verdict: each is offered again (one
+  // walk per change of readiness, not per event).
+  const bool ready = state.SpareStandsReady();
+  if (std::exchange(run.spare_stood_ready, ready) == ready) return;
+  for (ConnId conn : state.Conns())
+    verdict_offers_.emplace_back(conn, state.SilenceVerdictOf(conn));
+}
+
+SilenceVerdict ServerState::SilenceVerdictOf(ConnId conn) const {
+  auto it = conn_run_.find(conn);
+  if (it == conn_run_.end()) return SilenceVerdict::kByLease;
+  auto run = runs_.find(it->second);
+  return run == runs_.end() ? SilenceVerdict::kByLease : run->second.state->SilenceVerdictOf(conn);
 }
 
 std::optional<TimePoint> ServerState::NextDeadline() const {

@@ -80,12 +80,21 @@ class ServerState {
   // re-registrations. At most kMaxUntaken are kept.
   std::vector<std::string> TakeSecurityLog() { return std::exchange(security_log_, {}); }
 
+  // RunState::SilenceVerdictOf for a joined stream (kByLease for any other).
+  SilenceVerdict SilenceVerdictOf(ConnId conn) const;
+  // The verdicts to offer since the last call (the liveness receiver's Offer, idempotent): the
+  // streams each event spoke to, and every stream of a run whose spare readiness changed.
+  std::vector<std::pair<ConnId, SilenceVerdict>> TakeVerdictOffers() {
+    return std::exchange(verdict_offers_, {});
+  }
+
  private:
   struct Run {
     std::unique_ptr<RunState> state;
     std::optional<TimePoint> closed_at;  // set once closed and without agents
     std::string creator_peer;            // the address of its first join (max_runs_per_client)
     bool warned_unverified = false;      // an unverified claim of it was logged
+    bool spare_stood_ready = false;      // RunState::SpareStandsReady after the last event
   };
 
   absl::Status Validate(const JoinRequest& request) const;
@@ -103,12 +112,15 @@ class ServerState {
   void SecurityLog(std::string line);
   // Keeps conn_run_ in step with `out` (a closed stream is forgotten) and retires empty runs.
   void AfterEvent(const std::string& run_id, const Outbox& out, TimePoint now);
+  // The verdicts an event on `run` changed (verdict_offers_).
+  void OfferVerdicts(Run& run, const Outbox& out);
   Run* RunOf(ConnId conn, std::string* run_id);
 
   const ServerLimits limits_;
   const std::shared_ptr<const MemberKeys> keys_;
   const RoundQuorum quorum_;  // of every run this server creates
   std::vector<std::string> security_log_;
+  std::vector<std::pair<ConnId, SilenceVerdict>> verdict_offers_;
   std::map<std::string, Run> runs_;
   std::unordered_map<ConnId, std::string> conn_run_;
   ServerMetrics metrics_;

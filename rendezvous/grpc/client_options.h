@@ -46,9 +46,10 @@ struct ClientOptions {
   // The local lease (launcher/fence/local_lease.h) is renewed from it. Unset: nobody listens.
   std::function<void(TimePoint heard_from)> on_server_heard;
   // The same for each liveness ack (rendezvous/liveness/), with the send time of the heartbeat
-  // it answers; called on the liveness sender's thread. The lease takes the short length from
-  // the first one on, and then ignores on_server_heard (LocalLease::Renew).
-  std::function<void(TimePoint heard_from)> on_liveness_ack;
+  // it answers and the verdict the server offers for this node; called on the liveness sender's
+  // thread. Under kBySilence the lease takes the short length and ignores on_server_heard;
+  // under kByLease it follows on_server_heard (LocalLease::Renew).
+  std::function<void(TimePoint heard_from, SilenceVerdict offered)> on_liveness_ack;
 };
 
 }  // namespace ddprun::rendezvous

@@ -58,13 +58,15 @@ proto::Join ToProto(const NodeInfo& node, const RunTimeouts& timeouts) {
   if (timeouts.failure_last_call_timeout) {
     j.set_failure_last_call_timeout_ms(Millis(*timeouts.failure_last_call_timeout));
   }
-  if (timeouts.liveness.enabled) *j.mutable_liveness() = ToProto(timeouts.liveness);
+  if (timeouts.liveness.on()) *j.mutable_liveness() = ToProto(timeouts.liveness);
   return j;
 }
 
 proto::LivenessConf ToProto(const LivenessSettings& l) {
   proto::LivenessConf p;
-  p.set_enabled(l.enabled);
+  p.set_enabled(l.on());
+  p.set_verdict(l.mode == LivenessMode::kAuto ? proto::LivenessConf::WITH_SPARE
+                                              : proto::LivenessConf::ALWAYS);
   p.set_interval_ms(Millis(l.interval));
   p.set_phi(l.phi);
   p.set_pause_ms(Millis(l.pause));
@@ -75,7 +77,9 @@ proto::LivenessConf ToProto(const LivenessSettings& l) {
 
 LivenessSettings FromProto(const proto::LivenessConf& p) {
   LivenessSettings l;
-  l.enabled = p.enabled();
+  l.mode = !p.enabled()                                     ? LivenessMode::kOff
+           : p.verdict() == proto::LivenessConf::WITH_SPARE ? LivenessMode::kAuto
+                                                            : LivenessMode::kOn;
   // Unsaid fields keep the defaults; bad ones pass through for validation to refuse.
   if (p.interval_ms() != 0) l.interval = milliseconds(p.interval_ms());
   if (p.phi() != 0) l.phi = p.phi();
@@ -298,8 +302,7 @@ proto::ServerMessage ToProto(const Outgoing& out) {
     m.mutable_joined()->set_peer_addr(joined->peer_host);
     m.mutable_joined()->set_keep_alive_interval_ms(Millis(joined->keep_alive_interval));
     m.mutable_joined()->set_member_key(joined->member_key);
-    if (joined->liveness.enabled)
-      *m.mutable_joined()->mutable_liveness() = ToProto(joined->liveness);
+    if (joined->liveness.on()) *m.mutable_joined()->mutable_liveness() = ToProto(joined->liveness);
   } else if (const auto* a = std::get_if<Assignment>(&out.msg)) {
     *m.mutable_assignment() = ToProto(*a);
   } else if (const auto* r = std::get_if<RestartNotice>(&out.msg)) {

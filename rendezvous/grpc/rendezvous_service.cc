@@ -215,6 +215,9 @@ void RendezvousServiceImpl::PostSilent(ConnId conn, Duration silent_for, size_t 
       return;
     }
     mass_silence_logged_ = false;
+    // The offer may have been withdrawn since the receiver judged (the spare was taken): the
+    // node's workers may hold the stream's lease again, so only the lease may lose it now.
+    if (state_.SilenceVerdictOf(conn) != SilenceVerdict::kBySilence) return;
     const TimePoint now = clock_->Now();
     const std::string node = std::to_string(conn);
     confirmation_.Suspect("server", node, Evidence::kSilence, now);
@@ -234,14 +237,14 @@ void RendezvousServiceImpl::PostHeard(ConnId conn) {
 
 void RendezvousServiceImpl::WatchLiveness(ConnId conn, const JoinedNotice& notice,
                                           proto::Joined* joined) {
-  if (liveness_ == nullptr || !notice.liveness.enabled) return;
+  if (liveness_ == nullptr || !notice.liveness.on()) return;
   auto it = streams_.find(conn);
   if (it == streams_.end()) return;
   // The stream's id is the packet's node index: unique for 4 billion streams of this server,
   // and the salt makes an earlier server's packets no packets here.
   const auto index = static_cast<uint32_t>(conn);
   liveness_->Watch(index, conn, DeriveLivenessKey(notice.member_key, liveness_->salt(), index),
-                   AccrualOptionsOf(notice.liveness));
+                   AccrualOptionsOf(notice.liveness), state_.SilenceVerdictOf(conn));
   it->second.liveness_watched = true;
   joined->set_liveness_port(liveness_->port());
   joined->set_liveness_node_index(index);
@@ -339,6 +342,12 @@ void RendezvousServiceImpl::Apply(const Outbox& out) {
       m.mutable_assignment()->set_host_node_id(host_node_id_);
     }
     it->second.stream->Send(std::move(m), last);
+  }
+  for (const auto& [conn, verdict] : state_.TakeVerdictOffers()) {
+    auto it = streams_.find(conn);
+    if (it != streams_.end() && it->second.liveness_watched) {
+      liveness_->Offer(static_cast<uint32_t>(conn), verdict);
+    }
   }
 }
 

@@ -57,11 +57,22 @@ LivenessReceiver::~LivenessReceiver() {
 }
 
 void LivenessReceiver::Watch(uint32_t node_index, uint64_t token, const LivenessKey& key,
-                             const AccrualOptions& options) {
+                             const AccrualOptions& options, SilenceVerdict offered) {
   absl::MutexLock lock(&mu_);
   nodes_.erase(node_index);
-  nodes_.emplace(std::piecewise_construct, std::forward_as_tuple(node_index),
-                 std::forward_as_tuple(token, key, options));
+  auto [it, added] = nodes_.emplace(std::piecewise_construct, std::forward_as_tuple(node_index),
+                                    std::forward_as_tuple(token, key, options));
+  it->second.offered = offered;
+}
+
+void LivenessReceiver::Offer(uint32_t node_index, SilenceVerdict offered) {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(node_index);
+  if (it == nodes_.end() || it->second.offered == offered) return;
+  Node& node = it->second;
+  node.offered = offered;
+  node.offered_from_seq = node.ack_seq + 1;
+  node.followed = false;
 }
 
 void LivenessReceiver::Unwatch(uint32_t node_index) {
@@ -158,9 +169,19 @@ bool LivenessReceiver::Handle(const uint8_t* data, size_t size, TimePoint now, P
     return false;
   }
   ++counters_.heartbeats;
+  // Its lease follows the silence verdict, and it heard so from an ack of the current offer
+  // (an echo of an older one may predate a withdrawal: its lease may be the stream's again).
+  if (!node.followed && node.offered == SilenceVerdict::kBySilence &&
+      p->verdict == SilenceVerdict::kBySilence && p->echo >= node.offered_from_seq) {
+    node.followed = true;
+    // Judged from now on, at the run's rate: a window that learnt the slower heartbeats of the
+    // lease's verdict (LivenessSender's kLeaseVerdictInterval) would suspect it late.
+    node.detector = PhiAccrualDetector(node.options);
+  }
   node.detector.Heartbeat(now, p->incarnation);
   LivenessPacket answer;
   answer.kind = PacketKind::kAck;
+  answer.verdict = node.offered;
   answer.node_index = *index;
   answer.incarnation = incarnation_;
   answer.seq = ++node.ack_seq;
@@ -175,8 +196,12 @@ void LivenessReceiver::Evaluate(TimePoint now) {
   size_t suspected = 0, watched = 0;
   {
     absl::MutexLock lock(&mu_);
-    watched = nodes_.size();
     for (auto& [index, node] : nodes_) {
+      if (!node.judged()) {
+        if (std::exchange(node.reported, false)) heard.push_back(node.token);
+        continue;
+      }
+      ++watched;
       const Suspicion s = node.detector.Evaluate(now);
       if (s.suspected) ++suspected;
       if (s.suspected && !node.reported) {

@@ -9,6 +9,12 @@
 // loop decides (LossConfirmation, RunState::Silent). A node never heard from is not suspected
 // (the lease and the join timeout cover it): a path that UDP cannot take falls back to them.
 //
+// Nor is a node judged before it follows: each ack carries the verdict the server offers for
+// the node (Offer), and only once the node's heartbeats say its local lease follows kBySilence,
+// echoing an ack of the current offer, may its silence be reported. Until then its workers may
+// hold the stream's longer lease, and losing the node on a short silence would reuse its ranks
+// while they still commit (docs/design.md §3a, "Who decides").
+//
 // Threading: Watch/Unwatch from any thread; the callbacks run on the receiver's thread, outside
 // its lock, and must not block (post to a loop). Destruction stops and joins the thread.
 #ifndef DDPRUN_RENDEZVOUS_LIVENESS_LIVENESS_RECEIVER_H_
@@ -40,8 +46,8 @@ class LivenessReceiver {
  public:
   struct Callbacks {
     // `token` (what Watch was given) is suspected: no heartbeat for `silent_for`; with it, how
-    // many of the `watched` nodes are suspected at this evaluation (when most are, the fault is
-    // more likely the server's own path than theirs).
+    // many of the `watched` nodes judged by silence are suspected at this evaluation (when most
+    // are, the fault is more likely the server's own path than theirs).
     std::function<void(uint64_t token, Duration silent_for, size_t suspected, size_t watched)>
         on_silent;
     // `token`, reported silent, was heard again.
@@ -65,10 +71,13 @@ class LivenessReceiver {
   // earlier server process is no packet here.
   const std::string& salt() const { return salt_; }
 
-  // Starts judging node `node_index`, reported as `token`; a second Watch of the index replaces
-  // the first.
+  // Starts hearing node `node_index`, reported as `token`, offering it `offered`; a second Watch
+  // of the index replaces the first.
   void Watch(uint32_t node_index, uint64_t token, const LivenessKey& key,
-             const AccrualOptions& options);
+             const AccrualOptions& options, SilenceVerdict offered);
+  // The verdict the acks of `node_index` offer from now on (nothing if unwatched or unchanged).
+  // A new kBySilence offer is followed only by heartbeats that echo one of its acks.
+  void Offer(uint32_t node_index, SilenceVerdict offered);
   void Unwatch(uint32_t node_index);
   Counters counters() const;
   size_t watched() const;
@@ -76,13 +85,18 @@ class LivenessReceiver {
  private:
   struct Node {
     Node(uint64_t t, const LivenessKey& k, const AccrualOptions& o)
-        : token(t), mac(k), detector(o) {}
+        : token(t), mac(k), options(o), detector(o) {}
     uint64_t token;
     PacketMac mac;
+    AccrualOptions options;
     PhiAccrualDetector detector;
     ReplayGuard guard;
     uint64_t ack_seq = 0;
-    bool reported = false;  // on_silent was called for this silence
+    SilenceVerdict offered = SilenceVerdict::kByLease;
+    uint64_t offered_from_seq = 1;  // the first ack of the current offer
+    bool followed = false;          // a heartbeat said it follows the current kBySilence offer
+    bool reported = false;          // on_silent was called for this silence
+    bool judged() const { return offered == SilenceVerdict::kBySilence && followed; }
   };
   LivenessReceiver(UdpSocket socket, Callbacks callbacks);
   void Run();

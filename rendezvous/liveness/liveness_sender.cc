@@ -53,32 +53,38 @@ void LivenessSender::Run() {
   // Refused without CAP_SYS_NICE: the thread keeps its priority (docs/design.md §3a, risks).
   RaiseToRealtimePriority();
   const Duration evaluate_every = EvaluationPeriod(options_.interval);
-  TimePoint next_send = std::chrono::steady_clock::now();
-  TimePoint next_evaluation = next_send + evaluate_every;
+  next_send_ = std::chrono::steady_clock::now();
+  TimePoint next_evaluation = next_send_ + evaluate_every;
   while (!stop_.load(std::memory_order_relaxed)) {
     TimePoint now = std::chrono::steady_clock::now();
-    if (now >= next_send) {
+    if (now >= next_send_) {
       LivenessPacket p;
       p.kind = PacketKind::kHeartbeat;
       p.node_index = options_.node_index;
       p.incarnation = incarnation_;
       p.seq = ++seq_;
       p.echo = last_ack_seq_;
+      p.verdict = verdict_;
       const PacketBytes bytes = EncodePacket(p, mac_);
       // Errors (an ICMP refusal reported on the connected socket, a full buffer) are a lost
       // heartbeat: the server's detector allows for those, and nothing here can do better.
       sent_at_[p.seq % kSentKept] = {p.seq, now};
       if (send(socket_.fd(), bytes.data(), bytes.size(), MSG_DONTWAIT) > 0) ++sent_;
-      next_send += options_.interval;
-      if (next_send <= now) next_send = now + options_.interval;  // woke late: no burst
+      next_send_ += Interval();
+      if (next_send_ <= now) next_send_ = now + Interval();  // woke late: no burst
     }
     if (now >= next_evaluation) {
       const Suspicion s = detector_.Evaluate(now);
-      if (s.suspected && !reported_ && options_.on_silent) options_.on_silent(s.silence);
+      // Only a server that may give this node up on silence is fenced from on silence: under
+      // the lease's verdict, a short silence of the server is ridden out as before.
+      if (s.suspected && !reported_ && options_.on_silent &&
+          verdict_ == SilenceVerdict::kBySilence) {
+        options_.on_silent(s.silence);
+      }
       reported_ = s.suspected;
       next_evaluation = now + evaluate_every;
     }
-    const TimePoint wake = std::min(next_send, next_evaluation);
+    const TimePoint wake = std::min(next_send_, next_evaluation);
     const auto wait = std::chrono::ceil<std::chrono::milliseconds>(
         std::max<Duration>(wake - now, Duration::zero()));
     pollfd pfd{socket_.fd(), POLLIN, 0};
@@ -86,6 +92,12 @@ void LivenessSender::Run() {
       Receive(std::chrono::steady_clock::now());
     }
   }
+}
+
+Duration LivenessSender::Interval() const {
+  return verdict_ == SilenceVerdict::kBySilence
+             ? options_.interval
+             : std::max<Duration>(options_.interval, kLeaseVerdictInterval);
 }
 
 void LivenessSender::Receive(TimePoint now) {
@@ -104,7 +116,16 @@ void LivenessSender::Receive(TimePoint now) {
     last_ack_seq_ = p->seq;
     detector_.Heartbeat(now, p->incarnation);
     const Sent& answered = sent_at_[p->echo % kSentKept];
-    if (options_.on_ack && answered.seq == p->echo && p->echo != 0) options_.on_ack(answered.at);
+    if (answered.seq != p->echo || p->echo == 0) continue;  // too old to date: renews nothing
+    if (options_.on_ack) options_.on_ack(answered.at, p->verdict);
+    // Only after the lease took the verdict do the heartbeats say they follow it.
+    if (std::exchange(verdict_, p->verdict) != SilenceVerdict::kBySilence &&
+        verdict_ == SilenceVerdict::kBySilence) {
+      // Judged from now on: say so at once, at the run's rate, and judge the server's acks
+      // afresh (the window learnt the slower rate).
+      next_send_ = now;
+      detector_ = PhiAccrualDetector(options_.detector);
+    }
   }
 }
 

@@ -33,6 +33,13 @@
 
 namespace ddprun::rendezvous {
 
+// The heartbeat interval while the server's lease decides this node's loss (its acks offer
+// kByLease: liveness=auto with no spare ready): the heartbeats then only carry the verdict's
+// handshake, so they go at 4 a second instead of 50 (the server's cost for a large run with no
+// spare), and an offer of kBySilence reaches the agent within this. Never faster than the
+// run's interval.
+inline constexpr Duration kLeaseVerdictInterval = std::chrono::milliseconds(250);
+
 struct SenderOptions {
   std::string host;  // the server's address (its gRPC endpoint's host)
   int port = 0;      // Joined.liveness_port
@@ -41,10 +48,12 @@ struct SenderOptions {
   Duration interval = kDefaultHeartbeatInterval;
   AccrualOptions detector;  // of the server's acks: the run's settings, as the server's
   // Optional: an authentic ack, with the time the heartbeat it answers (its echo) was sent: the
-  // server had this node as a member when it read that heartbeat, so no earlier. Acks of
-  // heartbeats older than the last kSentKept are not reported.
-  std::function<void(TimePoint)> on_ack;
-  std::function<void(Duration)> on_silent;  // optional: no ack for that long (suspected)
+  // server had this node as a member when it read that heartbeat, so no earlier; and the
+  // verdict the server offers (the local lease follows it before the heartbeats say so). Acks
+  // of heartbeats older than the last kSentKept are not reported (nor is their verdict taken).
+  std::function<void(TimePoint, SilenceVerdict)> on_ack;
+  // Optional: no ack for that long (suspected), while the server offers kBySilence.
+  std::function<void(Duration)> on_silent;
 };
 
 class LivenessSender {
@@ -74,9 +83,14 @@ class LivenessSender {
   std::atomic<bool> stop_{false};
   // Written by the thread only; read by counters().
   std::atomic<uint64_t> sent_{0}, acks_{0}, refused_{0};
+  // The send interval for verdict_: the run's under kBySilence, kLeaseVerdictInterval else.
+  Duration Interval() const;
+
   // The thread's own.
   uint64_t seq_ = 0;
-  uint64_t last_ack_seq_ = 0;  // echoed in the next heartbeat
+  TimePoint next_send_{};
+  uint64_t last_ack_seq_ = 0;                          // echoed in the next heartbeat
+  SilenceVerdict verdict_ = SilenceVerdict::kByLease;  // of the last ack on_ack took
   struct Sent {
     uint64_t seq = 0;
     TimePoint at{};

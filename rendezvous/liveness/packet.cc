@@ -97,6 +97,7 @@ PacketBytes EncodePacket(const LivenessPacket& packet, PacketMac& mac) {
   std::memcpy(b.data(), kMagic, sizeof(kMagic));
   b[4] = kPacketVersion;
   b[5] = static_cast<uint8_t>(packet.kind);
+  b[6] = static_cast<uint8_t>(packet.verdict);
   PutLe(&b[8], packet.node_index, 4);
   PutLe(&b[12], packet.incarnation, 8);
   PutLe(&b[20], packet.seq, 8);
@@ -130,8 +131,12 @@ absl::StatusOr<LivenessPacket> DecodePacket(const uint8_t* data, size_t size, Pa
   if (data[5] != static_cast<uint8_t>(expected)) {
     return absl::InvalidArgumentError(absl::StrCat("liveness packet of kind ", data[5]));
   }
+  if (data[6] > static_cast<uint8_t>(SilenceVerdict::kBySilence)) {
+    return absl::InvalidArgumentError(absl::StrCat("liveness packet with verdict ", data[6]));
+  }
   LivenessPacket p;
   p.kind = expected;
+  p.verdict = static_cast<SilenceVerdict>(data[6]);
   p.node_index = static_cast<uint32_t>(GetLe(&data[8], 4));
   p.incarnation = GetLe(&data[12], 8);
   p.seq = GetLe(&data[20], 8);

@@ -6,7 +6,10 @@
 //        0    4  magic "DDPL"
 //        4    1  version (kPacketVersion)
 //        5    1  kind: 1 heartbeat (agent -> server), 2 ack (server -> agent)
-//        6    2  zero
+//        6    1  verdict (SilenceVerdict, run_config.h): in an ack, who the server lets decide
+//                this node's loss when it falls silent; in a heartbeat, what the agent's local
+//                lease follows (kBySilence: it ends before the detector may suspect the node)
+//        7    1  zero
 //        8    4  node index (Joined.liveness_node_index: the server's short id of the stream)
 //       12    8  incarnation (random per sender: a restarted sender is a new one)
 //       20    8  seq (the sender's counter, from 1)
@@ -31,6 +34,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
+#include "rendezvous/api/run_config.h"
 
 struct evp_mac_ctx_st;  // OpenSSL's EVP_MAC_CTX, kept out of this header
 
@@ -38,7 +42,9 @@ namespace ddprun::rendezvous {
 
 inline constexpr size_t kPacketBytes = 52;
 inline constexpr size_t kPacketMacBytes = 16;
-inline constexpr uint8_t kPacketVersion = 1;
+// 2: the verdict byte. A peer of another version is not heard at all (both fall back to the
+// lease), never misread.
+inline constexpr uint8_t kPacketVersion = 2;
 inline constexpr size_t kLivenessKeyBytes = 32;
 
 enum class PacketKind : uint8_t { kHeartbeat = 1, kAck = 2 };
@@ -49,6 +55,7 @@ struct LivenessPacket {
   uint64_t incarnation = 0;
   uint64_t seq = 0;
   uint64_t echo = 0;
+  SilenceVerdict verdict = SilenceVerdict::kByLease;
 };
 
 using LivenessKey = std::array<uint8_t, kLivenessKeyBytes>;

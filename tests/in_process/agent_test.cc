@@ -123,6 +123,25 @@ TEST(InProcessTest, ReplacementDyingDuringReformationStartsAnotherRound) {
   EXPECT_EQ(CountMatches(out, "done step=30"), 3) << out;
 }
 
+// Issue 40: a replacement that exits 0 before its hello never joined the re-formed round the
+// survivor waits in. Before: counted as a worker done, the survivor trained on alone and the
+// job "succeeded". Now a failure: the budget (one restart, spent by the first failure) is spent.
+TEST(InProcessTest, ReplacementExitingZeroBeforeItsHelloIsAFailure) {
+  Subprocess agent(
+      Agent(2, {"--max-restarts=1"},
+            {"--steps", "100", "--fail-rank", "1", "--fail-step", "3", "--leave-early-rank", "1"}));
+  const int exit_code = agent.Wait(60s).value_or(testing::ExitStatus{}).exit_code;
+  const std::string out = agent.out() + agent.err();
+  EXPECT_EQ(exit_code, 1) << out;
+  for (const char* said :
+       {"leaving before its hello", "restart budget spent",
+        "failed with exit code 0 before it started: an in-process replacement, it ended before "
+        "its hello on the control channel"}) {
+    EXPECT_THAT(out, HasSubstr(said)) << out;
+  }
+  EXPECT_EQ(CountMatches(out, "done step="), 0) << "the survivor trained on alone\n" << out;
+}
+
 TEST(InProcessTest, BudgetCountsFailuresAsInColdMode) {
   Subprocess agent(
       Agent(2, {"--max-restarts=0"}, {"--steps", "30", "--fail-rank", "1", "--fail-step", "3"}));

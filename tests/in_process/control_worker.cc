@@ -9,7 +9,8 @@
 //   --fail-rank R --fail-step S --fail-mode exit|kill|segv|hang   rank R fails at step S
 // Protocol misbehaviour: --silent-rank R (never connects), --late-rank R (never sends ready
 // after a re-formation), --die-joining-rank R (exits 1 on joining a round of restart 1, before
-// its ready: a failure during a re-formation).
+// its ready: a failure during a re-formation), --leave-early-rank R (a start of rank R after the
+// first, TORCHELASTIC_RESTART_COUNT > 0, exits 0 before it connects: no hello).
 #include <signal.h>
 #include <unistd.h>
 
@@ -40,7 +41,7 @@ void Say(const std::string& line) {
 
 int main(int argc, char** argv) {
   int steps = 40, step_ms = 50, fail_rank = -1, fail_step = -1, silent_rank = -1, late_rank = -1,
-      die_joining_rank = -1;
+      die_joining_rank = -1, leave_early_rank = -1;
   std::string fail_mode = "exit";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -53,11 +54,16 @@ int main(int argc, char** argv) {
     if (flag == "--silent-rank") silent_rank = atoi(value.c_str());
     if (flag == "--late-rank") late_rank = atoi(value.c_str());
     if (flag == "--die-joining-rank") die_joining_rank = atoi(value.c_str());
+    if (flag == "--leave-early-rank") leave_early_rank = atoi(value.c_str());
   }
   int rank = IntEnv("RANK", 0);
   const bool first_start = IntEnv("TORCHELASTIC_RESTART_COUNT", 0) == 0;
   const char* socket = getenv("DDPRUN_CONTROL_SOCKET");
   const std::string who = absl::StrCat("pid=", getpid());
+  if (!first_start && rank == leave_early_rank) {
+    Say(absl::StrCat("rank=", rank, " ", who, " leaving before its hello"));
+    return 0;
+  }
   std::unique_ptr<ddprun::control::ControlClient> client;
   if (socket != nullptr && rank != silent_rank) {
     auto connected =

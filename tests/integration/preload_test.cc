@@ -342,6 +342,35 @@ TEST(PreloadTest, UnusablePreloadSettingsAreUsageErrorsNamingThem) {
   }
 }
 
+// Issue 40: a --preload spare handed a start that ends, exit 0, without reading it never began
+// that start: a failed worker, not the node's success. With no restart left the job fails; with
+// one, the next start (cold or from a new spare) runs, and the job succeeds. The worker is
+// fake_native_spare (tests/launcher/preload), a --preload=native program.
+TEST(PreloadTest, SpareThatExitsZeroWithoutReadingItsHandOverIsAFailedWorker) {
+  TempDir dir;
+  for (int max_restarts : {0, 1}) {
+    SCOPED_TRACE(absl::StrCat("--max-restarts=", max_restarts));
+    Subprocess p(
+        {BinPath("ddprun"), "--standalone", absl::StrCat("--max-restarts=", max_restarts),
+         "--preload=native", "--no-python", FAKE_NATIVE_SPARE},
+        Env({{"FAKE_SPARE",
+              max_restarts == 0 ? "unread" : absl::StrCat("unread-once:", dir.File("once"))}}));
+    auto st = p.Wait(60s);
+    ASSERT_TRUE(st.has_value()) << p.err();
+    EXPECT_THAT(p.err(), HasSubstr("preload: 1 of 1 worker(s) started from spares"));
+    EXPECT_THAT(p.err(), HasSubstr(") failed with exit code 0 before it started: it ended without "
+                                   "reading the start handed to its --preload spare"));
+    if (max_restarts == 0) {
+      EXPECT_EQ(st->exit_code, 1) << p.err();
+      EXPECT_THAT(p.err(), HasSubstr("exit:        exit code 0 before it started"));
+    } else {
+      EXPECT_EQ(st->exit_code, 0) << p.err();
+      EXPECT_THAT(p.err(), HasSubstr(", restart 1"));
+      EXPECT_THAT(p.out(), HasSubstr("worker MARK="));
+    }
+  }
+}
+
 // The children of `pid` (Linux's /proc/PID/task/PID/children).
 std::set<pid_t> ChildrenOf(pid_t pid) {
   std::set<pid_t> out;

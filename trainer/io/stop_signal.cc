@@ -2,6 +2,10 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
 
 namespace ddprun::trainer {
 namespace {
@@ -14,6 +18,14 @@ sigset_t StopSet() {
   sigaddset(&set, SIGUSR1);
   return set;
 }
+
+int64_t NowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+constexpr std::chrono::milliseconds kWatchEvery{20};
 
 }  // namespace
 
@@ -30,6 +42,23 @@ StopSignal::~StopSignal() {
   watcher_.join();
 }
 
+void StopSignal::StepBegan() { step_began_ns_.store(NowNs(), std::memory_order_release); }
+
+void StopSignal::StepEnded() {
+  const int64_t began = step_began_ns_.exchange(0, std::memory_order_acq_rel);
+  if (began == 0) return;
+  const int64_t took = NowNs() - began;
+  if (took > longest_step_ns_.load(std::memory_order_relaxed)) {
+    longest_step_ns_.store(took, std::memory_order_relaxed);
+  }
+}
+
+std::chrono::nanoseconds StopSignal::StuckGrace() const {
+  return std::max<std::chrono::nanoseconds>(
+      kMinStuckGrace,
+      std::chrono::nanoseconds(kStepsOfGrace * longest_step_ns_.load(std::memory_order_relaxed)));
+}
+
 void StopSignal::Run() {
   const sigset_t set = StopSet();
   while (true) {
@@ -39,7 +68,28 @@ void StopSignal::Run() {
     int expected = 0;
     // Only the first signal counts: the train loop finishes its step, saves and exits with
     // 128 + that signal. A launcher that loses patience follows up with SIGKILL.
-    received_.compare_exchange_strong(expected, sig, std::memory_order_acq_rel);
+    if (received_.compare_exchange_strong(expected, sig, std::memory_order_acq_rel)) {
+      WatchTheStep(sig);
+    }
+  }
+}
+
+void StopSignal::WatchTheStep(int sig) {
+  // Polled: the step's end is not a thing to wait on, and 20 ms is nothing next to the grace.
+  while (!stopping_.load(std::memory_order_acquire)) {
+    const int64_t began = step_began_ns_.load(std::memory_order_acquire);
+    if (began == 0) return;  // no step running: the loop sees the request at its next check
+    const auto ran = std::chrono::nanoseconds(NowNs() - began);
+    if (ran > StuckGrace()) {
+      std::fprintf(stderr,
+                   "ddp-train: signal %d arrived in a step that has not ended after %.1f s (a "
+                   "collective with a rank that is gone): stopping now, without a checkpoint "
+                   "(the last one stays valid)\n",
+                   sig, std::chrono::duration<double>(ran).count());
+      std::fflush(stderr);
+      _exit(128 + sig);
+    }
+    std::this_thread::sleep_for(kWatchEvery);
   }
 }
 

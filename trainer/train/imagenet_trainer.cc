@@ -43,7 +43,7 @@ enum Control { kStop = 0, kLossSum, kCount, kSkipped, kNumControls };
 
 class ImageNetTrainer : public Trainer {
  public:
-  ImageNetTrainer(const ImageNetOptions& options, const DistEnv& env, const StopSignal* stop,
+  ImageNetTrainer(const ImageNetOptions& options, const DistEnv& env, StopSignal* stop,
                   std::ostream& log)
       : Trainer(options, env, stop, log, kNumControls, /*keeps_best=*/true), imagenet_(options) {}
 
@@ -376,7 +376,7 @@ absl::StatusOr<ImageNetOutcome> ImageNetTrainer::Run() {
 }  // namespace
 
 absl::StatusOr<ImageNetOutcome> RunImageNet(const ImageNetOptions& options, const DistEnv& env,
-                                            const StopSignal* stop, std::ostream& log) {
+                                            StopSignal* stop, std::ostream& log) {
   ImageNetTrainer trainer(options, env, stop, log);
   return CatchLibTorchErrors([&] { return trainer.Run(); });
 }

@@ -23,7 +23,7 @@ struct ImageNetOutcome {
 // Every LibTorch exception is caught inside and returned as a Status (input errors as
 // kInvalidArgument / kNotFound / kPermissionDenied / kFailedPrecondition / kDataLoss).
 absl::StatusOr<ImageNetOutcome> RunImageNet(const ImageNetOptions& options, const DistEnv& env,
-                                            const StopSignal* stop, std::ostream& log);
+                                            StopSignal* stop, std::ostream& log);
 
 }  // namespace ddprun::trainer
 

@@ -52,8 +52,8 @@ torch::Tensor IndexTensor(const std::vector<int64_t>& idx, size_t begin, size_t 
 
 class MnistTrainer : public Trainer {
  public:
-  MnistTrainer(const MnistOptions& options, const DistEnv& env, const StopSignal* stop,
-               std::ostream& log, std::optional<MnistData> preloaded)
+  MnistTrainer(const MnistOptions& options, const DistEnv& env, StopSignal* stop, std::ostream& log,
+               std::optional<MnistData> preloaded)
       : Trainer(options, env, stop, log, /*control_slots=*/2, /*keeps_best=*/false),
         mnist_(options),
         preloaded_(std::move(preloaded)) {}
@@ -292,7 +292,7 @@ absl::StatusOr<MnistOutcome> MnistTrainer::Run() {
 }  // namespace
 
 absl::StatusOr<MnistOutcome> RunMnist(const MnistOptions& options, const DistEnv& env,
-                                      const StopSignal* stop, std::ostream& log,
+                                      StopSignal* stop, std::ostream& log,
                                       std::optional<MnistData> preloaded) {
   MnistTrainer trainer(options, env, stop, log, std::move(preloaded));
   return CatchLibTorchErrors([&] { return trainer.Run(); });

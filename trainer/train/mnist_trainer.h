@@ -26,7 +26,7 @@ struct MnistOutcome {
 // input (data, checkpoint, options), kUnavailable / kDeadlineExceeded for communication.
 // `preloaded`: options.data_dir's data, read ahead (a --preload=native spare's warm-up).
 absl::StatusOr<MnistOutcome> RunMnist(const MnistOptions& options, const DistEnv& env,
-                                      const StopSignal* stop, std::ostream& log,
+                                      StopSignal* stop, std::ostream& log,
                                       std::optional<MnistData> preloaded = std::nullopt);
 
 }  // namespace ddprun::trainer

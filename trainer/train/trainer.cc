@@ -23,7 +23,7 @@ double SecondsSince(std::chrono::steady_clock::time_point t) {
 
 std::string FirstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
 
-Trainer::Trainer(const TrainOptions& options, const DistEnv& env, const StopSignal* stop,
+Trainer::Trainer(const TrainOptions& options, const DistEnv& env, StopSignal* stop,
                  std::ostream& log, int control_slots, bool keeps_best)
     : options_(options),
       env_(env),
@@ -226,7 +226,11 @@ absl::StatusOr<bool> Trainer::TrainEpoch(int64_t* samples, double* train_s) {
       }
       undo.emplace(Model().buffers(), device_);
     }
+    // Marked for the stop watcher: a stop signal in a step that never ends (a peer is gone)
+    // ends the process instead of waiting for the launcher's SIGKILL (stop_signal.h).
+    if (stop_ != nullptr) stop_->StepBegan();
     absl::StatusOr<std::optional<StepResult>> result = TrainStep(stop_vote);
+    if (stop_ != nullptr) stop_->StepEnded();
     if (!result.ok()) {
       // The optimizer update comes after the gradient all-reduce and MayUpdate, so a failed or
       // refused step never made one; what the step did change before it is put back.

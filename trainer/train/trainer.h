@@ -67,8 +67,8 @@ class Trainer {
   void ReportAlive() { step_reports_.Report(state_.global_step); }
   // `control_slots`: floats TrainStep sums with the last gradient bucket, the stop vote first.
   // `keeps_best`: a second store, <checkpoint dir>/best, keeps the best-validated model.
-  Trainer(const TrainOptions& options, const DistEnv& env, const StopSignal* stop,
-          std::ostream& log, int control_slots, bool keeps_best);
+  Trainer(const TrainOptions& options, const DistEnv& env, StopSignal* stop, std::ostream& log,
+          int control_slots, bool keeps_best);
 
   // Device, communicator, a local setup every rank agrees on, the model (seeded with --seed),
   // then resume or rank 0's broadcast; logs Banner(). In-process recovery: joins the agent's
@@ -165,7 +165,7 @@ class Trainer {
   void DropGroup();
   bool RoundOver() const { return control_ != nullptr && control_->RoundOver(round_.round); }
 
-  const StopSignal* stop_;
+  StopSignal* stop_;
   const int control_slots_;
   const bool keeps_best_;
   const Clock::time_point start_;

@@ -29,11 +29,11 @@ AgentStateMachine::AgentStateMachine(int nproc_per_node, RestartMode mode, Healt
       phase_(gate == HealthGate::kBeforeEachRound ? Phase::kSittingOut : Phase::kRendezvous) {}
 
 void AgentStateMachine::OnWorkerSpeaks(int local_rank) {
-  if (local_rank >= 0 && local_rank < nproc_) ranks_[local_rank].speaks = true;
+  if (local_rank >= 0 && local_rank < nproc_) ranks_[local_rank].hello = Hello::kSaid;
 }
 
 bool AgentStateMachine::Speaks(int local_rank) const {
-  return local_rank >= 0 && local_rank < nproc_ && ranks_[local_rank].speaks;
+  return local_rank >= 0 && local_rank < nproc_ && ranks_[local_rank].hello == Hello::kSaid;
 }
 
 bool AgentStateMachine::AnyDying() const {
@@ -48,7 +48,7 @@ bool AgentStateMachine::CanRecoverInProcess() const {
   // Every worker of the round, live or not: a dead one that never spoke is a script that does
   // not speak the protocol, and its replacement would not either.
   for (int lr = 0; lr < nproc_; ++lr) {
-    if (!ranks_[lr].speaks) return false;
+    if (ranks_[lr].hello != Hello::kSaid) return false;
   }
   return true;
 }
@@ -80,7 +80,9 @@ std::vector<AgentAction> AgentStateMachine::Reform(const rendezvous::Assignment&
   for (int lr = 0; lr < nproc_; ++lr) {
     if (!ranks_[lr].alive) {
       reform.local_ranks.push_back(lr);
-      ranks_[lr].speaks = false;  // a new process: it has to say hello itself
+      // A new process: it has to say hello itself, as its predecessor did (every worker had:
+      // CanRecoverInProcess).
+      ranks_[lr].hello = Hello::kExpected;
     }
     ranks_[lr].alive = true;
   }
@@ -125,7 +127,7 @@ std::vector<AgentAction> AgentStateMachine::OnAssignment(const rendezvous::Assig
         return {AgentAction{Type::kCheckHealth}};
       }
       BeginRound(a);
-      ranks_.assign(nproc_, RankState{/*alive=*/true, /*speaks=*/false, /*dying=*/false});
+      ranks_.assign(nproc_, RankState{/*alive=*/true, Hello::kNotExpected, /*dying=*/false});
       AgentAction start{Type::kStartWorkers};
       start.assignment = a;
       return {start};
@@ -222,13 +224,19 @@ std::vector<AgentAction> AgentStateMachine::OnHealthAbandoned(int exit_code,
   return actions;
 }
 
-std::vector<AgentAction> AgentStateMachine::OnWorkerExited(const WorkerExit& exit) {
+std::vector<AgentAction> AgentStateMachine::OnWorkerExited(const WorkerExit& reported) {
   if (phase_ != Phase::kRunning && phase_ != Phase::kStopping && phase_ != Phase::kAwaitingRound) {
     return {};
   }
+  WorkerExit exit = reported;
   if (exit.local_rank >= 0 && exit.local_rank < nproc_) {
-    if (!ranks_[exit.local_rank].alive) return {};  // already counted
-    ranks_[exit.local_rank].alive = false;
+    RankState& rank = ranks_[exit.local_rank];
+    if (!rank.alive) return {};  // already counted
+    rank.alive = false;
+    // The round was re-formed for it, and waits for it: leaving before the hello is no success.
+    if (rank.hello == Hello::kExpected && exit.never_started == NeverStarted::kNone) {
+      exit.never_started = NeverStarted::kNoHello;
+    }
   }
   if (live_ > 0) --live_;
   if (phase_ == Phase::kAwaitingRound) {

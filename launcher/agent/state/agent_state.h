@@ -133,6 +133,8 @@ class AgentStateMachine {
                              Duration health_give_up_after = Duration::max());
 
   std::vector<AgentAction> OnAssignment(const rendezvous::Assignment& assignment);
+  // An exit 0 of a worker that never said its expected hello (a replacement in a re-formed
+  // round) is a failure: NeverStarted::kNoHello.
   std::vector<AgentAction> OnWorkerExited(const WorkerExit& exit);
   // A local worker is hung (`hung.hang` says how); `signal` is what its FileTimer client asked
   // to be sent after the stacks (0: none). Like a failure, plus stacks before the stop.
@@ -214,10 +216,16 @@ class AgentStateMachine {
   bool standby_ = false;                           // told it is a spare; see standby()
   int health_failures_ = 0;                        // in a row
   std::optional<TimePoint> health_failing_since_;  // the first failure of that streak
+  // Where a local rank's current worker stands with the control channel (in-process mode).
+  enum class Hello {
+    kNotExpected,  // a cold start: the script may not speak the protocol at all
+    kExpected,     // a replacement in a re-formed round: its predecessor spoke, so must it
+    kSaid,
+  };
   // What the decisions keep about each local rank's worker, in one table.
   struct RankState {
-    bool alive = false;   // its worker of this round runs
-    bool speaks = false;  // its current worker said hello (in-process mode)
+    bool alive = false;                 // its worker of this round runs
+    Hello hello = Hello::kNotExpected;  // its current worker's hello
     // A hung worker being stopped (stacks first); the next round waits for its exit, so that
     // its replacement never runs beside it.
     bool dying = false;

@@ -162,5 +162,36 @@ TEST(FailureRecordTest, TheTimelineStepOfEachKind) {
   EXPECT_EQ(hung.detail, "hung (no progress for 3.0 s)");
 }
 
+// Issue 40: an exit 0 before the worker began its start (a --preload hand-over never read, an
+// in-process replacement gone before its hello) is a failure of its own kind, with its reason as
+// the message; not the program's own doing, so not a crash-loop signature. A non-zero exit
+// stays an exit.
+TEST(FailureRecordTest, AnExitZeroBeforeTheStartIsAFailureThatSaysWhy) {
+  WorkerExit unread = Exited(0);
+  unread.never_started = NeverStarted::kHandOverUnread;
+  EXPECT_FALSE(unread.ok());
+  EXPECT_EQ(KindOf(unread), FailureKind::kNeverStarted);
+  WorkerExit failed_too = unread;
+  failed_too.exit_code = 2;
+  EXPECT_EQ(KindOf(failed_too), FailureKind::kExit);
+  FailureMessageSources sources;
+  sources.stderr_tail = {"last line"};
+  const std::string message = FailureMessage(unread, sources);
+  EXPECT_EQ(message, "it ended without reading the start handed to its --preload spare");
+  const rendezvous::WorkerFailure f = ReportOf(unread, Context(CrashLoop::kStop, message));
+  EXPECT_EQ(f.exit_code, 0);
+  EXPECT_EQ(f.cause_kind, rendezvous::Cause::kExit);
+  EXPECT_EQ(f.message, message);
+  EXPECT_EQ(f.signature, "");
+  const StepEvent step = FailureStepOf(unread, 7, "n1");
+  EXPECT_EQ(step.cause, rendezvous::Cause::kWorkerExit);
+  EXPECT_EQ(step.detail,
+            "exited 0 before it started (it ended without reading the start handed to its "
+            "--preload spare)");
+  WorkerExit no_hello = Exited(0);
+  no_hello.never_started = NeverStarted::kNoHello;
+  EXPECT_THAT(FailureMessage(no_hello, sources), ::testing::HasSubstr("before its hello"));
+}
+
 }  // namespace
 }  // namespace ddprun::launcher

@@ -116,7 +116,10 @@ TEST(ParseRdzvConfTest, LivenessIsUnsetUnlessGivenAndItsKeysAreRead) {
                                                {"liveness_observers", "1"}});
   ASSERT_TRUE(on.ok()) << on.status();
   const rendezvous::LivenessSettings& l = on->timeouts.liveness;
-  EXPECT_EQ(on->liveness, std::optional<bool>(true));
+  EXPECT_EQ(on->liveness, std::optional<rendezvous::LivenessMode>(rendezvous::LivenessMode::kOn));
+  absl::StatusOr<RdzvConf> automatic = ParseRdzvConf({{"liveness", "auto"}});
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ(automatic->liveness, rendezvous::LivenessMode::kAuto);
   EXPECT_EQ(l.interval, std::chrono::milliseconds(50));
   EXPECT_DOUBLE_EQ(l.phi, 10.5);
   EXPECT_EQ(l.pause, std::chrono::milliseconds(200));

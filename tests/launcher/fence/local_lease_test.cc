@@ -60,19 +60,49 @@ TEST(LocalLeaseTest, AnOlderAnswerNeverShortensIt) {
 }
 
 // With the liveness path on, the stream's answers keep the lease (with its long length) until
-// the first liveness ack, which replaces their end with the short one; after it the stream
-// renews nothing, or a frozen node's workers could commit for the stream's length after a wake.
-TEST(LocalLeaseTest, TheFirstLivenessAckTakesOverFromTheStream) {
+// a liveness ack offers the silence verdict, which replaces their end with the short one; after
+// it the stream renews nothing, or a frozen node's workers could commit for the stream's length
+// after a wake.
+TEST(LocalLeaseTest, AnAckOfferingTheSilenceVerdictTakesOverFromTheStream) {
   auto lease = NewLease(12500ms, 232ms);
   ASSERT_NE(lease, nullptr);
   lease->Renew(TimePoint(10s), Voucher::kStream);
   EXPECT_EQ(lease->valid_until_ns(), Ns(TimePoint(10s) + 12500ms));
-  lease->Renew(TimePoint(11s), Voucher::kLiveness);
+  lease->Renew(TimePoint(11s), Voucher::kLivenessBySilence);
   EXPECT_EQ(lease->valid_until_ns(), Ns(TimePoint(11s) + 232ms));
   lease->Renew(TimePoint(12s), Voucher::kStream);  // no longer renews
   EXPECT_EQ(lease->valid_until_ns(), Ns(TimePoint(11s) + 232ms));
-  lease->Renew(TimePoint(11s) + 20ms, Voucher::kLiveness);
+  lease->Renew(TimePoint(11s) + 20ms, Voucher::kLivenessBySilence);
   EXPECT_EQ(lease->valid_until_ns(), Ns(TimePoint(11s) + 252ms));
+}
+
+// Acks under the lease's verdict (liveness=auto with no spare ready) leave the stream in
+// charge: its answers every keep_alive_interval keep the workers' lease valid in between.
+TEST(LocalLeaseTest, AcksUnderTheLeasesVerdictLeaveTheStreamsLease) {
+  auto lease = NewLease(12500ms, 232ms);
+  ASSERT_NE(lease, nullptr);
+  lease->Renew(TimePoint(10s), Voucher::kStream);
+  lease->Renew(TimePoint(11s), Voucher::kLivenessByLease);
+  EXPECT_EQ(lease->valid_until_ns(), Ns(TimePoint(10s) + 12500ms));
+  lease->Renew(TimePoint(15s), Voucher::kStream);
+  EXPECT_EQ(lease->valid_until_ns(), Ns(TimePoint(15s) + 12500ms));
+}
+
+// The offer withdrawn (the spare was taken): the lease follows the stream again, from its latest
+// answer, including one that came while the liveness acks ruled; the server's lease of this node
+// runs from no earlier than that answer's heartbeat.
+TEST(LocalLeaseTest, AWithdrawnOfferHandsTheLeaseBackToTheStream) {
+  auto lease = NewLease(12500ms, 232ms);
+  ASSERT_NE(lease, nullptr);
+  lease->Renew(TimePoint(10s), Voucher::kStream);
+  lease->Renew(TimePoint(11s), Voucher::kLivenessBySilence);
+  lease->Renew(TimePoint(15s), Voucher::kStream);  // remembered, not applied
+  EXPECT_EQ(lease->valid_until_ns(), Ns(TimePoint(11s) + 232ms));
+  lease->Renew(TimePoint(16s), Voucher::kLivenessByLease);
+  EXPECT_EQ(lease->valid_until_ns(), Ns(TimePoint(15s) + 12500ms));
+  // Offered again: the short lease replaces the stream's end at once.
+  lease->Renew(TimePoint(17s), Voucher::kLivenessBySilence);
+  EXPECT_EQ(lease->valid_until_ns(), Ns(TimePoint(17s) + 232ms));
 }
 
 // Datagrams that never get through (an older server, UDP filtered): the stream's answers go on
@@ -143,7 +173,7 @@ TEST(LeaseLengthTest, EndsHalfAnIntervalBeforeTheServersLease) {
 
 TEST(LeaseLengthTest, WithLivenessItEndsBeforeTheDetectorCanDeclareTheNode) {
   rendezvous::RunTimeouts t;
-  t.liveness.enabled = true;
+  t.liveness.mode = rendezvous::LivenessMode::kAuto;
   // pause 120 ms + z(phi 8) = 5.61 x the 20 ms floor: the server's detector suspects no sooner
   // after a heartbeat's arrival, so a lease from that heartbeat's send time ends first.
   const Duration length = LeaseLength(t);

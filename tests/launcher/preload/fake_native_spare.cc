@@ -6,8 +6,15 @@
 //             exits with $EXIT_CODE of that environment (0 when unset);
 //   silent    says nothing and waits for the hand-over as "ready" does (a spare still importing);
 //   failed    says its warm-up failed and waits for the end of its socket;
-//   exit:N    exits N at once, before saying anything.
+//   exit:N    exits N at once, before saying anything;
+//   unread    says "ready", waits until the hand-over has arrived and exits 0 without reading it
+//             (what the issue 40 race did: a spare that took the start for ddprun's end);
+//   unread-once:PATH
+//             as "unread" the first time (it creates PATH), as "ready" once PATH exists; not a
+//             spare (a cold start), prints "worker MARK=cold" and exits 0.
 // End of file on the socket before a hand-over: exits 0 (ddprun is gone).
+#include <fcntl.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -40,18 +47,46 @@ int BecomeWorker(int socket) {
   return code;
 }
 
+// Says "ready", then exits 0 once the hand-over is there (or ddprun is gone), leaving it unread.
+// Under ddprun the hand-over may come, and ddprun's end close, before "ready" is sent: a failed
+// send is no error then.
+int LeaveUnread(int socket) {
+  ddprun::SendWithFds(socket, "ready", {});
+  pollfd p{socket, POLLIN, 0};
+  while (poll(&p, 1, -1) < 0) {
+  }
+  return 0;
+}
+
+// Whether this is the first call for `path` (which it creates).
+bool FirstTime(const std::string& path) {
+  const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  close(fd);
+  return true;
+}
+
 }  // namespace
 
 int main() {
   const char* fd_text = std::getenv("DDPRUN_PRELOAD_FD");
   const char* mode_text = std::getenv("FAKE_SPARE");
-  int socket = -1;
-  if (fd_text == nullptr || !absl::SimpleAtoi(fd_text, &socket)) return 92;  // not a spare
   const std::string mode = mode_text == nullptr ? "" : mode_text;
+  constexpr char kUnreadOnce[] = "unread-once:";
+  const bool unread_once = mode.rfind(kUnreadOnce, 0) == 0;
+  int socket = -1;
+  if (fd_text == nullptr || !absl::SimpleAtoi(fd_text, &socket)) {  // not a spare
+    if (!unread_once) return 92;
+    std::printf("worker MARK=cold\n");
+    return 0;
+  }
   int code = 0;
   if (mode.rfind("exit:", 0) == 0 && absl::SimpleAtoi(mode.substr(5), &code)) return code;
-  if (mode == "ready") {
-    if (ddprun::SendWithFds(socket, "ready", {}) < 0) return 93;
+  if (mode == "unread" || (unread_once && FirstTime(mode.substr(sizeof(kUnreadOnce) - 1)))) {
+    return LeaveUnread(socket);
+  }
+  if (mode == "ready" || unread_once) {
+    if (ddprun::SendWithFds(socket, "ready", {}) < 0 && !unread_once) return 93;
     return BecomeWorker(socket);
   }
   if (mode == "silent") return BecomeWorker(socket);

@@ -137,6 +137,46 @@ TEST_F(SparePoolTest, HandsTheStartToTheReadySpareWithItsEnvironmentAndOutput) {
   EXPECT_GT(next, 0);
 }
 
+// Issue 40: a spare that ends without reading the start handed to it never began that start;
+// the receipt says so once it has exited, and lets go of the start's output descriptors.
+TEST_F(SparePoolTest, ReceiptTellsAStartTheSpareNeverReadFromOneItTook) {
+  for (const std::string mode : {"unread", "ready"}) {
+    SCOPED_TRACE(mode);
+    if (pool_) runner_.Call([&] { pool_.reset(); });
+    MakePool(SpareHook::kNativeProgram);
+    ASSERT_TRUE(Start({NativeSpare(mode)}).ok());
+    const pid_t spare = WaitForSpare(0);
+    ASSERT_GT(spare, 0);
+    ASSERT_TRUE(WaitUntil([&] { return SpareReady(0); }, kTimeout)) << log_.text();
+    int out[2];
+    ASSERT_EQ(pipe2(out, O_CLOEXEC), 0);
+    SpawnRequest start = NativeSpare(mode);
+    start.stdout_fd = start.stderr_fd = out[1];
+    HandOverReceipt receipt;
+    absl::StatusOr<pid_t> worker = runner_.Call([&] { return pool_->Launch(0, start, &receipt); });
+    close(out[1]);
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    ASSERT_EQ(*worker, spare);
+    int status = 0;
+    EXPECT_FALSE(Reap(spare, &status));
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+    EXPECT_EQ(receipt.Settle(), mode == "unread" ? HandOver::kUnread : HandOver::kTaken);
+    EXPECT_EQ(receipt.Settle(), HandOver::kNone) << "settled once";
+    EXPECT_EQ(ReadUntilEof(out[0]), mode == "unread" ? "" : "worker MARK=(unset)\n");
+    close(out[0]);
+  }
+  HandOverReceipt cold;
+  absl::StatusOr<pid_t> other = runner_.Call([&] {
+    SpawnRequest r = NativeSpare("exit:0");
+    r.argv.push_back("--other-flag");
+    return pool_->Launch(0, r, &cold);
+  });
+  ASSERT_TRUE(other.ok()) << other.status();
+  EXPECT_FALSE(Reap(*other));
+  EXPECT_EQ(cold.Settle(), HandOver::kNone) << "a cold start";
+}
+
 TEST_F(SparePoolTest, DifferentCommandStartsColdAndKeepsTheSpare) {
   MakePool(SpareHook::kNativeProgram);
   ASSERT_TRUE(Start({NativeSpare("ready")}).ok());

@@ -56,7 +56,7 @@ TEST(RendezvousSetupTest, EtcdGetsTheSameTimeouts) {
 TEST(RendezvousSetupTest, EtcdRefusesLivenessOnSayingTheLeaseDecidesThere) {
   LaunchOptions o = C10d(RestartMode::kCold);
   o.rdzv_endpoint = "10.9.9.9:2379";
-  o.rdzv.liveness = true;
+  o.rdzv.liveness = rendezvous::LivenessMode::kOn;
   auto etcd = MakeEtcdSettings(o);
   ASSERT_FALSE(etcd.ok());
   EXPECT_EQ(etcd.status().code(), absl::StatusCode::kInvalidArgument);
@@ -64,26 +64,36 @@ TEST(RendezvousSetupTest, EtcdRefusesLivenessOnSayingTheLeaseDecidesThere) {
   // c10d carries it to the server.
   auto c10d = MakeC10dSettings(o, HostInfo{});
   ASSERT_TRUE(c10d.ok()) << c10d.status();
-  EXPECT_TRUE(c10d->timeouts.liveness.enabled);
+  EXPECT_EQ(c10d->timeouts.liveness.mode, rendezvous::LivenessMode::kOn);
+  o.rdzv.liveness = rendezvous::LivenessMode::kAuto;
+  auto etcd_auto = MakeEtcdSettings(o);
+  ASSERT_FALSE(etcd_auto.ok());
+  EXPECT_THAT(etcd_auto.status().message(), HasSubstr("--rdzv-conf liveness=auto: the etcd"));
 }
 
-// Unset, the liveness path is off (the default waits for failover on its verdict, design §3a);
-// etcd refuses only an explicit on, not the default it cannot take.
-TEST(RendezvousSetupTest, LivenessIsOffUnlessAsked) {
+// Unset, a multi-node run has the liveness path in auto (the detector decides a member's loss
+// only while a spare stands ready, design §3a), a single node none; etcd refuses an explicit
+// on or auto, not the default it cannot take.
+TEST(RendezvousSetupTest, LivenessIsAutoForSeveralNodesUnlessSaidOtherwise) {
   LaunchOptions o = C10d(RestartMode::kCold);
   o.min_nodes = 1;
   o.max_nodes = 3;
   auto unset = MakeC10dSettings(o, HostInfo{});
   ASSERT_TRUE(unset.ok()) << unset.status();
-  EXPECT_FALSE(unset->timeouts.liveness.enabled);
-  o.rdzv.liveness = true;
+  EXPECT_EQ(unset->timeouts.liveness.mode, rendezvous::LivenessMode::kAuto);
+  o.max_nodes = 1;
+  auto single = MakeC10dSettings(o, HostInfo{});
+  ASSERT_TRUE(single.ok()) << single.status();
+  EXPECT_EQ(single->timeouts.liveness.mode, rendezvous::LivenessMode::kOff);
+  o.max_nodes = 3;
+  o.rdzv.liveness = rendezvous::LivenessMode::kOn;
   auto three = MakeC10dSettings(o, HostInfo{});
   ASSERT_TRUE(three.ok()) << three.status();
-  EXPECT_TRUE(three->timeouts.liveness.enabled);
-  o.rdzv.liveness = false;
+  EXPECT_EQ(three->timeouts.liveness.mode, rendezvous::LivenessMode::kOn);
+  o.rdzv.liveness = rendezvous::LivenessMode::kOff;
   auto off = MakeC10dSettings(o, HostInfo{});
   ASSERT_TRUE(off.ok()) << off.status();
-  EXPECT_FALSE(off->timeouts.liveness.enabled);
+  EXPECT_EQ(off->timeouts.liveness.mode, rendezvous::LivenessMode::kOff);
   o.rdzv.liveness.reset();
   o.rdzv_endpoint = "10.9.9.9:2379";
   EXPECT_TRUE(MakeEtcdSettings(o).ok());

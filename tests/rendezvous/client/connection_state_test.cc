@@ -84,7 +84,7 @@ class Driver {
     w.liveness.port = 4711;
     w.liveness.node_index = node_index;
     w.liveness.salt = "salt";
-    w.liveness.settings.enabled = true;
+    w.liveness.settings.mode = LivenessMode::kOn;
     return Say(w);
   }
   // An assignment of round `round` whose members are `members` (node id, addr) in group-rank

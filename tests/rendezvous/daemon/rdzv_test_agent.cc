@@ -134,7 +134,9 @@ int main(int argc, char** argv) {
   options.timeouts.last_call_timeout = ms(last_call);
   options.timeouts.keep_alive_interval = ms(keep_alive);
   options.timeouts.keep_alive_max_attempt = keep_alive_attempts;
-  options.timeouts.liveness.enabled = liveness == "on";
+  options.timeouts.liveness.mode = liveness == "on"     ? ddprun::rendezvous::LivenessMode::kOn
+                                   : liveness == "auto" ? ddprun::rendezvous::LivenessMode::kAuto
+                                                        : ddprun::rendezvous::LivenessMode::kOff;
   options.timeouts.liveness.interval = std::chrono::milliseconds(liveness_interval_ms);
 
   sigset_t signals;

@@ -36,10 +36,14 @@ const LivenessKey& Key() {
 }
 
 TEST(LivenessPacketTest, RoundTripsEveryFieldInAFixedLittleEndianLayout) {
-  const PacketBytes b = Encode(Heartbeat(5), Key());
+  LivenessPacket sent = Heartbeat(5);
+  sent.verdict = SilenceVerdict::kBySilence;
+  const PacketBytes b = Encode(sent, Key());
   ASSERT_EQ(b.size(), 52u);
   EXPECT_EQ(std::memcmp(b.data(), "DDPL", 4), 0);
   EXPECT_EQ(b[4], kPacketVersion);
+  EXPECT_EQ(b[6], 1);  // the verdict
+  EXPECT_EQ(b[7], 0);
   EXPECT_EQ(b[8], 7);      // node index, little-endian
   EXPECT_EQ(b[12], 0x88);  // incarnation's low byte first
   EXPECT_EQ(b[20], 5);     // seq
@@ -49,6 +53,7 @@ TEST(LivenessPacketTest, RoundTripsEveryFieldInAFixedLittleEndianLayout) {
   EXPECT_EQ(p->incarnation, 0x1122334455667788ULL);
   EXPECT_EQ(p->seq, 5u);
   EXPECT_EQ(p->echo, 4u);
+  EXPECT_EQ(p->verdict, SilenceVerdict::kBySilence);
   EXPECT_EQ(PeekNodeIndex(b.data(), b.size()), 7u);
 }
 

@@ -406,18 +406,23 @@ TEST(AgentStateInProcessTest, TheNextAssignmentReformsStartingExactlyTheDeadRank
   EXPECT_EQ(sm.previous_root_cause()->local_rank, 1);
 }
 
-TEST(AgentStateInProcessTest, AReformedGroupRecoversInProcessAgainOnceTheNewWorkersSpeak) {
+// Two speaking workers; local rank 0 failed and round 1 re-formed with its replacement, which has
+// not said hello yet.
+AgentStateMachine ReformedForRank0() {
   AgentStateMachine sm = SpeakingGroup(2);
   sm.OnWorkerExited(ExitOf(0, 1));
   sm.OnAssignment(RoundAssignment(1));
+  return sm;
+}
+
+TEST(AgentStateInProcessTest, AReformedGroupRecoversInProcessAgainOnceTheNewWorkersSpeak) {
+  AgentStateMachine sm = ReformedForRank0();
   // The replacement of local rank 0 has not said hello yet: a failure now is cold.
   auto cold = sm.OnWorkerExited(ExitOf(1, 1));
   EXPECT_EQ(TypesOf(cold), (std::vector<Type>{Type::kReportFailed, Type::kStopWorkers}));
   EXPECT_EQ(sm.phase(), Phase::kStopping);
 
-  AgentStateMachine warm = SpeakingGroup(2);
-  warm.OnWorkerExited(ExitOf(0, 1));
-  warm.OnAssignment(RoundAssignment(1));
+  AgentStateMachine warm = ReformedForRank0();
   warm.OnWorkerSpeaks(0);
   auto actions = warm.OnWorkerExited(ExitOf(1, 1));
   EXPECT_EQ(TypesOf(actions), (std::vector<Type>{Type::kReportFailed, Type::kAbortRound}));
@@ -595,6 +600,50 @@ TEST(AgentStateInProcessTest, EveryWorkerSucceedingEndsTheRunAsInColdMode) {
   auto actions = sm.OnWorkerExited(ExitOf(1, 0));
   EXPECT_EQ(TypesOf(actions), (std::vector<Type>{Type::kReportSucceeded, Type::kExit}));
   EXPECT_EQ(actions[1].exit_code, kExitSuccess);
+}
+
+// Issue 40: the round was re-formed for a replacement, and every other rank waits for it there;
+// one that exits 0 before its hello never joined it. That is a failure (restarted as any other),
+// not one of the node's workers done. Once it has said hello, exit 0 is a success again; a
+// worker of a cold start, of which no hello is expected, succeeds with exit 0 before any.
+TEST(AgentStateInProcessTest, AReplacementThatExitsZeroBeforeItsHelloFailed) {
+  AgentStateMachine sm = ReformedForRank0();
+  auto actions = sm.OnWorkerExited(ExitOf(0, 0));
+  ASSERT_EQ(TypesOf(actions), (std::vector<Type>{Type::kReportFailed, Type::kStopWorkers}));
+  EXPECT_EQ(actions[0].failure.local_rank, 0);
+  EXPECT_EQ(actions[0].failure.never_started, NeverStarted::kNoHello);
+  EXPECT_FALSE(actions[0].failure.ok());
+  ASSERT_TRUE(sm.root_cause().has_value());
+  EXPECT_EQ(sm.root_cause()->never_started, NeverStarted::kNoHello);
+
+  AgentStateMachine spoke = ReformedForRank0();
+  spoke.OnWorkerSpeaks(0);
+  EXPECT_TRUE(spoke.OnWorkerExited(ExitOf(0, 0)).empty());
+  EXPECT_EQ(TypesOf(spoke.OnWorkerExited(ExitOf(1, 0))),
+            (std::vector<Type>{Type::kReportSucceeded, Type::kExit}));
+
+  AgentStateMachine first(2, RestartMode::kInProcess);
+  first.OnAssignment(RoundAssignment(0));
+  EXPECT_TRUE(first.OnWorkerExited(ExitOf(0, 0)).empty());
+  EXPECT_EQ(TypesOf(first.OnWorkerExited(ExitOf(1, 0))),
+            (std::vector<Type>{Type::kReportSucceeded, Type::kExit}));
+}
+
+// A spare that never read the start handed to it (WorkerExit::never_started, from the worker
+// group) failed, whatever the mode: reported as the root cause, never as the node's success.
+TEST(AgentStateTest, AnExitZeroOfAWorkerThatNeverReadItsHandOverIsAFailure) {
+  for (RestartMode mode : {RestartMode::kCold, RestartMode::kInProcess}) {
+    AgentStateMachine sm(1, mode);
+    sm.OnAssignment(RoundAssignment(0));
+    WorkerExit exit = ExitOf(0, 0);
+    exit.never_started = NeverStarted::kHandOverUnread;
+    auto actions = sm.OnWorkerExited(exit);
+    ASSERT_FALSE(actions.empty());
+    EXPECT_EQ(actions[0].type, Type::kReportFailed);
+    for (const AgentAction& a : actions) EXPECT_NE(a.type, Type::kReportSucceeded);
+    ASSERT_TRUE(sm.root_cause().has_value());
+    EXPECT_EQ(sm.root_cause()->never_started, NeverStarted::kHandOverUnread);
+  }
 }
 
 TEST(AgentStateInProcessTest, ColdModeIgnoresSpeakers) {
