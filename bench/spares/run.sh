@@ -6,8 +6,10 @@
 #   bench/spares/run.sh [BUILD_DIR] [OUT_DIR]
 #
 # SPARES_FAULTS (10 per job), SPARES_MODES (in-process,cold), SPARES_KINDS (kill,freeze,cut),
-# SPARES_VARIANTS (spare,no-spare), SPARES_RDZV_CONF (more ddprun --rdzv-conf; default
-# liveness=on, the UDP detector; "" leaves frozen and cut-off hosts to the 2 s lease), SPARES_TORCHRUN (1: the torchrun 2.11 side, 0: not),
+# SPARES_VARIANTS (spare,no-spare), SPARES_RDZV_CONF (more ddprun --rdzv-conf; default none:
+# ddprun's liveness=auto, whose UDP detector finds a frozen or cut-off member while a spare stands
+# ready and leaves it to the 2 s lease without one; liveness=off: the lease always),
+# SPARES_TORCHRUN (1: the torchrun 2.11 side, 0: not),
 # SPARES_TORCHRUN_WORKER (the ddp-train torchrun runs, built against torch 2.11; default
 # build-torch2/bin/ddp-train beside BUILD_DIR, which `make torch2-build` makes),
 # SPARES_TORCHRUN_SHARED_STORE (1: torch 2.11's default shared store, with which a late extra node
@@ -44,7 +46,7 @@ export DDPRUN_BIN_DIR="$PRIVATE/bin"
 echo "bench/spares: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/bench.log"
 "$PRIVATE/bin/spares-bench" --faults "${SPARES_FAULTS:-10}" --modes "${SPARES_MODES:-in-process,cold}" \
   --kinds "${SPARES_KINDS:-kill,freeze,cut}" --variants "${SPARES_VARIANTS:-spare,no-spare}" \
-  --rdzv-conf "${SPARES_RDZV_CONF-liveness=on}" --torchrun "$TORCHRUN" --torchrun-worker "$WORKER" \
+  --rdzv-conf "${SPARES_RDZV_CONF-}" --torchrun "$TORCHRUN" --torchrun-worker "$WORKER" \
   --work-dir "$OUT/work" \
   2>&1 | tee -a "$OUT/bench.log"
 if [ "${SPARES_MATRIX:-1}" = 1 ]; then
