@@ -202,21 +202,16 @@ void SpareCluster::StartNode(int host) {
   nodes_[host].host = host;
   nodes_[host].out_seen = 0;
   nodes_[host].agent = std::make_unique<Subprocess>(
-      AgentArgv(host), std::map<std::string, std::string>{
-                           {"DDPRUN_RDZV_TOKEN", kToken},
-                           {"GLOO_SOCKET_IFNAME", "eth0"},
-                           {"OMP_NUM_THREADS", "1"},
-                           {"TORCHELASTIC_ERROR_FILE", "\x01unset"},
-                           {"LOGLEVEL", "INFO"},
-                           // torchrun logs its redundancy list only at DEBUG, a level its
-                           // rendezvous logger gets from TORCH_LOGS alone.
-                           {"TORCH_LOGS", options_.torchrun.empty() ? "\x01unset" : "+distributed"},
-                           // ddp-train scopes its store keys to TORCHELASTIC_RESTART_COUNT unless
-                           // DDPRUN_ROUND is set, and torchrun counts restarts per agent: the
-                           // extra agent's worker would wait on other keys than the survivors'.
-                           // Without torchrun's shared store each round has a fresh store, so
-                           // one fixed scope is safe.
-                           {"DDPRUN_ROUND", options_.torchrun.empty() ? "\x01unset" : "0"}});
+      AgentArgv(host),
+      std::map<std::string, std::string>{
+          {"DDPRUN_RDZV_TOKEN", kToken},
+          {"GLOO_SOCKET_IFNAME", "eth0"},
+          {"OMP_NUM_THREADS", "1"},
+          {"TORCHELASTIC_ERROR_FILE", "\x01unset"},
+          {"LOGLEVEL", "INFO"},
+          // torchrun logs its redundancy list only at DEBUG, a level its
+          // rendezvous logger gets from TORCH_LOGS alone.
+          {"TORCH_LOGS", options_.torchrun.empty() ? "\x01unset" : "+distributed"}});
 }
 
 std::string SpareCluster::Start(std::chrono::seconds limit) {

@@ -96,7 +96,11 @@ absl::StatusOr<DistEnv> ReadDistEnv(const EnvGetter& getenv) {
   } else if (round.has_value()) {
     env.store_prefix = absl::StrCat("/ddp-train/round_", *round);
   } else {
-    env.store_prefix = absl::StrCat("/ddp-train/restart_", env.restart_count);
+    // Rank 0 hosts a fresh store each round, so no round scope is needed (torch's env:// store
+    // has none either). The restart count would not do as one: a launcher that counts restarts
+    // per agent (torchrun) gives a node that joined later another count than the survivors, and
+    // its worker would wait on keys nobody writes.
+    env.store_prefix = "/ddp-train";
   }
   env.error_file = getenv("TORCHELASTIC_ERROR_FILE").value_or("");
   DDPRUN_ASSIGN_OR_RETURN(env.omp_num_threads, OptionalInt(getenv, "OMP_NUM_THREADS", 1, 4096));
