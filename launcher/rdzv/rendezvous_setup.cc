@@ -169,8 +169,7 @@ absl::StatusOr<EtcdSettings> MakeEtcdSettings(const LaunchOptions& options) {
                      " needs --rdzv-endpoint=HOST:PORT[,HOST:PORT...]"));
   }
   const RdzvConf& conf = options.rdzv;  // parsed and checked with the command line
-  if (conf.liveness == rendezvous::LivenessMode::kOn ||
-      conf.liveness == rendezvous::LivenessMode::kAuto) {
+  if (conf.liveness.value_or(rendezvous::LivenessMode::kOff) != rendezvous::LivenessMode::kOff) {
     // Asked for, not silently different from c10d: etcd's coordinator hosts no liveness socket yet
     // (issue 40's plan, step 8); there, the lease alone finds a silent node.
     return absl::InvalidArgumentError(absl::StrCat(

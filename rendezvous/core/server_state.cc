@@ -359,15 +359,20 @@ void ServerState::AfterEvent(const std::string& run_id, const Outbox& out, TimeP
 void ServerState::OfferVerdicts(Run& run, const Outbox& out) {
   const RunState& state = *run.state;
   if (!state.liveness().on()) return;
-  for (const Outgoing& o : out) {
-    if (state.HasConn(o.conn)) verdict_offers_.emplace_back(o.conn, state.SilenceVerdictOf(o.conn));
-  }
-  // A spare joining, taken or gone changes every member's verdict: each is offered again (one
-  // walk per change of readiness, not per event).
-  const bool ready = state.SpareStandsReady();
-  if (std::exchange(run.spare_stood_ready, ready) == ready) return;
-  for (ConnId conn : state.Conns())
+  auto offer = [&](ConnId conn) {
     verdict_offers_.emplace_back(conn, state.SilenceVerdictOf(conn));
+  };
+  // A spare joining, taken or gone changes every member's verdict: each is offered again (one
+  // walk per change of readiness, not per event). Otherwise only the streams the event spoke to
+  // (a round formed, a node joined) may have another verdict.
+  const bool ready = state.SpareStandsReady();
+  if (std::exchange(run.spare_stood_ready, ready) != ready) {
+    for (ConnId conn : state.Conns()) offer(conn);
+    return;
+  }
+  for (const Outgoing& o : out) {
+    if (state.HasConn(o.conn)) offer(o.conn);
+  }
 }
 
 SilenceVerdict ServerState::SilenceVerdictOf(ConnId conn) const {

@@ -269,7 +269,7 @@ absl::StatusOr<std::optional<StepResult>> ImageNetTrainer::TrainStep(bool stop_v
   if (loss.defined()) loss.backward();
   std::vector<float> control;
   DDPRUN_RETURN_IF_ERROR(sync_->Finish(&control));
-  DDPRUN_RETURN_IF_ERROR(MayUpdate());
+  DDPRUN_RETURN_IF_ERROR(MayCommitStep());
   optimizer_->step();
 
   skipped_images_ += static_cast<int64_t>(control[kSkipped]);

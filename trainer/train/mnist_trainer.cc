@@ -164,7 +164,7 @@ absl::StatusOr<std::optional<StepResult>> MnistTrainer::TrainStep(bool stop_vote
   loss.backward();
   std::vector<float> control;
   DDPRUN_RETURN_IF_ERROR(sync_->Finish(&control));
-  DDPRUN_RETURN_IF_ERROR(MayUpdate());
+  DDPRUN_RETURN_IF_ERROR(MayCommitStep());
   optimizer_->Step();
   StepResult step;
   step.consumed = static_cast<int64_t>(end - begin) * world();

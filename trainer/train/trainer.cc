@@ -216,7 +216,7 @@ absl::StatusOr<bool> Trainer::TrainEpoch(int64_t* samples, double* train_s) {
     // ranks waiting for it inside the next one, which is how ddprun names the straggler.
     step_reports_.Report(state_.global_step + 1);
     // Before the step's collectives: a worker of a node given up meets nobody's group.
-    DDPRUN_RETURN_IF_ERROR(commit_guard_.MayCommit(absl::StrCat("step ", state_.global_step + 1)));
+    DDPRUN_RETURN_IF_ERROR(MayCommitStep());
     std::optional<StepUndo> undo;
     if (control_ != nullptr) {
       // A round can end without any collective of this rank failing (world size 1, or between
@@ -232,7 +232,7 @@ absl::StatusOr<bool> Trainer::TrainEpoch(int64_t* samples, double* train_s) {
     absl::StatusOr<std::optional<StepResult>> result = TrainStep(stop_vote);
     if (stop_ != nullptr) stop_->StepEnded();
     if (!result.ok()) {
-      // The optimizer update comes after the gradient all-reduce and MayUpdate, so a failed or
+      // The optimizer update comes after the gradient all-reduce and MayCommitStep, so a failed or
       // refused step never made one; what the step did change before it is put back.
       if (undo.has_value()) undo->Apply(Model().parameters());
       return result.status();
@@ -261,7 +261,7 @@ absl::StatusOr<bool> Trainer::TrainEpoch(int64_t* samples, double* train_s) {
   return stop;
 }
 
-absl::Status Trainer::MayUpdate() {
+absl::Status Trainer::MayCommitStep() {
   return commit_guard_.MayCommit(absl::StrCat("step ", state_.global_step + 1));
 }
 

@@ -111,11 +111,13 @@ class Trainer {
   void Log(const std::string& line) {
     if (leader()) log_ << line << std::endl;
   }
-  // TrainStep calls it between the gradient all-reduce and the optimizer update: a step that
-  // ran across a stop of this host (SIGSTOP, a frozen VM) makes no update, as its node may have
-  // been given up and its ranks taken over meanwhile. After the update it would be too late: the
-  // step would not be counted while its update stayed in the parameters and the optimizer.
-  absl::Status MayUpdate();
+  // Whether the next step may go on past the local lease (CommitGuard). Asked before the step's
+  // collectives (a worker of a node given up meets nobody's group), and by TrainStep between the
+  // gradient all-reduce and the optimizer update: a step that ran across a stop of this host
+  // (SIGSTOP, a frozen VM) makes no update, as its node may have been given up and its ranks
+  // taken over meanwhile. After the update it would be too late: the step would not be counted
+  // while its update stayed in the parameters and the optimizer.
+  absl::Status MayCommitStep();
 
   const TrainOptions& options_;
   const DistEnv& env_;
