@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -112,6 +114,7 @@ class Tally {
 struct LivenessJoin {
   std::atomic<int> port{0};
   uint32_t index = 0;
+  int interval_ms = 0;  // the run's, as the server fitted it to the run's size
   std::optional<PacketMac> mac;
 };
 
@@ -133,17 +136,24 @@ uint64_t SendLivenessHeartbeats(const std::string& host, std::vector<LivenessJoi
       for (size_t i = t; i < joins.size(); i += threads) mine.push_back(i);
       std::vector<uint64_t> seq(mine.size(), 0);
       // 1 ms slices: each sends the agents whose turn in the interval falls in it.
+      // Each slice sends its share, the fraction carried over: with fewer agents than slices, one
+      // every few slices, not one every slice.
       const int slices = std::max<int>(1, static_cast<int>(interval.count()));
-      const size_t per_slice = (mine.size() + slices - 1) / slices;
+      const double per_slice = static_cast<double>(mine.size()) / slices;
+      const auto most = static_cast<size_t>(std::ceil(per_slice));
+      double owed = 0;
       size_t next = 0;
-      std::vector<PacketBytes> out(per_slice);
-      std::vector<iovec> iov(per_slice);
-      std::vector<mmsghdr> msgs(per_slice);
+      std::vector<PacketBytes> out(most);
+      std::vector<iovec> iov(most);
+      std::vector<mmsghdr> msgs(most);
       uint8_t ack[kPacketBytes + 1];
       auto slice_at = Clock::now();
       while (Clock::now() < until) {
+        owed += per_slice;
+        const size_t due = std::min(most, static_cast<size_t>(owed));
+        owed -= static_cast<double>(due);
         size_t n = 0;
-        for (; n < per_slice && !mine.empty(); ++n, next = (next + 1) % mine.size()) {
+        for (; n < due && !mine.empty(); ++n, next = (next + 1) % mine.size()) {
           LivenessPacket p;
           p.node_index = joins[mine[next]].index;
           p.incarnation = 1;
@@ -279,6 +289,7 @@ int Main(int argc, char** argv) {
   bool scrape_http = false;
   bool liveness = false;
   int liveness_interval_ms = 20, liveness_threads = 2;
+  int64_t liveness_max_rate = LivenessSettings{}.max_rate;
   CLI::App app{"rendezvous load generator"};
   app.add_option("--agents", agents, "simulated agents (one stream each)");
   app.add_option("--channels", channels, "TCP connections the streams share");
@@ -293,7 +304,9 @@ int Main(int argc, char** argv) {
   app.add_flag("--liveness", liveness,
                "the run has the liveness path on; its heartbeat phase sends datagrams");
   app.add_option("--liveness-interval-ms", liveness_interval_ms,
-                 "the run's liveness heartbeat interval");
+                 "the liveness heartbeat interval asked (the server may stretch it)");
+  app.add_option("--liveness-max-rate", liveness_max_rate,
+                 "the run's liveness_max_rate (heartbeats a second the server takes)");
   app.add_option("--liveness-threads", liveness_threads, "sockets sending the datagrams");
   CLI11_PARSE(app, argc, argv);
 
@@ -312,6 +325,13 @@ int Main(int argc, char** argv) {
     daemon = *d;
     endpoint = daemon.endpoint;
   }
+  // Whichever way this ends, the daemon goes with it (an orphan would keep the caller's pipe open).
+  absl::Cleanup stop_daemon = [&daemon] {
+    if (daemon.pid <= 0) return;
+    kill(daemon.pid, SIGTERM);
+    int status = 0;
+    waitpid(daemon.pid, &status, 0);
+  };
 
   std::unique_ptr<Scraper> scraper;
   if (daemon.http_port > 0) scraper = std::make_unique<Scraper>(daemon.http_port, token);
@@ -327,10 +347,14 @@ int Main(int argc, char** argv) {
 
   RunTimeouts timeouts;
   timeouts.keep_alive_interval = std::chrono::milliseconds(static_cast<int>(keep_alive * 1000));
-  timeouts.keep_alive_max_attempt = 10;
+  // The lease outlasts the liveness phase, in which the simulated agents send no gRPC heartbeat:
+  // a loss there is the liveness path's, never the lease's.
+  timeouts.keep_alive_max_attempt =
+      std::max(10, static_cast<int>(std::ceil((heartbeat_seconds + 5) / keep_alive)));
   timeouts.last_call_timeout = std::chrono::seconds(0);
   timeouts.liveness.mode = liveness ? LivenessMode::kOn : LivenessMode::kOff;
   timeouts.liveness.interval = std::chrono::milliseconds(liveness_interval_ms);
+  timeouts.liveness.max_rate = liveness_max_rate;
   std::vector<LivenessJoin> liveness_joins(agents);
   Tally tally;
   std::vector<std::unique_ptr<AgentCall>> calls;
@@ -342,6 +366,7 @@ int Main(int argc, char** argv) {
         [&tally, &lj = liveness_joins[i]](proto::ServerMessage m) {
           if (m.has_joined() && m.joined().liveness_port() > 0) {
             lj.index = m.joined().liveness_node_index();
+            lj.interval_ms = static_cast<int>(m.joined().liveness().interval_ms());
             lj.mac.emplace(
                 DeriveLivenessKey(m.joined().member_key(), m.joined().liveness_salt(), lj.index));
             lj.port = m.joined().liveness_port();  // last: the sender threads read it after
@@ -441,19 +466,20 @@ int Main(int argc, char** argv) {
         return 1;
       }
     }
+    // What the server told the agents: it stretches the interval asked for a large run.
+    const int interval_ms = liveness_joins[0].interval_ms;
     const int restarts_before = tally.restarts();
     const double cpu0 = daemon.pid > 0 ? ProcessCpuSeconds(daemon.pid) : 0;
     const auto l0 = Clock::now();
     uint64_t sent = 0;
-    const uint64_t acks =
-        SendLivenessHeartbeats(endpoint.substr(0, endpoint.rfind(':')), liveness_joins,
-                               std::chrono::milliseconds(liveness_interval_ms), heartbeat_seconds,
-                               liveness_threads, &sent);
+    const uint64_t acks = SendLivenessHeartbeats(
+        endpoint.substr(0, endpoint.rfind(':')), liveness_joins,
+        std::chrono::milliseconds(interval_ms), heartbeat_seconds, liveness_threads, &sent);
     const double elapsed = Seconds(Clock::now() - l0);
     std::printf(
-        "liveness: %d agents every %d ms (%.0f datagrams/s asked): sent %.0f/s, acked %.0f/s "
+        "liveness: %d agents every %d ms (asked %d; %.0f datagrams/s): sent %.0f/s, acked %.0f/s "
         "(%.1f%%)",
-        agents, liveness_interval_ms, agents * 1000.0 / liveness_interval_ms, sent / elapsed,
+        agents, interval_ms, liveness_interval_ms, agents * 1000.0 / interval_ms, sent / elapsed,
         acks / elapsed, sent > 0 ? 100.0 * acks / sent : 0.0);
     if (daemon.pid > 0) {
       std::printf(": server CPU %.1f%% of one core",
@@ -470,11 +496,6 @@ int Main(int argc, char** argv) {
   scraper.reset();
   for (auto& call : calls) call->Cancel();
   for (auto& call : calls) call->done().WaitForNotification();
-  if (daemon.pid > 0) {
-    kill(daemon.pid, SIGTERM);
-    int status = 0;
-    waitpid(daemon.pid, &status, 0);
-  }
   return 0;
 }
 

@@ -437,7 +437,8 @@ constexpr FlagDef kFlags[] = {
      "path and refuses auto and on): heartbeat datagrams to the server; a silent member is "
      "lost in ~0.25 s while a spare stands ready to take its place (auto) or always (on), "
      "else by its lease; with liveness_interval_ms (20), liveness_phi (8), liveness_pause_ms "
-     "(120), liveness_min_sd_ms (20), liveness_observers (1, the only value so far).",
+     "(120), liveness_min_sd_ms (20), liveness_max_rate (100000 heartbeats a second per run: "
+     "a larger run heartbeats more slowly), liveness_observers (1, the only value so far).",
      ApplyRdzvConf},
     {"standalone", "", true, "One node: a private rendezvous on loopback, random port and run id.",
      ApplyBool<&LaunchOptions::standalone>},

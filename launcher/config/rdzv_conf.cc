@@ -98,6 +98,9 @@ absl::StatusOr<bool> ParseLivenessKey(const std::string& key, const std::string&
     DDPRUN_ASSIGN_OR_RETURN(c->timeouts.liveness.pause, Millis(key, value, 0, 60000));
   } else if (key == "liveness_min_sd_ms") {
     DDPRUN_ASSIGN_OR_RETURN(c->timeouts.liveness.min_sd, Millis(key, value, 1, 60000));
+  } else if (key == "liveness_max_rate") {
+    DDPRUN_ASSIGN_OR_RETURN(c->timeouts.liveness.max_rate,
+                            ParseInt("--rdzv-conf liveness_max_rate", value, 100, 10000000));
   } else if (key == "liveness_observers") {
     DDPRUN_ASSIGN_OR_RETURN(int64_t n, ParseInt("--rdzv-conf liveness_observers", value, 1, 64));
     c->timeouts.liveness.observers = static_cast<int>(n);
@@ -220,7 +223,8 @@ std::string UnknownKeyWarning(const std::string& key, const std::string& value) 
       "token_file, tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name, protocol, "
       "etcd_prefix, etcd_user, etcd_password_file, http_port, http_host, static_coordination, "
       "static_port, liveness, liveness_interval_ms, liveness_phi, liveness_pause_ms, "
-      "liveness_min_sd_ms, liveness_observers, and torchrun's cacert, ca_cert, cert, ssl_cert, "
+      "liveness_min_sd_ms, liveness_max_rate, liveness_observers, and torchrun's cacert, ca_cert, "
+      "cert, ssl_cert, "
       "key, ssl_cert_key, "
       "heartbeat_timeout, store_type, use_libuv");
 }

@@ -3,6 +3,7 @@
 #ifndef DDPRUN_RENDEZVOUS_API_RUN_CONFIG_H_
 #define DDPRUN_RENDEZVOUS_API_RUN_CONFIG_H_
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -49,7 +50,26 @@ struct LivenessSettings {
   // Observers that must agree before a silent node is lost. Only the server observes today, so
   // 1 is the only value accepted (ring observers: issue 40's plan, step 5).
   int observers = 1;
+  // Heartbeats a second the server takes from one run at most: a run too large for `interval`
+  // within it heartbeats more slowly (LivenessForRunOf). At about 6 us of server CPU a datagram
+  // (bench/rendezvous/RESULTS.md), 100,000/s is 0.6 of a core: 10,000 agents at 100 ms.
+  int64_t max_rate = 100000;
 };
+
+// The settings a run of at most `max_nodes` agents runs with: `asked`, with the interval
+// stretched where max_nodes heartbeats every asked.interval would exceed asked.max_rate (the
+// server decides it and tells every agent in Joined; a run up to 2,000 nodes keeps 20 ms at the
+// defaults). The pause and the spread floor stay: the local lease (launcher/fence/) and the
+// earliest suspicion do not depend on the interval.
+inline LivenessSettings LivenessForRunOf(const LivenessSettings& asked, int max_nodes) {
+  LivenessSettings run = asked;
+  if (max_nodes <= 0 || asked.max_rate <= 0) return run;
+  const auto at_rate = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(
+      static_cast<double>(max_nodes) / static_cast<double>(asked.max_rate)));
+  const Duration whole_ms = std::chrono::ceil<std::chrono::milliseconds>(at_rate);
+  run.interval = std::max(asked.interval, whole_ms);
+  return run;
+}
 
 // kInvalidArgument naming the first bad setting by its --rdzv-conf key; OK otherwise. The
 // ranges keep the detector's model sane (phi_accrual.h: ValidateAccrualOptions) and the packet
@@ -71,6 +91,9 @@ inline absl::Status ValidateLivenessSettings(const LivenessSettings& l) {
   }
   if (l.min_sd < milliseconds(1) || l.min_sd > seconds(60)) {
     return bad("liveness_min_sd_ms", ms(l.min_sd), "1 to 60000");
+  }
+  if (l.max_rate < 100 || l.max_rate > 10000000) {
+    return bad("liveness_max_rate", std::to_string(l.max_rate), "100 to 10000000");
   }
   if (l.observers != 1) {
     return bad("liveness_observers", std::to_string(l.observers),

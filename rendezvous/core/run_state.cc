@@ -38,6 +38,13 @@ void PushBounded(Container* newest, typename Container::value_type value, size_t
   newest->push_back(std::move(value));
 }
 
+// The first agent's timeouts, with the liveness path's rate fitted to the run's size: what every
+// agent is told in Joined and what the server's detectors expect.
+RunTimeouts TimeoutsForRunOf(RunTimeouts asked, int max_nodes) {
+  asked.liveness = LivenessForRunOf(asked.liveness, max_nodes);
+  return asked;
+}
+
 }  // namespace
 
 RunState::RunState(const JoinRequest& first, TimePoint now, RoundQuorum quorum)
@@ -46,7 +53,7 @@ RunState::RunState(const JoinRequest& first, TimePoint now, RoundQuorum quorum)
       max_nodes_(first.node.max_nodes),
       nproc_per_node_(first.node.nproc_per_node),
       max_restarts_(first.node.max_restarts),
-      timeouts_(first.timeouts),
+      timeouts_(TimeoutsForRunOf(first.timeouts, first.node.max_nodes)),
       creator_(absl::StrCat("node ", first.node.node_id, " on ", first.node.hostname)),
       quorum_(quorum) {
   join_deadline_ = now + timeouts_.join_timeout;

@@ -72,6 +72,7 @@ proto::LivenessConf ToProto(const LivenessSettings& l) {
   p.set_pause_ms(Millis(l.pause));
   p.set_min_sd_ms(Millis(l.min_sd));
   p.set_observers(l.observers);
+  p.set_max_rate(l.max_rate);
   return p;
 }
 
@@ -86,6 +87,7 @@ LivenessSettings FromProto(const proto::LivenessConf& p) {
   if (p.pause_ms() != 0) l.pause = milliseconds(p.pause_ms());
   if (p.min_sd_ms() != 0) l.min_sd = milliseconds(p.min_sd_ms());
   if (p.observers() != 0) l.observers = p.observers();
+  if (p.max_rate() != 0) l.max_rate = p.max_rate();
   return l;
 }
 

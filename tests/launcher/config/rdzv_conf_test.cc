@@ -113,6 +113,7 @@ TEST(ParseRdzvConfTest, LivenessIsUnsetUnlessGivenAndItsKeysAreRead) {
                                                {"liveness_phi", "10.5"},
                                                {"liveness_pause_ms", "200"},
                                                {"liveness_min_sd_ms", "30"},
+                                               {"liveness_max_rate", "250000"},
                                                {"liveness_observers", "1"}});
   ASSERT_TRUE(on.ok()) << on.status();
   const rendezvous::LivenessSettings& l = on->timeouts.liveness;
@@ -125,6 +126,7 @@ TEST(ParseRdzvConfTest, LivenessIsUnsetUnlessGivenAndItsKeysAreRead) {
   EXPECT_EQ(l.pause, std::chrono::milliseconds(200));
   EXPECT_EQ(l.min_sd, std::chrono::milliseconds(30));
   EXPECT_EQ(l.observers, 1);
+  EXPECT_EQ(l.max_rate, 250000);
   EXPECT_TRUE(on->unknown_keys.empty());
 }
 
@@ -137,6 +139,8 @@ TEST(ParseRdzvConfTest, BadLivenessValuesNameTheKey) {
                                                         {"liveness_phi", "nan"},
                                                         {"liveness_pause_ms", "-1"},
                                                         {"liveness_min_sd_ms", "0"},
+                                                        {"liveness_max_rate", "99"},
+                                                        {"liveness_max_rate", "fast"},
                                                         {"liveness_observers", "2"}}) {
     absl::StatusOr<RdzvConf> bad = ParseRdzvConf({{key, value}});
     ASSERT_FALSE(bad.ok()) << key << "=" << value;

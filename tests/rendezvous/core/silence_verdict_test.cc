@@ -45,6 +45,41 @@ class SilenceVerdictTest : public testing::ServerStateTest {
   }
 };
 
+// The server's heartbeat budget (liveness_max_rate): a run of up to 2,000 nodes keeps the 20 ms
+// asked at the defaults; a larger one is told a longer interval, the same for every agent and
+// for the server's own detectors, so that its datagrams stay within the budget.
+TEST(LivenessForRunOfTest, ARunTooLargeForTheIntervalWithinTheServersBudgetHeartbeatsSlower) {
+  const LivenessSettings asked;  // 20 ms, 100,000 a second
+  EXPECT_EQ(LivenessForRunOf(asked, 4).interval, std::chrono::milliseconds(20));
+  EXPECT_EQ(LivenessForRunOf(asked, 2000).interval, std::chrono::milliseconds(20));
+  EXPECT_EQ(LivenessForRunOf(asked, 2001).interval, std::chrono::milliseconds(21));
+  EXPECT_EQ(LivenessForRunOf(asked, 10000).interval, std::chrono::milliseconds(100));
+  LivenessSettings slow = asked;
+  slow.interval = std::chrono::milliseconds(250);
+  EXPECT_EQ(LivenessForRunOf(slow, 10000).interval, std::chrono::milliseconds(250))
+      << "an interval asked longer than the budget needs stays";
+  LivenessSettings wide = asked;
+  wide.max_rate = 500000;
+  EXPECT_EQ(LivenessForRunOf(wide, 10000).interval, std::chrono::milliseconds(20));
+  const LivenessSettings run = LivenessForRunOf(asked, 10000);
+  EXPECT_EQ(run.pause, asked.pause);
+  EXPECT_EQ(run.min_sd, asked.min_sd);
+  EXPECT_DOUBLE_EQ(run.phi, asked.phi);
+}
+
+TEST_F(SilenceVerdictTest, EveryAgentOfALargeRunIsToldTheIntervalFittedToTheBudget) {
+  JoinRequest r = MakeJoin("big", "1", 2, 10000);
+  r.timeouts.liveness.mode = LivenessMode::kAuto;
+  const Outbox out = ServerStateTest::Join(1, r);
+  const JoinedNotice* joined = testing::Find<JoinedNotice>(out, 1);
+  ASSERT_NE(joined, nullptr);
+  EXPECT_EQ(joined->liveness.interval, std::chrono::milliseconds(100));
+  const Outbox small = Join(2, 3);
+  ASSERT_NE(testing::Find<JoinedNotice>(small, 2), nullptr);
+  EXPECT_EQ(testing::Find<JoinedNotice>(small, 2)->liveness.interval,
+            std::chrono::milliseconds(20));
+}
+
 TEST_F(SilenceVerdictTest, AutoLetsTheDetectorDecideForMembersOnlyWhileASpareStandsReady) {
   Join(1, 2);
   Join(2, 2);  // the round forms: no spare
