@@ -107,7 +107,8 @@ inline constexpr EnvVariable kProgressFileVariable{
     "",
     VariableUse::kToWorkers,
     "workers (ddp-train, ddprun_inprocess)",
-    "Where the worker writes its step reports: signs of life for --hang-timeout, and the "
+    "Where the worker writes its step reports (with \"compute_ms\", the slow-node judge's "
+    "figure): signs of life for --hang-timeout, and the "
     "progress of the goodput ledger and the crash-loop check."};
 inline constexpr EnvVariable kControlSocketVariable{
     "DDPRUN_CONTROL_SOCKET",

@@ -37,7 +37,9 @@ Agent::Agent(LaunchOptions options, Environment env, HostInfo host)
       hangs_(
           &loop_, options_, [this](const HangVerdict& v) { OnHang(v); },
           [this](const std::vector<LocalProgress>& p) { ReportProgress(p, false); },
-          [this](int lr, int64_t step) { OnStepReport(lr, step); }) {
+          [this](int lr, int64_t step, std::optional<double> compute_ms) {
+            OnStepReport(lr, step, compute_ms);
+          }) {
   SetLogSink(&stderr_writer_);  // our lines stay in order with the workers' stderr
 }
 
@@ -87,6 +89,7 @@ int Agent::Run() {
     }
     DrainKernelLog();
   }
+  ReportCompute();  // and every kComputeReportInterval from now on
   if (ShouldDefaultOmpThreads(env_, options_.nproc_per_node)) {
     LogWarning(
         "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to "

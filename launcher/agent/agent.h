@@ -29,6 +29,7 @@
 #include "launcher/preload/spare_pool.h"
 #include "launcher/process/orphan_guard.h"
 #include "launcher/rdzv/rendezvous_setup.h"
+#include "launcher/stragglers/compute_times.h"
 #include "launcher/workers/console_writer.h"
 #include "launcher/workers/worker_env.h"
 #include "launcher/workers/worker_group.h"
@@ -161,8 +162,11 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   void RecordStep(StepEvent event);
   // Feeds the ledger with a timeline step just recorded.
   void NoteInLedger(const StepEvent& event);
-  // A worker's step report: the goodput ledger's clock of useful work.
-  void OnStepReport(int local_rank, int64_t step);
+  // A worker's step report: the goodput ledger's clock of useful work, and its previous step's
+  // compute time for the server's slow-node judge.
+  void OnStepReport(int local_rank, int64_t step, std::optional<double> compute_ms);
+  // Every kComputeReportInterval: the workers' compute times of the window to the rendezvous.
+  void ReportCompute();
   void ReportProgress(const std::vector<LocalProgress>& progress, bool urgent);
   // --event-log-handler=console: torchrun's end-of-run events (event_log.h) on stderr.
   void WriteEventLog(int exit_code, const std::string& reason);
@@ -205,6 +209,7 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   bool awaiting_close_ = false;  // succeeded; waiting for the server to close our stream
   int exit_code_ = kExitSuccess;
   HangMonitor hangs_;
+  ComputeTimes compute_;  // the workers' compute times since the last ReportCompute
   // Why workers die: the kernel's log, open from the start (DDPRUN_KERNEL_LOG, default
   // /dev/kmsg), drained every second so that floods do not overrun its ring, and the workers'
   // memory cgroups, watched every second for their OOM kill counts.

@@ -181,6 +181,7 @@ void Agent::LaunchInGroup(std::vector<WorkerLaunch> launches, const char* what) 
 
 void Agent::WorkersStarted(const rendezvous::Assignment& a, int started, int kept) {
   hangs_.OnGroupStarted(group_.get());
+  compute_.Clear();  // the last round's step times say nothing of this world's
   StepEvent step{Step::kWorkersStarted};
   step.round = a.round;
   step.workers = started;

@@ -63,8 +63,25 @@ void Agent::NoteInLedger(const StepEvent& e) {
   }
 }
 
-void Agent::OnStepReport(int local_rank, int64_t step) {
+// How often the workers' compute times go to the rendezvous: the slow-node judge names a node
+// after 3 reports in a row (SlowNodeOptions::windows), so within about 15 s.
+constexpr Duration kComputeReportInterval = std::chrono::seconds(5);
+
+void Agent::ReportCompute() {
+  loop_.AddTimerAfter(kComputeReportInterval, [this] { ReportCompute(); });
+  std::vector<LocalCompute> window = compute_.Take();
+  if (window.empty() || rendezvous_ == nullptr || group_ == nullptr) return;
+  std::vector<rendezvous::RankCompute> out;
+  out.reserve(window.size());
+  for (const LocalCompute& c : window) {
+    out.push_back({current_.rank_offset + c.local_rank, c.median_ms, c.steps});
+  }
+  rendezvous_->ReportCompute(out);
+}
+
+void Agent::OnStepReport(int local_rank, int64_t step, std::optional<double> compute_ms) {
   progress_in_attempt_ = true;
+  if (compute_ms.has_value()) compute_.Add(local_rank, *compute_ms);
   if (ledger_ == nullptr) return;
   const TimePoint now = std::chrono::steady_clock::now();
   std::optional<RecoveryRecord> done = ledger_->OnStepReport(now, step);

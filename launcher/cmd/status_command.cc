@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/log.h"
 #include "common/strings.h"
 #include "launcher/agent/state/agent_state.h"
@@ -103,6 +104,20 @@ int Watch(const LaunchOptions& options, const absl::Status& settings, const Quer
 
 }  // namespace
 
+namespace {
+
+// "  compute 95.0 ms/step (3.05x the median node) SLOW", or empty (no figures).
+std::string ComputeText(const nlohmann::json& member) {
+  const double ms = member.value("compute_ms", 0.0);
+  if (!(ms > 0)) return "";
+  const double ratio = member.value("compute_ratio", 0.0);
+  return absl::StrFormat("  compute %.1f ms/step%s%s", ms,
+                         ratio > 0 ? absl::StrFormat(" (%.2fx the median node)", ratio) : "",
+                         member.value("slow", false) ? " SLOW" : "");
+}
+
+}  // namespace
+
 std::string FormatRunStatusText(const nlohmann::json& run) {
   // Every string shown came from the server, and from agents and workers before it: one line
   // each, terminal escapes shown rather than obeyed (Printable).
@@ -117,6 +132,8 @@ std::string FormatRunStatusText(const nlohmann::json& run) {
           ? absl::StrCat(", spares ", run.value("spares", 0), " (used ",
                          run.value("spares_used", 0), ")")
           : std::string(),
+      run.value("slow_nodes", 0) > 0 ? absl::StrCat(", slow nodes ", run.value("slow_nodes", 0))
+                                     : std::string(),
       "\n");
   const std::string closed = text(run, "close_message");
   if (!closed.empty()) absl::StrAppend(&out, "closed: ", closed, "\n");
@@ -128,7 +145,7 @@ std::string FormatRunStatusText(const nlohmann::json& run) {
                                                   : std::string("waiting    "),
                     "  ", text(m, "hostname"), "  ", text(m, "addr"), "  nproc ",
                     m.value("nproc_per_node", 0), "  ", text(m, "state"), "  ", text(m, "node_id"),
-                    "\n");
+                    ComputeText(m), "\n");
   }
   return out;
 }

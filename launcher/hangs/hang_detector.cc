@@ -29,7 +29,14 @@ absl::StatusOr<StepReport> ParseStepReport(absl::string_view line) {
   if (step == j.end() || !step->is_number_integer() || step->get<int64_t>() < 0) {
     return absl::InvalidArgumentError("no valid \"step\"");
   }
-  return StepReport{static_cast<int>(pid->get<int64_t>()), step->get<int64_t>()};
+  StepReport report{static_cast<int>(pid->get<int64_t>()), step->get<int64_t>(), std::nullopt};
+  // Optional: a line without it (an older worker) or with a bad value still reports the step.
+  if (auto compute = j.find("compute_ms"); compute != j.end() && compute->is_number() &&
+                                           compute->get<double>() >= 0 &&
+                                           compute->get<double>() < 1e9) {
+    report.compute_ms = compute->get<double>();
+  }
+  return report;
 }
 
 std::string HangVerdict::Describe() const {

@@ -41,7 +41,9 @@ class HangMonitor {
   using ProgressHandler = std::function<void(const std::vector<LocalProgress>& progress)>;
   // Every step report of a worker of the current group (also without hang detection: the
   // goodput ledger counts steps).
-  using StepHandler = std::function<void(int local_rank, int64_t step)>;
+  // A worker's step report: its step, and its previous step's compute time when it sent one.
+  using StepHandler =
+      std::function<void(int local_rank, int64_t step, std::optional<double> compute_ms)>;
 
   HangMonitor(EventLoop* loop, const LaunchOptions& options, HangHandler on_hang,
               ProgressHandler on_progress, StepHandler on_step = nullptr);

@@ -28,6 +28,10 @@ void StaticRendezvous::ReportProgress(const std::vector<rendezvous::RankProgress
 
 void StaticRendezvous::ReportStep(const std::string& json) { coordinated_->ReportStep(json); }
 
+void StaticRendezvous::ReportCompute(const std::vector<rendezvous::RankCompute>& compute) {
+  coordinated_->ReportCompute(compute);
+}
+
 void StaticRendezvous::Leave(const std::string& reason) { coordinated_->Leave(reason); }
 
 void StaticRendezvous::OnAssignment(const rendezvous::Assignment& assignment) {

@@ -34,6 +34,7 @@ class StaticRendezvous final : public rendezvous::Rendezvous, rendezvous::Rendez
                         const std::optional<rendezvous::WorkerFailure>& failure) override;
   void ReportProgress(const std::vector<rendezvous::RankProgress>& progress, bool urgent) override;
   void ReportStep(const std::string& json) override;
+  void ReportCompute(const std::vector<rendezvous::RankCompute>& compute) override;
   void Leave(const std::string& reason) override;
   void StepOut(const std::string& reason) override { coordinated_->StepOut(reason); }
   void StepIn() override { coordinated_->StepIn(); }

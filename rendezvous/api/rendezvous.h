@@ -86,6 +86,16 @@ struct RankProgress {
   int64_t idle_ms = 0;  // since its last sign of life, when the agent sent this
 };
 
+// How long one local worker computed per step before it waited on the step's collective (the
+// worker reports it per step, DDPRUN_PROGRESS_FILE's "compute_ms"): the median over the steps
+// it reported since the agent's last report. The server names a node persistently slower than
+// the job from these (rendezvous/stragglers/, issue 41).
+struct RankCompute {
+  int rank = 0;
+  double compute_ms = 0;
+  int64_t steps = 0;  // steps the median covers
+};
+
 // A round ended because a worker hung somewhere: every node takes its workers' stacks before
 // stopping them. `straggler` names the rank furthest behind, job-wide ("rank 3 on n2 (step 57,
 // no progress for 12.3 s)"), when the nodes reported progress.
@@ -174,6 +184,10 @@ class Rendezvous {
   // A step of this agent's run timeline (a JSON object), for the server's status page. Best
   // effort: dropped while not connected; a backend without a page ignores it.
   virtual void ReportStep(const std::string& json) {}
+  // This node's workers' compute times since its last report (every few seconds while they
+  // train), for the server's slow-node judge. Best effort: dropped while not connected; a
+  // backend without the judge ignores it.
+  virtual void ReportCompute(const std::vector<RankCompute>& compute) {}
   // This node leaves the run (after success, or on a signal). Idempotent; no events follow.
   virtual void Leave(const std::string& reason) = 0;
   // This node sits out the rounds to come (its --health-check failed; its workers are stopped):

@@ -48,6 +48,12 @@ struct MemberStatus {
   // "recovering" (re-registered, not yet settled).
   std::string state;
   TimePoint last_seen{};  // the agent's last message
+  // A running member whose workers report compute times (issue 41): its slowest rank's median
+  // compute time per step, that over the job's median node (0: not judged yet), and whether
+  // the slow-node judge names it.
+  double compute_ms = 0;
+  double compute_ratio = 0;
+  bool slow = false;
 };
 
 // One restart of a run, for the status page.
@@ -76,6 +82,7 @@ struct RunStatus {
   int num_nodes = 0;                    // agents connected (= members.size() when listed)
   int spares = 0;           // connected, not in the running round (0 while no round runs)
   int64_t spares_used = 0;  // spares taken into a round since the run began (this coordinator)
+  int slow_nodes = 0;       // running members the slow-node judge names (issue 41)
   std::vector<std::string> steps;  // the agents' latest timeline steps (JSON), oldest first
   // The gRPC server process that answered (random per process; empty from etcd): one server
   // reached under two names is one server.

@@ -534,6 +534,7 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
   ++round_;
   phase_ = RunPhase::kRunning;
   succeeded_in_round_ = 0;
+  slow_nodes_.Clear();
   join_deadline_.reset();
   last_call_deadline_.reset();
 

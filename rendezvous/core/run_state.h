@@ -50,6 +50,7 @@
 #include "rendezvous/api/run_status.h"
 #include "rendezvous/core/last_round_majority.h"
 #include "rendezvous/core/outgoing.h"
+#include "rendezvous/stragglers/slow_node_judge.h"
 
 namespace ddprun::rendezvous {
 
@@ -93,6 +94,11 @@ class RunState {
   // The agent's workers' last signs of life (sent with its heartbeats when hang detection is
   // on): when a round ends in a hang, the rank furthest behind is named to every node.
   void Progress(ConnId conn, const std::vector<RankProgress>& progress, TimePoint now);
+  // A member's workers' compute times (issue 41): its slowest rank's figure goes to the run's
+  // slow-node judge; the judge's verdict on the node when it changed. Ignored from a node not
+  // in the running round.
+  std::optional<SlowNodeChange> Compute(ConnId conn, const std::vector<RankCompute>& compute,
+                                        TimePoint now);
   // The agent's worker group of `round`. Returns kAborted for a stale round (ignored).
   absl::Status GroupStatus(ConnId conn, int64_t round, GroupState state,
                            const std::optional<WorkerFailure>& failure, TimePoint now, Outbox* out);
@@ -269,6 +275,9 @@ class RunState {
   std::vector<Cause> restart_causes_;       // not yet taken
   std::vector<RestartRecord> restart_log_;  // the latest kMaxRestartRecords
   std::deque<std::string> steps_;           // the latest kMaxSteps
+  // The running round's members' compute times; cleared when a round forms (steps of another
+  // world do not compare).
+  SlowNodeJudge slow_nodes_;
   TimePoint round_began_{};                 // the forming round's start
   std::optional<TimePoint> failed_at_;      // the failure that restarted it
   std::vector<RoundTiming> round_timings_;  // formed, not yet taken

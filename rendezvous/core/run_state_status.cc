@@ -20,6 +20,26 @@ void RunState::Progress(ConnId conn, const std::vector<RankProgress>& progress, 
   it->second.progress_at = now;
 }
 
+std::optional<SlowNodeChange> RunState::Compute(ConnId conn,
+                                                const std::vector<RankCompute>& compute,
+                                                TimePoint now) {
+  auto it = nodes_.find(conn);
+  if (it == nodes_.end() || !it->second.in_round || phase_ != RunPhase::kRunning) {
+    return std::nullopt;
+  }
+  // The node runs at its slowest rank's pace: the others on it wait for that one too.
+  NodeComputeReport report;
+  report.node_id = it->second.info.node_id;
+  for (const RankCompute& c : compute) {
+    if (c.steps <= 0 || !(c.compute_ms >= 0) || c.compute_ms > 1e9) continue;  // nonsense
+    if (c.compute_ms >= report.compute_ms) {
+      report.compute_ms = c.compute_ms;
+      report.steps = c.steps;
+    }
+  }
+  return slow_nodes_.Report(report, now);
+}
+
 std::string RunState::Straggler(TimePoint now) const {
   // Lowest step first (a rank stuck outside a collective is a step behind the ranks waiting in
   // it), then the longest without a sign of life.
@@ -59,6 +79,7 @@ RunStatus RunState::Status(bool with_members) const {
   s.num_nodes = static_cast<int>(nodes_.size());
   s.spares = phase_ == RunPhase::kRunning ? s.num_nodes - members_in_round() : 0;
   s.spares_used = spares_used_;
+  s.slow_nodes = static_cast<int>(slow_nodes_.SlowNodes().size());
   if (!with_members) return s;
   s.restarts = restart_log_;
   s.steps.assign(steps_.begin(), steps_.end());
@@ -78,6 +99,13 @@ RunStatus RunState::Status(bool with_members) const {
     m.nproc_per_node = n->info.nproc_per_node;
     m.state = n->in_round ? "running" : phase_ == RunPhase::kRunning ? "spare" : "waiting";
     m.last_seen = n->last_seen;
+    if (n->in_round) {
+      if (std::optional<NodeComputeStanding> c = slow_nodes_.StandingOf(n->info.node_id)) {
+        m.compute_ms = c->compute_ms;
+        m.compute_ratio = c->ratio;
+        m.slow = c->slow;
+      }
+    }
     if (n->claim.has_value() && n->claim->group != ResumeClaim::Group::kWaiting) {
       m.group_rank = n->claim->last.group_rank;
       m.state = "recovering";

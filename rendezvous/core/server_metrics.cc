@@ -128,6 +128,10 @@ std::string FormatMetrics(const ServerMetrics& m, const std::vector<RunStatus>& 
       {"ddprun_rdzv_spares_used_total",
        "Spares taken into a round of the run (since this server or coordinator took it).",
        [](const RunStatus& r) { return static_cast<double>(r.spares_used); }, "counter"},
+      {"ddprun_rdzv_slow_nodes",
+       "Running members persistently slower than the run's median node (their workers' compute "
+       "time per step, the slow-node judge).",
+       [](const RunStatus& r) { return static_cast<double>(r.slow_nodes); }},
   };
   for (const Gauge& g : gauges) {
     Family(g.name, g.type, g.help, &out);
@@ -163,6 +167,9 @@ std::string FormatMetrics(const ServerMetrics& m, const std::vector<RunStatus>& 
   }
   Family("ddprun_rdzv_heartbeats_total", "counter", "Heartbeats received from agents.", &out);
   absl::StrAppend(&out, "ddprun_rdzv_heartbeats_total ", m.heartbeats, "\n");
+  Family("ddprun_rdzv_slow_nodes_named_total", "counter",
+         "Times the slow-node judge named a node slow, every run.", &out);
+  absl::StrAppend(&out, "ddprun_rdzv_slow_nodes_named_total ", m.slow_nodes_named, "\n");
   Family("ddprun_rdzv_joins_total", "counter", "Joins accepted.", &out);
   absl::StrAppend(&out, "ddprun_rdzv_joins_total ", m.joins, "\n");
   Family("ddprun_rdzv_refused_total", "counter",

@@ -20,6 +20,7 @@ struct ServerMetrics {
   ServerMetrics();
   uint64_t heartbeats = 0;
   uint64_t joins = 0;
+  uint64_t slow_nodes_named = 0;              // SlowNodeJudge verdicts naming a node, every run
   std::map<std::string, uint64_t> refused;    // reason -> calls or joins refused
   std::map<Cause, uint64_t> restarts;         // kRestartCauses -> restarts, every run
   std::map<Cause, uint64_t> worker_failures;  // kDeathCauses -> reports, every run

@@ -26,6 +26,19 @@ double Since(TimePoint then, TimePoint now) {
   return std::chrono::duration<double>(now - then).count();
 }
 
+// A member's compute time per step and its ratio to the job's median node (the slow-node judge):
+// "31.2 ms (1.02x)", "95.0 ms (3.05x) slow", or empty when its workers report none.
+std::string ComputeCell(const MemberStatus& m) {
+  if (m.compute_ms <= 0) return "<td></td>";
+  char buf[64];
+  if (m.compute_ratio > 0) {
+    snprintf(buf, sizeof(buf), "%.1f ms (%.2fx)", m.compute_ms, m.compute_ratio);
+  } else {
+    snprintf(buf, sizeof(buf), "%.1f ms", m.compute_ms);
+  }
+  return absl::StrCat(m.slow ? "<td class=\"slow\">" : "<td>", buf, m.slow ? " slow" : "", "</td>");
+}
+
 // A field of an agent's step, or `fallback` when it is absent or of another type (json::value
 // would throw for a field of the wrong type, and an agent may send anything).
 std::string StringField(const nlohmann::json& j, const char* key) {
@@ -127,18 +140,18 @@ std::string RenderStatusPage(const std::vector<RunStatus>& runs, const ServerMet
                     "</span></h2><p>round ", run.round, " &middot; nodes ", run.min_nodes, ":",
                     run.max_nodes, " &middot; restarts used ", run.restarts_used, " of ",
                     run.max_restarts, " &middot; spares ", run.spares, " (used ", run.spares_used,
-                    ")</p>");
+                    ") &middot; slow nodes ", run.slow_nodes, "</p>");
     if (!run.close_message.empty()) {
       absl::StrAppend(&out, "<p>closed: ", HtmlEscape(run.close_message), "</p>");
     }
     absl::StrAppend(&out,
                     "<table class=\"members\"><tr><th>host</th><th>address</th><th>group rank"
                     "</th><th>global ranks</th><th>last heartbeat</th><th>state</th>"
-                    "<th>node id</th></tr>");
+                    "<th>compute per step</th><th>node id</th></tr>");
     size_t shown = 0;
     for (const MemberStatus& m : run.members) {
       if (++shown > kMaxMembersShown) {
-        absl::StrAppend(&out, "<tr><td colspan=\"7\">&hellip; and ",
+        absl::StrAppend(&out, "<tr><td colspan=\"8\">&hellip; and ",
                         run.members.size() - kMaxMembersShown,
                         " more (all of them: ddprun status --json)</td></tr>");
         break;
@@ -152,8 +165,8 @@ std::string RenderStatusPage(const std::vector<RunStatus>& runs, const ServerMet
                       HtmlEscape(m.addr), "</td><td>",
                       m.group_rank < 0 ? std::string("waiting") : absl::StrCat(m.group_rank),
                       "</td><td>", ranks, "</td><td>", Seconds(Since(m.last_seen, now)),
-                      " ago</td><td>", HtmlEscape(m.state), "</td><td class=\"muted\">",
-                      HtmlEscape(m.node_id), "</td></tr>");
+                      " ago</td><td>", HtmlEscape(m.state), "</td>", ComputeCell(m),
+                      "<td class=\"muted\">", HtmlEscape(m.node_id), "</td></tr>");
     }
     absl::StrAppend(&out, "</table>");
     if (!run.steps.empty()) {

@@ -120,6 +120,24 @@ proto::Heartbeat ToProto(const std::vector<RankProgress>& progress) {
   return h;
 }
 
+proto::Heartbeat ToProto(const std::vector<RankCompute>& compute) {
+  proto::Heartbeat h;
+  for (const RankCompute& c : compute) {
+    proto::RankCompute* out = h.add_compute();
+    out->set_rank(c.rank);
+    out->set_compute_ms(c.compute_ms);
+    out->set_steps(c.steps);
+  }
+  return h;
+}
+
+std::vector<RankCompute> ComputeFromProto(const proto::Heartbeat& h) {
+  std::vector<RankCompute> out;
+  for (const proto::RankCompute& c : h.compute())
+    out.push_back({c.rank(), c.compute_ms(), c.steps()});
+  return out;
+}
+
 std::vector<RankProgress> FromProto(const proto::Heartbeat& h) {
   std::vector<RankProgress> out;
   for (const proto::RankProgress& p : h.progress())
@@ -347,6 +365,7 @@ void ToProto(const RunStatus& s, proto::StatusResponse* r) {
   r->set_close_message(s.close_message);
   r->set_spares(s.spares);
   r->set_spares_used(s.spares_used);
+  r->set_slow_nodes(s.slow_nodes);
   for (const MemberStatus& m : s.members) {
     proto::Member* p = r->add_members();
     p->set_node_id(m.node_id);
@@ -355,6 +374,9 @@ void ToProto(const RunStatus& s, proto::StatusResponse* r) {
     p->set_group_rank(m.group_rank);
     p->set_state(m.state);
     p->set_nproc_per_node(m.nproc_per_node);
+    p->set_compute_ms(m.compute_ms);
+    p->set_compute_ratio(m.compute_ratio);
+    p->set_slow(m.slow);
   }
 }
 
@@ -373,9 +395,14 @@ RunStatus FromProto(const proto::StatusResponse& r) {
   s.server_instance = r.server_instance();
   s.spares = r.spares();
   s.spares_used = r.spares_used();
+  s.slow_nodes = r.slow_nodes();
   for (const proto::Member& m : r.members()) {
-    s.members.push_back(
-        {m.node_id(), m.hostname(), m.addr(), m.group_rank(), m.nproc_per_node(), m.state()});
+    MemberStatus member{m.node_id(),    m.hostname(),       m.addr(),
+                        m.group_rank(), m.nproc_per_node(), m.state()};
+    member.compute_ms = m.compute_ms();
+    member.compute_ratio = m.compute_ratio();
+    member.slow = m.slow();
+    s.members.push_back(std::move(member));
   }
   return s;
 }

@@ -33,6 +33,9 @@ ResumeClaim FromProto(const proto::Resume& p);
 Assignment FromProto(const proto::Assignment& a);
 WorkerFailure FromProto(const proto::WorkerFailure& f);
 std::vector<RankProgress> FromProto(const proto::Heartbeat& h);
+// A heartbeat's compute times (RankCompute), and the heartbeat that carries only them.
+proto::Heartbeat ToProto(const std::vector<RankCompute>& compute);
+std::vector<RankCompute> ComputeFromProto(const proto::Heartbeat& h);
 // A Close message as the status OnClosed reports: CRASH_LOOP (or ABORTED from a server from
 // before Close.ending) as CrashLoopStop.
 absl::Status CloseStatus(const proto::Close& close);

@@ -182,6 +182,15 @@ void RendezvousClient::ReportStep(const std::string& json) {
   });
 }
 
+void RendezvousClient::ReportCompute(const std::vector<RankCompute>& compute) {
+  loop_->Post([this, compute] {
+    if (!machine_.MaySendStep() || call_ == nullptr) return;
+    proto::AgentMessage m;
+    *m.mutable_heartbeat() = ToProto(compute);
+    call_->Send(std::move(m));
+  });
+}
+
 void RendezvousClient::ReportGroupState(int64_t round, GroupState state,
                                         const std::optional<WorkerFailure>& failure) {
   loop_->Post([this, round, state, failure] {

@@ -30,11 +30,11 @@
 // (rendezvous/client/connection_state.h); this class is its I/O: the gRPC stream, the timers,
 // the probes, the agent's events.
 //
-// Thread-safety: Join, ReportGroupState, ReportProgress, ReportStep, Leave, StepOut and StepIn
-// may be called from any thread; they post to the client's own LoopThread, which owns all other
-// state (gRPC reactor callbacks only post to it too). RendezvousEvents are delivered on the
-// agent's Executor. After Leave() returns, or once the client is destroyed, no event reaches the
-// agent.
+// Thread-safety: Join, ReportGroupState, ReportProgress, ReportStep, ReportCompute, Leave, StepOut
+// and StepIn may be called from any thread; they post to the client's own LoopThread, which owns
+// all other state (gRPC reactor callbacks only post to it too). RendezvousEvents are delivered on
+// the agent's Executor. After Leave() returns, or once the client is destroyed, no event reaches
+// the agent.
 #ifndef DDPRUN_RENDEZVOUS_GRPC_RENDEZVOUS_CLIENT_H_
 #define DDPRUN_RENDEZVOUS_GRPC_RENDEZVOUS_CLIENT_H_
 
@@ -79,6 +79,7 @@ class RendezvousClient final : public Rendezvous {
                         const std::optional<WorkerFailure>& failure) override;
   void ReportProgress(const std::vector<RankProgress>& progress, bool urgent) override;
   void ReportStep(const std::string& json) override;
+  void ReportCompute(const std::vector<RankCompute>& compute) override;
   void Leave(const std::string& reason) override;
   // A leave on the stream (the server closes it), then silence; StepIn joins as a new node
   // within join_timeout, as after a fence.

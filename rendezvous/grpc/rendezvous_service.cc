@@ -276,6 +276,12 @@ void RendezvousServiceImpl::HandleMessage(ConnId conn, const proto::AgentMessage
     }
     case proto::AgentMessage::kHeartbeat: {
       Apply(state_.Heartbeat(conn, rendezvous::FromProto(message.heartbeat()), now));
+      if (std::optional<SlowNodeChange> change =
+              state_.Compute(conn, ComputeFromProto(message.heartbeat()), now)) {
+        const std::string line =
+            absl::StrCat("run '", state_.RunIdOf(conn), "': ", change->Describe());
+        change->slow ? LogWarning(line) : LogInfo(line);
+      }
       auto open = streams_.find(conn);
       if (open != streams_.end() && !open->second.closed) {
         proto::ServerMessage ack;

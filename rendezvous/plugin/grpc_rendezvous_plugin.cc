@@ -164,6 +164,9 @@ class GrpcRendezvousImpl final : public GrpcRendezvous {
     client_->ReportProgress(progress, urgent);
   }
   void ReportStep(const std::string& json) override { client_->ReportStep(json); }
+  void ReportCompute(const std::vector<rendezvous::RankCompute>& compute) override {
+    client_->ReportCompute(compute);
+  }
   void Leave(const std::string& reason) override { client_->Leave(reason); }
   void StepOut(const std::string& reason) override { client_->StepOut(reason); }
   void StepIn() override { client_->StepIn(); }
@@ -244,6 +247,7 @@ std::string RunStatusJson(const rendezvous::RunStatus& status) {
   j["close_message"] = status.close_message;
   j["spares"] = status.spares;
   j["spares_used"] = status.spares_used;
+  j["slow_nodes"] = status.slow_nodes;
   j["members"] = nlohmann::ordered_json::array();
   for (const auto& m : status.members) {
     nlohmann::ordered_json member;
@@ -253,6 +257,11 @@ std::string RunStatusJson(const rendezvous::RunStatus& status) {
     member["group_rank"] = m.group_rank;
     member["state"] = m.state;
     member["nproc_per_node"] = m.nproc_per_node;
+    if (m.compute_ms > 0) {
+      member["compute_ms"] = m.compute_ms;
+      member["compute_ratio"] = m.compute_ratio;
+      member["slow"] = m.slow;
+    }
     j["members"].push_back(std::move(member));
   }
   return j.dump();

@@ -16,6 +16,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "common/file_text.h"
 #include "tests/testing/reserved_port.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/test_cgroup.h"
 #include "tests/testing/test_env.h"
 
 namespace ddprun {
@@ -40,48 +42,16 @@ std::string ShellWorker(const TempDir& dir, const std::string& name, const std::
   return testing::WriteShellScript(dir, name, "unset PYTHONFAULTHANDLER\n" + body);
 }
 
-bool WriteSysFile(const std::string& path, const std::string& value) {
-  std::ofstream out(path);
-  out << value;
-  out.flush();
-  return static_cast<bool>(out);
+// A memory cgroup with a limit, made by the test and removed with it. No swap here, but where
+// there is, the worker must not swap its way out of the limit.
+std::unique_ptr<testing::TestCgroup> MemoryCgroup(const std::string& limit) {
+  auto cgroup = std::make_unique<testing::TestCgroup>(
+      testing::TestCgroup::Controller::kMemory, absl::StrCat("ddprun-causes-test-", getpid()));
+  if (cgroup->Set("memory.limit_in_bytes", "memory.max", limit)) {
+    cgroup->SetIfPresent("memory.memsw.limit_in_bytes", "memory.swap.max", limit, "0");
+  }
+  return cgroup;
 }
-
-// A memory cgroup with a limit, made by the test and removed with it: v1 (this machine's
-// memory controller) or v2. `procs` is the file a process writes its pid to, to move in.
-class MemoryCgroup {
- public:
-  explicit MemoryCgroup(const std::string& limit) {
-    const std::string name = absl::StrCat("ddprun-causes-test-", getpid());
-    const bool v1 = access("/sys/fs/cgroup/memory/memory.limit_in_bytes", F_OK) == 0;
-    if (!v1) WriteSysFile("/sys/fs/cgroup/cgroup.subtree_control", "+memory");
-    const std::string dir = v1 ? "/sys/fs/cgroup/memory/" + name : "/sys/fs/cgroup/" + name;
-    if (mkdir(dir.c_str(), 0755) != 0) {
-      error_ = absl::StrCat("mkdir ", dir, ": ", strerror(errno));
-      return;
-    }
-    dir_ = dir;
-    const std::string limit_file = dir + (v1 ? "/memory.limit_in_bytes" : "/memory.max");
-    if (!WriteSysFile(limit_file, limit)) {
-      error_ = absl::StrCat("write ", limit_file, ": ", strerror(errno));
-      return;
-    }
-    // No swap here, but where there is, the worker must not swap its way out of the limit.
-    const std::string swap_file = dir + (v1 ? "/memory.memsw.limit_in_bytes" : "/memory.swap.max");
-    if (access(swap_file.c_str(), F_OK) == 0) WriteSysFile(swap_file, v1 ? limit : "0");
-  }
-  ~MemoryCgroup() {
-    if (!dir_.empty()) rmdir(dir_.c_str());
-  }
-  const std::string& error() const { return error_; }
-  std::string procs() const { return dir_ + "/cgroup.procs"; }
-  // Its path within the hierarchy, without the leading '/'.
-  std::string name() const { return dir_.substr(dir_.rfind('/') + 1); }
-
- private:
-  std::string dir_;
-  std::string error_;
-};
 
 std::vector<std::string> Ddprun(const std::string& worker) {
   return {BinPath("ddprun"),  "--standalone", "--nproc-per-node=1",
@@ -97,15 +67,15 @@ struct OomRun {
 };
 OomRun RunAHogInAMemoryCgroup(const TempDir& dir, std::map<std::string, std::string> env = {}) {
   OomRun run;
-  MemoryCgroup cgroup("100M");
-  if (!cgroup.error().empty()) {
-    run.err = cgroup.error();
+  const std::unique_ptr<testing::TestCgroup> cgroup = MemoryCgroup("100M");
+  if (!cgroup->error().empty()) {
+    run.err = cgroup->error();
     return run;
   }
-  run.cgroup = cgroup.name();
+  run.cgroup = cgroup->name();
   const std::string worker = ShellWorker(
       dir, "hog.sh", "exec python3 -c \"x = b'a' * (400 << 20); import time; time.sleep(30)\"\n");
-  std::string command = absl::StrCat("echo $$ > ", cgroup.procs(), " && exec");
+  std::string command = absl::StrCat("echo $$ > ", cgroup->procs(), " && exec");
   for (const std::string& arg : Ddprun(worker)) absl::StrAppend(&command, " '", arg, "'");
   Subprocess p({"/bin/sh", "-c", command}, std::move(env));
   auto st = p.Wait(60s);

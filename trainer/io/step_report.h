@@ -1,6 +1,9 @@
 // The ddprun progress channel, worker side. ddprun makes a FIFO per local rank and exports its
 // path as DDPRUN_PROGRESS_FILE; after every optimizer step each rank writes one line
 //   {"pid":<pid>,"step":<global step>}\n
+// or, at the start of a step, with how long its previous step computed before it waited on the
+// step's collective (ddprun's slow-node judge, issue 41):
+//   {"pid":<pid>,"step":<global step>,"compute_ms":<ms>}\n
 // to it, so the launcher sees which rank is making progress (and which stopped) without reading
 // logs. Training must never wait for the launcher: the FIFO is opened non-blocking, a full pipe
 // drops the report, and any other failure turns reporting off after one warning.
@@ -11,6 +14,7 @@
 
 #include <cstdint>
 #include <iostream>
+#include <optional>
 #include <string>
 
 namespace ddprun::trainer {
@@ -31,7 +35,7 @@ class StepReporter {
 
   // One write() of one line (atomic: far below PIPE_BUF). A full pipe drops the line silently;
   // another error (EPIPE: the reader closed) warns once and turns reporting off.
-  void Report(int64_t step);
+  void Report(int64_t step, std::optional<double> compute_ms = std::nullopt);
 
  private:
   void TurnOff(const std::string& reason);

@@ -118,10 +118,12 @@ absl::Status GradientSynchronizer::Finish(std::vector<float>* control_out) {
     return absl::UnavailableError(absl::StrCat("gradient all-reduce: ", e.what()));
   }
   absl::Status status;
+  const auto wait_began = std::chrono::steady_clock::now();
   for (Bucket& b : buckets_) {
     absl::Status s = comm_->Wait(b.work);
     if (status.ok() && !s.ok()) status = s;
   }
+  last_wait_ = std::chrono::steady_clock::now() - wait_began;
   DDPRUN_RETURN_IF_ERROR(status);
   torch::NoGradGuard no_grad;
   for (size_t k = 0; k < params_.size(); ++k) {

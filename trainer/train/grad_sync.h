@@ -17,6 +17,7 @@
 
 #include <torch/types.h>
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
@@ -48,6 +49,9 @@ class GradientSynchronizer {
   absl::Status Finish(std::vector<float>* control_out);
 
   int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  // How long the last Finish waited for the all-reduces: the part of the step this rank spent
+  // waiting for the others (and the wire) rather than computing.
+  std::chrono::nanoseconds last_wait() const { return last_wait_; }
 
   // Rank 0's parameters (and `buffers`) to every rank, so all start identical.
   static absl::Status BroadcastFromRankZero(const std::vector<torch::Tensor>& tensors,
@@ -77,6 +81,7 @@ class GradientSynchronizer {
   std::vector<unsigned> hook_ids_;
   size_t next_to_launch_ = 0;
   bool armed_ = false;
+  std::chrono::nanoseconds last_wait_{0};
   int64_t control_offset_ = 0;  // in the last bucket
   std::exception_ptr hook_error_;
 };

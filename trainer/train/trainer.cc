@@ -214,7 +214,7 @@ absl::StatusOr<bool> Trainer::TrainEpoch(int64_t* samples, double* train_s) {
     const bool stop_vote = stop_ != nullptr && stop_->received() != 0;
     // "Starting step N": a rank stuck outside a collective then shows one step fewer than the
     // ranks waiting for it inside the next one, which is how ddprun names the straggler.
-    step_reports_.Report(state_.global_step + 1);
+    step_reports_.Report(state_.global_step + 1, std::exchange(last_compute_ms_, std::nullopt));
     // Before the step's collectives: a worker of a node given up meets nobody's group.
     DDPRUN_RETURN_IF_ERROR(MayCommitStep());
     std::optional<StepUndo> undo;
@@ -229,8 +229,10 @@ absl::StatusOr<bool> Trainer::TrainEpoch(int64_t* samples, double* train_s) {
     // Marked for the stop watcher: a stop signal in a step that never ends (a peer is gone)
     // ends the process instead of waiting for the launcher's SIGKILL (stop_signal.h).
     if (stop_ != nullptr) stop_->StepBegan();
+    const auto step_began = Clock::now();
     absl::StatusOr<std::optional<StepResult>> result = TrainStep(stop_vote);
     if (stop_ != nullptr) stop_->StepEnded();
+    NoteComputeTime(Clock::now() - step_began);
     if (!result.ok()) {
       // The optimizer update comes after the gradient all-reduce and MayCommitStep, so a failed or
       // refused step never made one; what the step did change before it is put back.
@@ -259,6 +261,14 @@ absl::StatusOr<bool> Trainer::TrainEpoch(int64_t* samples, double* train_s) {
   *train_s = SecondsSince(t0);
   EndEpoch();
   return stop;
+}
+
+void Trainer::NoteComputeTime(std::chrono::steady_clock::duration step_took) {
+  // On a CUDA device the host returns before the kernels finish: its clock does not time the
+  // step (that needs CUDA events), so nothing is reported there.
+  if (!device_.is_cpu() || sync_ == nullptr) return;
+  const auto computed = step_took - sync_->last_wait();
+  last_compute_ms_ = std::chrono::duration<double, std::milli>(computed).count();
 }
 
 absl::Status Trainer::MayCommitStep() {

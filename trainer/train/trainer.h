@@ -118,6 +118,9 @@ class Trainer {
   // taken over meanwhile. After the update it would be too late: the step would not be counted
   // while its update stayed in the parameters and the optimizer.
   absl::Status MayCommitStep();
+  // The step just taken (`step_took` in all): how long it computed, its wall time less its wait
+  // for the gradient all-reduce, for the next step report (ddprun's slow-node judge).
+  void NoteComputeTime(std::chrono::steady_clock::duration step_took);
 
   const TrainOptions& options_;
   const DistEnv& env_;
@@ -172,6 +175,7 @@ class Trainer {
   const bool keeps_best_;
   const Clock::time_point start_;
   StepReporter step_reports_;
+  std::optional<double> last_compute_ms_;  // the last step's, until the next report sends it
   std::unique_ptr<CheckpointStore> store_, best_store_;
   // ddprun's local lease: no step counted, no checkpoint written past it (commit_guard.h).
   CommitGuard commit_guard_;

@@ -157,6 +157,19 @@ TEST(StepReportTest, ParsesTheProgressChannelsLines) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->pid, 123);
   EXPECT_EQ(r->step, 57);
+  EXPECT_FALSE(r->compute_ms.has_value());
+  auto timed = ParseStepReport(R"({"pid":123,"step":58,"compute_ms":31.25})");
+  ASSERT_TRUE(timed.ok());
+  EXPECT_EQ(timed->step, 58);
+  EXPECT_EQ(timed->compute_ms, std::optional<double>(31.25));
+  // A bad compute time costs the figure, not the step.
+  for (const char* odd :
+       {R"({"pid":1,"step":2,"compute_ms":-1})", R"({"pid":1,"step":2,"compute_ms":"fast"})",
+        R"({"pid":1,"step":2,"compute_ms":1e12})"}) {
+    auto r2 = ParseStepReport(odd);
+    ASSERT_TRUE(r2.ok()) << odd;
+    EXPECT_FALSE(r2->compute_ms.has_value()) << odd;
+  }
   for (const char* bad : {"", "57", R"({"pid":123})", R"({"pid":0,"step":1})",
                           R"({"pid":1,"step":-3})", R"({"pid":1,"step":"2"})"}) {
     EXPECT_FALSE(ParseStepReport(bad).ok()) << bad;

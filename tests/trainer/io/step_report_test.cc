@@ -72,6 +72,17 @@ TEST_F(StepReportTest, OneLinePerReportWithPidAndStep) {
   EXPECT_EQ(warnings_.str(), "");
 }
 
+// Issue 41: with the last step's compute time (ddprun's slow-node judge reads "compute_ms").
+TEST_F(StepReportTest, ALineMayCarryTheLastStepsComputeTime) {
+  OpenReader();
+  StepReporter r(fifo_, warnings_);
+  ASSERT_TRUE(r.on()) << warnings_.str();
+  r.Report(7, 31.25);
+  r.Report(8, std::nullopt);
+  EXPECT_EQ(Drain(reader_), "{\"pid\":" + std::to_string(getpid()) +
+                                ",\"step\":7,\"compute_ms\":31.250}\n" + Line(8));
+}
+
 TEST_F(StepReportTest, EmptyPathIsOffAndSilent) {
   OpenReader();
   StepReporter r("", warnings_);
