@@ -442,6 +442,12 @@ constexpr FlagDef kFlags[] = {
      ApplyRdzvConf},
     {"standalone", "", true, "One node: a private rendezvous on loopback, random port and run id.",
      ApplyBool<&LaunchOptions::standalone>},
+    {"evict-slow", "", true,
+     "A member whose workers compute more than 20 % slower than the run's median node for 3 "
+     "reports in a row (about 15 s; the server names it either way) is closed out of the run "
+     "and a spare standing ready takes its group rank; without a spare it is only named. "
+     "c10d and static rendezvous; the first agent's setting is the run's.",
+     ApplyBool<&LaunchOptions::evict_slow>},
     {"max-restarts", "", false,
      "Failure-triggered restarts of the worker group, one budget for the job. Default 0.",
      ApplyMaxRestarts},

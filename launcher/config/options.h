@@ -87,6 +87,8 @@ struct LaunchOptions {
   // downstream reads these typed fields, never the key=value text.
   RdzvConf rdzv;
   bool standalone = false;
+  // --evict-slow: a member the server names slow is replaced by a spare standing ready.
+  bool evict_slow = false;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   bool master_addr_given = false;

@@ -56,6 +56,7 @@ rendezvous::RunTimeouts TimeoutsFor(const RdzvConf& conf, const LaunchOptions& o
   // can take its place (design §3a); with one node there is nobody to tell.
   t.liveness.mode = conf.liveness.value_or(options.max_nodes > 1 ? rendezvous::LivenessMode::kAuto
                                                                  : rendezvous::LivenessMode::kOff);
+  t.slow_nodes.evict = options.evict_slow;
   if (!t.failure_last_call_timeout && options.restart_mode == RestartMode::kInProcess) {
     t.failure_last_call_timeout = Duration::zero();
   }

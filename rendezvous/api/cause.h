@@ -45,8 +45,11 @@ enum class Cause {
   // Why the rendezvous ended a round, continued: its liveness heartbeats stopped (issue 40,
   // rendezvous/liveness/): found by the failure detector in a few hundred ms, not the lease.
   kNodeLostSilence = 19,  // "node_lost_silence"
+  // Why the rendezvous ended a round, continued: a member persistently slower than the run's
+  // median node was evicted for a spare (--evict-slow, issue 41, rendezvous/stragglers/).
+  kNodeSlow = 20,  // "node_slow"
 };
-inline constexpr int kLastCause = 19;
+inline constexpr int kLastCause = 20;
 
 inline const char* CauseLabel(Cause cause) {
   switch (cause) {
@@ -90,6 +93,8 @@ inline const char* CauseLabel(Cause cause) {
       return "remote_failure";
     case Cause::kNodeLostSilence:
       return "node_lost_silence";
+    case Cause::kNodeSlow:
+      return "node_slow";
   }
   return "other";
 }
@@ -118,15 +123,17 @@ inline constexpr Cause kDeathCauses[] = {Cause::kExit,           Cause::kHang,
                                          Cause::kExternalSignal, Cause::kUnknownSignal};
 // Why the server restarted rounds (ddprun_rdzv_restarts_total{cause}).
 inline constexpr Cause kRestartCauses[] = {
-    Cause::kWorkerFailure,   Cause::kHang,       Cause::kNodeLostStream, Cause::kNodeLostLease,
-    Cause::kNodeLostSilence, Cause::kNodeJoined, Cause::kNodeLeft,       Cause::kServerRestart};
+    Cause::kWorkerFailure,   Cause::kHang,     Cause::kNodeLostStream, Cause::kNodeLostLease,
+    Cause::kNodeLostSilence, Cause::kNodeSlow, Cause::kNodeJoined,     Cause::kNodeLeft,
+    Cause::kServerRestart};
 // What agents recover from (ddprun_rdzv_recoveries_total{cause}): their timeline's causes, less
 // stop_signal (never recovered from); a recovery after a server_restart counts as "other", as it
 // did when agents could not name that cause.
 inline constexpr Cause kRecoveryCauses[] = {
     Cause::kWorkerExit,      Cause::kWorkerSignal,   Cause::kHang,
     Cause::kRemoteFailure,   Cause::kNodeLostStream, Cause::kNodeLostLease,
-    Cause::kNodeLostSilence, Cause::kNodeJoined,     Cause::kNodeLeft};
+    Cause::kNodeLostSilence, Cause::kNodeSlow,       Cause::kNodeJoined,
+    Cause::kNodeLeft};
 
 template <size_t N>
 bool CauseIsIn(Cause cause, const Cause (&set)[N]) {

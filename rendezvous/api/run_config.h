@@ -102,6 +102,13 @@ inline absl::Status ValidateLivenessSettings(const LivenessSettings& l) {
   return absl::OkStatus();
 }
 
+// What the run does with a member the slow-node judge names (issue 41, rendezvous/stragglers/).
+struct SlowNodePolicy {
+  // --evict-slow: while a spare stands ready, the named node is closed out of the run and the
+  // spare takes its group rank (a free restart: no unit of --max-restarts). Off: named only.
+  bool evict = false;
+};
+
 // Timeouts of one run. The first agent to join a run sets them (defaults are torchrun's).
 struct RunTimeouts {
   // How long a round may stay below min_nodes before the run is closed.
@@ -118,6 +125,7 @@ struct RunTimeouts {
   Duration keep_alive_interval = std::chrono::seconds(5);
   int keep_alive_max_attempt = 3;
   LivenessSettings liveness;
+  SlowNodePolicy slow_nodes;
 
   Duration lease() const { return keep_alive_interval * keep_alive_max_attempt; }
 };

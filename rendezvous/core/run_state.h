@@ -97,8 +97,10 @@ class RunState {
   // A member's workers' compute times (issue 41): its slowest rank's figure goes to the run's
   // slow-node judge; the judge's verdict on the node when it changed. Ignored from a node not
   // in the running round.
+  // With --evict-slow, a node named slow while a spare stands ready is closed out and the
+  // spare takes its group rank (`out`).
   std::optional<SlowNodeChange> Compute(ConnId conn, const std::vector<RankCompute>& compute,
-                                        TimePoint now);
+                                        TimePoint now, Outbox* out);
   // The agent's worker group of `round`. Returns kAborted for a stale round (ignored).
   absl::Status GroupStatus(ConnId conn, int64_t round, GroupState state,
                            const std::optional<WorkerFailure>& failure, TimePoint now, Outbox* out);
@@ -171,6 +173,9 @@ class RunState {
     TimePoint progress_at{};
     std::optional<ResumeClaim> claim;  // while recovering: what the node re-registered with
   };
+  // Closes `conn`'s node, named slow, out of the run; a free restart gives its group rank to a
+  // spare.
+  void EvictSlow(ConnId conn, TimePoint now, Outbox* out);
   // "rank 3 on n2 (step 57, no progress for 12.3 s)": the member rank with the lowest step,
   // then the oldest sign of life; empty when no member sent progress.
   std::string Straggler(TimePoint now) const;

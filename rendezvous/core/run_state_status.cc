@@ -22,7 +22,7 @@ void RunState::Progress(ConnId conn, const std::vector<RankProgress>& progress, 
 
 std::optional<SlowNodeChange> RunState::Compute(ConnId conn,
                                                 const std::vector<RankCompute>& compute,
-                                                TimePoint now) {
+                                                TimePoint now, Outbox* out) {
   auto it = nodes_.find(conn);
   if (it == nodes_.end() || !it->second.in_round || phase_ != RunPhase::kRunning) {
     return std::nullopt;
@@ -37,7 +37,32 @@ std::optional<SlowNodeChange> RunState::Compute(ConnId conn,
       report.steps = c.steps;
     }
   }
-  return slow_nodes_.Report(report, now);
+  std::optional<SlowNodeChange> change = slow_nodes_.Report(report, now);
+  // At any report while it stands named: a spare that arrives later still takes its place.
+  const std::optional<NodeComputeStanding> standing = slow_nodes_.StandingOf(report.node_id);
+  if (timeouts_.slow_nodes.evict && standing.has_value() && standing->slow && SpareStandsReady()) {
+    EvictSlow(conn, now, out);
+  }
+  return change;
+}
+
+void RunState::EvictSlow(ConnId conn, TimePoint now, Outbox* out) {
+  auto it = nodes_.find(conn);
+  if (it == nodes_.end()) return;
+  const NodeComputeStanding standing = *slow_nodes_.StandingOf(it->second.info.node_id);
+  const std::string figures =
+      absl::StrFormat("its workers computed %.1f ms a step, %.2fx the run's median node",
+                      standing.compute_ms, standing.ratio);
+  // Not given up: the node is alive and would only be judged slow again; it ends (the preflight
+  // that would let it wait as a spare once it measures well is not built).
+  out->push_back({conn, CloseNotice{absl::FailedPreconditionError(absl::StrCat(
+                            "this node was evicted from the run as slow (--evict-slow): ", figures,
+                            "; a spare takes its group rank"))}});
+  const std::string reason = absl::StrCat(Describe(it->second), " was evicted as slow: ", figures);
+  RemoveNode(conn);
+  if (EndsWithoutRestart(out)) return;
+  // Free: nothing failed, and the budget of --max-restarts stays for failures.
+  RestartRound(reason, Cause::kNodeSlow, RestartKind::kFree, std::nullopt, now, out);
 }
 
 std::string RunState::Straggler(TimePoint now) const {

@@ -250,15 +250,16 @@ Outbox ServerState::Heartbeat(ConnId conn, const std::vector<RankProgress>& prog
   return {};
 }
 
-std::optional<SlowNodeChange> ServerState::Compute(ConnId conn,
-                                                   const std::vector<RankCompute>& compute,
-                                                   TimePoint now) {
+Outbox ServerState::Compute(ConnId conn, const std::vector<RankCompute>& compute, TimePoint now,
+                            std::optional<SlowNodeChange>* change) {
   std::string run_id;
   Run* run = RunOf(conn, &run_id);
-  if (run == nullptr || compute.empty() || compute.size() > 4096) return std::nullopt;
-  std::optional<SlowNodeChange> change = run->state->Compute(conn, compute, now);
-  if (change.has_value()) metrics_.slow_nodes_named += change->slow ? 1 : 0;
-  return change;
+  Outbox out;
+  if (run == nullptr || compute.empty() || compute.size() > 4096) return out;
+  *change = run->state->Compute(conn, compute, now, &out);
+  if (change->has_value()) metrics_.slow_nodes_named += (*change)->slow ? 1 : 0;
+  AfterEvent(run_id, out, now);
+  return out;
 }
 
 Outbox ServerState::GroupStatus(ConnId conn, int64_t round, GroupState state,

@@ -48,9 +48,9 @@ class ServerState {
   // `progress`: the agent's workers' last signs of life (empty: none sent).
   Outbox Heartbeat(ConnId conn, const std::vector<RankProgress>& progress, TimePoint now);
   // The agent's workers' compute times (a heartbeat's `compute`): the run's slow-node judge's
-  // verdict on the node when it changed, for the log.
-  std::optional<SlowNodeChange> Compute(ConnId conn, const std::vector<RankCompute>& compute,
-                                        TimePoint now);
+  // verdict on the node when it changed (`change`, for the log), and an eviction's messages.
+  Outbox Compute(ConnId conn, const std::vector<RankCompute>& compute, TimePoint now,
+                 std::optional<SlowNodeChange>* change);
   // Returns the outbox; `result` (optional) gets kAborted for a stale round.
   Outbox GroupStatus(ConnId conn, int64_t round, GroupState state,
                      const std::optional<WorkerFailure>& failure, TimePoint now,

@@ -59,6 +59,7 @@ proto::Join ToProto(const NodeInfo& node, const RunTimeouts& timeouts) {
     j.set_failure_last_call_timeout_ms(Millis(*timeouts.failure_last_call_timeout));
   }
   if (timeouts.liveness.on()) *j.mutable_liveness() = ToProto(timeouts.liveness);
+  j.set_evict_slow(timeouts.slow_nodes.evict);
   return j;
 }
 
@@ -313,6 +314,7 @@ JoinRequest FromProto(const proto::Join& j, const RunTimeouts& defaults,
     r.timeouts.failure_last_call_timeout = milliseconds(j.failure_last_call_timeout_ms());
   }
   if (j.has_liveness()) r.timeouts.liveness = FromProto(j.liveness());
+  r.timeouts.slow_nodes.evict = j.evict_slow();
   return r;
 }
 

@@ -276,12 +276,14 @@ void RendezvousServiceImpl::HandleMessage(ConnId conn, const proto::AgentMessage
     }
     case proto::AgentMessage::kHeartbeat: {
       Apply(state_.Heartbeat(conn, rendezvous::FromProto(message.heartbeat()), now));
-      if (std::optional<SlowNodeChange> change =
-              state_.Compute(conn, ComputeFromProto(message.heartbeat()), now)) {
-        const std::string line =
-            absl::StrCat("run '", state_.RunIdOf(conn), "': ", change->Describe());
+      std::optional<SlowNodeChange> change;
+      const std::string run_id = state_.RunIdOf(conn);
+      Outbox evicted = state_.Compute(conn, ComputeFromProto(message.heartbeat()), now, &change);
+      if (change.has_value()) {
+        const std::string line = absl::StrCat("run '", run_id, "': ", change->Describe());
         change->slow ? LogWarning(line) : LogInfo(line);
       }
+      Apply(evicted);
       auto open = streams_.find(conn);
       if (open != streams_.end() && !open->second.closed) {
         proto::ServerMessage ack;

@@ -1,13 +1,16 @@
-// Issue 41, point 2: a slow node named while the job trains. Three real ddprun agents of one run
-// against ddprun-rdzv, one ddp-train mnist worker each (they report how long each step computed
+// Issue 41, point 2: a slow node found while the job trains. Real ddprun agents of one run
+// against ddprun-rdzv, one ddp-train mnist worker each (it reports how long each step computed
 // before it waited on the all-reduce); one agent, and so its worker, in a cpu cgroup limited to
 // 30 % of a CPU. The server must name that node slow, with its figures, in its log, on /metrics
-// and in `ddprun status`, within a minute, and never name the other two. Root only (cgroups).
+// and in `ddprun status`, and never name the others; with --evict-slow and a spare standing
+// ready, the spare takes its group rank and the job trains on at full size. Root only (cgroups).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <regex>
@@ -27,90 +30,112 @@ namespace {
 using namespace std::chrono_literals;
 using testing::BinPath;
 using ::testing::HasSubstr;
-using ::testing::Not;
 using testing::Subprocess;
-using testing::TempDir;
 using testing::WaitUntil;
 
 constexpr char kData[] = "/usr/share/datasets/fashion-mnist";
 constexpr char kToken[] = "slow-node-test-token";
 
-std::string Metrics(int port) {
-  const std::string answer = testing::LoopbackExchange(
-      port, absl::StrCat("GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                         "Authorization: Bearer ",
-                         kToken, "\r\n\r\n"));
-  return answer;
-}
+class SlowNodeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (access(kData, R_OK) != 0) GTEST_SKIP() << kData << " missing (dataset-fashion-mnist)";
+    cgroup_ = std::make_unique<testing::TestCgroup>(
+        testing::TestCgroup::Controller::kCpu, absl::StrCat("ddprun-slow-node-test-", getpid()));
+    ASSERT_TRUE(cgroup_->error().empty()) << cgroup_->error();
+    ASSERT_TRUE(cgroup_->LimitCpu(30)) << cgroup_->error();
+    daemon_ = std::make_unique<testing::RdzvDaemon>(kToken, "127.0.0.1",
+                                                    [](std::vector<std::string> argv) {
+                                                      argv.push_back("--http-port=0");
+                                                      return argv;
+                                                    });
+    ASSERT_FALSE(daemon_->endpoint().empty()) << daemon_->error();
+    ASSERT_TRUE(WaitUntil(
+        [&] {
+          std::smatch m;
+          const std::string out = daemon_->output();
+          if (!std::regex_search(out, m, std::regex("http on 127\\.0\\.0\\.1:(\\d+)"))) {
+            return false;
+          }
+          http_port_ = std::atoi(m[1].str().c_str());
+          return true;
+        },
+        10s))
+        << daemon_->output();
+  }
 
-TEST(SlowNodeTest, AWorkerThrottledByACgroupIsNamedSlowWithinAMinuteAndNoOtherIs) {
-  if (access(kData, R_OK) != 0) GTEST_SKIP() << kData << " missing (dataset-fashion-mnist)";
-  testing::TestCgroup cgroup(testing::TestCgroup::Controller::kCpu,
-                             absl::StrCat("ddprun-slow-node-test-", getpid()));
-  ASSERT_TRUE(cgroup.error().empty()) << cgroup.error();
-  ASSERT_TRUE(cgroup.LimitCpu(30)) << cgroup.error();
+  void TearDown() override {
+    for (auto& agent : agents_) agent->SignalGroup(SIGTERM);
+    for (auto& agent : agents_) agent->Wait(30s);
+  }
 
-  testing::RdzvDaemon daemon(kToken, "127.0.0.1", [](std::vector<std::string> argv) {
-    argv.push_back("--http-port=0");
-    return argv;
-  });
-  ASSERT_FALSE(daemon.endpoint().empty()) << daemon.error();
-  int http_port = 0;
-  ASSERT_TRUE(WaitUntil(
-      [&] {
-        std::smatch m;
-        const std::string out = daemon.output();
-        if (!std::regex_search(out, m, std::regex("http on 127\\.0\\.0\\.1:(\\d+)"))) return false;
-        http_port = std::atoi(m[1].str().c_str());
-        return true;
-      },
-      10s))
-      << daemon.output();
+  // One more agent of run "slow" (3 members); `throttled`: it moves itself into the cgroup
+  // before it becomes ddprun, so its worker is born there.
+  Subprocess& StartAgent(bool throttled, const std::vector<std::string>& flags = {}) {
+    std::vector<std::string> argv = {BinPath("ddprun"),
+                                     "--nnodes=3",
+                                     "--nproc-per-node=1",
+                                     "--rdzv-backend=c10d",
+                                     "--rdzv-endpoint=" + daemon_->endpoint(),
+                                     "--rdzv-id=slow"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    // Long enough never to end while the test looks; stopped by the test.
+    for (const char* arg :
+         {"--no-python", "@ddp-train", "mnist", "--data", kData, "--no-progress-bar", "--epochs",
+          "100", "--test-subset", "1000", "--batch-size", "64"}) {
+      argv.push_back(std::string(arg) == "@ddp-train" ? BinPath("ddp-train") : arg);
+    }
+    const std::map<std::string, std::string> env = {{"DDPRUN_RDZV_TOKEN", kToken},
+                                                    {"OMP_NUM_THREADS", "1"}};
+    if (throttled) {
+      std::string command = absl::StrCat("echo $$ > ", cgroup_->procs(), " && exec");
+      for (const std::string& arg : argv) absl::StrAppend(&command, " '", arg, "'");
+      argv = {"/bin/sh", "-c", command};
+    }
+    agents_.push_back(std::make_unique<Subprocess>(argv, env));
+    return *agents_.back();
+  }
 
-  TempDir dir;
-  // Long enough never to end while the test looks; stopped by the test.
-  const std::vector<std::string> ddprun = {BinPath("ddprun"),
-                                           "--nnodes=3",
-                                           "--nproc-per-node=1",
-                                           "--rdzv-backend=c10d",
-                                           "--rdzv-endpoint=" + daemon.endpoint(),
-                                           "--rdzv-id=slow",
-                                           "--no-python",
-                                           BinPath("ddp-train"),
-                                           "mnist",
-                                           "--data",
-                                           kData,
-                                           "--no-progress-bar",
-                                           "--epochs",
-                                           "100",
-                                           "--test-subset",
-                                           "1000",
-                                           "--batch-size",
-                                           "64"};
-  const std::map<std::string, std::string> env = {{"DDPRUN_RDZV_TOKEN", kToken},
-                                                  {"OMP_NUM_THREADS", "1"}};
-  std::vector<std::unique_ptr<Subprocess>> agents;
-  for (int i = 0; i < 2; ++i) agents.push_back(std::make_unique<Subprocess>(ddprun, env));
-  // The third moves itself into the cgroup before it becomes ddprun: its worker is born there.
-  std::string command = absl::StrCat("echo $$ > ", cgroup.procs(), " && exec");
-  for (const std::string& arg : ddprun) absl::StrAppend(&command, " '", arg, "'");
-  agents.push_back(
-      std::make_unique<Subprocess>(std::vector<std::string>{"/bin/sh", "-c", command}, env));
-  const std::string slow_node = absl::StrCat("_", agents[2]->pid(), "_");
+  // The daemon logs on stderr.
+  std::string Log() const { return daemon_->error(); }
+  bool WaitForLog(const std::string& needle, std::chrono::seconds timeout) {
+    return WaitUntil([&] { return Log().find(needle) != std::string::npos; }, timeout);
+  }
+  std::string Metrics() const {
+    return testing::LoopbackExchange(
+        http_port_, absl::StrCat("GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                                 "Authorization: Bearer ",
+                                 kToken, "\r\n\r\n"));
+  }
+  std::string Status() {
+    Subprocess status(
+        {BinPath("ddprun"), "status", "--rdzv-endpoint=" + daemon_->endpoint(), "--rdzv-id=slow"},
+        {{"DDPRUN_RDZV_TOKEN", kToken}});
+    status.Wait(30s);
+    return status.out() + status.err();
+  }
+
+  std::unique_ptr<testing::TestCgroup> cgroup_;
+  std::unique_ptr<testing::RdzvDaemon> daemon_;
+  int http_port_ = 0;
+  std::vector<std::unique_ptr<Subprocess>> agents_;
+};
+
+TEST_F(SlowNodeTest, AWorkerThrottledByACgroupIsNamedSlowWithinAMinuteAndNoOtherIs) {
+  StartAgent(false);
+  StartAgent(false);
+  Subprocess& slow = StartAgent(true);
+  const std::string slow_node = absl::StrCat("_", slow.pid(), "_");
 
   // The judge names a node after 3 reports in a row, 5 s apart, once every node trains.
   const auto began = std::chrono::steady_clock::now();
-  // The daemon logs on stderr.
-  ASSERT_TRUE(
-      WaitUntil([&] { return daemon.error().find(" is slow: ") != std::string::npos; }, 90s))
-      << daemon.error() << "\n--- the throttled agent:\n"
-      << agents[2]->err();
-  const double named_after_s =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-  std::cout << "named slow after " << named_after_s << " s (agents started)\n";
-
+  ASSERT_TRUE(WaitForLog(" is slow: ", 90s)) << Log() << "\n--- the throttled agent:\n"
+                                             << slow.err();
+  std::cout << "named slow after "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count()
+            << " s (agents started)\n";
   std::smatch named;
-  const std::string log = daemon.error();
+  const std::string log = Log();
   ASSERT_TRUE(std::regex_search(
       log, named,
       std::regex("run 'slow': node (\\S+) is slow: its workers compute ([0-9.]+) ms a step before "
@@ -120,26 +145,62 @@ TEST(SlowNodeTest, AWorkerThrottledByACgroupIsNamedSlowWithinAMinuteAndNoOtherIs
   EXPECT_THAT(named[1].str(), HasSubstr(slow_node)) << "the throttled agent's node is named";
   EXPECT_GT(std::stod(named[3].str()), 1.2);
 
-  const std::string metrics = Metrics(http_port);
+  const std::string metrics = Metrics();
   EXPECT_THAT(metrics, HasSubstr("ddprun_rdzv_slow_nodes{run_id=\"slow\"} 1")) << metrics;
   EXPECT_THAT(metrics, HasSubstr("ddprun_rdzv_slow_nodes_named_total 1")) << metrics;
 
-  Subprocess status(
-      {BinPath("ddprun"), "status", "--rdzv-endpoint=" + daemon.endpoint(), "--rdzv-id=slow"},
-      {{"DDPRUN_RDZV_TOKEN", kToken}});
-  ASSERT_TRUE(status.Wait(30s).has_value());
-  EXPECT_THAT(status.out(), HasSubstr("slow nodes 1")) << status.out() << status.err();
-  EXPECT_THAT(status.out(),
-              ::testing::ContainsRegex(slow_node + "\\S*  compute [0-9.]+ ms/step "
-                                                   "\\([0-9.]+x the median node\\) SLOW"))
-      << status.out();
-  // Every member has figures, and only the throttled one is slow.
-  EXPECT_EQ(testing::CountMatches(status.out(), " SLOW\n"), 1) << status.out();
-  EXPECT_EQ(testing::CountMatches(status.out(), "  compute "), 3) << status.out();
-  EXPECT_EQ(testing::CountMatches(daemon.error(), " is slow: "), 1) << daemon.error();
+  const std::string status = Status();
+  EXPECT_THAT(status, HasSubstr("slow nodes 1")) << status;
+  EXPECT_THAT(status, ::testing::ContainsRegex(slow_node + "\\S*  compute [0-9.]+ ms/step "
+                                                           "\\([0-9.]+x the median node\\) SLOW"))
+      << status;
+  // Every member has figures, and only the throttled one is slow; the run goes on.
+  EXPECT_EQ(testing::CountMatches(status, " SLOW\n"), 1) << status;
+  EXPECT_EQ(testing::CountMatches(status, "  compute "), 3) << status;
+  EXPECT_EQ(testing::CountMatches(Log(), " is slow: "), 1) << Log();
+  EXPECT_THAT(Log(), ::testing::Not(HasSubstr("is over"))) << "without --evict-slow it stays";
+}
 
-  for (auto& agent : agents) agent->SignalGroup(SIGTERM);
-  for (auto& agent : agents) agent->Wait(30s);
+TEST_F(SlowNodeTest, WithEvictSlowASpareTakesTheThrottledNodesPlace) {
+  const std::vector<std::string> flags = {"--evict-slow", "--restart-mode=in-process",
+                                          "--preload=native"};
+  StartAgent(false, flags);
+  StartAgent(false, flags);
+  Subprocess& slow = StartAgent(true, flags);
+  ASSERT_TRUE(WaitForLog("round 1 formed: 3 nodes", 60s)) << Log();
+  Subprocess& spare = StartAgent(false, flags);  // a spare: the round is full
+
+  ASSERT_TRUE(WaitForLog("was evicted as slow: its workers computed ", 90s))
+      << Log() << "\n--- the throttled agent:\n"
+      << slow.err();
+  EXPECT_THAT(Log(), HasSubstr("; a spare takes its place")) << Log();
+  std::cout << Log() << "\n";
+  ASSERT_TRUE(WaitForLog("round 2 formed: 3 nodes", 30s)) << Log();
+  // The evicted agent ends, saying why; its worker with it.
+  const std::optional<testing::ExitStatus> ended = slow.Wait(30s);
+  ASSERT_TRUE(ended.has_value()) << slow.err();
+  EXPECT_NE(ended->exit_code, 0);
+  std::cout << "the evicted agent exited " << ended->exit_code << ":\n" << slow.err() << "\n";
+  EXPECT_THAT(slow.err(), HasSubstr("evicted from the run as slow (--evict-slow)")) << slow.err();
+  // The spare's worker trains in round 2 at full size: its node reports the compute times of
+  // its steps (the agent's window starts with its workers), and the run's restart is counted
+  // under its cause, spending nothing of the budget.
+  const std::string spare_node = absl::StrCat("_", spare.pid(), "_");
+  std::string status;
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        status = Status();
+        return std::regex_search(status, std::regex(spare_node + "\\S*  compute [0-9.]+ ms/step"));
+      },
+      60s))
+      << status << "\n--- the spare:\n"
+      << spare.err();
+  const std::string metrics = Metrics();
+  EXPECT_THAT(metrics, HasSubstr("ddprun_rdzv_restarts_total{cause=\"node_slow\"} 1")) << metrics;
+  EXPECT_THAT(metrics, HasSubstr("ddprun_rdzv_run_restarts_used{run_id=\"slow\"} 0")) << metrics;
+  EXPECT_THAT(metrics, HasSubstr("ddprun_rdzv_spares_used_total{run_id=\"slow\"} 1")) << metrics;
+  EXPECT_THAT(status, HasSubstr("round 2")) << status;
+  EXPECT_THAT(status, ::testing::Not(HasSubstr(absl::StrCat("_", slow.pid(), "_")))) << status;
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rendezvous/core/server_state.h"
 #include "tests/rendezvous/core/state_fixture.h"
@@ -18,20 +19,34 @@ using ::ddprun::rendezvous::testing::MakeJoin;
 
 class SlowNodesTest : public testing::ServerStateTest {
  protected:
-  // Nodes 1..3 of a fixed run of 3, and node 4 waiting beyond it (a spare).
-  void SetUp() override {
-    for (ConnId c = 1; c <= 4; ++c) Join(c, MakeJoin("run", std::to_string(c), 3, 3));
+  // Nodes 1..3 of a fixed run of 3, and node 4 waiting beyond it (a spare); with --evict-slow
+  // when `evict`.
+  void SetUp() override { JoinAll(false); }
+  void JoinAll(bool evict) {
+    for (ConnId c = 1; c <= 4; ++c) {
+      JoinRequest r = MakeJoin(evict ? "evicting" : "run", std::to_string(c), 3, 3);
+      r.timeouts.slow_nodes.evict = evict;
+      Join(c + (evict ? 10 : 0), r);
+    }
   }
-  // One report from each member (5 s later): node 3's slowest rank computes `slow_ms`.
-  std::vector<SlowNodeChange> Reports(double slow_ms) {
+  // Node `conn`'s compute report.
+  std::optional<SlowNodeChange> Report(ConnId conn, std::vector<RankCompute> ranks) {
+    std::optional<SlowNodeChange> change;
+    last_out_ = state_.Compute(conn, ranks, clock_.Now(), &change);
+    return change;
+  }
+  Outbox last_out_;
+  // One report from each member first..first+2 (5 s later): the last one's slowest rank
+  // computes `slow_ms`.
+  std::vector<SlowNodeChange> Reports(double slow_ms, ConnId first = 1) {
     clock_.Advance(std::chrono::seconds(5));
     std::vector<SlowNodeChange> changes;
-    for (ConnId c = 1; c <= 3; ++c) {
+    for (ConnId c = first; c <= first + 2; ++c) {
       // Two local ranks: the node runs at the pace of the slower one.
       const std::vector<RankCompute> ranks = {
           {static_cast<int>(2 * c), 30, 100},
-          {static_cast<int>(2 * c + 1), c == 3 ? slow_ms : 29, 100}};
-      if (auto change = state_.Compute(c, ranks, clock_.Now())) changes.push_back(*change);
+          {static_cast<int>(2 * c + 1), c == first + 2 ? slow_ms : 29, 100}};
+      if (auto change = Report(c, ranks)) changes.push_back(*change);
     }
     return changes;
   }
@@ -65,7 +80,7 @@ TEST_F(SlowNodesTest, AMembersSlowestRankMakesItSlowAndTheRunsStatusSaysSo) {
 TEST_F(SlowNodesTest, ASpareIsNotJudgedAndANewRoundStartsAfresh) {
   for (int i = 0; i < 5; ++i) {
     clock_.Advance(std::chrono::seconds(5));
-    EXPECT_FALSE(state_.Compute(4, {{6, 500, 100}}, clock_.Now()).has_value());
+    EXPECT_FALSE(Report(4, {{6, 500, 100}}).has_value());
   }
   EXPECT_EQ(Member("4")->compute_ms, 0) << "the spare has no figure";
   for (int i = 0; i < 3; ++i) Reports(90);
@@ -74,6 +89,60 @@ TEST_F(SlowNodesTest, ASpareIsNotJudgedAndANewRoundStartsAfresh) {
   state_.StreamBroken(2, clock_.Now());
   EXPECT_EQ(Status().slow_nodes, 0);
   EXPECT_EQ(Member("3")->compute_ms, 0);
+}
+
+TEST_F(SlowNodesTest, WithoutEvictSlowANamedNodeStaysInTheRun) {
+  for (int i = 0; i < 5; ++i) Reports(90);
+  EXPECT_EQ(Status().slow_nodes, 1);
+  EXPECT_EQ(Status().round, 1);
+  EXPECT_TRUE(last_out_.empty());
+}
+
+// --evict-slow (issue 41): the named node is closed out, not given up (it ends), and the spare
+// takes its group rank in a free restart (cause node_slow, no unit of --max-restarts).
+TEST_F(SlowNodesTest, WithEvictSlowASpareTakesTheSlowNodesGroupRankInAFreeRestart) {
+  JoinAll(true);
+  auto status = [&] { return *state_.Status("evicting"); };
+  const int slow_rank = [&] {
+    for (const MemberStatus& m : status().members) {
+      if (m.node_id == "3") return m.group_rank;
+    }
+    return -1;
+  }();
+  ASSERT_GE(slow_rank, 0);
+  Reports(90, 11);
+  Reports(90, 11);
+  Reports(90, 11);
+  const CloseNotice* closed = testing::Find<CloseNotice>(last_out_, 13);
+  ASSERT_NE(closed, nullptr) << "the slow node is closed out";
+  EXPECT_FALSE(closed->given_up);
+  EXPECT_EQ(closed->status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(closed->status.message()),
+              ::testing::HasSubstr("evicted from the run as slow (--evict-slow): its workers "
+                                   "computed 90.0 ms a step, 3.00x the run's median node"));
+  const Assignment* spare = testing::Find<Assignment>(last_out_, 14);
+  ASSERT_NE(spare, nullptr) << "the spare is assigned";
+  EXPECT_EQ(spare->group_rank, slow_rank) << "the slow node's group rank";
+  const RunStatus s = status();
+  EXPECT_EQ(s.round, 2);
+  EXPECT_EQ(s.restarts_used, 0) << "an eviction spends no restart";
+  EXPECT_EQ(s.spares_used, 1);
+  ASSERT_FALSE(s.restarts.empty());
+  EXPECT_EQ(s.restarts.back().cause, Cause::kNodeSlow);
+  EXPECT_EQ(s.num_nodes, 3);
+}
+
+TEST_F(SlowNodesTest, WithEvictSlowButNoSpareTheNodeIsOnlyNamed) {
+  JoinRequest r;
+  for (ConnId c = 21; c <= 23; ++c) {
+    r = MakeJoin("nospare", std::to_string(c), 3, 3);
+    r.timeouts.slow_nodes.evict = true;
+    Join(c, r);
+  }
+  for (int i = 0; i < 5; ++i) Reports(90, 21);
+  EXPECT_EQ(state_.Status("nospare")->slow_nodes, 1);
+  EXPECT_EQ(state_.Status("nospare")->round, 1) << "never below the world without a spare";
+  EXPECT_TRUE(last_out_.empty());
 }
 
 }  // namespace
