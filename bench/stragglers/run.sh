@@ -4,8 +4,8 @@
 #   noise     both cores kept busy by 2 spinners for NOISE_SECONDS (300): ordinary noise, no
 #             throttled rank; passes when the server names no node slow.
 #   throttle  --evict-slow --restart-mode=in-process --preload=native and a 4th agent as the
-#             spare; after THROTTLE_AFTER (60) s one member's processes move into a cpu cgroup at
-#             30 % of a CPU: seconds until the server names it, until round 2 forms with the
+#             spare; after THROTTLE_AFTER (60) s one member's worker moves into a cpu cgroup at 30 %
+#             of a CPU (the worker only: a throttled agent would also be slow to heartbeat): seconds until the server names it, until round 2 forms with the
 #             spare, and the job's steps/s before, throttled, and after the replacement.
 #   bench/stragglers/run.sh [BUILD_DIR] [OUT_DIR]
 set -euo pipefail
@@ -69,7 +69,8 @@ log_time() {
 
 echo "bench/stragglers: $(date -u '+%Y-%m-%d %H:%M UTC'), $CORES cores, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee "$OUT/summary.txt"
 
-# --- noise ---
+# --- noise (NOISE_SECONDS=0 skips it) ---
+if [ "$NOISE_SECONDS" -gt 0 ]; then
 D="$OUT/noise"; mkdir -p "$D"; T0=$(secs)
 start_daemon "$D"
 for i in 1 2 3; do start_agent "$D" "agent$i"; done
@@ -78,6 +79,7 @@ sample_until "$D" "$NOISE_SECONDS"
 named=$(grep -c " is slow: " "$D/daemon.log" || true)
 echo "noise: $NOISE_SECONDS s, 3 nodes + $CORES spinners on $CORES cores: nodes named slow: $named; job $(rate "$D" 20 "$NOISE_SECONDS") steps/s" | tee -a "$OUT/summary.txt"
 cleanup
+fi
 
 # --- throttle ---
 D="$OUT/throttle"; mkdir -p "$D"; T0=$(secs)
@@ -93,15 +95,18 @@ for _ in $(seq 600); do grep -q "round 1 formed" "$D/daemon.log" && break; sleep
 start_agent "$D" spare "${FLAGS[@]}"
 sample_until "$D" "$THROTTLE_AFTER"
 t_throttle=$(echo "$(secs) - $T0" | bc)
-# The agent and everything below it (its worker, the worker's threads follow the process).
-for p in $SLOW $(pgrep -P "$SLOW" || true); do echo "$p" > "$CG/cgroup.procs" 2>/dev/null || true; done
+# Its worker: the agent's child that leads a process group of its own (the agent's helpers stay
+# in its group); its threads follow it (cgroup.procs).
+for p in $(pgrep -P "$SLOW" || true); do
+  [ "$(ps -o pgid= -p "$p" | tr -d ' ')" = "$p" ] && echo "$p" > "$CG/cgroup.procs"
+done
 for _ in $(seq 120); do grep -q "round 2 formed" "$D/daemon.log" && break; sample_until "$D" "$(echo "$(secs) - $T0 + 1" | bc)"; done
 t_end=$(echo "$(secs) - $T0 + 40" | bc)
 sample_until "$D" "$t_end"
 t_named=$(log_time "$D" " is slow: ")
 t_replaced=$(log_time "$D" "round 2 formed")
 {
-  echo "throttle: one member's processes at 30 % of a CPU from $(printf %.1f "$t_throttle") s: named slow $(printf %.1f "$(echo "$t_named - $t_throttle" | bc)") s later, replaced by the spare (round 2 formed) $(printf %.1f "$(echo "$t_replaced - $t_throttle" | bc)") s later"
+  echo "throttle: one member's worker at 30 % of a CPU from $(printf %.1f "$t_throttle") s: named slow $(printf %.1f "$(echo "$t_named - $t_throttle" | bc)") s later, replaced by the spare (round 2 formed) $(printf %.1f "$(echo "$t_replaced - $t_throttle" | bc)") s later"
   echo "  $(grep -m1 ' is slow: ' "$D/daemon.log" | cut -d' ' -f3-)"
   echo "  job steps/s: before $(rate "$D" 20 "$t_throttle"), throttled $(rate "$D" "$t_throttle" "$t_replaced"), after the replacement $(rate "$D" "$(echo "$t_replaced + 5" | bc)" "$t_end")"
 } | tee -a "$OUT/summary.txt"
