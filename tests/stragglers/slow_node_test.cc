@@ -55,18 +55,8 @@ class SlowNodeTest : public ::testing::Test {
                                                       return argv;
                                                     });
     ASSERT_FALSE(daemon_->endpoint().empty()) << daemon_->error();
-    ASSERT_TRUE(WaitUntil(
-        [&] {
-          std::smatch m;
-          const std::string out = daemon_->output();
-          if (!std::regex_search(out, m, std::regex("http on 127\\.0\\.0\\.1:(\\d+)"))) {
-            return false;
-          }
-          http_port_ = std::atoi(m[1].str().c_str());
-          return true;
-        },
-        10s))
-        << daemon_->output();
+    http_port_ = daemon_->WaitForHttpPort(10s);
+    ASSERT_GT(http_port_, 0) << daemon_->output();
   }
 
   void TearDown() override {

@@ -36,6 +36,17 @@ std::unique_ptr<RdzvDaemon> RdzvDaemon::OnHost(const NetHosts& hosts, int host,
       [&hosts, host](std::vector<std::string> argv) { return hosts.On(host, argv); }, port);
 }
 
+int RdzvDaemon::WaitForHttpPort(std::chrono::milliseconds timeout) const {
+  const std::regex re("http on 127\\.0\\.0\\.1:(\\d+)");
+  std::smatch m;
+  if (!daemon_->WaitForOutput([&](const std::string& s) { return std::regex_search(s, m, re); },
+                              timeout)) {
+    return 0;
+  }
+  const std::string out = daemon_->out();
+  return std::regex_search(out, m, re) ? std::atoi(m[1].str().c_str()) : 0;
+}
+
 int RdzvDaemon::port() const {
   return endpoint_.empty() ? 0 : std::atoi(endpoint_.substr(endpoint_.rfind(':') + 1).c_str());
 }

@@ -3,6 +3,7 @@
 #ifndef DDPRUN_TESTS_TESTING_RDZV_DAEMON_H_
 #define DDPRUN_TESTS_TESTING_RDZV_DAEMON_H_
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -31,6 +32,9 @@ class RdzvDaemon {
   const std::string& endpoint() const { return endpoint_; }
   // The port of endpoint(); 0 when it did not come up.
   int port() const;
+  // Started with --http-port=0: the port of its "http on 127.0.0.1:PORT" line, once it said it
+  // (waiting up to `timeout`); 0 when it did not.
+  int WaitForHttpPort(std::chrono::milliseconds timeout) const;
   std::string error() const { return daemon_->err(); }
   std::string output() const { return daemon_->out(); }
   // SIGKILL, as a crash would; returns once it is gone.
