@@ -173,9 +173,9 @@ class RunState {
     TimePoint progress_at{};
     std::optional<ResumeClaim> claim;  // while recovering: what the node re-registered with
   };
-  // Closes `conn`'s node, named slow, out of the run; a free restart gives its group rank to a
-  // spare.
-  void EvictSlow(ConnId conn, TimePoint now, Outbox* out);
+  // Closes `conn`'s node, named slow (`standing`: the judge's figures), out of the run; a free
+  // restart gives its group rank to a spare.
+  void EvictSlow(ConnId conn, const NodeComputeStanding& standing, TimePoint now, Outbox* out);
   // "rank 3 on n2 (step 57, no progress for 12.3 s)": the member rank with the lowest step,
   // then the oldest sign of life; empty when no member sent progress.
   std::string Straggler(TimePoint now) const;

@@ -41,15 +41,15 @@ std::optional<SlowNodeChange> RunState::Compute(ConnId conn,
   // At any report while it stands named: a spare that arrives later still takes its place.
   const std::optional<NodeComputeStanding> standing = slow_nodes_.StandingOf(report.node_id);
   if (timeouts_.slow_nodes.evict && standing.has_value() && standing->slow && SpareStandsReady()) {
-    EvictSlow(conn, now, out);
+    EvictSlow(conn, *standing, now, out);
   }
   return change;
 }
 
-void RunState::EvictSlow(ConnId conn, TimePoint now, Outbox* out) {
+void RunState::EvictSlow(ConnId conn, const NodeComputeStanding& standing, TimePoint now,
+                         Outbox* out) {
   auto it = nodes_.find(conn);
   if (it == nodes_.end()) return;
-  const NodeComputeStanding standing = *slow_nodes_.StandingOf(it->second.info.node_id);
   const std::string figures =
       absl::StrFormat("its workers computed %.1f ms a step, %.2fx the run's median node",
                       standing.compute_ms, standing.ratio);

@@ -276,14 +276,17 @@ void RendezvousServiceImpl::HandleMessage(ConnId conn, const proto::AgentMessage
     }
     case proto::AgentMessage::kHeartbeat: {
       Apply(state_.Heartbeat(conn, rendezvous::FromProto(message.heartbeat()), now));
-      std::optional<SlowNodeChange> change;
-      const std::string run_id = state_.RunIdOf(conn);
-      Outbox evicted = state_.Compute(conn, ComputeFromProto(message.heartbeat()), now, &change);
-      if (change.has_value()) {
-        const std::string line = absl::StrCat("run '", run_id, "': ", change->Describe());
-        change->slow ? LogWarning(line) : LogInfo(line);
+      // Most heartbeats carry no compute times (an agent sends them every 5 s): nothing to judge.
+      if (message.heartbeat().compute_size() > 0) {
+        std::optional<SlowNodeChange> change;
+        const std::string run_id = state_.RunIdOf(conn);  // before an eviction forgets the conn
+        Outbox evicted = state_.Compute(conn, ComputeFromProto(message.heartbeat()), now, &change);
+        if (change.has_value()) {
+          const std::string line = absl::StrCat("run '", run_id, "': ", change->Describe());
+          change->slow ? LogWarning(line) : LogInfo(line);
+        }
+        Apply(evicted);
       }
-      Apply(evicted);
       auto open = streams_.find(conn);
       if (open != streams_.end() && !open->second.closed) {
         proto::ServerMessage ack;
