@@ -170,14 +170,6 @@ absl::StatusOr<EtcdSettings> MakeEtcdSettings(const LaunchOptions& options) {
                      " needs --rdzv-endpoint=HOST:PORT[,HOST:PORT...]"));
   }
   const RdzvConf& conf = options.rdzv;  // parsed and checked with the command line
-  if (conf.liveness.value_or(rendezvous::LivenessMode::kOff) != rendezvous::LivenessMode::kOff) {
-    // Asked for, not silently different from c10d: etcd's coordinator hosts no liveness socket yet
-    // (issue 40's plan, step 8); there, the lease alone finds a silent node.
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--rdzv-conf liveness=", conf.liveness == rendezvous::LivenessMode::kOn ? "on" : "auto",
-        ": the etcd backend has no liveness path yet (its lease, keep_alive_interval x "
-        "keep_alive_max_attempt, finds a silent node); use --rdzv-backend=c10d, or liveness=off"));
-  }
   EtcdSettings s;
   for (absl::string_view part : absl::StrSplit(options.rdzv_endpoint, ',', absl::SkipEmpty())) {
     DDPRUN_ASSIGN_OR_RETURN(HostPort endpoint, ParseHostPort("--rdzv-endpoint", part, 2379));
@@ -226,6 +218,28 @@ absl::StatusOr<std::unique_ptr<store::StoreServer>> StartStore(const LaunchOptio
 absl::StatusOr<std::unique_ptr<store::StoreServer>> StartStaticStore(const LaunchOptions& options) {
   if (options.node_rank != 0) return std::unique_ptr<store::StoreServer>();
   return StartStore(options, /*given_port=*/true);
+}
+
+// The local lease of a c10d or etcd agent (launcher/fence/local_lease.h), renewed by what the
+// backend's `settings` report: the server's (or etcd's) answers, and the liveness acks.
+template <typename Settings>
+absl::StatusOr<std::unique_ptr<fence::LocalLease>> CreateLocalLease(
+    const rendezvous::RunTimeouts& timeouts, Settings* settings) {
+  std::optional<Duration> liveness_length;
+  if (timeouts.liveness.on()) liveness_length = fence::LeaseLength(timeouts);
+  DDPRUN_ASSIGN_OR_RETURN(
+      std::unique_ptr<fence::LocalLease> lease,
+      fence::LocalLease::Create(fence::StreamLeaseLength(timeouts), liveness_length));
+  settings->on_server_heard = [lease = lease.get()](TimePoint heard_from) {
+    lease->Renew(heard_from, fence::Voucher::kStream);
+  };
+  settings->on_liveness_ack = [lease = lease.get()](TimePoint heard_from,
+                                                    rendezvous::SilenceVerdict offered) {
+    lease->Renew(heard_from, offered == rendezvous::SilenceVerdict::kBySilence
+                                 ? fence::Voucher::kLivenessBySilence
+                                 : fence::Voucher::kLivenessByLease);
+  };
+  return lease;
 }
 
 absl::StatusOr<RendezvousSetup> SetUpStaticCoordinated(const LaunchOptions& options,
@@ -286,6 +300,7 @@ absl::StatusOr<RendezvousSetup> SetUpRendezvous(const LaunchOptions& options, co
   if (IsEtcd(options.rdzv_backend)) {
     DDPRUN_ASSIGN_OR_RETURN(EtcdSettings settings, MakeEtcdSettings(options));
     setup.run_id = options.rdzv_id;
+    DDPRUN_ASSIGN_OR_RETURN(setup.lease, CreateLocalLease(settings.timeouts, &settings));
     DDPRUN_ASSIGN_OR_RETURN(setup.store, StartStore(options, /*given_port=*/false));
     DDPRUN_ASSIGN_OR_RETURN(GrpcRendezvousPlugin * plugin, LoadGrpcRendezvousPlugin());
     DDPRUN_ASSIGN_OR_RETURN(std::unique_ptr<GrpcRendezvous> etcd,
@@ -296,20 +311,7 @@ absl::StatusOr<RendezvousSetup> SetUpRendezvous(const LaunchOptions& options, co
   }
   DDPRUN_ASSIGN_OR_RETURN(C10dSettings settings, MakeC10dSettings(options, host));
   setup.run_id = options.rdzv_id;
-  std::optional<Duration> liveness_length;
-  if (settings.timeouts.liveness.on()) liveness_length = fence::LeaseLength(settings.timeouts);
-  DDPRUN_ASSIGN_OR_RETURN(
-      setup.lease,
-      fence::LocalLease::Create(fence::StreamLeaseLength(settings.timeouts), liveness_length));
-  settings.on_server_heard = [lease = setup.lease.get()](TimePoint heard_from) {
-    lease->Renew(heard_from, fence::Voucher::kStream);
-  };
-  settings.on_liveness_ack = [lease = setup.lease.get()](TimePoint heard_from,
-                                                         rendezvous::SilenceVerdict offered) {
-    lease->Renew(heard_from, offered == rendezvous::SilenceVerdict::kBySilence
-                                 ? fence::Voucher::kLivenessBySilence
-                                 : fence::Voucher::kLivenessByLease);
-  };
+  DDPRUN_ASSIGN_OR_RETURN(setup.lease, CreateLocalLease(settings.timeouts, &settings));
   // This agent's store, used when this node holds group rank 0 (its port is announced in the
   // join).
   DDPRUN_ASSIGN_OR_RETURN(setup.store, StartStore(options, /*given_port=*/false));

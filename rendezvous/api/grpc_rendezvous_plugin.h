@@ -65,6 +65,10 @@ struct EtcdSettings {
   rendezvous::RunTimeouts timeouts;
   std::chrono::milliseconds read_timeout{60000};
   std::optional<std::chrono::milliseconds> close_timeout;  // unset: the backend's default
+  // As C10dSettings': each renewal of this agent's etcd lease (with when it was asked for), and
+  // each ack of the coordinator's liveness receiver.
+  std::function<void(TimePoint heard_from)> on_server_heard;
+  std::function<void(TimePoint heard_from, rendezvous::SilenceVerdict offered)> on_liveness_ack;
 };
 
 // A rendezvous client, and the server too when this agent hosts it.

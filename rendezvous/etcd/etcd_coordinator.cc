@@ -125,6 +125,7 @@ void EtcdCoordinator::Join(const mvccpb::KeyValue& kv, TimePoint now, Outbox* ou
   const ConnId conn = next_conn_++;
   conn_by_node_[id] = conn;
   node_by_conn_[conn] = id;
+  liveness_index_[conn] = static_cast<uint32_t>(kv.create_revision());
   run_->Join(conn, request, now, out);
 }
 
@@ -216,13 +217,48 @@ void EtcdCoordinator::Apply(const Outbox& out) {
       // The state machine has forgotten the node; its key may linger until its agent leaves.
       conn_by_node_.erase(id);
       node_by_conn_.erase(it);
+      liveness_index_.erase(o.conn);
       closed_nodes_.insert(id);
     }
   }
 }
 
+std::optional<LivenessSettings> EtcdCoordinator::liveness() const {
+  if (run_ == nullptr || !run_->liveness().on()) return std::nullopt;
+  return run_->liveness();
+}
+
+std::vector<EtcdCoordinator::WatchedNode> EtcdCoordinator::LivenessWatches() const {
+  std::vector<WatchedNode> out;
+  if (run_ == nullptr) return out;
+  for (const auto& [conn, id] : node_by_conn_) {
+    if (id == self_ || !run_->HasConn(conn)) continue;
+    out.push_back({liveness_index_.at(conn), conn, run_->SilenceVerdictOf(conn)});
+  }
+  return out;
+}
+
+SilenceVerdict EtcdCoordinator::SilenceVerdictOf(ConnId conn) const {
+  return run_ != nullptr ? run_->SilenceVerdictOf(conn) : SilenceVerdict::kByLease;
+}
+
+std::string EtcdCoordinator::Silent(ConnId conn, Duration silent_for, TimePoint now) {
+  auto it = node_by_conn_.find(conn);
+  if (it == node_by_conn_.end() || run_ == nullptr || !run_->HasConn(conn)) return "";
+  const std::string id = it->second;
+  Outbox out;
+  run_->Silent(conn, silent_for, now, &out);
+  dirty_ = true;
+  Apply(out);
+  return id;
+}
+
+void EtcdCoordinator::PublishLiveness(std::string record, int64_t lease) {
+  liveness_record_ = Publication{std::move(record), lease};
+}
+
 std::optional<etcdserverpb::TxnRequest> EtcdCoordinator::PendingWrite() const {
-  if (!dirty_ && std::none_of(inboxes_.begin(), inboxes_.end(),
+  if (!dirty_ && !liveness_record_ && std::none_of(inboxes_.begin(), inboxes_.end(),
                               [](const auto& i) { return !i.second.pending.empty(); })) {
     return std::nullopt;
   }
@@ -236,6 +272,12 @@ std::optional<etcdserverpb::TxnRequest> EtcdCoordinator::PendingWrite() const {
   cmp->set_target(etcdserverpb::Compare::VALUE);
   cmp->set_result(etcdserverpb::Compare::EQUAL);
   cmp->set_value(self_);
+  if (liveness_record_) {
+    auto* put = txn.add_success()->mutable_request_put();
+    put->set_key(keys_.liveness());
+    put->set_value(liveness_record_->record);
+    put->set_lease(liveness_record_->lease);
+  }
   for (const auto& [id, inbox] : inboxes_) {
     if (inbox.pending.empty()) continue;
     InboxRecord record;
@@ -281,6 +323,7 @@ std::optional<etcdserverpb::TxnRequest> EtcdCoordinator::PendingWrite() const {
 
 void EtcdCoordinator::WriteConfirmed() {
   drop_closed_mark_ = false;
+  liveness_record_.reset();
   for (auto& [id, inbox] : inboxes_) inbox.pending.clear();
   dirty_ = false;
 }

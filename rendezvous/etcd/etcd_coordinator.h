@@ -52,6 +52,25 @@ class EtcdCoordinator {
   void WriteConfirmed();
   bool run_closed() const { return run_ != nullptr && run_->phase() == RunPhase::kClosed; }
 
+  // The liveness path (docs/design.md §3a, "etcd"): this agent serves the receiver while it
+  // coordinates. A node the receiver is to hear:
+  struct WatchedNode {
+    uint32_t index = 0;  // its nodes/ key's create revision, low 32 bits (the packet's node index)
+    ConnId conn = 0;     // the receiver's token for it
+    SilenceVerdict verdict = SilenceVerdict::kByLease;  // who the run lets decide its loss
+  };
+  // The run's liveness settings when its path is on; nullopt before any join, or when off.
+  std::optional<LivenessSettings> liveness() const;
+  // Every node of the run but this agent's own (its silence is for its lease to find: nobody
+  // else would hear it), with the verdict the run offers it now.
+  std::vector<WatchedNode> LivenessWatches() const;
+  SilenceVerdict SilenceVerdictOf(ConnId conn) const;
+  // The receiver's suspicion of `conn`, confirmed (SilenceDecision): its node is lost at once
+  // (RunState::Silent) and told so in its inbox. Returns the node's id ("" if unknown).
+  std::string Silent(ConnId conn, Duration silent_for, TimePoint now);
+  // Puts `record` (a LivenessRecord) at the liveness key under `lease` with the next write.
+  void PublishLiveness(std::string record, int64_t lease);
+
  private:
   void Join(const mvccpb::KeyValue& kv, TimePoint now, Outbox* out);
   void ApplyAgentRecord(const std::string& node_id, const std::string& value, TimePoint now,
@@ -68,6 +87,7 @@ class EtcdCoordinator {
   ConnId next_conn_ = 1;
   std::map<std::string, ConnId> conn_by_node_;
   std::map<ConnId, std::string> node_by_conn_;
+  std::map<ConnId, uint32_t> liveness_index_;  // WatchedNode::index of each conn
   std::set<std::string> closed_nodes_;
   struct Inbox {
     int64_t next_seq = 0;                               // of the next message
@@ -76,6 +96,11 @@ class EtcdCoordinator {
   std::map<std::string, Inbox> inboxes_;
   bool dirty_ = false;             // the state changed since the last confirmed write
   bool drop_closed_mark_ = false;  // a stale run's `closed` key is to be deleted
+  struct Publication {
+    std::string record;
+    int64_t lease = 0;
+  };
+  std::optional<Publication> liveness_record_;  // not yet confirmed written
 };
 
 }  // namespace ddprun::rendezvous

@@ -5,6 +5,8 @@
 //   progress/<node_id> Heartbeat: its workers' last signs of life (hang detection on); under
 //                     the agent's lease
 //   coordinator       the coordinator's node id; under its lease (created only if absent)
+//   liveness          LivenessRecord: where the coordinator serves the liveness path; under
+//                     its lease
 //   state             RunSnapshotRecord: the run's durable state, written with every change
 //   closed            present once the run is closed; the last agent to leave then deletes
 //                     every key of the run
@@ -31,6 +33,7 @@ class EtcdKeys {
   std::string inbox(absl::string_view id) const { return absl::StrCat(run_, "inbox/", id); }
   std::string progress(absl::string_view id) const { return absl::StrCat(run_, "progress/", id); }
   std::string coordinator() const { return run_ + "coordinator"; }
+  std::string liveness() const { return run_ + "liveness"; }
   std::string state() const { return run_ + "state"; }
   std::string closed() const { return run_ + "closed"; }
 

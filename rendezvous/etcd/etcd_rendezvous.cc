@@ -12,16 +12,22 @@
 #include "absl/synchronization/notification.h"
 #include "common/log.h"
 #include "common/loop_thread.h"
+#include "common/strings.h"
 #include "proto/etcd/records.pb.h"
 #include "rendezvous/etcd/etcd_coordinator.h"
 #include "rendezvous/etcd/etcd_watcher.h"
 #include "rendezvous/grpc/proto_convert.h"
+#include "rendezvous/liveness/liveness_receiver.h"
+#include "rendezvous/liveness/liveness_sender.h"
+#include "rendezvous/liveness/liveness_settings.h"
+#include "rendezvous/liveness/packet.h"
 
 namespace ddprun::rendezvous {
 namespace {
 
 using ddprun::proto::etcd::AgentRecord;
 using ddprun::proto::etcd::InboxRecord;
+using ddprun::proto::etcd::LivenessRecord;
 using ddprun::proto::etcd::NodeRecord;
 
 TimePoint Now() { return std::chrono::steady_clock::now(); }
@@ -96,6 +102,9 @@ void EtcdRendezvous::StopBackground() {
   watcher_.reset();
   if (tick_timer_ != 0) loop_->Cancel(tick_timer_);
   tick_timer_ = 0;
+  StopServingLiveness();
+  sender_.reset();
+  sending_to_.clear();
 }
 
 void EtcdRendezvous::Join(const NodeInfo& node, RendezvousEvents* events) {
@@ -122,16 +131,22 @@ absl::Status EtcdRendezvous::Register(Duration budget) {
 
   NodeRecord record;
   *record.mutable_join() = ToProto(node_, options_.timeouts);
-  record.set_peer_host(LocalAddressTowards(options_.etcd.endpoints.front()));
+  peer_host_ = LocalAddressTowards(options_.etcd.endpoints.front());
+  record.set_peer_host(peer_host_);
   etcdserverpb::PutRequest put;
   put.set_key(keys_->node(node_.node_id));
   put.set_value(record.SerializeAsString());
   put.set_lease(lease_);
+  const TimePoint asked = Now();
   auto joined = client_->Put(put, budget);
   if (!joined.ok()) {
     client_->LeaseRevoke(lease_, budget).IgnoreError();
     return joined.status();
   }
+  if (options_.on_server_heard) options_.on_server_heard(asked);
+  // The key's create revision: this node's index on the liveness path, as the coordinator
+  // reads it from the key.
+  liveness_index_ = static_cast<uint32_t>(joined->header().revision());
 
   keepalive_loop_->Post([this, lease = lease_] {
     keepalive_lease_ = lease;
@@ -146,6 +161,12 @@ absl::Status EtcdRendezvous::Register(Duration budget) {
         loop_->Post([this, events = std::move(events)] { OnEvents(events); });
       },
       [this](absl::Status status) { loop_->Post([this, status] { events_.Close(status); }); });
+  // Where the run's liveness path is served now; the watch brings every later change.
+  etcdserverpb::RangeRequest published;
+  published.set_key(keys_->liveness());
+  if (auto read = client_->Range(published, budget); read.ok()) {
+    OnLivenessRecord(read->kvs_size() > 0 ? read->kvs(0).value() : "");
+  }
   TryElect();
   return absl::OkStatus();
 }
@@ -180,6 +201,7 @@ void EtcdRendezvous::TryRejoin() {
   const absl::Status s = Register(std::min<Duration>(left, options_.timeouts.lease()));
   if (s.ok()) {
     lease_lost_ = false;
+    FollowLiveness();  // under the new key's index
     return;
   }
   loop_->PostAt(Now() + options_.timeouts.keep_alive_interval, [this] { TryRejoin(); });
@@ -192,6 +214,7 @@ void EtcdRendezvous::KeepAlive(int64_t lease) {
   const TimePoint now = Now();
   if (ttl.ok()) {
     last_renewed_ = now;
+    if (options_.on_server_heard) options_.on_server_heard(started);
   } else if (absl::IsNotFound(ttl.status()) ||
              now - last_renewed_ >= std::chrono::seconds(ttl_seconds_)) {
     // The lease is gone (or surely will be by the time etcd answers again): the run has lost
@@ -252,8 +275,8 @@ void EtcdRendezvous::BecomeCoordinator(int64_t revision) {
   coordinator_->Rebuild(kvs, revision, Now());
   LogInfo(
       absl::StrCat("this agent now coordinates the etcd rendezvous of run '", node_.run_id, "'"));
-  Flush().IgnoreError();  // kept pending for the next tick
-  ScheduleTick();
+  FollowLiveness();  // a coordinator sends no heartbeats: it serves them
+  Coordinate();
 }
 
 void EtcdRendezvous::OnEvents(const std::vector<mvccpb::Event>& events) {
@@ -263,6 +286,8 @@ void EtcdRendezvous::OnEvents(const std::vector<mvccpb::Event>& events) {
     const std::string& key = e.kv().key();
     if (key == keys_->inbox(node_.node_id) && e.type() == mvccpb::Event::PUT) {
       OnInbox(e.kv().value());
+    } else if (key == keys_->liveness()) {
+      OnLivenessRecord(e.type() == mvccpb::Event::PUT ? e.kv().value() : "");
     } else if (key == keys_->coordinator() && e.type() == mvccpb::Event::DELETE) {
       loop_->Post([this] { TryElect(); });
     } else if (key == keys_->node(node_.node_id) && e.type() == mvccpb::Event::DELETE) {
@@ -272,10 +297,7 @@ void EtcdRendezvous::OnEvents(const std::vector<mvccpb::Event>& events) {
     }
     if (coordinator_ != nullptr) coordinator_->OnEvent(e, now);
   }
-  if (coordinator_ != nullptr) {
-    Flush().IgnoreError();  // kept pending for the next tick
-    ScheduleTick();
-  }
+  Coordinate();
 }
 
 void EtcdRendezvous::OnInbox(const std::string& value) {
@@ -313,6 +335,8 @@ absl::Status EtcdRendezvous::Flush(std::optional<Duration> budget) {
   if (!done->succeeded()) {
     LogWarning("this agent no longer holds the etcd rendezvous coordinator key; stepping down");
     coordinator_.reset();
+    StopServingLiveness();
+    FollowLiveness();  // the next coordinator's, once it publishes
     return absl::OkStatus();
   }
   coordinator_->WriteConfirmed();
@@ -328,9 +352,153 @@ void EtcdRendezvous::ScheduleTick() {
     tick_timer_ = 0;
     if (coordinator_ == nullptr || Out()) return;
     coordinator_->Tick(Now());
-    Flush().IgnoreError();  // kept pending for the next tick
-    ScheduleTick();
+    Coordinate();
   });
+}
+
+void EtcdRendezvous::Coordinate() {
+  if (coordinator_ == nullptr) return;
+  ServeLiveness();
+  Flush().IgnoreError();  // kept pending for the next tick
+  ScheduleTick();
+}
+
+void EtcdRendezvous::ServeLiveness() {
+  const std::optional<LivenessSettings> settings = coordinator_->liveness();
+  if (!settings) {
+    StopServingLiveness();
+    return;
+  }
+  if (receiver_ == nullptr) {
+    if (liveness_refused_) return;  // tried this coordinatorship: the leases decide
+    const uint64_t generation = ++receiver_generation_;
+    LivenessReceiver::Callbacks reports;
+    reports.on_silent = [this, generation](uint64_t conn, Duration silent_for, size_t suspected,
+                                           size_t watched) {
+      loop_->Post([this, generation, conn, silent_for, suspected, watched] {
+        OnSilent(generation, conn, silent_for, suspected, watched);
+      });
+    };
+    reports.on_heard = [this, generation](uint64_t conn) {
+      loop_->Post([this, generation, conn] {
+        if (generation == receiver_generation_) silence_.Heard(std::to_string(conn));
+      });
+    };
+    auto started = LivenessReceiver::Start(peer_host_, std::move(reports));
+    if (!started.ok()) {
+      liveness_refused_ = true;
+      LogWarning(absl::StrCat("liveness: cannot serve the run's heartbeats on '", peer_host_,
+                              "' (", started.status().message(),
+                              "); a silent node is found by its etcd lease"));
+      return;
+    }
+    receiver_ = *std::move(started);
+    liveness_secret_ = RandomHex(32);
+    silence_ = SilenceDecision();
+    watching_.clear();
+    LivenessRecord record;
+    record.set_coordinator(node_.node_id);
+    record.set_host(peer_host_);
+    record.set_port(receiver_->port());
+    record.set_salt(receiver_->salt());
+    record.set_secret(liveness_secret_);
+    *record.mutable_settings() = ToProto(*settings);
+    coordinator_->PublishLiveness(record.SerializeAsString(), lease_);
+    LogInfo(absl::StrCat("liveness: serving run '", node_.run_id, "'s heartbeats on ",
+                         FormatHostPort(peer_host_, receiver_->port()), " every ",
+                         ToMillis(settings->interval), " ms"));
+  }
+  // Whom the receiver hears, and the verdict it offers each, as the run says now.
+  const AccrualOptions accrual = AccrualOptionsOf(*settings);
+  std::map<uint32_t, Heard> next;
+  for (const EtcdCoordinator::WatchedNode& w : coordinator_->LivenessWatches()) {
+    auto it = watching_.find(w.index);
+    if (it == watching_.end() || it->second.conn != w.conn) {
+      receiver_->Watch(w.index, w.conn,
+                       DeriveLivenessKey(liveness_secret_, receiver_->salt(), w.index), accrual,
+                       w.verdict);
+    } else if (it->second.verdict != w.verdict) {
+      receiver_->Offer(w.index, w.verdict);
+    }
+    next[w.index] = {w.conn, w.verdict};
+  }
+  for (const auto& [index, heard] : watching_) {
+    if (next.count(index) > 0) continue;
+    receiver_->Unwatch(index);
+    silence_.Forget(std::to_string(heard.conn));
+  }
+  watching_ = std::move(next);
+}
+
+void EtcdRendezvous::StopServingLiveness() {
+  receiver_.reset();  // joins its thread; what it posted is ignored by generation
+  ++receiver_generation_;
+  watching_.clear();
+  liveness_refused_ = false;
+}
+
+void EtcdRendezvous::OnSilent(uint64_t generation, ConnId conn, Duration silent_for,
+                              size_t suspected, size_t watched) {
+  if (generation != receiver_generation_ || coordinator_ == nullptr || Out()) return;
+  const bool heard = std::any_of(watching_.begin(), watching_.end(),
+                                 [conn](const auto& w) { return w.second.conn == conn; });
+  if (!heard) return;
+  const TimePoint now = Now();
+  if (!silence_.Lost(std::to_string(conn), coordinator_->SilenceVerdictOf(conn), suspected,
+                     watched, now)) {
+    return;
+  }
+  const std::string node = coordinator_->Silent(conn, silent_for, now);
+  if (node.empty()) return;
+  LogInfo(absl::StrCat("liveness: node '", node, "' of run '", node_.run_id, "' silent for ",
+                       ToMillis(silent_for), " ms: it is lost"));
+  Coordinate();
+}
+
+void EtcdRendezvous::OnLivenessRecord(const std::string& value) {
+  liveness_record_ = value;
+  FollowLiveness();
+}
+
+void EtcdRendezvous::FollowLiveness() {
+  LivenessRecord record;
+  const bool sends = !liveness_record_.empty() && record.ParseFromString(liveness_record_) &&
+                     record.port() > 0 && record.coordinator() != node_.node_id &&
+                     coordinator_ == nullptr && lease_ != 0 && !lease_lost_ && !Out() &&
+                     !events_.closed();
+  if (!sends) {
+    sender_.reset();
+    sending_to_.clear();
+    return;
+  }
+  const std::string target = absl::StrCat(liveness_index_, "@", liveness_record_);
+  if (sender_ != nullptr && target == sending_to_) return;
+  sender_.reset();
+  const LivenessSettings settings = FromProto(record.settings());
+  SenderOptions o;
+  o.host = record.host();
+  o.port = record.port();
+  o.node_index = liveness_index_;
+  o.key = DeriveLivenessKey(record.secret(), record.salt(), liveness_index_);
+  o.interval = settings.interval;
+  o.detector = AccrualOptionsOf(settings);
+  o.on_ack = options_.on_liveness_ack;  // thread-safe: LocalLease::Renew locks
+  const std::string server = FormatHostPort(record.host(), record.port());
+  o.on_silent = [this, server](Duration silent_for) {
+    loop_->Post([server, silent_for] {
+      LogInfo(absl::StrCat("liveness: the etcd coordinator's receiver at ", server,
+                           " has not answered for ", ToMillis(silent_for),
+                           " ms; this node's workers commit nothing until it (or a new "
+                           "coordinator) answers"));
+    });
+  };
+  auto started = LivenessSender::Start(std::move(o));
+  if (!started.ok()) {
+    LogWarning(absl::StrCat(started.status().message(), "; the etcd lease decides"));
+    return;
+  }
+  sender_ = *std::move(started);
+  sending_to_ = target;
 }
 
 void EtcdRendezvous::ReportGroupState(int64_t round, GroupState state,

@@ -9,6 +9,13 @@
 // lease); when that key goes (the coordinator left or died), the others race to create it again
 // and the winner rebuilds the run from etcd. Keys: etcd_keys.h.
 //
+// The liveness path (docs/design.md §3a, "etcd"): the coordinator serves a LivenessReceiver on
+// the address it reaches etcd from and publishes it at the liveness key (LivenessRecord, under
+// its lease); every other agent heartbeats there (LivenessSender), its node index the create
+// revision of its nodes/ key. The coordinator loses a node its receiver finds silent by the same
+// rule as the built-in server (SilenceDecision, RunState::Silent); its own silence is found by
+// its lease. A new coordinator serves and publishes its own; the agents follow the key.
+//
 // Failures: no etcd member reachable within read_timeout at join, or the lease not renewed for
 // its whole TTL later (the cluster is gone, or this agent was cut off), close the rendezvous
 // with kUnavailable naming the endpoints; a member dying is not a failure (failover).
@@ -20,6 +27,8 @@
 #define DDPRUN_RENDEZVOUS_ETCD_ETCD_RENDEZVOUS_H_
 
 #include <chrono>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,7 +41,9 @@
 #include "rendezvous/api/rendezvous.h"
 #include "rendezvous/api/run_config.h"
 #include "rendezvous/etcd/etcd_client.h"
+#include "rendezvous/core/outgoing.h"
 #include "rendezvous/etcd/etcd_keys.h"
+#include "rendezvous/liveness/silence_decision.h"
 
 namespace ddprun {
 class LoopThread;
@@ -42,6 +53,8 @@ namespace ddprun::rendezvous {
 
 class EtcdCoordinator;
 class EtcdWatcher;
+class LivenessReceiver;
+class LivenessSender;
 
 struct EtcdRendezvousOptions {
   EtcdOptions etcd;
@@ -49,6 +62,11 @@ struct EtcdRendezvousOptions {
   RunTimeouts timeouts;                           // the first agent's become the run's
   std::chrono::milliseconds read_timeout{60000};  // how long to try reaching etcd at join
   std::chrono::milliseconds close_timeout{3000};  // bounds Leave()'s writes
+  // What the local lease renews from (launcher/fence/local_lease.h); unset: nobody listens.
+  // Each renewal of this agent's etcd lease, with when it was asked for (on the keep-alive
+  // thread); and each liveness ack, as C10dSettings::on_liveness_ack (on the sender's thread).
+  std::function<void(TimePoint heard_from)> on_server_heard;
+  std::function<void(TimePoint heard_from, SilenceVerdict offered)> on_liveness_ack;
 };
 
 class EtcdRendezvous final : public Rendezvous {
@@ -83,6 +101,21 @@ class EtcdRendezvous final : public Rendezvous {
   void BecomeCoordinator(int64_t revision);
   void OnEvents(const std::vector<mvccpb::Event>& events);
   void OnInbox(const std::string& value);
+  // After the coordinator's state changed: serve and publish the liveness path, make the
+  // receiver hear whom the run says, write what is pending, and schedule the next tick.
+  void Coordinate();
+  // Coordinator: the receiver once the run's settings are known (and published), its watched
+  // nodes and their verdicts brought in line with the run.
+  void ServeLiveness();
+  void StopServingLiveness();
+  // The receiver (of `generation`) found `conn` silent.
+  void OnSilent(uint64_t generation, ConnId conn, Duration silent_for, size_t suspected,
+                size_t watched);
+  // A put of the liveness key (empty `value`: deleted, or none).
+  void OnLivenessRecord(const std::string& value);
+  // (Re)starts the sender to the published receiver, or stops it where this agent has none to
+  // send to (it coordinates, is out, or nothing is published).
+  void FollowLiveness();
   // Writes what the coordinator has pending; the error when etcd did not take it (kept pending).
   absl::Status Flush(std::optional<Duration> budget = std::nullopt);
   void LeaveNow(const std::string& reason);
@@ -119,6 +152,23 @@ class EtcdRendezvous final : public Rendezvous {
   std::string inbox_epoch_;
   int64_t inbox_next_seq_ = 0;
   TimePoint rejoin_deadline_{};
+  std::string peer_host_;  // the address this agent reaches etcd from
+  // The liveness path. As coordinator: the receiver and whom it hears (index -> conn, verdict).
+  std::unique_ptr<LivenessReceiver> receiver_;
+  uint64_t receiver_generation_ = 0;  // of its callbacks: a stopped receiver's are ignored
+  std::string liveness_secret_;
+  struct Heard {
+    ConnId conn = 0;
+    SilenceVerdict verdict = SilenceVerdict::kByLease;
+  };
+  std::map<uint32_t, Heard> watching_;
+  bool liveness_refused_ = false;  // the receiver could not start this coordinatorship
+  SilenceDecision silence_;
+  // As any other agent: the published record, this node's index, the sender.
+  std::string liveness_record_;  // serialized LivenessRecord; empty: none
+  uint32_t liveness_index_ = 0;
+  std::string sending_to_;  // the record the sender was started for
+  std::unique_ptr<LivenessSender> sender_;
 
   // Keep-alive loop only.
   TimePoint last_renewed_;

@@ -205,25 +205,13 @@ void RendezvousServiceImpl::PostSilent(ConnId conn, Duration silent_for, size_t 
   loop_->Post([this, conn, silent_for, suspected, watched] {
     auto it = streams_.find(conn);
     if (it == streams_.end() || it->second.closed || !it->second.liveness_watched) return;
-    if (suspected >= 2 && 2 * suspected > watched) {
-      if (!std::exchange(mass_silence_logged_, true)) {
-        LogWarning(absl::StrCat("liveness: ", suspected, " of ", watched,
-                                " agents fell silent at once: more likely this server's own "
-                                "network or cores than theirs; nobody is lost by silence while "
-                                "so many are (their leases still decide)"));
-      }
-      return;
-    }
-    mass_silence_logged_ = false;
     // The offer may have been withdrawn since the receiver judged (the spare was taken): the
     // node's workers may hold the stream's lease again, so only the lease may lose it now.
-    if (state_.SilenceVerdictOf(conn) != SilenceVerdict::kBySilence) return;
     const TimePoint now = clock_->Now();
-    const std::string node = std::to_string(conn);
-    confirmation_.Suspect("server", node, Evidence::kSilence, now);
-    // The server is the only observer today: its suspicion decides (one of one).
-    if (!confirmation_.Decide(node, /*observers_available=*/1, now).lost) return;
-    confirmation_.Forget(node);
+    if (!silence_.Lost(std::to_string(conn), state_.SilenceVerdictOf(conn), suspected, watched,
+                       now)) {
+      return;
+    }
     LogInfo(absl::StrCat("liveness: stream ", conn, " of run '", state_.RunIdOf(conn),
                          "' silent for ", ToMillis(silent_for), " ms: its node is lost"));
     Apply(state_.Silent(conn, silent_for, now));
@@ -232,7 +220,7 @@ void RendezvousServiceImpl::PostSilent(ConnId conn, Duration silent_for, size_t 
 }
 
 void RendezvousServiceImpl::PostHeard(ConnId conn) {
-  loop_->Post([this, conn] { confirmation_.Withdraw("server", std::to_string(conn)); });
+  loop_->Post([this, conn] { silence_.Heard(std::to_string(conn)); });
 }
 
 void RendezvousServiceImpl::WatchLiveness(ConnId conn, const JoinedNotice& notice,
@@ -256,7 +244,7 @@ void RendezvousServiceImpl::UnwatchLiveness(ConnId conn) {
   if (it == streams_.end() || !it->second.liveness_watched) return;
   it->second.liveness_watched = false;
   liveness_->Unwatch(static_cast<uint32_t>(conn));
-  confirmation_.Forget(std::to_string(conn));
+  silence_.Forget(std::to_string(conn));
 }
 
 void RendezvousServiceImpl::HandleMessage(ConnId conn, const proto::AgentMessage& message) {

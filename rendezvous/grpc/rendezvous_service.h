@@ -22,7 +22,7 @@
 #include "rendezvous/api/run_config.h"
 #include "rendezvous/core/outgoing.h"
 #include "rendezvous/core/server_state.h"
-#include "rendezvous/detector/loss_confirmation.h"
+#include "rendezvous/liveness/silence_decision.h"
 #include "rendezvous/liveness/liveness_receiver.h"
 
 namespace ddprun::rendezvous {
@@ -115,8 +115,7 @@ class RendezvousServiceImpl final : public proto::RendezvousService::CallbackSer
   std::unordered_map<ConnId, StreamEntry> streams_;
   LivenessReceiver* liveness_ = nullptr;
   // When a silence is a loss: the server is the only observer so far (docs/design.md §3a).
-  LossConfirmation confirmation_{ConfirmationRule{/*observers_required=*/1}};
-  bool mass_silence_logged_ = false;  // the current mass suspicion was logged
+  SilenceDecision silence_;
   LoopThread::TimerId tick_timer_ = 0;
   TimePoint tick_at_{};
   bool tick_scheduling_posted_ = false;

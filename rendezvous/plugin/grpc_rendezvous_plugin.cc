@@ -331,6 +331,8 @@ absl::StatusOr<rendezvous::EtcdRendezvousOptions> EtcdOptionsFor(const EtcdSetti
   o.timeouts = s.timeouts;
   o.read_timeout = s.read_timeout;
   if (s.close_timeout) o.close_timeout = *s.close_timeout;
+  o.on_server_heard = s.on_server_heard;
+  o.on_liveness_ack = s.on_liveness_ack;
   return o;
 }
 

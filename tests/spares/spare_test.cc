@@ -132,9 +132,16 @@ class SpareTestBase : public ::testing::Test {
 
   // The member to lose: group rank 1 (a hole in the middle, which compaction would close), or
   // rank 0 when the built-in server's host holds rank 1 (it must stay up to serve the run).
+  // With etcd, likewise when rank 1's agent coordinates the run: the coordinator serves the
+  // liveness path, and its own silence is for its etcd lease to find.
   static int Victim(SpareCluster& job, RdzvServer server) {
     const int host = job.HostOfGroupRank(1);
     if (server == RdzvServer::kBuiltIn && host == job.member_host(0)) return job.HostOfGroupRank(0);
+    if (server == RdzvServer::kEtcd && job.node(host).agent != nullptr &&
+        job.node(host).agent->err().find("now coordinates the etcd rendezvous") !=
+            std::string::npos) {
+      return job.HostOfGroupRank(0);
+    }
     return host;
   }
 
@@ -196,6 +203,13 @@ TEST_F(SpareTest, ASigkilledMemberIsReplacedByTheSpareColdOnTheBuiltInServer) {
 
 TEST_F(SpareTest, AFrozenMemberIsReplacedByTheSpareInProcess) {
   ExpectASpareTakesTheLostRank(RdzvServer::kRdzvDaemon, HostFault::kFreeze, /*in_process=*/true);
+}
+
+// Issue 40 on etcd: the coordinator agent serves the liveness path, so a frozen member is found
+// by its silence (not by its etcd lease, 2 s here) and the spare takes its rank.
+TEST_F(SpareTest, AFrozenMemberIsReplacedByTheSpareInProcessWithEtcd) {
+  if (const std::string why = testing::EtcdCluster::Unavailable(); !why.empty()) FAIL() << why;
+  ExpectASpareTakesTheLostRank(RdzvServer::kEtcd, HostFault::kFreeze, /*in_process=*/true);
 }
 
 // Two members lost at once, two spares: each spare takes a lost rank, the first spare (by
@@ -293,6 +307,10 @@ TEST_F(SpareMatrixTest, ASigkilledMemberInProcessWithEtcd) {
 TEST_F(SpareMatrixTest, ASigkilledMemberColdWithEtcd) {
   if (const std::string why = testing::EtcdCluster::Unavailable(); !why.empty()) FAIL() << why;
   ExpectASpareTakesTheLostRank(RdzvServer::kEtcd, HostFault::kKill, false);
+}
+TEST_F(SpareMatrixTest, ACutOffMemberColdWithEtcd) {
+  if (const std::string why = testing::EtcdCluster::Unavailable(); !why.empty()) FAIL() << why;
+  ExpectASpareTakesTheLostRank(RdzvServer::kEtcd, HostFault::kCut, false);
 }
 TEST_F(SpareMatrixTest, AFrozenMemberCold) {
   ExpectASpareTakesTheLostRank(RdzvServer::kRdzvDaemon, HostFault::kFreeze, false);

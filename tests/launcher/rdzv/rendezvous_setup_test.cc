@@ -53,27 +53,25 @@ TEST(RendezvousSetupTest, EtcdGetsTheSameTimeouts) {
   EXPECT_EQ(etcd->timeouts.failure_last_call_timeout, milliseconds(0));
 }
 
-TEST(RendezvousSetupTest, EtcdRefusesLivenessOnSayingTheLeaseDecidesThere) {
+// etcd serves the liveness path too (its coordinator agent hosts the receiver): it carries the
+// mode as c10d does.
+TEST(RendezvousSetupTest, EtcdCarriesTheLivenessModeAsC10dDoes) {
   LaunchOptions o = C10d(RestartMode::kCold);
   o.rdzv_endpoint = "10.9.9.9:2379";
-  o.rdzv.liveness = rendezvous::LivenessMode::kOn;
-  auto etcd = MakeEtcdSettings(o);
-  ASSERT_FALSE(etcd.ok());
-  EXPECT_EQ(etcd.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(etcd.status().message(), HasSubstr("--rdzv-conf liveness=on: the etcd backend"));
-  // c10d carries it to the server.
-  auto c10d = MakeC10dSettings(o, HostInfo{});
-  ASSERT_TRUE(c10d.ok()) << c10d.status();
-  EXPECT_EQ(c10d->timeouts.liveness.mode, rendezvous::LivenessMode::kOn);
-  o.rdzv.liveness = rendezvous::LivenessMode::kAuto;
-  auto etcd_auto = MakeEtcdSettings(o);
-  ASSERT_FALSE(etcd_auto.ok());
-  EXPECT_THAT(etcd_auto.status().message(), HasSubstr("--rdzv-conf liveness=auto: the etcd"));
+  for (const auto mode : {rendezvous::LivenessMode::kOn, rendezvous::LivenessMode::kAuto,
+                          rendezvous::LivenessMode::kOff}) {
+    o.rdzv.liveness = mode;
+    auto etcd = MakeEtcdSettings(o);
+    ASSERT_TRUE(etcd.ok()) << etcd.status();
+    EXPECT_EQ(etcd->timeouts.liveness.mode, mode);
+    auto c10d = MakeC10dSettings(o, HostInfo{});
+    ASSERT_TRUE(c10d.ok()) << c10d.status();
+    EXPECT_EQ(c10d->timeouts.liveness.mode, mode);
+  }
 }
 
 // Unset, a multi-node run has the liveness path in auto (the detector decides a member's loss
-// only while a spare stands ready, design §3a), a single node none; etcd refuses an explicit
-// on or auto, not the default it cannot take.
+// only while a spare stands ready, design §3a), a single node none; on every backend.
 TEST(RendezvousSetupTest, LivenessIsAutoForSeveralNodesUnlessSaidOtherwise) {
   LaunchOptions o = C10d(RestartMode::kCold);
   o.min_nodes = 1;
@@ -96,7 +94,9 @@ TEST(RendezvousSetupTest, LivenessIsAutoForSeveralNodesUnlessSaidOtherwise) {
   EXPECT_EQ(off->timeouts.liveness.mode, rendezvous::LivenessMode::kOff);
   o.rdzv.liveness.reset();
   o.rdzv_endpoint = "10.9.9.9:2379";
-  EXPECT_TRUE(MakeEtcdSettings(o).ok());
+  auto etcd = MakeEtcdSettings(o);
+  ASSERT_TRUE(etcd.ok()) << etcd.status();
+  EXPECT_EQ(etcd->timeouts.liveness.mode, rendezvous::LivenessMode::kAuto);
 }
 
 // A static job of several nodes: node 0 hosts at MASTER_ADDR on MASTER_PORT + 1 (whatever the

@@ -74,6 +74,16 @@ std::string NodeValue(const std::string& id, int min_nodes, int max_nodes) {
   return r.SerializeAsString();
 }
 
+// A join of a run whose liveness path is on as by default (liveness=auto).
+std::string NodeValueWithLiveness(const std::string& id, int min_nodes, int max_nodes) {
+  JoinRequest join = MakeJoin("run", id, min_nodes, max_nodes);
+  join.timeouts.liveness.mode = LivenessMode::kAuto;
+  proto::etcd::NodeRecord r;
+  *r.mutable_join() = ToProto(join.node, join.timeouts);
+  r.set_peer_host("10.0.0." + id);
+  return r.SerializeAsString();
+}
+
 std::vector<proto::ServerMessage> Inbox(FakeStore& store, const EtcdKeys& keys,
                                         const std::string& id) {
   proto::etcd::InboxRecord r;
@@ -233,6 +243,91 @@ TEST_F(EtcdCoordinatorTest, EventsBeforeTheRebuildRevisionAreIgnored) {
   Write(c);
   c.OnEvent(early, now_);  // a watch that started earlier delivers it again
   EXPECT_FALSE(c.PendingWrite().has_value());
+}
+
+
+
+class EtcdCoordinatorLivenessTest : public EtcdCoordinatorTest {
+ protected:
+  // Nodes 1 (the coordinator), 2 and 3 of a fixed world of 2 with liveness=auto: 1 and 2 train,
+  // 3 stands ready as a spare.
+  void StartWithASpare(EtcdCoordinator& c) {
+    c.Rebuild(store_.All(), store_.revision(), now_);
+    for (const std::string id : {"1", "2", "3"}) {
+      c.OnEvent(store_.Put(keys_.node(id), NodeValueWithLiveness(id, 2, 2)), now_);
+    }
+    Write(c);
+  }
+  uint32_t IndexOf(const std::string& id) {
+    for (const mvccpb::KeyValue& kv : store_.All()) {
+      if (kv.key() == keys_.node(id)) return static_cast<uint32_t>(kv.create_revision());
+    }
+    return 0;
+  }
+  static std::optional<EtcdCoordinator::WatchedNode> Watched(const EtcdCoordinator& c,
+                                                             uint32_t index) {
+    for (const auto& w : c.LivenessWatches()) {
+      if (w.index == index) return w;
+    }
+    return std::nullopt;
+  }
+};
+
+TEST_F(EtcdCoordinatorLivenessTest, EveryNodeButTheCoordinatorIsHeardAndAMemberJudgedBySilence) {
+  EtcdCoordinator c(keys_, "1", "1/7");
+  EXPECT_FALSE(c.liveness().has_value()) << "no run yet";
+  StartWithASpare(c);
+  ASSERT_TRUE(c.liveness().has_value());
+  EXPECT_EQ(c.liveness()->mode, LivenessMode::kAuto);
+  EXPECT_EQ(c.LivenessWatches().size(), 2u);
+  EXPECT_FALSE(Watched(c, IndexOf("1")).has_value()) << "the coordinator's own silence is its "
+                                                        "lease's to find";
+  const auto member = Watched(c, IndexOf("2"));
+  const auto spare = Watched(c, IndexOf("3"));
+  ASSERT_TRUE(member.has_value());
+  ASSERT_TRUE(spare.has_value());
+  EXPECT_EQ(member->verdict, SilenceVerdict::kBySilence) << "a spare stands ready";
+  EXPECT_EQ(spare->verdict, SilenceVerdict::kByLease);
+  EXPECT_EQ(c.SilenceVerdictOf(member->conn), SilenceVerdict::kBySilence);
+}
+
+TEST_F(EtcdCoordinatorLivenessTest, ASilentMemberIsClosedAndTheSpareTakesItsGroupRank) {
+  EtcdCoordinator c(keys_, "1", "1/7");
+  StartWithASpare(c);
+  const int rank = Inbox(store_, keys_, "2").back().assignment().group_rank();
+  const auto member = Watched(c, IndexOf("2"));
+  ASSERT_TRUE(member.has_value());
+  EXPECT_EQ(c.Silent(member->conn, std::chrono::milliseconds(260), now_), "2");
+  Write(c);
+  const auto lost = Inbox(store_, keys_, "2");
+  ASSERT_TRUE(lost.back().has_close());
+  EXPECT_TRUE(lost.back().close().given_up());
+  const auto spare = Inbox(store_, keys_, "3");
+  ASSERT_TRUE(spare.back().has_assignment());
+  EXPECT_EQ(spare.back().assignment().round(), 2);
+  EXPECT_EQ(spare.back().assignment().group_rank(), rank);
+  EXPECT_FALSE(Watched(c, IndexOf("2")).has_value()) << "a closed node is heard no more";
+  EXPECT_EQ(c.Silent(member->conn, std::chrono::milliseconds(300), now_), "")
+      << "a node lost once is not lost again";
+}
+
+TEST_F(EtcdCoordinatorLivenessTest, TheLivenessRecordIsWrittenUnderTheGivenLease) {
+  EtcdCoordinator c(keys_, "1", "1/7");
+  StartWithASpare(c);
+  c.PublishLiveness("record", 77);
+  auto txn = c.PendingWrite();
+  ASSERT_TRUE(txn.has_value());
+  bool written = false;
+  for (const auto& op : txn->success()) {
+    if (op.has_request_put() && op.request_put().key() == keys_.liveness()) {
+      written = true;
+      EXPECT_EQ(op.request_put().value(), "record");
+      EXPECT_EQ(op.request_put().lease(), 77);
+    }
+  }
+  EXPECT_TRUE(written);
+  Write(c);
+  EXPECT_EQ(store_.value(keys_.liveness()), "record");
 }
 
 }  // namespace
