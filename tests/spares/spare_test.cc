@@ -212,6 +212,70 @@ TEST_F(SpareTest, AFrozenMemberIsReplacedByTheSpareInProcessWithEtcd) {
   ExpectASpareTakesTheLostRank(RdzvServer::kEtcd, HostFault::kFreeze, /*in_process=*/true);
 }
 
+// Issue 40 on etcd: when the coordinator agent (which serves the liveness path) is lost, the
+// next coordinator serves and publishes its own and the agents follow it: a member frozen after
+// that is still found by its silence, by the new coordinator.
+TEST_F(SpareTest, AfterTheEtcdCoordinatorIsLostTheNextOneFindsAFrozenMember) {
+  if (const std::string why = testing::EtcdCluster::Unavailable(); !why.empty()) FAIL() << why;
+  SpareClusterOptions o = Options(RdzvServer::kEtcd, true, /*spares=*/2, "job");
+  SilentHostLease(&o);
+  SpareCluster job(o);
+  ASSERT_EQ(job.Start(), "");
+  ASSERT_NO_FATAL_FAILURE(TrainAWhile(job));
+  auto coordinates = [&job](int host) {
+    return job.node(host).agent != nullptr &&
+           job.node(host).agent->err().find("now coordinates the etcd rendezvous") !=
+               std::string::npos;
+  };
+  int first = 0;
+  for (int i = 0; i < o.members; ++i) {
+    if (coordinates(job.member_host(i))) first = job.member_host(i);
+  }
+  ASSERT_NE(first, 0) << "no member coordinates\n" << job.Logs();
+  // The coordinator is killed: its etcd lease (2 s) finds it; the first spare takes its rank.
+  const auto [before, world, back] =
+      LoseMember(job, o.members, HostFault::kKill, first, {job.spare_host(0)}, 3);
+  ASSERT_TRUE(back.has_value()) << job.Logs();
+  int next = 0;
+  ASSERT_TRUE(testing::WaitUntil(
+      [&] {
+        for (int h : world) {
+          if (coordinates(h)) next = h;
+        }
+        if (coordinates(job.spare_host(1))) next = job.spare_host(1);
+        return next != 0;
+      },
+      30s))
+      << job.Logs();
+  ASSERT_NO_FATAL_FAILURE(TrainAWhile(job));
+  // A member that does not coordinate freezes: the new coordinator's receiver finds it.
+  int victim = 0;
+  for (int h : world) {
+    if (h != next) victim = h;
+  }
+  const int rank = job.GroupRank(victim);
+  std::vector<int> world2 = {job.spare_host(1)};
+  for (int h : world) {
+    if (h != victim) world2.push_back(h);
+  }
+  int64_t round = 0;
+  for (int h : world) round = std::max(round, job.Round(h));
+  const int64_t step = job.HighestStep();
+  const auto fault_at = Clock::now();
+  job.Inject(HostFault::kFreeze, victim);
+  const auto back2 = job.WaitFullWorld(fault_at, round, step, world2, 3, 60s);
+  ASSERT_TRUE(back2.has_value()) << job.Logs();
+  std::cout << "etcd, the coordinator killed, then a member frozen: full size again after "
+            << back->seconds << " s and " << back2->seconds << " s" << std::endl;
+  EXPECT_EQ(job.GroupRank(job.spare_host(1)), rank) << job.Logs();
+  EXPECT_THAT(job.node(next).agent->err(), ::testing::HasSubstr("' silent for "))
+      << "the new coordinator did not find the frozen member by its silence\n"
+      << job.Logs();
+  EXPECT_EQ(back2->recomputed, 0);
+  job.Undo(HostFault::kFreeze, victim);
+  ASSERT_TRUE(job.WaitFinished({first, victim}, 300s)) << job.Logs();
+}
+
 // Two members lost at once, two spares: each spare takes a lost rank, the first spare (by
 // arrival) the lower one; the third member keeps its rank and its worker.
 TEST_F(SpareTest, TwoLossesAtOnceTakeTwoSpares) {
