@@ -276,6 +276,10 @@ void EtcdRendezvous::BecomeCoordinator(int64_t revision) {
   LogInfo(
       absl::StrCat("this agent now coordinates the etcd rendezvous of run '", node_.run_id, "'"));
   FollowLiveness();  // a coordinator sends no heartbeats: it serves them
+  // Nor does anyone judge its silence: its etcd lease decides its loss, so its local lease
+  // follows that lease's renewals again, as after an ack offering kByLease (were it left to
+  // follow liveness acks that no longer come, its workers would stop for good).
+  if (options_.on_liveness_ack) options_.on_liveness_ack(Now(), SilenceVerdict::kByLease);
   Coordinate();
 }
 
