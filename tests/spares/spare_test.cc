@@ -372,6 +372,9 @@ TEST_F(SpareMatrixTest, ASigkilledMemberColdWithEtcd) {
   if (const std::string why = testing::EtcdCluster::Unavailable(); !why.empty()) FAIL() << why;
   ExpectASpareTakesTheLostRank(RdzvServer::kEtcd, HostFault::kKill, false);
 }
+TEST_F(SpareMatrixTest, AFrozenMemberInProcessOnTheBuiltInServer) {
+  ExpectASpareTakesTheLostRank(RdzvServer::kBuiltIn, HostFault::kFreeze, true);
+}
 TEST_F(SpareMatrixTest, ACutOffMemberColdWithEtcd) {
   if (const std::string why = testing::EtcdCluster::Unavailable(); !why.empty()) FAIL() << why;
   ExpectASpareTakesTheLostRank(RdzvServer::kEtcd, HostFault::kCut, false);
