@@ -258,8 +258,9 @@ void EtcdCoordinator::PublishLiveness(std::string record, int64_t lease) {
 }
 
 std::optional<etcdserverpb::TxnRequest> EtcdCoordinator::PendingWrite() const {
-  if (!dirty_ && !liveness_record_ && std::none_of(inboxes_.begin(), inboxes_.end(),
-                              [](const auto& i) { return !i.second.pending.empty(); })) {
+  if (!dirty_ && !liveness_record_ &&
+      std::none_of(inboxes_.begin(), inboxes_.end(),
+                   [](const auto& i) { return !i.second.pending.empty(); })) {
     return std::nullopt;
   }
   etcdserverpb::TxnRequest txn;

@@ -391,8 +391,8 @@ void EtcdRendezvous::ServeLiveness() {
     auto started = LivenessReceiver::Start(peer_host_, std::move(reports));
     if (!started.ok()) {
       liveness_refused_ = true;
-      LogWarning(absl::StrCat("liveness: cannot serve the run's heartbeats on '", peer_host_,
-                              "' (", started.status().message(),
+      LogWarning(absl::StrCat("liveness: cannot serve the run's heartbeats on '", peer_host_, "' (",
+                              started.status().message(),
                               "); a silent node is found by its etcd lease"));
       return;
     }
@@ -448,8 +448,8 @@ void EtcdRendezvous::OnSilent(uint64_t generation, ConnId conn, Duration silent_
                                  [conn](const auto& w) { return w.second.conn == conn; });
   if (!heard) return;
   const TimePoint now = Now();
-  if (!silence_.Lost(std::to_string(conn), coordinator_->SilenceVerdictOf(conn), suspected,
-                     watched, now)) {
+  if (!silence_.Lost(std::to_string(conn), coordinator_->SilenceVerdictOf(conn), suspected, watched,
+                     now)) {
     return;
   }
   const std::string node = coordinator_->Silent(conn, silent_for, now);

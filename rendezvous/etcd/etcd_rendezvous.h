@@ -40,8 +40,8 @@
 #include "rendezvous/api/event_delivery.h"
 #include "rendezvous/api/rendezvous.h"
 #include "rendezvous/api/run_config.h"
-#include "rendezvous/etcd/etcd_client.h"
 #include "rendezvous/core/outgoing.h"
+#include "rendezvous/etcd/etcd_client.h"
 #include "rendezvous/etcd/etcd_keys.h"
 #include "rendezvous/liveness/silence_decision.h"
 

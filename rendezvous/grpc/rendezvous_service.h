@@ -22,8 +22,8 @@
 #include "rendezvous/api/run_config.h"
 #include "rendezvous/core/outgoing.h"
 #include "rendezvous/core/server_state.h"
-#include "rendezvous/liveness/silence_decision.h"
 #include "rendezvous/liveness/liveness_receiver.h"
+#include "rendezvous/liveness/silence_decision.h"
 
 namespace ddprun::rendezvous {
 

@@ -245,8 +245,6 @@ TEST_F(EtcdCoordinatorTest, EventsBeforeTheRebuildRevisionAreIgnored) {
   EXPECT_FALSE(c.PendingWrite().has_value());
 }
 
-
-
 class EtcdCoordinatorLivenessTest : public EtcdCoordinatorTest {
  protected:
   // Nodes 1 (the coordinator), 2 and 3 of a fixed world of 2 with liveness=auto: 1 and 2 train,
