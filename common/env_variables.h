@@ -119,6 +119,17 @@ inline constexpr EnvVariable kControlSocketVariable{
     "workers (ddp-train, ddprun_inprocess)",
     "--restart-mode=in-process: the agent's control channel, on which a surviving worker hears "
     "of a new round and says it is ready."};
+inline constexpr EnvVariable kCheckpointAdviceVariable{
+    "DDPRUN_CHECKPOINT_INTERVAL_ADVICE",
+    "seconds",
+    "unset: no advice yet (no checkpoint save time reported)",
+    "",
+    VariableUse::kToWorkers,
+    "workers (ddp-train --checkpoint-every=auto)",
+    "The run's checkpoint interval advice when the worker started: seconds of training between "
+    "checkpoints that maximise effective training time (Daly's optimum for the run's measured "
+    "MTBF and save time, docs/design.md §3c). In-process, later changes come over the control "
+    "channel (an \"advice\" message); a cold restart starts workers with the new one."};
 inline constexpr EnvVariable kLeaseFdVariable{
     "DDPRUN_LEASE_FD",
     "file descriptor number",

@@ -50,6 +50,7 @@ absl::StatusOr<std::unique_ptr<ControlClient>> ControlClient::Connect(
   HelloMessage hello;
   hello.local_rank = local_rank;
   hello.pid = getpid();
+  hello.advice = true;
   if (absl::Status s = WriteLine(fd, EncodeControlMessage(hello)); !s.ok()) return s;
   absl::StatusOr<RoundMessage> first = client->WaitForRound(-1, timeout);
   if (!first.ok()) {
@@ -102,6 +103,8 @@ void ControlClient::ReadLoop() {
             aborted_round_ = a->round;
             abort_reason_ = a->reason;
           }
+        } else if (auto* advice = std::get_if<AdviceMessage>(&*m)) {
+          checkpoint_advice_s_ = advice->checkpoint_interval_s;
         }
         wakeup = wakeup_;
       }
@@ -164,6 +167,11 @@ absl::Status ControlClient::SendReady(int64_t round, int64_t step) {
   ready.step = step;
   absl::MutexLock lock(&write_mu_);
   return WriteLine(fd_, EncodeControlMessage(ready));
+}
+
+std::optional<double> ControlClient::checkpoint_advice() const {
+  absl::MutexLock lock(&mu_);
+  return checkpoint_advice_s_;
 }
 
 std::string ControlClient::abort_reason() const {

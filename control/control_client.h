@@ -54,6 +54,8 @@ class ControlClient {
 
   // Why the last abort was sent ("" when none).
   std::string abort_reason() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The latest checkpoint advice the agent sent (seconds of training between checkpoints).
+  std::optional<double> checkpoint_advice() const ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   explicit ControlClient(int fd);
@@ -66,6 +68,7 @@ class ControlClient {
   std::optional<RoundMessage> round_ ABSL_GUARDED_BY(mu_);
   int64_t aborted_round_ ABSL_GUARDED_BY(mu_) = -1;  // highest round an abort named
   std::string abort_reason_ ABSL_GUARDED_BY(mu_);
+  std::optional<double> checkpoint_advice_s_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::string close_reason_ ABSL_GUARDED_BY(mu_);
   std::function<void()> wakeup_ ABSL_GUARDED_BY(mu_);

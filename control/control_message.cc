@@ -59,6 +59,9 @@ absl::StatusOr<ControlMessage> FromJson(const std::string& type, const Json& j) 
     m.version = static_cast<int>(version);
     m.local_rank = static_cast<int>(local_rank);
     m.pid = pid;
+    if (auto advice = j.find("advice"); advice != j.end() && advice->is_boolean()) {
+      m.advice = advice->get<bool>();
+    }
     return m;
   }
   if (type == "ready") {
@@ -98,6 +101,13 @@ absl::StatusOr<ControlMessage> FromJson(const std::string& type, const Json& j) 
     DDPRUN_ASSIGN_OR_RETURN(m.reason, StringField(j, "reason", kMaxControlLineBytes));
     return m;
   }
+  if (type == "advice") {
+    auto s = j.find("checkpoint_interval_s");
+    if (s == j.end() || !s->is_number() || !(s->get<double>() > 0) || s->get<double>() > 1e9) {
+      return absl::InvalidArgumentError("advice: no valid \"checkpoint_interval_s\"");
+    }
+    return AdviceMessage{s->get<double>()};
+  }
   return absl::InvalidArgumentError(absl::StrCat("unknown message type \"", type, "\""));
 }
 
@@ -111,7 +121,8 @@ std::string EncodeControlMessage(const ControlMessage& message) {
           return {{"type", "hello"},
                   {"version", m.version},
                   {"local_rank", m.local_rank},
-                  {"pid", m.pid}};
+                  {"pid", m.pid},
+                  {"advice", m.advice}};
         } else if constexpr (std::is_same_v<T, ReadyMessage>) {
           return {{"type", "ready"}, {"round", m.round}, {"step", m.step}};
         } else if constexpr (std::is_same_v<T, RoundMessage>) {
@@ -128,6 +139,8 @@ std::string EncodeControlMessage(const ControlMessage& message) {
                   {"restart_count", m.restart_count},
                   {"store_prefix", m.store_prefix},
                   {"deadline_ms", m.deadline_ms}};
+        } else if constexpr (std::is_same_v<T, AdviceMessage>) {
+          return {{"type", "advice"}, {"checkpoint_interval_s", m.checkpoint_interval_s}};
         } else {
           return {{"type", "abort"}, {"round", m.round}, {"reason", m.reason}};
         }

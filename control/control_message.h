@@ -7,13 +7,15 @@
 // with a "type". Unknown fields are ignored, so either side may add fields without a new
 // version.
 //
-//   worker -> agent  hello  {"type":"hello","version":1,"local_rank":L,"pid":P}
+//   worker -> agent  hello  {"type":"hello","version":1,"local_rank":L,"pid":P,"advice":true}
 //                    ready  {"type":"ready","round":R,"step":S}
 //   agent -> worker  round  {"type":"round","round":R,"rank":..,"world_size":..,
 //                            "local_rank":..,"local_world_size":..,"group_rank":..,
 //                            "group_world_size":..,"master_addr":"..","master_port":..,
 //                            "restart_count":..,"store_prefix":"..","deadline_ms":..}
 //                    abort  {"type":"abort","round":R,"reason":".."}
+//                    advice {"type":"advice","checkpoint_interval_s":S}  (only to a worker
+//                            whose hello said "advice":true: an older one knows no such type)
 //
 // Pure: encoding and validation, no sockets.
 #ifndef DDPRUN_CONTROL_CONTROL_MESSAGE_H_
@@ -42,6 +44,7 @@ struct HelloMessage {
   int version = kControlProtocolVersion;
   int local_rank = -1;
   int64_t pid = 0;
+  bool advice = false;  // the worker takes advice messages
 };
 
 // The worker has formed round `round`'s process group and holds the state of `step` (the
@@ -78,7 +81,15 @@ struct AbortMessage {
   std::string reason;
 };
 
-using ControlMessage = std::variant<HelloMessage, ReadyMessage, RoundMessage, AbortMessage>;
+// The run's checkpoint advice changed (issue 41): seconds of training between checkpoints that
+// maximise effective training time (DDPRUN_CHECKPOINT_INTERVAL_ADVICE gave the one of the
+// worker's start).
+struct AdviceMessage {
+  double checkpoint_interval_s = 0;
+};
+
+using ControlMessage =
+    std::variant<HelloMessage, ReadyMessage, RoundMessage, AbortMessage, AdviceMessage>;
 
 // One line, without the '\n'.
 std::string EncodeControlMessage(const ControlMessage& message);

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/env_variables.h"
 #include "common/log.h"
 #include "launcher/config/rdzv_conf.h"
@@ -37,9 +38,7 @@ Agent::Agent(LaunchOptions options, Environment env, HostInfo host)
       hangs_(
           &loop_, options_, [this](const HangVerdict& v) { OnHang(v); },
           [this](const std::vector<LocalProgress>& p) { ReportProgress(p, false); },
-          [this](int lr, int64_t step, std::optional<double> compute_ms) {
-            OnStepReport(lr, step, compute_ms);
-          }) {
+          [this](int lr, const StepReport& report) { OnStepReport(lr, report); }) {
   SetLogSink(&stderr_writer_);  // our lines stay in order with the workers' stderr
 }
 
@@ -180,6 +179,19 @@ void Agent::OnResumed(int64_t round) {
   RecordStep(resumed);
   LogInfo(absl::StrCat("re-registered with the rendezvous: round ", round,
                        " goes on, no worker restarted"));
+}
+
+void Agent::OnCheckpointAdvice(double interval_s) {
+  checkpoint_advice_s_ = interval_s;
+  if (reform_) reform_->Advise(interval_s);  // workers started later find it in their env
+  // It moves at every report as the run trains on: logged when it moved by a fifth.
+  const double logged = checkpoint_advice_logged_s_;
+  if (logged > 0 && interval_s > 0.8 * logged && interval_s < 1.2 * logged) return;
+  checkpoint_advice_logged_s_ = interval_s;
+  LogInfo(
+      absl::StrFormat("checkpoint advice: every %.1f s of training (the run's measured MTBF "
+                      "and save time; `ddprun status` shows the figures)",
+                      interval_s));
 }
 
 void Agent::OnClosed(const absl::Status& status,

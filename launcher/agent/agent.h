@@ -61,6 +61,7 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
                 const std::optional<rendezvous::HangNotice>& hang) override;
   void OnReconnecting(const std::string& why) override;
   void OnResumed(int64_t round) override;
+  void OnCheckpointAdvice(double interval_s) override;
   // WorkerGroup::Listener
   void OnWorkerExited(const WorkerExit& exit) override;
   void OnWorkerOutput(int local_rank, WorkerStream stream) override;
@@ -164,7 +165,7 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   void NoteInLedger(const StepEvent& event);
   // A worker's step report: the goodput ledger's clock of useful work, and its previous step's
   // compute time for the server's slow-node judge.
-  void OnStepReport(int local_rank, int64_t step, std::optional<double> compute_ms);
+  void OnStepReport(int local_rank, const StepReport& report);
   // Every kComputeReportInterval: the workers' compute times of the window to the rendezvous.
   void ReportCompute();
   void ReportProgress(const std::vector<LocalProgress>& progress, bool urgent);
@@ -210,6 +211,12 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   int exit_code_ = kExitSuccess;
   HangMonitor hangs_;
   ComputeTimes compute_;  // the workers' compute times since the last ReportCompute
+  // What the checkpoint advice is told next (with the compute times): the longest save and the
+  // latest recovery since the last report.
+  rendezvous::CheckpointReport checkpoint_;
+  // The run's latest checkpoint advice (seconds; 0: none yet), and the one last logged.
+  double checkpoint_advice_s_ = 0;
+  double checkpoint_advice_logged_s_ = 0;
   // Why workers die: the kernel's log, open from the start (DDPRUN_KERNEL_LOG, default
   // /dev/kmsg), drained every second so that floods do not overrun its ring, and the workers'
   // memory cgroups, watched every second for their OOM kill counts.

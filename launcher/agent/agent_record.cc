@@ -69,6 +69,10 @@ constexpr Duration kComputeReportInterval = std::chrono::seconds(5);
 
 void Agent::ReportCompute() {
   loop_.AddTimerAfter(kComputeReportInterval, [this] { ReportCompute(); });
+  if (rendezvous_ != nullptr && group_ != nullptr && ledger_ != nullptr) {
+    checkpoint_.effective_ratio = ledger_->EffectiveRatio(std::chrono::steady_clock::now());
+    rendezvous_->ReportCheckpoint(std::exchange(checkpoint_, {}));
+  }
   std::vector<LocalCompute> window = compute_.Take();
   if (window.empty() || rendezvous_ == nullptr || group_ == nullptr) return;
   std::vector<rendezvous::RankCompute> out;
@@ -79,18 +83,25 @@ void Agent::ReportCompute() {
   rendezvous_->ReportCompute(out);
 }
 
-void Agent::OnStepReport(int local_rank, int64_t step, std::optional<double> compute_ms) {
+void Agent::OnStepReport(int local_rank, const StepReport& report) {
   progress_in_attempt_ = true;
-  if (compute_ms.has_value()) compute_.Add(local_rank, *compute_ms);
+  if (report.compute_ms.has_value()) compute_.Add(local_rank, *report.compute_ms);
+  if (report.checkpoint_ms.has_value()) {
+    // The job waits for its slowest saver: the longest save reported since the last report.
+    checkpoint_.save_s = std::max(checkpoint_.save_s.value_or(0), *report.checkpoint_ms / 1000);
+  }
   if (ledger_ == nullptr) return;
   const TimePoint now = std::chrono::steady_clock::now();
-  std::optional<RecoveryRecord> done = ledger_->OnStepReport(now, step);
+  std::optional<RecoveryRecord> done = ledger_->OnStepReport(now, report.step);
   if (!done.has_value()) return;
   StepEvent recovered{Step::kRecovered};
   recovered.round = done->round;
   recovered.cause = done->cause;
   recovered.recovery = *done;
   recovered.effective_ratio = ledger_->EffectiveRatio(now);
+  // Its cost for the checkpoint advice: from the failure's detection (the cause's own detection
+  // time included) to the first step after it.
+  checkpoint_.recovery_s = (done->first_step_ms + done->detect_ms.value_or(0)) / 1000.0;
   RecordStep(recovered);
   LogInfo(FormatRecovery(*done, *recovered.effective_ratio));
 }

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/env_variables.h"
 #include "common/file_text.h"
 #include "common/log.h"
@@ -191,6 +192,11 @@ SpawnRequest Agent::WorkerSpawn(int lr, Environment env) const {
     spawn.env[kLeaseFdVariable.name] = absl::StrCat(setup_.lease->worker_fd());
   } else {
     spawn.env.erase(kLeaseFdVariable.name);  // an outer ddprun's, not this agent's
+  }
+  if (checkpoint_advice_s_ > 0) {
+    spawn.env[kCheckpointAdviceVariable.name] = absl::StrFormat("%.3f", checkpoint_advice_s_);
+  } else {
+    spawn.env.erase(kCheckpointAdviceVariable.name);  // an outer ddprun's, not this run's
   }
   if (reform_) {
     spawn.env[control::kControlSocketEnv] = reform_->socket_path();

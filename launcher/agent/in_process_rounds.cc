@@ -155,7 +155,16 @@ std::string InProcessRounds::CheckHello(const control::HelloMessage& hello, pid_
                                      "of one)"
                                    : absl::StrCat(", but it belongs to local rank ", actual));
   }
+  ranks_[hello.local_rank].takes_advice = hello.advice;
   return "";
+}
+
+void InProcessRounds::Advise(double checkpoint_interval_s) {
+  for (int lr = 0; lr < nproc_; ++lr) {
+    if (ranks_[lr].takes_advice && server_->Connected(lr)) {
+      server_->Send(lr, control::AdviceMessage{checkpoint_interval_s});
+    }
+  }
 }
 
 void InProcessRounds::OnHello(int lr) {

@@ -62,6 +62,8 @@ class InProcessRounds final : public ControlServer::Listener {
   // The current round is over: abort to every speaking worker; no deadline runs meanwhile.
   void Abort(int64_t round, const std::string& why);
   void OnWorkerExited(int local_rank);
+  // The run's checkpoint advice changed: to every worker that speaks and takes advice.
+  void Advise(double checkpoint_interval_s);
   // Why the worker of `local_rank` was killed by this class ("" when it was not).
   std::string KillReason(int local_rank) const;
   // Stale ready messages of `local_rank` ignored since its worker group started.
@@ -97,6 +99,7 @@ class InProcessRounds final : public ControlServer::Listener {
     std::string kill_reason;
     int64_t stale_readies = 0;    // since the last round began: the first is logged
     int64_t ignored_readies = 0;  // stale ones, in all
+    bool takes_advice = false;    // its hello said so (control::HelloMessage::advice)
   };
   std::vector<PerRank> ranks_;
 };

@@ -137,6 +137,9 @@ std::string FormatRunStatusText(const nlohmann::json& run) {
       "\n");
   const std::string closed = text(run, "close_message");
   if (!closed.empty()) absl::StrAppend(&out, "closed: ", closed, "\n");
+  if (run.contains("checkpoint_advice") && run["checkpoint_advice"].is_object()) {
+    absl::StrAppend(&out, text(run["checkpoint_advice"], "text"), "\n");
+  }
   for (const auto& m : run.value("members", nlohmann::json::array())) {
     const int group_rank = m.value("group_rank", -1);
     absl::StrAppend(&out, "  ",

@@ -133,6 +133,13 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
       DDPRUN_ASSIGN_OR_RETURN(int64_t n,
                               ParseInt("--rdzv-conf keep_alive_max_attempt", value, 1, 1000));
       c.timeouts.keep_alive_max_attempt = static_cast<int>(n);
+    } else if (key == "mtbf") {
+      DDPRUN_ASSIGN_OR_RETURN(std::chrono::milliseconds mtbf, Seconds(key, value));
+      if (mtbf.count() == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--rdzv-conf mtbf=", value, ": must be more than 0 seconds"));
+      }
+      c.timeouts.mtbf = mtbf;
     } else if (key == "read_timeout") {
       DDPRUN_ASSIGN_OR_RETURN(c.read_timeout, Seconds(key, value));
     } else if (key == "close_timeout") {
@@ -223,7 +230,8 @@ std::string UnknownKeyWarning(const std::string& key, const std::string& value) 
       "token_file, tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name, protocol, "
       "etcd_prefix, etcd_user, etcd_password_file, http_port, http_host, static_coordination, "
       "static_port, liveness, liveness_interval_ms, liveness_phi, liveness_pause_ms, "
-      "liveness_min_sd_ms, liveness_max_rate, liveness_observers, and torchrun's cacert, ca_cert, "
+      "liveness_min_sd_ms, liveness_max_rate, liveness_observers, mtbf, and torchrun's cacert, "
+      "ca_cert, "
       "cert, ssl_cert, "
       "key, ssl_cert_key, "
       "heartbeat_timeout, store_type, use_libuv");

@@ -29,13 +29,19 @@ absl::StatusOr<StepReport> ParseStepReport(absl::string_view line) {
   if (step == j.end() || !step->is_number_integer() || step->get<int64_t>() < 0) {
     return absl::InvalidArgumentError("no valid \"step\"");
   }
-  StepReport report{static_cast<int>(pid->get<int64_t>()), step->get<int64_t>(), std::nullopt};
-  // Optional: a line without it (an older worker) or with a bad value still reports the step.
-  if (auto compute = j.find("compute_ms"); compute != j.end() && compute->is_number() &&
-                                           compute->get<double>() >= 0 &&
-                                           compute->get<double>() < 1e9) {
-    report.compute_ms = compute->get<double>();
-  }
+  StepReport report{static_cast<int>(pid->get<int64_t>()), step->get<int64_t>(), std::nullopt,
+                    std::nullopt};
+  // Optional: a line without them (an older worker) or with a bad value still reports the step.
+  auto milliseconds = [&j](const char* key) -> std::optional<double> {
+    auto it = j.find(key);
+    if (it == j.end() || !it->is_number() || !(it->get<double>() >= 0) ||
+        it->get<double>() >= 1e9) {
+      return std::nullopt;
+    }
+    return it->get<double>();
+  };
+  report.compute_ms = milliseconds("compute_ms");
+  report.checkpoint_ms = milliseconds("checkpoint_ms");
   return report;
 }
 

@@ -26,11 +26,14 @@ namespace ddprun::launcher {
 
 // One line of the ddprun progress channel (DDPRUN_PROGRESS_FILE): {"pid":123,"step":57}, and
 // optionally "compute_ms": how long the worker computed in its previous step before it waited on
-// the step's collective (ddp-train sends it; the slow-node judge uses it, issue 41).
+// the step's collective (ddp-train sends it; the slow-node judge uses it, issue 41), and
+// "checkpoint_ms": how long the checkpoint it saved since its previous report took (the
+// checkpoint advice, issue 41).
 struct StepReport {
   int pid = 0;
   int64_t step = 0;
   std::optional<double> compute_ms;
+  std::optional<double> checkpoint_ms;
 };
 absl::StatusOr<StepReport> ParseStepReport(absl::string_view line);
 

@@ -204,7 +204,7 @@ void HangMonitor::OnProgressLine(int lr, absl::string_view line, bool oversized)
     return;
   }
   if (enabled()) detector_.OnStep(lr, report->step, std::chrono::steady_clock::now());
-  if (on_step_) on_step_(lr, report->step, report->compute_ms);
+  if (on_step_) on_step_(lr, *report);
 }
 
 void HangMonitor::Tick() {

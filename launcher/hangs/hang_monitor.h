@@ -41,9 +41,9 @@ class HangMonitor {
   using ProgressHandler = std::function<void(const std::vector<LocalProgress>& progress)>;
   // Every step report of a worker of the current group (also without hang detection: the
   // goodput ledger counts steps).
-  // A worker's step report: its step, and its previous step's compute time when it sent one.
-  using StepHandler =
-      std::function<void(int local_rank, int64_t step, std::optional<double> compute_ms)>;
+  // A worker's step report: its step, its previous step's compute time and the checkpoint it
+  // saved when it sent them.
+  using StepHandler = std::function<void(int local_rank, const StepReport& report)>;
 
   HangMonitor(EventLoop* loop, const LaunchOptions& options, HangHandler on_hang,
               ProgressHandler on_progress, StepHandler on_step = nullptr);

@@ -28,6 +28,10 @@ void StaticRendezvous::ReportProgress(const std::vector<rendezvous::RankProgress
 
 void StaticRendezvous::ReportStep(const std::string& json) { coordinated_->ReportStep(json); }
 
+void StaticRendezvous::ReportCheckpoint(const rendezvous::CheckpointReport& report) {
+  coordinated_->ReportCheckpoint(report);
+}
+
 void StaticRendezvous::ReportCompute(const std::vector<rendezvous::RankCompute>& compute) {
   coordinated_->ReportCompute(compute);
 }
@@ -59,5 +63,9 @@ void StaticRendezvous::OnClosed(const absl::Status& status,
 void StaticRendezvous::OnReconnecting(const std::string& why) { events_->OnReconnecting(why); }
 
 void StaticRendezvous::OnResumed(int64_t round) { events_->OnResumed(round); }
+
+void StaticRendezvous::OnCheckpointAdvice(double interval_s) {
+  events_->OnCheckpointAdvice(interval_s);
+}
 
 }  // namespace ddprun::launcher

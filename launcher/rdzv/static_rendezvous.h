@@ -35,6 +35,7 @@ class StaticRendezvous final : public rendezvous::Rendezvous, rendezvous::Rendez
   void ReportProgress(const std::vector<rendezvous::RankProgress>& progress, bool urgent) override;
   void ReportStep(const std::string& json) override;
   void ReportCompute(const std::vector<rendezvous::RankCompute>& compute) override;
+  void ReportCheckpoint(const rendezvous::CheckpointReport& report) override;
   void Leave(const std::string& reason) override;
   void StepOut(const std::string& reason) override { coordinated_->StepOut(reason); }
   void StepIn() override { coordinated_->StepIn(); }
@@ -50,6 +51,7 @@ class StaticRendezvous final : public rendezvous::Rendezvous, rendezvous::Rendez
                 const std::optional<rendezvous::HangNotice>& hang) override;
   void OnReconnecting(const std::string& why) override;
   void OnResumed(int64_t round) override;
+  void OnCheckpointAdvice(double interval_s) override;
 
   const std::unique_ptr<rendezvous::Rendezvous> coordinated_;
   const std::string master_addr_;

@@ -59,6 +59,9 @@ class EventDelivery {
   void Resumed(int64_t round) {
     Deliver([round](RendezvousEvents* e) { e->OnResumed(round); });
   }
+  void CheckpointAdvice(double interval_s) {
+    Deliver([interval_s](RendezvousEvents* e) { e->OnCheckpointAdvice(interval_s); });
+  }
   // The run is over for this node: OnClosed, once. False (nothing delivered) when it was over
   // already.
   bool Close(const absl::Status& status, const std::optional<HangNotice>& hang = std::nullopt) {

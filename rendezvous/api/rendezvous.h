@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "rendezvous/api/cause.h"
+#include "rendezvous/api/checkpoint_advice.h"
 
 namespace ddprun::rendezvous {
 
@@ -168,6 +169,8 @@ class RendezvousEvents {
   virtual void OnReconnecting(const std::string& why) {}
   // The rendezvous took this node back after a reconnect: `round` goes on, workers untouched.
   virtual void OnResumed(int64_t round) {}
+  // The run's checkpoint advice changed (issue 41): seconds of training between checkpoints.
+  virtual void OnCheckpointAdvice(double interval_s) {}
 };
 
 class Rendezvous {
@@ -188,6 +191,9 @@ class Rendezvous {
   // train), for the server's slow-node judge. Best effort: dropped while not connected; a
   // backend without the judge ignores it.
   virtual void ReportCompute(const std::vector<RankCompute>& compute) {}
+  // What this node measured for the checkpoint advice since its last report (a checkpoint
+  // saved, a recovery closed, its effective training time ratio). Best effort, as above.
+  virtual void ReportCheckpoint(const CheckpointReport& report) {}
   // This node leaves the run (after success, or on a signal). Idempotent; no events follow.
   virtual void Leave(const std::string& reason) = 0;
   // This node sits out the rounds to come (its --health-check failed; its workers are stopped):

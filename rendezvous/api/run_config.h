@@ -126,6 +126,9 @@ struct RunTimeouts {
   int keep_alive_max_attempt = 3;
   LivenessSettings liveness;
   SlowNodePolicy slow_nodes;
+  // --rdzv-conf mtbf=: the run's mean time between failures as the checkpoint advice's prior,
+  // until its own history says more (rendezvous/checkpoints/). Unset: no prior.
+  std::optional<Duration> mtbf;
 
   Duration lease() const { return keep_alive_interval * keep_alive_max_attempt; }
 };

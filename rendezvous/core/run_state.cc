@@ -55,7 +55,8 @@ RunState::RunState(const JoinRequest& first, TimePoint now, RoundQuorum quorum)
       max_restarts_(first.node.max_restarts),
       timeouts_(TimeoutsForRunOf(first.timeouts, first.node.max_nodes)),
       creator_(absl::StrCat("node ", first.node.node_id, " on ", first.node.hostname)),
-      quorum_(quorum) {
+      quorum_(quorum),
+      checkpoints_(first.timeouts.mtbf) {
   join_deadline_ = now + timeouts_.join_timeout;
   round_began_ = now;
 }
@@ -370,6 +371,7 @@ void RunState::RemoveNode(ConnId conn) {
   if (node.info.requested_node_rank >= 0) by_requested_rank_.erase(node.info.requested_node_rank);
   by_last_seen_.erase({node.last_seen, conn});
   if (node.in_round) --members_in_round_;
+  checkpoints_.Forget(node.info.node_id);
   nodes_.erase(it);
 }
 
@@ -407,6 +409,8 @@ void RunState::RestartRound(const std::string& reason, Cause cause, RestartKind 
     }
     ++restarts_used_;
     failed_at_ = now;
+    checkpoints_.Failure();
+    checkpoint_advice_ = checkpoints_.Advise(now);
   }
   PushBounded(&restart_causes_, cause, kMaxUntaken);
   RestartRecord record{now, round_, cause, reason, std::nullopt};
@@ -535,6 +539,7 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
   phase_ = RunPhase::kRunning;
   succeeded_in_round_ = 0;
   slow_nodes_.Clear();
+  checkpoints_.Started(now);
   join_deadline_.reset();
   last_call_deadline_.reset();
 

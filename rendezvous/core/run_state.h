@@ -48,6 +48,7 @@
 #include "rendezvous/api/rendezvous.h"
 #include "rendezvous/api/run_config.h"
 #include "rendezvous/api/run_status.h"
+#include "rendezvous/checkpoints/checkpoint_advisor.h"
 #include "rendezvous/core/last_round_majority.h"
 #include "rendezvous/core/outgoing.h"
 #include "rendezvous/stragglers/slow_node_judge.h"
@@ -98,12 +99,17 @@ class RunState {
   // slow-node judge; the judge's verdict on the node when it changed. Ignored from a node not
   // in the running round.
   // With --evict-slow, a node named slow while a spare stands ready is closed out and the
-  // spare takes its group rank (`out`).
+  // spare takes its group rank (`out`). Declared below: Checkpoint, the advice's reports.
   std::optional<SlowNodeChange> Compute(ConnId conn, const std::vector<RankCompute>& compute,
                                         TimePoint now, Outbox* out);
   // The agent's worker group of `round`. Returns kAborted for a stale round (ignored).
   absl::Status GroupStatus(ConnId conn, int64_t round, GroupState state,
                            const std::optional<WorkerFailure>& failure, TimePoint now, Outbox* out);
+  // What a node measured for the checkpoint advice (issue 41): the advice is recomputed.
+  void Checkpoint(ConnId conn, const CheckpointReport& report, TimePoint now);
+  // The run's checkpoint advice as of its latest report or failure; nullopt before any save
+  // time was reported.
+  const std::optional<CheckpointAdvice>& checkpoint_advice() const { return checkpoint_advice_; }
   // A clean leave: a membership change, never a failure.
   void Leave(ConnId conn, const std::string& reason, TimePoint now, Outbox* out);
   // The stream ended without a leave: the node is lost (a failure if it was in a round).
@@ -283,6 +289,10 @@ class RunState {
   // The running round's members' compute times; cleared when a round forms (steps of another
   // world do not compare).
   SlowNodeJudge slow_nodes_;
+  // The checkpoint advice (issue 41): the run's failures, exposure and costs; and the advice as
+  // of the latest of them (recomputed at each report and failure).
+  CheckpointAdvisor checkpoints_;
+  std::optional<CheckpointAdvice> checkpoint_advice_;
   TimePoint round_began_{};                 // the forming round's start
   std::optional<TimePoint> failed_at_;      // the failure that restarted it
   std::vector<RoundTiming> round_timings_;  // formed, not yet taken

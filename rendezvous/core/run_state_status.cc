@@ -46,6 +46,13 @@ std::optional<SlowNodeChange> RunState::Compute(ConnId conn,
   return change;
 }
 
+void RunState::Checkpoint(ConnId conn, const CheckpointReport& report, TimePoint now) {
+  auto it = nodes_.find(conn);
+  if (it == nodes_.end() || report.empty()) return;
+  checkpoints_.Report(it->second.info.node_id, report);
+  checkpoint_advice_ = checkpoints_.Advise(now);
+}
+
 void RunState::EvictSlow(ConnId conn, const NodeComputeStanding& standing, TimePoint now,
                          Outbox* out) {
   auto it = nodes_.find(conn);
@@ -105,6 +112,7 @@ RunStatus RunState::Status(bool with_members) const {
   s.spares = phase_ == RunPhase::kRunning ? s.num_nodes - members_in_round() : 0;
   s.spares_used = spares_used_;
   s.slow_nodes = static_cast<int>(slow_nodes_.SlowNodes().size());
+  s.checkpoint_advice = checkpoint_advice_;
   if (!with_members) return s;
   s.restarts = restart_log_;
   s.steps.assign(steps_.begin(), steps_.end());

@@ -262,6 +262,20 @@ Outbox ServerState::Compute(ConnId conn, const std::vector<RankCompute>& compute
   return out;
 }
 
+void ServerState::Checkpoint(ConnId conn, const CheckpointReport& report, TimePoint now) {
+  std::string run_id;
+  if (Run* run = RunOf(conn, &run_id); run != nullptr) run->state->Checkpoint(conn, report, now);
+}
+
+double ServerState::CheckpointIntervalOf(ConnId conn) const {
+  auto it = conn_run_.find(conn);
+  if (it == conn_run_.end()) return 0;
+  auto run = runs_.find(it->second);
+  if (run == runs_.end()) return 0;
+  const std::optional<CheckpointAdvice>& advice = run->second.state->checkpoint_advice();
+  return advice.has_value() ? advice->interval_s : 0;
+}
+
 Outbox ServerState::GroupStatus(ConnId conn, int64_t round, GroupState state,
                                 const std::optional<WorkerFailure>& failure, TimePoint now,
                                 absl::Status* result) {

@@ -51,6 +51,10 @@ class ServerState {
   // verdict on the node when it changed (`change`, for the log), and an eviction's messages.
   Outbox Compute(ConnId conn, const std::vector<RankCompute>& compute, TimePoint now,
                  std::optional<SlowNodeChange>* change);
+  // What the agent measured for the checkpoint advice (a heartbeat's `checkpoint`).
+  void Checkpoint(ConnId conn, const CheckpointReport& report, TimePoint now);
+  // The checkpoint advice of `conn`'s run (seconds between checkpoints); 0: none yet.
+  double CheckpointIntervalOf(ConnId conn) const;
   // Returns the outbox; `result` (optional) gets kAborted for a stale round.
   Outbox GroupStatus(ConnId conn, int64_t round, GroupState state,
                      const std::optional<WorkerFailure>& failure, TimePoint now,

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "rendezvous/checkpoints/checkpoint_advisor.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -143,6 +144,10 @@ std::string RenderStatusPage(const std::vector<RunStatus>& runs, const ServerMet
                     ") &middot; slow nodes ", run.slow_nodes, "</p>");
     if (!run.close_message.empty()) {
       absl::StrAppend(&out, "<p>closed: ", HtmlEscape(run.close_message), "</p>");
+    }
+    if (run.checkpoint_advice.has_value()) {
+      absl::StrAppend(&out, "<p class=\"advice\">",
+                      HtmlEscape(DescribeCheckpointAdvice(*run.checkpoint_advice)), "</p>");
     }
     absl::StrAppend(&out,
                     "<table class=\"members\"><tr><th>host</th><th>address</th><th>group rank"

@@ -60,6 +60,7 @@ proto::Join ToProto(const NodeInfo& node, const RunTimeouts& timeouts) {
   }
   if (timeouts.liveness.on()) *j.mutable_liveness() = ToProto(timeouts.liveness);
   j.set_evict_slow(timeouts.slow_nodes.evict);
+  if (timeouts.mtbf.has_value()) j.set_mtbf_ms(ToMillis(*timeouts.mtbf));
   return j;
 }
 
@@ -137,6 +138,24 @@ std::vector<RankCompute> ComputeFromProto(const proto::Heartbeat& h) {
   for (const proto::RankCompute& c : h.compute())
     out.push_back({c.rank(), c.compute_ms(), c.steps()});
   return out;
+}
+
+CheckpointReport CheckpointFromProto(const proto::Heartbeat& h) {
+  CheckpointReport r;
+  if (!h.has_checkpoint()) return r;
+  const proto::CheckpointCosts& c = h.checkpoint();
+  if (c.has_save_s()) r.save_s = c.save_s();
+  if (c.has_recovery_s()) r.recovery_s = c.recovery_s();
+  if (c.has_effective_ratio()) r.effective_ratio = c.effective_ratio();
+  return r;
+}
+
+proto::CheckpointCosts ToProto(const CheckpointReport& r) {
+  proto::CheckpointCosts c;
+  if (r.save_s) c.set_save_s(*r.save_s);
+  if (r.recovery_s) c.set_recovery_s(*r.recovery_s);
+  if (r.effective_ratio) c.set_effective_ratio(*r.effective_ratio);
+  return c;
 }
 
 std::vector<RankProgress> FromProto(const proto::Heartbeat& h) {
@@ -315,6 +334,7 @@ JoinRequest FromProto(const proto::Join& j, const RunTimeouts& defaults,
   }
   if (j.has_liveness()) r.timeouts.liveness = FromProto(j.liveness());
   r.timeouts.slow_nodes.evict = j.evict_slow();
+  if (j.has_mtbf_ms() && j.mtbf_ms() > 0) r.timeouts.mtbf = std::chrono::milliseconds(j.mtbf_ms());
   return r;
 }
 
@@ -368,6 +388,18 @@ void ToProto(const RunStatus& s, proto::StatusResponse* r) {
   r->set_spares(s.spares);
   r->set_spares_used(s.spares_used);
   r->set_slow_nodes(s.slow_nodes);
+  if (const std::optional<CheckpointAdvice>& a = s.checkpoint_advice) {
+    proto::CheckpointAdviceStatus* p = r->mutable_checkpoint_advice();
+    p->set_interval_s(a->interval_s);
+    p->set_mtbf_s(a->mtbf_s);
+    p->set_failures(a->failures);
+    p->set_trained_s(a->trained_s);
+    p->set_prior(a->prior);
+    p->set_save_s(a->save_s);
+    p->set_recovery_s(a->recovery_s);
+    p->set_predicted_ratio(a->predicted_ratio);
+    if (a->measured_ratio.has_value()) p->set_measured_ratio(*a->measured_ratio);
+  }
   for (const MemberStatus& m : s.members) {
     proto::Member* p = r->add_members();
     p->set_node_id(m.node_id);
@@ -398,6 +430,14 @@ RunStatus FromProto(const proto::StatusResponse& r) {
   s.spares = r.spares();
   s.spares_used = r.spares_used();
   s.slow_nodes = r.slow_nodes();
+  if (r.has_checkpoint_advice()) {
+    const proto::CheckpointAdviceStatus& p = r.checkpoint_advice();
+    CheckpointAdvice a{p.interval_s(), p.mtbf_s(),          p.failures(),
+                       p.trained_s(),  p.prior(),           p.save_s(),
+                       p.recovery_s(), p.predicted_ratio(), std::nullopt};
+    if (p.has_measured_ratio()) a.measured_ratio = p.measured_ratio();
+    s.checkpoint_advice = a;
+  }
   for (const proto::Member& m : r.members()) {
     MemberStatus member{m.node_id(),    m.hostname(),       m.addr(),
                         m.group_rank(), m.nproc_per_node(), m.state()};

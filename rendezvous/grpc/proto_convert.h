@@ -36,6 +36,9 @@ std::vector<RankProgress> FromProto(const proto::Heartbeat& h);
 // A heartbeat's compute times (RankCompute), and the heartbeat that carries only them.
 proto::Heartbeat ToProto(const std::vector<RankCompute>& compute);
 std::vector<RankCompute> ComputeFromProto(const proto::Heartbeat& h);
+// The checkpoint advice's figures a heartbeat carries (empty when none).
+CheckpointReport CheckpointFromProto(const proto::Heartbeat& h);
+proto::CheckpointCosts ToProto(const CheckpointReport& r);
 // A Close message as the status OnClosed reports: CRASH_LOOP (or ABORTED from a server from
 // before Close.ending) as CrashLoopStop.
 absl::Status CloseStatus(const proto::Close& close);

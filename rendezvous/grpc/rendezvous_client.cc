@@ -191,6 +191,22 @@ void RendezvousClient::ReportCompute(const std::vector<RankCompute>& compute) {
   });
 }
 
+void RendezvousClient::ReportCheckpoint(const CheckpointReport& report) {
+  loop_->Post([this, report] {
+    if (!machine_.MaySendStep() || call_ == nullptr) return;
+    proto::AgentMessage m;
+    *m.mutable_heartbeat()->mutable_checkpoint() = ToProto(report);
+    call_->Send(std::move(m));
+  });
+}
+
+void RendezvousClient::OnCheckpointAdvice(double interval_s) {
+  // Every ack carries it: only a change is news.
+  if (interval_s <= 0 || interval_s == checkpoint_advice_s_) return;
+  checkpoint_advice_s_ = interval_s;
+  events_.CheckpointAdvice(interval_s);
+}
+
 void RendezvousClient::ReportGroupState(int64_t round, GroupState state,
                                         const std::optional<WorkerFailure>& failure) {
   loop_->Post([this, round, state, failure] {
@@ -351,7 +367,10 @@ void RendezvousClient::StartCall(const ClientAction& a) {
   const uint64_t gen = a.generation;
   call_ = std::make_unique<AgentCall>(
       [this, gen](proto::ServerMessage m) {
-        loop_->Post([this, gen, m = std::move(m)] { OnServerMessage(gen, WordOf(m)); });
+        loop_->Post([this, gen, m = std::move(m)] {
+          if (m.has_ack()) OnCheckpointAdvice(m.ack().checkpoint_interval_s());
+          OnServerMessage(gen, WordOf(m));
+        });
       },
       [this, gen](grpc::Status s) {
         loop_->Post(

@@ -80,6 +80,7 @@ class RendezvousClient final : public Rendezvous {
   void ReportProgress(const std::vector<RankProgress>& progress, bool urgent) override;
   void ReportStep(const std::string& json) override;
   void ReportCompute(const std::vector<RankCompute>& compute) override;
+  void ReportCheckpoint(const CheckpointReport& report) override;
   void Leave(const std::string& reason) override;
   // A leave on the stream (the server closes it), then silence; StepIn joins as a new node
   // within join_timeout, as after a fence.
@@ -107,6 +108,8 @@ class RendezvousClient final : public Rendezvous {
   void SendHeartbeat();  // with the latest progress
   // A message of call `generation`: to the machine, and ClientOptions::on_server_heard.
   void OnServerMessage(uint64_t generation, const ServerWord& word);
+  // An ack's checkpoint advice: told to the agent when it changed.
+  void OnCheckpointAdvice(double interval_s);
   // kStartLiveness: a LivenessSender to the current server's host (its failure to start is
   // logged: the lease still covers the node).
   void StartLiveness(const ClientAction& action);
@@ -130,6 +133,7 @@ class RendezvousClient final : public Rendezvous {
   // When each heartbeat of the current call not yet acknowledged was sent (the server
   // acknowledges each, in order): what on_server_heard reports.
   std::deque<TimePoint> unanswered_sent_;
+  double checkpoint_advice_s_ = 0;  // the last advice told to the agent
   // While the machine is kJoined with a liveness path: its sender (stopped on leaving it).
   std::unique_ptr<LivenessSender> liveness_;
   // Blocking probes and Status calls of kLookForTheRun, off the loop that heartbeats.

@@ -275,10 +275,13 @@ void RendezvousServiceImpl::HandleMessage(ConnId conn, const proto::AgentMessage
         }
         Apply(evicted);
       }
+      if (message.heartbeat().has_checkpoint()) {
+        state_.Checkpoint(conn, CheckpointFromProto(message.heartbeat()), now);
+      }
       auto open = streams_.find(conn);
       if (open != streams_.end() && !open->second.closed) {
         proto::ServerMessage ack;
-        ack.mutable_ack();
+        ack.mutable_ack()->set_checkpoint_interval_s(state_.CheckpointIntervalOf(conn));
         open->second.stream->Send(std::move(ack), /*last=*/false);
       }
       break;

@@ -17,6 +17,7 @@
 #include "common/env_variables.h"
 #include "common/log.h"
 #include "common/strings.h"
+#include "rendezvous/checkpoints/checkpoint_advisor.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/etcd/etcd_status.h"
 #include "rendezvous/grpc/rendezvous_client.h"
@@ -164,6 +165,9 @@ class GrpcRendezvousImpl final : public GrpcRendezvous {
     client_->ReportProgress(progress, urgent);
   }
   void ReportStep(const std::string& json) override { client_->ReportStep(json); }
+  void ReportCheckpoint(const rendezvous::CheckpointReport& report) override {
+    client_->ReportCheckpoint(report);
+  }
   void ReportCompute(const std::vector<rendezvous::RankCompute>& compute) override {
     client_->ReportCompute(compute);
   }
@@ -248,6 +252,20 @@ std::string RunStatusJson(const rendezvous::RunStatus& status) {
   j["spares"] = status.spares;
   j["spares_used"] = status.spares_used;
   j["slow_nodes"] = status.slow_nodes;
+  if (const auto& a = status.checkpoint_advice) {
+    nlohmann::ordered_json advice;
+    advice["interval_s"] = a->interval_s;
+    advice["mtbf_s"] = a->mtbf_s;
+    advice["failures"] = a->failures;
+    advice["trained_s"] = a->trained_s;
+    advice["prior"] = a->prior;
+    advice["save_s"] = a->save_s;
+    advice["recovery_s"] = a->recovery_s;
+    advice["predicted_ratio"] = a->predicted_ratio;
+    if (a->measured_ratio.has_value()) advice["measured_ratio"] = *a->measured_ratio;
+    advice["text"] = rendezvous::DescribeCheckpointAdvice(*a);
+    j["checkpoint_advice"] = std::move(advice);
+  }
   j["members"] = nlohmann::ordered_json::array();
   for (const auto& m : status.members) {
     nlohmann::ordered_json member;

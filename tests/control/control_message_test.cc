@@ -66,6 +66,20 @@ TEST(ControlMessageTest, HelloRoundTrips) {
   EXPECT_EQ(back.pid, 4242);
 }
 
+TEST(ControlMessageTest, AHelloSaysWhetherItTakesAdviceAndAdviceRoundTrips) {
+  HelloMessage hello;
+  hello.local_rank = 0;
+  hello.pid = 7;
+  EXPECT_FALSE(RoundTrip(hello).advice) << "an older worker's hello says nothing";
+  hello.advice = true;
+  EXPECT_TRUE(RoundTrip(hello).advice);
+  EXPECT_DOUBLE_EQ(RoundTrip(AdviceMessage{42.5}).checkpoint_interval_s, 42.5);
+  for (const char* bad : {R"({"type":"advice"})", R"({"type":"advice","checkpoint_interval_s":0})",
+                          R"({"type":"advice","checkpoint_interval_s":"soon"})"}) {
+    EXPECT_FALSE(ParseControlMessage(bad).ok()) << bad;
+  }
+}
+
 TEST(ControlMessageTest, ReadyRoundTripsWithAndWithoutState) {
   ReadyMessage ready;
   ready.round = 7;

@@ -108,7 +108,14 @@ void AddCommonFlags(CLI::App* cmd, const std::string& data_help, TrainOptions* o
                   "directory for checkpoints (created; must be writable); imagenet keeps the "
                   "best model in its best/ folder");
   cmd->add_option("--checkpoint-every", o->checkpoint_every,
-                  "also checkpoint every N optimizer steps (0: end of epoch only)")
+                  "also checkpoint every N optimizer steps (0: end of epoch only); auto: as "
+                  "often as ddprun's checkpoint advice says (DDPRUN_CHECKPOINT_INTERVAL_ADVICE, "
+                  "then its updates; every 30 s of training before any)")
+      ->transform([o](std::string value) {
+        if (value != "auto") return value;
+        o->checkpoint_auto = true;
+        return std::string("0");
+      })
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--keep-checkpoints", o->keep_checkpoints, "checkpoints kept")

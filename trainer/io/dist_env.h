@@ -54,6 +54,8 @@ struct DistEnv {
   std::string progress_file;   // empty: no step reports
   std::string control_socket;  // empty: cold mode (no in-process recovery)
   std::string lease_fd;        // DDPRUN_LEASE_FD as given; empty: no local lease
+  // DDPRUN_CHECKPOINT_INTERVAL_ADVICE: the run's checkpoint advice at this worker's start.
+  std::optional<double> checkpoint_advice_s;
   bool from_slurm = false;
 };
 

@@ -33,15 +33,19 @@ StepReporter::~StepReporter() {
   if (fd_ >= 0) close(fd_);
 }
 
-void StepReporter::Report(int64_t step, std::optional<double> compute_ms) {
+void StepReporter::Report(int64_t step, std::optional<double> compute_ms,
+                          std::optional<double> checkpoint_ms) {
   if (fd_ < 0) return;
-  char line[96];
-  const int n =
-      compute_ms.has_value()
-          ? std::snprintf(line, sizeof(line), "{\"pid\":%d,\"step\":%lld,\"compute_ms\":%.3f}\n",
-                          static_cast<int>(pid_), static_cast<long long>(step), *compute_ms)
-          : std::snprintf(line, sizeof(line), "{\"pid\":%d,\"step\":%lld}\n",
-                          static_cast<int>(pid_), static_cast<long long>(step));
+  char line[160];
+  int n = std::snprintf(line, sizeof(line), "{\"pid\":%d,\"step\":%lld", static_cast<int>(pid_),
+                        static_cast<long long>(step));
+  if (compute_ms.has_value()) {
+    n += std::snprintf(line + n, sizeof(line) - n, ",\"compute_ms\":%.3f", *compute_ms);
+  }
+  if (checkpoint_ms.has_value()) {
+    n += std::snprintf(line + n, sizeof(line) - n, ",\"checkpoint_ms\":%.3f", *checkpoint_ms);
+  }
+  n += std::snprintf(line + n, sizeof(line) - n, "}\n");
   const ssize_t written = write(fd_, line, static_cast<size_t>(n));
   if (written == n) return;
   // The launcher reads behind: this step's report is lost, the next one says more anyway.

@@ -2,8 +2,9 @@
 // path as DDPRUN_PROGRESS_FILE; after every optimizer step each rank writes one line
 //   {"pid":<pid>,"step":<global step>}\n
 // or, at the start of a step, with how long its previous step computed before it waited on the
-// step's collective (ddprun's slow-node judge, issue 41):
-//   {"pid":<pid>,"step":<global step>,"compute_ms":<ms>}\n
+// step's collective (ddprun's slow-node judge, issue 41), and how long the checkpoint it saved
+// since its last report took (the checkpoint advice, issue 41):
+//   {"pid":<pid>,"step":<global step>,"compute_ms":<ms>,"checkpoint_ms":<ms>}\n
 // to it, so the launcher sees which rank is making progress (and which stopped) without reading
 // logs. Training must never wait for the launcher: the FIFO is opened non-blocking, a full pipe
 // drops the report, and any other failure turns reporting off after one warning.
@@ -35,7 +36,8 @@ class StepReporter {
 
   // One write() of one line (atomic: far below PIPE_BUF). A full pipe drops the line silently;
   // another error (EPIPE: the reader closed) warns once and turns reporting off.
-  void Report(int64_t step, std::optional<double> compute_ms = std::nullopt);
+  void Report(int64_t step, std::optional<double> compute_ms = std::nullopt,
+              std::optional<double> checkpoint_ms = std::nullopt);
 
  private:
   void TurnOff(const std::string& reason);

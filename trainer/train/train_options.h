@@ -31,6 +31,10 @@ struct TrainOptions {
 
   std::string checkpoint_dir;    // empty: no checkpoints
   int64_t checkpoint_every = 0;  // steps; 0: only at the end of each epoch
+  // --checkpoint-every=auto: as often as ddprun's checkpoint advice says (seconds of training,
+  // DDPRUN_CHECKPOINT_INTERVAL_ADVICE, then the control channel's updates); before any advice,
+  // every kIntervalBeforeAdvice.
+  bool checkpoint_auto = false;
   int keep_checkpoints = 3;
   ResumeMode resume = ResumeMode::kAuto;
   std::string metrics_file;  // empty: none (rank 0 writes it)

@@ -33,6 +33,7 @@ Trainer::Trainer(const TrainOptions& options, const DistEnv& env, StopSignal* st
       keeps_best_(keeps_best),
       start_(Clock::now()),
       step_reports_(env.progress_file),
+      last_checkpoint_at_(start_),
       restart_count_(env.restart_count) {}
 
 absl::Status Trainer::ConnectOnDevice() {
@@ -187,6 +188,8 @@ absl::Status Trainer::SaveCheckpoint(const char* why, bool best) {
          << std::endl;
     return s;
   }
+  last_checkpoint_at_ = Clock::now();
+  last_checkpoint_ms_ = SecondsSince(t0) * 1e3;  // what the job waited for: the whole save
   Log(absl::StrFormat(
       "checkpoint: saved step %d (%s%s, epoch %d offset %d, %.1f MB) serialize %.1f ms, "
       "write+fsync %.1f ms",
@@ -214,7 +217,8 @@ absl::StatusOr<bool> Trainer::TrainEpoch(int64_t* samples, double* train_s) {
     const bool stop_vote = stop_ != nullptr && stop_->received() != 0;
     // "Starting step N": a rank stuck outside a collective then shows one step fewer than the
     // ranks waiting for it inside the next one, which is how ddprun names the straggler.
-    step_reports_.Report(state_.global_step + 1, std::exchange(last_compute_ms_, std::nullopt));
+    step_reports_.Report(state_.global_step + 1, std::exchange(last_compute_ms_, std::nullopt),
+                         std::exchange(last_checkpoint_ms_, std::nullopt));
     // Before the step's collectives: a worker of a node given up meets nobody's group.
     DDPRUN_RETURN_IF_ERROR(MayCommitStep());
     std::optional<StepUndo> undo;
@@ -253,14 +257,39 @@ absl::StatusOr<bool> Trainer::TrainEpoch(int64_t* samples, double* train_s) {
       const double dt = SecondsSince(t0);
       ShowProgress(*step, dt > 0 ? *samples / dt : 0);
     }
-    if (options_.checkpoint_every > 0 && state_.global_step % options_.checkpoint_every == 0 &&
-        !stop) {
+    if (!stop && PeriodicCheckpointDue()) {
       SaveCheckpoint("periodic", false).IgnoreError();  // logged; the previous one stays valid
     }
   }
   *train_s = SecondsSince(t0);
   EndEpoch();
   return stop;
+}
+
+bool Trainer::PeriodicCheckpointDue() {
+  if (options_.checkpoint_every > 0) return state_.global_step % options_.checkpoint_every == 0;
+  // Only rank 0 saves (SaveCheckpoint), so only its clock decides: no rank waits on another's.
+  if (!options_.checkpoint_auto || !leader()) return false;
+  return SecondsSince(last_checkpoint_at_) >= AdvisedInterval();
+}
+
+double Trainer::AdvisedInterval() {
+  // Before any advice (no save time measured yet): often enough that the first save comes soon
+  // and tells the advice its cost.
+  constexpr double kIntervalBeforeAdvice = 30;
+  std::optional<double> advice = env_.checkpoint_advice_s;
+  if (control_ != nullptr) {
+    if (std::optional<double> newer = control_->checkpoint_advice()) advice = newer;
+  }
+  if (!advice.has_value()) return kIntervalBeforeAdvice;
+  // The advice moves a little at every report as the run trains on: said when it moved by a
+  // fifth.
+  if (advice_logged_s_ == 0 || *advice < 0.8 * advice_logged_s_ ||
+      *advice > 1.2 * advice_logged_s_) {
+    advice_logged_s_ = *advice;
+    Log(absl::StrFormat("checkpoint: every %.1f s of training, as ddprun advises", *advice));
+  }
+  return *advice;
 }
 
 void Trainer::NoteComputeTime(std::chrono::steady_clock::duration step_took) {

@@ -152,6 +152,10 @@ class Trainer {
   absl::Status FinishEpoch(int64_t samples, double train_s, bool resumed, bool* best);
   absl::StatusOr<int> StopWithCheckpoint();
   absl::Status SaveCheckpoint(const char* why, bool best);
+  // After a step: whether a periodic checkpoint is due (--checkpoint-every N or auto).
+  bool PeriodicCheckpointDue();
+  // --checkpoint-every=auto: seconds of training between checkpoints now.
+  double AdvisedInterval();
 
   // ---- in-process recovery (trainer_rounds.cc) ----
   absl::Status ConnectControl(const CommOptions& comm_options);
@@ -176,6 +180,12 @@ class Trainer {
   const Clock::time_point start_;
   StepReporter step_reports_;
   std::optional<double> last_compute_ms_;  // the last step's, until the next report sends it
+  // --checkpoint-every=auto (rank 0, which alone saves): when the last periodic checkpoint was
+  // saved (or training began), the last save's time until a report sends it, and the advice
+  // last logged.
+  Clock::time_point last_checkpoint_at_;
+  std::optional<double> last_checkpoint_ms_;
+  double advice_logged_s_ = 0;
   std::unique_ptr<CheckpointStore> store_, best_store_;
   // ddprun's local lease: no step counted, no checkpoint written past it (commit_guard.h).
   CommitGuard commit_guard_;

@@ -130,6 +130,21 @@ TEST(ParseRdzvConfTest, LivenessIsUnsetUnlessGivenAndItsKeysAreRead) {
   EXPECT_TRUE(on->unknown_keys.empty());
 }
 
+TEST(ParseRdzvConfTest, MtbfIsTheCheckpointAdvicesPriorInSeconds) {
+  absl::StatusOr<RdzvConf> unset = ParseRdzvConf({});
+  ASSERT_TRUE(unset.ok());
+  EXPECT_FALSE(unset->timeouts.mtbf.has_value());
+  absl::StatusOr<RdzvConf> day = ParseRdzvConf({{"mtbf", "86400"}});
+  ASSERT_TRUE(day.ok()) << day.status();
+  EXPECT_EQ(day->timeouts.mtbf, std::optional<Duration>(std::chrono::hours(24)));
+  EXPECT_TRUE(day->unknown_keys.empty());
+  for (const char* bad : {"abc", "0", "-5", "1e12"}) {
+    absl::StatusOr<RdzvConf> refused = ParseRdzvConf({{"mtbf", bad}});
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_THAT(refused.status().message(), HasSubstr(std::string("--rdzv-conf mtbf=") + bad));
+  }
+}
+
 TEST(ParseRdzvConfTest, BadLivenessValuesNameTheKey) {
   for (const auto& [key, value] :
        std::vector<std::pair<std::string, std::string>>{{"liveness", "yes-please"},

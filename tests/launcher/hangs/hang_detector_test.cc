@@ -162,6 +162,11 @@ TEST(StepReportTest, ParsesTheProgressChannelsLines) {
   ASSERT_TRUE(timed.ok());
   EXPECT_EQ(timed->step, 58);
   EXPECT_EQ(timed->compute_ms, std::optional<double>(31.25));
+  EXPECT_FALSE(timed->checkpoint_ms.has_value());
+  auto saved = ParseStepReport(R"({"pid":123,"step":59,"compute_ms":30,"checkpoint_ms":812.5})");
+  ASSERT_TRUE(saved.ok());
+  EXPECT_EQ(saved->checkpoint_ms, std::optional<double>(812.5));
+  EXPECT_FALSE(ParseStepReport(R"({"pid":1,"step":2,"checkpoint_ms":-4})")->checkpoint_ms);
   // A bad compute time costs the figure, not the step.
   for (const char* odd :
        {R"({"pid":1,"step":2,"compute_ms":-1})", R"({"pid":1,"step":2,"compute_ms":"fast"})",
