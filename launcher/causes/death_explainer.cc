@@ -1,11 +1,20 @@
 #include "launcher/causes/death_explainer.h"
 
+#include <signal.h>
+
+#include <chrono>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 
 namespace ddprun::launcher {
+
+// How long a SIGKILL death waits for its memory cgroup's OOM count (Explain): a few scheduler
+// ticks of a preempted OOM killer. Blocks the agent's
+// loop that long at most, once per such death.
+constexpr std::chrono::milliseconds kOomCountGrace{20};
 namespace {
 
 std::pair<std::unique_ptr<KernelLog>, std::string> Open(const std::string& path) {
@@ -77,8 +86,18 @@ DeathCause DeathExplainer::Explain(const WorkerDeath& given) {
   Drain();
   WorkerDeath death = given;
   if (auto it = watched_.find(death.pid); it != watched_.end() && !death.cgroup.has_value()) {
-    // The cgroup outlives the worker; its count now is at least the count at the death.
-    if (std::optional<int64_t> kills = cgroups_.OomKills(it->second.cgroup)) {
+    // The cgroup outlives the worker; its count now is at least the count at the death, but
+    // for a moment: the OOM killer counts its kill after it sent the SIGKILL (mm/oom_kill.c,
+    // __oom_kill_process), and on busy cores the victim can die and be reaped first. A SIGKILL
+    // whose count has not risen yet gets a few milliseconds for it.
+    std::optional<int64_t> kills = cgroups_.OomKills(it->second.cgroup);
+    const auto grace_ends = std::chrono::steady_clock::now() + kOomCountGrace;
+    while (death.signal == SIGKILL && kills.has_value() && *kills <= it->second.kills_first_seen &&
+           std::chrono::steady_clock::now() < grace_ends) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      kills = cgroups_.OomKills(it->second.cgroup);
+    }
+    if (kills.has_value()) {
       CgroupOomCount count;
       count.path = it->second.cgroup.path;
       count.kills_before = it->second.kills_first_seen;
