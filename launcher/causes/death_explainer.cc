@@ -12,9 +12,9 @@
 namespace ddprun::launcher {
 
 // How long a SIGKILL death waits for its memory cgroup's OOM count (Explain): a few scheduler
-// ticks of a preempted OOM killer. Blocks the agent's
-// loop that long at most, once per such death.
+// ticks of a preempted OOM killer. Blocks the agent's loop that long at most, once per such death.
 constexpr std::chrono::milliseconds kOomCountGrace{20};
+
 namespace {
 
 std::pair<std::unique_ptr<KernelLog>, std::string> Open(const std::string& path) {
