@@ -78,7 +78,15 @@ struct Options {
   bool fixed = false;  // --nnodes=3 and the bit-identical check
   int steps = 160;     // training steps per job (epochs x steps_per_epoch)
   int steps_per_epoch = 20;
-  int checkpoint_every = 5;
+  // ddp-train --checkpoint-every: steps, or "auto" (ddprun's checkpoint advice, issue 41).
+  std::string checkpoint_every = "5";
+  std::optional<int> FixedCheckpointEvery() const {
+    int n = 0;
+    if (checkpoint_every == "auto" || !absl::SimpleAtoi(checkpoint_every, &n)) return std::nullopt;
+    return n;
+  }
+  int batch_size = 0;  // ddp-train --batch-size; 0: its default
+  double mtbf_s = 0;   // --rdzv-conf mtbf= (the checkpoint advice's prior); 0: none
   int hang_timeout_s = 25;
   std::string restart_mode = "cold";    // ddprun --restart-mode
   std::string preload;                  // ddprun --preload (native: ddp-train's spares); "": off
@@ -179,6 +187,7 @@ class Segment {
   const std::vector<std::string>& violations() const { return violations_; }
   const TrainingFigures& training() const { return training_; }
   const MemoryPeaks& memory() const { return memory_; }
+  const std::optional<AdviceFigures>& advice() const { return advice_; }
   std::string ModelPath() const { return dir_ + "/model.pt"; }
 
  private:
@@ -215,6 +224,8 @@ class Segment {
   void SampleMemory();
   // After the job: the agents' ledgers, attributed to the faults, and their final ratios.
   void ReadAgentLedgers();
+  // Every 5 s: the run's checkpoint advice as `ddprun status --json` shows it (kept: the last).
+  void SampleAdvice();
   void Violation(const std::string& what) {
     std::cerr << "chaos-soak: VIOLATION: " << what << std::endl;
     violations_.push_back(what);
@@ -237,6 +248,8 @@ class Segment {
   Clock::time_point started_at_{}, finished_at_{};
   int64_t started_unix_ms_ = 0;
   Clock::time_point sampled_at_{};
+  Clock::time_point advice_sampled_at_{};
+  std::optional<AdviceFigures> advice_;
   TrainingFigures training_;
   MemoryPeaks memory_;
   std::vector<FaultRecord> faults_;
@@ -246,23 +259,25 @@ class Segment {
 
 std::vector<std::string> Segment::AgentArgv(int host) const {
   const std::string nnodes = o_.fixed ? "--nnodes=3" : "--nnodes=2:3";
-  return hosts_->On(
-      host,
-      {testing::BinPath("ddprun"), "--rdzv-backend=c10d",
-       "--rdzv-endpoint=" + hosts_->Address(1) + ":" + std::to_string(server_port_), nnodes,
-       "--nproc-per-node=2", "--max-restarts=100000", "--rdzv-id=chaos" + std::to_string(index_),
-       "--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=6,last_call_timeout=1,"
-       "read_timeout=30,join_timeout=300",
-       "--hang-timeout=" + std::to_string(o_.hang_timeout_s), "--restart-mode=" + o_.restart_mode,
-       "--preload=" + o_.preload,
-       // The hosts share this machine's filesystem: every agent process writes its
-       // events.jsonl (the goodput ledger) in a folder of its own under logs/.
-       "--log-dir=" + dir_ + "/logs", "--no-python", testing::BinPath("ddp-train"), "mnist",
-       "--data", kData, "--no-progress-bar", "--log-interval", "1", "--epochs",
-       std::to_string(o_.steps / o_.steps_per_epoch), "--max-steps",
-       std::to_string(o_.steps_per_epoch), "--test-subset", "500", "--checkpoint-dir",
-       dir_ + "/ckpt", "--checkpoint-every", std::to_string(o_.checkpoint_every), "--comm-timeout",
-       "60", "--save-model", "--save-model-path", dir_ + "/model.pt"});
+  std::vector<std::string> argv = {
+      testing::BinPath("ddprun"), "--rdzv-backend=c10d",
+      "--rdzv-endpoint=" + hosts_->Address(1) + ":" + std::to_string(server_port_), nnodes,
+      "--nproc-per-node=2", "--max-restarts=100000", "--rdzv-id=chaos" + std::to_string(index_),
+      "--rdzv-conf=keep_alive_interval=0.5,keep_alive_max_attempt=6,last_call_timeout=1,"
+      "read_timeout=30,join_timeout=300" +
+          (o_.mtbf_s > 0 ? absl::StrCat(",mtbf=", o_.mtbf_s) : std::string()),
+      "--hang-timeout=" + std::to_string(o_.hang_timeout_s), "--restart-mode=" + o_.restart_mode,
+      "--preload=" + o_.preload,
+      // The hosts share this machine's filesystem: every agent process writes its
+      // events.jsonl (the goodput ledger) in a folder of its own under logs/.
+      "--log-dir=" + dir_ + "/logs", "--no-python", testing::BinPath("ddp-train"), "mnist",
+      "--data", kData, "--no-progress-bar", "--log-interval", "1", "--epochs",
+      std::to_string(o_.steps / o_.steps_per_epoch), "--max-steps",
+      std::to_string(o_.steps_per_epoch), "--test-subset", "500", "--checkpoint-dir",
+      dir_ + "/ckpt", "--checkpoint-every", o_.checkpoint_every, "--comm-timeout", "60",
+      "--save-model", "--save-model-path", dir_ + "/model.pt"};
+  if (o_.batch_size > 0) argv.push_back("--batch-size=" + std::to_string(o_.batch_size));
+  return hosts_->On(host, argv);
 }
 
 void Segment::StartAgent(Agent* a) {
@@ -280,6 +295,18 @@ void Segment::StartAgent(Agent* a) {
 void Segment::StartServer(int port) {
   server_ = testing::RdzvDaemon::OnHost(*hosts_, 1, kToken, port);
   server_port_ = server_->port();
+}
+
+void Segment::SampleAdvice() {
+  if (Clock::now() - advice_sampled_at_ < 5s) return;
+  advice_sampled_at_ = Clock::now();
+  Subprocess status(
+      hosts_->On(2, {testing::BinPath("ddprun"), "status", "--json",
+                     "--rdzv-endpoint=" + hosts_->Address(1) + ":" + std::to_string(server_port_),
+                     "--rdzv-id=chaos" + std::to_string(index_)}),
+      {{"DDPRUN_RDZV_TOKEN", kToken}});
+  if (!status.Wait(10s).has_value()) return;
+  if (std::optional<AdviceFigures> a = ParseAdvice(status.out())) advice_ = a;
 }
 
 void Segment::Observe() {
@@ -311,10 +338,10 @@ void Segment::Observe() {
       if (step < max_step_) {
         const int64_t lost = max_step_ - (step - 1);
         recomputed_.push_back(lost);
-        if (lost > o_.checkpoint_every) {
+        if (const std::optional<int> every = o_.FixedCheckpointEvery(); every && lost > *every) {
           Violation(absl::StrCat("a restart recomputed ", lost, " steps (", max_step_,
-                                 " reached, resumed at ", step - 1, "; checkpoint every ",
-                                 o_.checkpoint_every, ")"));
+                                 " reached, resumed at ", step - 1, "; checkpoint every ", *every,
+                                 ")"));
         }
         max_step_ = step;
       }
@@ -349,6 +376,7 @@ void Segment::TrainSteadily(double seconds) {
   const auto until = began + std::chrono::milliseconds(static_cast<int>(seconds * 1000));
   while (Clock::now() < until && !finished_ && !g_interrupted) {
     Observe();
+    SampleAdvice();
     std::this_thread::sleep_for(50ms);
   }
   if (finished_ || g_interrupted) return;  // a partial gap: its last steps are not steady
@@ -639,6 +667,7 @@ void RunSegments(const Options& o, testing::NetHosts* hosts, FaultSchedule* sche
                               s.recomputed().end());
     result->training.Add(s.training());
     result->memory.Merge(s.memory());
+    if (s.advice().has_value()) result->advice = s.advice();
     for (const auto& v : s.violations()) result->violations.push_back(v);
     if (ok && reference_model) {
       const std::string model = testing::ReadFile(s.ModelPath());
@@ -664,7 +693,16 @@ int Main(int argc, char** argv) {
   app.add_option("--steps", o.steps, "training steps per job");
   app.add_option("--steps-per-epoch", o.steps_per_epoch,
                  "training steps per epoch (each epoch ends with a test)");
-  app.add_option("--checkpoint-every", o.checkpoint_every, "steps between checkpoints");
+  app.add_option("--checkpoint-every", o.checkpoint_every,
+                 "steps between checkpoints, or auto (ddprun's checkpoint advice)")
+      ->check([](const std::string& v) {
+        int n = 0;
+        return v == "auto" || (absl::SimpleAtoi(v, &n) && n > 0)
+                   ? std::string()
+                   : std::string("a positive number of steps, or auto");
+      });
+  app.add_option("--batch-size", o.batch_size, "ddp-train --batch-size per worker (default: its)");
+  app.add_option("--mtbf", o.mtbf_s, "--rdzv-conf mtbf= seconds (the advice's prior; 0: none)");
   app.add_option("--hang-timeout", o.hang_timeout_s, "ddprun --hang-timeout, seconds");
   app.add_option("--restart-mode", o.restart_mode, "ddprun --restart-mode")
       ->check(CLI::IsMember({"cold", "in-process"}));

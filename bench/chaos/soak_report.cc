@@ -284,7 +284,19 @@ std::string MarkdownReport(const SoakResult& r) {
   absl::StrAppend(&out, "\nSteps recomputed (the soak's reading of the steps printed): ", total,
                   " in all; ", r.recomputed.size(),
                   " restart(s) went back to a checkpoint, at most ", worst,
-                  " steps for one (checkpoint every ", r.checkpoint_every, " steps).\n");
+                  " steps for one (--checkpoint-every ", r.checkpoint_every, ").\n");
+  if (const std::optional<AdviceFigures>& a = r.advice) {
+    absl::StrAppend(
+        &out,
+        absl::StrFormat("Checkpoint advice (the server's last): every %.2f s; MTBF %.1f s from %d "
+                        "failure(s); save %.3f s; recovery %.2f s; effective training time %.1f %% "
+                        "predicted (Daly)%s.\n",
+                        a->interval_s, a->mtbf_s, a->failures, a->save_s, a->recovery_s,
+                        100 * a->predicted_ratio,
+                        a->measured_ratio ? absl::StrFormat(", %.1f %% by the agents' ledgers then",
+                                                            100 * *a->measured_ratio)
+                                          : std::string()));
+  }
   const std::optional<double> agents = Percentile(r.training.agent_ratios, 0.5);
   absl::StrAppend(
       &out, "Effective training time: ", Percent(agents),
@@ -302,6 +314,29 @@ std::string MarkdownReport(const SoakResult& r) {
                   " MiB (", worker_mib.size(), " processes).\n");
   for (const std::string& v : r.violations) absl::StrAppend(&out, "- VIOLATION: ", v, "\n");
   return out;
+}
+
+std::optional<AdviceFigures> ParseAdvice(const std::string& status_json) {
+  const nlohmann::json j = nlohmann::json::parse(status_json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return std::nullopt;
+  // `ddprun status --json` prints the run's object (or, for several, an array of them).
+  const nlohmann::json* run = &j;
+  if (j.contains("runs") && j["runs"].is_array() && !j["runs"].empty()) run = &j["runs"][0];
+  if (!run->contains("checkpoint_advice") || !(*run)["checkpoint_advice"].is_object()) {
+    return std::nullopt;
+  }
+  const nlohmann::json& c = (*run)["checkpoint_advice"];
+  AdviceFigures a;
+  a.interval_s = c.value("interval_s", 0.0);
+  a.mtbf_s = c.value("mtbf_s", 0.0);
+  a.failures = c.value("failures", 0);
+  a.save_s = c.value("save_s", 0.0);
+  a.recovery_s = c.value("recovery_s", 0.0);
+  a.predicted_ratio = c.value("predicted_ratio", 0.0);
+  if (c.contains("measured_ratio") && c["measured_ratio"].is_number()) {
+    a.measured_ratio = c["measured_ratio"].get<double>();
+  }
+  return a;
 }
 
 std::string JsonReport(const SoakResult& r) {
@@ -338,6 +373,16 @@ std::string JsonReport(const SoakResult& r) {
   int64_t recomputed = 0;
   for (int64_t v : r.recomputed) recomputed += v;
   j["recomputed"] = recomputed;
+  j["checkpoint_every"] = r.checkpoint_every;
+  if (const std::optional<AdviceFigures>& a = r.advice) {
+    j["advice"] = {{"interval_s", a->interval_s},
+                   {"mtbf_s", a->mtbf_s},
+                   {"failures", a->failures},
+                   {"save_s", a->save_s},
+                   {"recovery_s", a->recovery_s},
+                   {"predicted_ratio", a->predicted_ratio},
+                   {"measured_ratio", OrNull(a->measured_ratio)}};
+  }
   j["effective_ratio_agents"] = OrNull(Percentile(r.training.agent_ratios, 0.5));
   j["effective_ratio_soak"] = OrNull(SoakRatio(r.training));
   j["steps"] = r.training.steps;

@@ -86,13 +86,23 @@ struct TrainingFigures {
   void Add(const TrainingFigures& o);
 };
 
+// The run's checkpoint advice as the server last showed it (`ddprun status --json`, issue 41).
+struct AdviceFigures {
+  double interval_s = 0, mtbf_s = 0, save_s = 0, recovery_s = 0, predicted_ratio = 0;
+  int failures = 0;
+  std::optional<double> measured_ratio;
+};
+// From `ddprun status --json`'s output; nullopt when it has no advice.
+std::optional<AdviceFigures> ParseAdvice(const std::string& status_json);
+
 struct SoakResult {
   std::string restart_mode;
   std::string preload;  // ddprun --preload ("": off)
   bool fixed = false;
   uint64_t seed = 0;
   double gap_min_s = 0, gap_max_s = 0;
-  int checkpoint_every = 0;
+  std::string checkpoint_every;         // steps, or "auto"
+  std::optional<AdviceFigures> advice;  // the last segment's that had one
   int segments = 0;
   double wall_s = 0;
   std::vector<FaultRecord> faults;

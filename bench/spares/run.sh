@@ -14,6 +14,7 @@
 # build-torch2/bin/ddp-train beside BUILD_DIR, which `make torch2-build` makes),
 # SPARES_TORCHRUN_SHARED_STORE (1: torch 2.11's default shared store, with which a late extra node
 # never joins; default 0: TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1),
+# SPARES_SERVER (rdzv: ddprun-rdzv, the default; built-in; etcd: a one-member etcd on host 1),
 # SPARES_MATRIX (1: also the test matrix). Writes OUT_DIR/bench.log and matrix.log.
 set -euo pipefail
 BUILD_DIR=$(realpath "${1:-build}")
@@ -47,6 +48,7 @@ echo "bench/spares: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, load $(cut
 "$PRIVATE/bin/spares-bench" --faults "${SPARES_FAULTS:-10}" --modes "${SPARES_MODES:-in-process,cold}" \
   --kinds "${SPARES_KINDS:-kill,freeze,cut}" --variants "${SPARES_VARIANTS:-spare,no-spare}" \
   --rdzv-conf "${SPARES_RDZV_CONF-}" --torchrun "$TORCHRUN" --torchrun-worker "$WORKER" \
+  --server "${SPARES_SERVER:-rdzv}" \
   --work-dir "$OUT/work" \
   2>&1 | tee -a "$OUT/bench.log"
 if [ "${SPARES_MATRIX:-1}" = 1 ]; then

@@ -54,6 +54,8 @@ struct Options {
   std::string torchrun_worker;  // ddp-train built against torchrun's torch (make torch2-build)
   int gap_steps = 10;           // steady steps between faults
   std::string rdzv_conf;        // more ddprun --rdzv-conf, e.g. liveness=on
+  // ddprun's rendezvous: ddprun-rdzv, the built-in server (host 2's agent hosts it) or etcd.
+  testing::RdzvServer server = testing::RdzvServer::kRdzvDaemon;
   std::string work_dir;
 };
 
@@ -71,7 +73,7 @@ HostFault Kind(const std::string& k) {
 
 SpareClusterOptions JobOptions(const Options& o, bool in_process, const std::string& dir) {
   SpareClusterOptions c;
-  c.server = testing::RdzvServer::kRdzvDaemon;
+  c.server = o.server;
   c.in_process = in_process;
   c.spares = 0;
   // A 2 s lease finds frozen and cut-off hosts (today's only detector of a silent one); shorter
@@ -112,6 +114,14 @@ std::string Reference(const Options& o, bool torchrun) {
   return done ? job.Model() : "";
 }
 
+// Whether `host`'s agent coordinates the etcd rendezvous: it said so last (a later coordinator
+// says so too, after the one before it was lost).
+bool Coordinates(SpareCluster& job, int host) {
+  const std::unique_ptr<testing::Subprocess>& agent = job.node(host).agent;
+  return agent != nullptr && agent->running() &&
+         agent->err().find("now coordinates the etcd rendezvous") != std::string::npos;
+}
+
 // One job under --faults faults.
 JobResult RunJob(const Options& o, bool in_process, HostFault fault, bool spare, bool torchrun,
                  const std::string& dir, const std::string& reference) {
@@ -130,9 +140,14 @@ JobResult RunJob(const Options& o, bool in_process, HostFault fault, bool spare,
       r.error = "training stopped:\n" + job.Logs();
       return r;
     }
-    // Group rank 1, unless its host serves the rendezvous (torchrun's store on host 2).
+    // Group rank 1, unless its host serves the rendezvous (torchrun's store, or ddprun's
+    // built-in server, on host 2; etcd's coordinator agent, whose own silence is its lease's
+    // to find): then rank 2.
     int victim = job.HostOfGroupRank(1);
-    if (torchrun && victim == job.member_host(0)) victim = job.HostOfGroupRank(2);
+    const bool hosts_it = (torchrun || o.server == testing::RdzvServer::kBuiltIn)
+                              ? victim == job.member_host(0)
+                              : o.server == testing::RdzvServer::kEtcd && Coordinates(job, victim);
+    if (hosts_it) victim = job.HostOfGroupRank(2);
     if (victim == 0) {
       r.error = "no node of group rank 1:\n" + job.Logs();
       return r;
@@ -214,8 +229,14 @@ int Main(int argc, char** argv) {
   app.add_option("--rdzv-conf", o.rdzv_conf,
                  "more ddprun --rdzv-conf for every job, e.g. liveness=on (the UDP detector)");
   app.add_option("--gap-steps", o.gap_steps, "steady training steps between faults");
+  std::string server = "rdzv";
+  app.add_option("--server", server, "ddprun's rendezvous: rdzv (ddprun-rdzv), built-in, etcd")
+      ->check(CLI::IsMember({"rdzv", "built-in", "etcd"}));
   app.add_option("--work-dir", o.work_dir, "where jobs write (default: a new temporary one)");
   CLI11_PARSE(app, argc, argv);
+  o.server = server == "etcd"       ? testing::RdzvServer::kEtcd
+             : server == "built-in" ? testing::RdzvServer::kBuiltIn
+                                    : testing::RdzvServer::kRdzvDaemon;
   o.modes = absl::StrSplit(modes, ',', absl::SkipEmpty());
   o.kinds = absl::StrSplit(kinds, ',', absl::SkipEmpty());
   o.variants = absl::StrSplit(variants, ',', absl::SkipEmpty());

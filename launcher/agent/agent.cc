@@ -114,6 +114,8 @@ void Agent::Finish(int exit_code, const std::string& reason) {
     WriteFailureReport(reason);
   } else if (exit_code == kExitRendezvous) {
     LogError(absl::StrCat("rendezvous failed: ", reason));
+  } else if (exit_code == kExitEvicted) {
+    LogWarning(absl::StrCat("evicted: ", reason));
   } else if (exit_code >= kExitSignalBase) {
     LogInfo(absl::StrCat("workers stopped; exiting with ", exit_code, " (", reason, ")"));
   }

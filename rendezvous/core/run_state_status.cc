@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/strings.h"
+#include "rendezvous/api/eviction.h"
 #include "rendezvous/core/run_state.h"
 
 namespace ddprun::rendezvous {
@@ -62,7 +63,7 @@ void RunState::EvictSlow(ConnId conn, const NodeComputeStanding& standing, TimeP
                       standing.compute_ms, standing.ratio);
   // Not given up: the node is alive and would only be judged slow again; it ends (the preflight
   // that would let it wait as a spare once it measures well is not built).
-  out->push_back({conn, CloseNotice{absl::FailedPreconditionError(absl::StrCat(
+  out->push_back({conn, CloseNotice{EvictedStop(absl::StrCat(
                             "this node was evicted from the run as slow (--evict-slow): ", figures,
                             "; a spare takes its group rank"))}});
   const std::string reason = absl::StrCat(Describe(it->second), " was evicted as slow: ", figures);

@@ -7,6 +7,7 @@
 #include "common/strings.h"
 #include "rendezvous/api/cause.h"
 #include "rendezvous/api/crash_loop.h"
+#include "rendezvous/api/eviction.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -270,6 +271,7 @@ absl::Status CloseStatus(const proto::Close& close) {
        code == static_cast<int>(absl::StatusCode::kAborted))) {
     return CrashLoopStop(close.message());
   }
+  if (close.ending() == proto::Close::EVICTED) return EvictedStop(close.message());
   if (code < 0 || code > static_cast<int>(absl::StatusCode::kUnauthenticated)) {
     return absl::UnknownError(close.message());
   }
@@ -372,6 +374,7 @@ proto::ServerMessage ToProto(const Outgoing& out) {
     p->set_straggler(c->straggler);
     p->set_given_up(c->given_up);
     if (IsCrashLoopStop(c->status)) p->set_ending(proto::Close::CRASH_LOOP);
+    if (IsEvictedStop(c->status)) p->set_ending(proto::Close::EVICTED);
   }
   return m;
 }

@@ -194,9 +194,12 @@ TEST_F(SlowNodeTest, WithEvictSlowASpareTakesTheThrottledNodesPlace) {
   // The evicted agent ends, saying why; its worker with it.
   const std::optional<testing::ExitStatus> ended = slow.Wait(30s);
   ASSERT_TRUE(ended.has_value()) << slow.err();
-  EXPECT_NE(ended->exit_code, 0);
+  EXPECT_EQ(ended->exit_code, 5) << "evicted (not a rendezvous failure)";
   std::cout << "the evicted agent exited " << ended->exit_code << ":\n" << slow.err() << "\n";
-  EXPECT_THAT(slow.err(), HasSubstr("evicted from the run as slow (--evict-slow)")) << slow.err();
+  EXPECT_THAT(slow.err(), HasSubstr("evicted: this node was evicted from the run as slow "
+                                    "(--evict-slow)"))
+      << slow.err();
+  EXPECT_THAT(slow.err(), ::testing::Not(HasSubstr("rendezvous failed"))) << slow.err();
   // The spare's worker trains in round 2 at full size: its node reports the compute times of
   // its steps (the agent's window starts with its workers), and the run's restart is counted
   // under its cause, spending nothing of the budget.

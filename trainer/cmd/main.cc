@@ -110,7 +110,7 @@ void AddCommonFlags(CLI::App* cmd, const std::string& data_help, TrainOptions* o
   cmd->add_option("--checkpoint-every", o->checkpoint_every,
                   "also checkpoint every N optimizer steps (0: end of epoch only); auto: as "
                   "often as ddprun's checkpoint advice says (DDPRUN_CHECKPOINT_INTERVAL_ADVICE, "
-                  "then its updates; every 30 s of training before any)")
+                  "then its updates; every 5 s of training before any)")
       ->transform([o](std::string value) {
         if (value != "auto") return value;
         o->checkpoint_auto = true;

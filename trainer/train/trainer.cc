@@ -274,9 +274,10 @@ bool Trainer::PeriodicCheckpointDue() {
 }
 
 double Trainer::AdvisedInterval() {
-  // Before any advice (no save time measured yet): often enough that the first save comes soon
-  // and tells the advice its cost.
-  constexpr double kIntervalBeforeAdvice = 30;
+  // Before any advice (no save time measured yet): soon, since the first save is what tells the
+  // advice its cost; a cold restart starts the clock again, and under failures more frequent
+  // than a longer wait no save would ever come (nor advice, nor a checkpoint to go back to).
+  constexpr double kIntervalBeforeAdvice = 5;
   std::optional<double> advice = env_.checkpoint_advice_s;
   if (control_ != nullptr) {
     if (std::optional<double> newer = control_->checkpoint_advice()) advice = newer;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "launcher/health/health_verdict.h"  // SecondsText
 #include "rendezvous/api/crash_loop.h"
+#include "rendezvous/api/eviction.h"
 
 namespace ddprun::launcher {
 
@@ -95,6 +96,7 @@ int AgentStateMachine::ExitCodeForClose(const absl::Status& status) {
   if (status.code() == absl::StatusCode::kResourceExhausted) return kExitWorkersFailed;
   // The crash loop by its mark, not by kAborted alone (which also means a stale round).
   if (rendezvous::IsCrashLoopStop(status)) return kExitCrashLoop;
+  if (rendezvous::IsEvictedStop(status)) return kExitEvicted;
   return kExitRendezvous;
 }
 

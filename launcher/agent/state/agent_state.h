@@ -60,6 +60,8 @@ inline constexpr int kExitRendezvous = 3;
 // The same failure twice before any progress (--crash-loop=stop): a retry cannot succeed, so a
 // batch script should not requeue the job.
 inline constexpr int kExitCrashLoop = 4;
+// This node was evicted from the run as slow (--evict-slow): the job goes on without it.
+inline constexpr int kExitEvicted = 5;
 inline constexpr int kExitSignalBase = 128;
 
 // Whether a cold start of workers waits for the node's readiness check to pass.

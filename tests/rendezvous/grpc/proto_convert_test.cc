@@ -5,6 +5,7 @@
 #include "gtest/gtest.h"
 #include "rendezvous/api/cause.h"
 #include "rendezvous/api/crash_loop.h"
+#include "rendezvous/api/eviction.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -142,6 +143,19 @@ TEST(ProtoConvertTest, TheCrashLoopCloseIsToldApart) {
   Outgoing budget{7, CloseNotice{absl::ResourceExhaustedError("budget spent"), std::nullopt}};
   EXPECT_EQ(ToProto(budget).close().ending(), proto::Close::ENDING_UNSPECIFIED);
   EXPECT_FALSE(IsCrashLoopStop(absl::AbortedError("status for round 3 but the run is at 4")));
+}
+
+// Issue 41: an eviction as slow has its own ending; an agent from before it reads the
+// FAILED_PRECONDITION code as a rendezvous failure.
+TEST(ProtoConvertTest, TheEvictionCloseIsToldApart) {
+  Outgoing out{7, CloseNotice{EvictedStop("this node was evicted from the run as slow"), {}}};
+  proto::ServerMessage m = ToProto(out);
+  ASSERT_TRUE(m.has_close());
+  EXPECT_EQ(m.close().ending(), proto::Close::EVICTED);
+  EXPECT_EQ(m.close().code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_TRUE(IsEvictedStop(CloseStatus(m.close())));
+  m.mutable_close()->clear_ending();
+  EXPECT_FALSE(IsEvictedStop(CloseStatus(m.close())));
 }
 
 // A worker's death cause crosses as the enum, and as its label for servers from before it; an

@@ -12,6 +12,7 @@
 #include "common/clock.h"
 #include "launcher/rdzv/local_rendezvous.h"
 #include "rendezvous/api/crash_loop.h"
+#include "rendezvous/api/eviction.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -238,6 +239,25 @@ TEST(AgentStateTest, SignalWhileRestartingStillExits) {
   agent.StoppedWorkersDie();
   EXPECT_EQ(agent.exit_code, 128 + SIGHUP);
   EXPECT_EQ(agent.starts.size(), 1u);
+}
+
+TEST(AgentStateTest, AnEvictedNodeStopsItsWorkersAndExitsFive) {
+  AgentStateMachine sm(1);
+  rendezvous::Assignment a;
+  ASSERT_EQ(sm.OnAssignment(a).at(0).type, Type::kStartWorkers);
+  auto actions = sm.OnClosed(rendezvous::EvictedStop("evicted as slow"), std::nullopt);
+  ASSERT_EQ(actions.size(), 1u);
+  EXPECT_EQ(actions[0].type, Type::kStopWorkers);
+  WorkerExit e;
+  e.signal = SIGTERM;
+  actions = sm.OnWorkerExited(e);
+  ASSERT_EQ(actions.size(), 1u);
+  EXPECT_EQ(actions[0].exit_code, kExitEvicted);
+  // The same code without the mark (a stale round's refusal, say) is a rendezvous failure.
+  AgentStateMachine other(1);
+  ASSERT_EQ(other.OnAssignment(a).at(0).type, Type::kStartWorkers);
+  other.OnClosed(absl::FailedPreconditionError("no"), std::nullopt);
+  EXPECT_EQ(other.OnWorkerExited(e).at(0).exit_code, kExitRendezvous);
 }
 
 TEST(AgentStateTest, ClosedWhileRunningStopsThenExitsWithItsCode) {
