@@ -110,6 +110,16 @@ absl::StatusOr<bool> ParseLivenessKey(const std::string& key, const std::string&
   return true;
 }
 
+// mtbf=: the checkpoint advice's prior, a positive number of seconds.
+absl::StatusOr<std::chrono::milliseconds> Mtbf(const std::string& value) {
+  DDPRUN_ASSIGN_OR_RETURN(std::chrono::milliseconds mtbf, Seconds("mtbf", value));
+  if (mtbf.count() == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rdzv-conf mtbf=", value, ": must be more than 0 seconds"));
+  }
+  return mtbf;
+}
+
 }  // namespace
 
 absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>& given) {
@@ -134,12 +144,7 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
                               ParseInt("--rdzv-conf keep_alive_max_attempt", value, 1, 1000));
       c.timeouts.keep_alive_max_attempt = static_cast<int>(n);
     } else if (key == "mtbf") {
-      DDPRUN_ASSIGN_OR_RETURN(std::chrono::milliseconds mtbf, Seconds(key, value));
-      if (mtbf.count() == 0) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--rdzv-conf mtbf=", value, ": must be more than 0 seconds"));
-      }
-      c.timeouts.mtbf = mtbf;
+      DDPRUN_ASSIGN_OR_RETURN(c.timeouts.mtbf, Mtbf(value));
     } else if (key == "read_timeout") {
       DDPRUN_ASSIGN_OR_RETURN(c.read_timeout, Seconds(key, value));
     } else if (key == "close_timeout") {

@@ -78,6 +78,50 @@ void FormatRecoveryMetrics(const std::map<std::string, RecoveryLedger>& ledgers,
   }
 }
 
+// The checkpoint advice's gauges (issue 41), for the runs that have one (a save time was
+// reported).
+void AppendCheckpointAdvice(const std::vector<RunStatus>& runs, std::string* out_text) {
+  std::string& out = *out_text;
+  struct AdviceGauge {
+    const char* name;
+    const char* help;
+    double (*value)(const CheckpointAdvice&);
+  };
+  const AdviceGauge advice_gauges[] = {
+      {"ddprun_rdzv_checkpoint_interval_advice_seconds",
+       "Seconds of training between checkpoints that maximise effective training time (Daly's "
+       "optimum for the run's measured MTBF and save time).",
+       [](const CheckpointAdvice& a) { return a.interval_s; }},
+      {"ddprun_rdzv_mtbf_seconds",
+       "The run's mean time between failures as the advice estimates it (its failures over its "
+       "training time, with the mtbf= prior as one).",
+       [](const CheckpointAdvice& a) { return a.mtbf_s; }},
+      {"ddprun_rdzv_checkpoint_save_seconds", "Median of the latest checkpoint saves.",
+       [](const CheckpointAdvice& a) { return a.save_s; }},
+      {"ddprun_rdzv_effective_training_ratio_predicted",
+       "Effective training time over wall time that Daly's model predicts at the advised "
+       "interval.",
+       [](const CheckpointAdvice& a) { return a.predicted_ratio; }},
+  };
+  for (const AdviceGauge& g : advice_gauges) {
+    Family(g.name, "gauge", g.help, &out);
+    for (const RunStatus& r : runs) {
+      if (!r.checkpoint_advice.has_value()) continue;
+      absl::StrAppend(&out, g.name, "{run_id=\"", EscapeLabelValue(r.run_id), "\"} ",
+                      SampleValue(g.value(*r.checkpoint_advice)), "\n");
+    }
+  }
+  Family("ddprun_rdzv_effective_training_ratio_measured", "gauge",
+         "Effective training time over wall time by the agents' goodput ledgers (median node).",
+         &out);
+  for (const RunStatus& r : runs) {
+    if (!r.checkpoint_advice.has_value() || !r.checkpoint_advice->measured_ratio) continue;
+    absl::StrAppend(&out, "ddprun_rdzv_effective_training_ratio_measured{run_id=\"",
+                    EscapeLabelValue(r.run_id), "\"} ",
+                    SampleValue(*r.checkpoint_advice->measured_ratio), "\n");
+  }
+}
+
 }  // namespace
 
 ServerMetrics::ServerMetrics()
@@ -140,45 +184,7 @@ std::string FormatMetrics(const ServerMetrics& m, const std::vector<RunStatus>& 
                       SampleValue(g.value(r)), "\n");
     }
   }
-  // The checkpoint advice (issue 41), for the runs that have one (a save time was reported).
-  struct AdviceGauge {
-    const char* name;
-    const char* help;
-    double (*value)(const CheckpointAdvice&);
-  };
-  const AdviceGauge advice_gauges[] = {
-      {"ddprun_rdzv_checkpoint_interval_advice_seconds",
-       "Seconds of training between checkpoints that maximise effective training time (Daly's "
-       "optimum for the run's measured MTBF and save time).",
-       [](const CheckpointAdvice& a) { return a.interval_s; }},
-      {"ddprun_rdzv_mtbf_seconds",
-       "The run's mean time between failures as the advice estimates it (its failures over its "
-       "training time, with the mtbf= prior as one).",
-       [](const CheckpointAdvice& a) { return a.mtbf_s; }},
-      {"ddprun_rdzv_checkpoint_save_seconds", "Median of the latest checkpoint saves.",
-       [](const CheckpointAdvice& a) { return a.save_s; }},
-      {"ddprun_rdzv_effective_training_ratio_predicted",
-       "Effective training time over wall time that Daly's model predicts at the advised "
-       "interval.",
-       [](const CheckpointAdvice& a) { return a.predicted_ratio; }},
-  };
-  for (const AdviceGauge& g : advice_gauges) {
-    Family(g.name, "gauge", g.help, &out);
-    for (const RunStatus& r : runs) {
-      if (!r.checkpoint_advice.has_value()) continue;
-      absl::StrAppend(&out, g.name, "{run_id=\"", EscapeLabelValue(r.run_id), "\"} ",
-                      SampleValue(g.value(*r.checkpoint_advice)), "\n");
-    }
-  }
-  Family("ddprun_rdzv_effective_training_ratio_measured", "gauge",
-         "Effective training time over wall time by the agents' goodput ledgers (median node).",
-         &out);
-  for (const RunStatus& r : runs) {
-    if (!r.checkpoint_advice.has_value() || !r.checkpoint_advice->measured_ratio) continue;
-    absl::StrAppend(&out, "ddprun_rdzv_effective_training_ratio_measured{run_id=\"",
-                    EscapeLabelValue(r.run_id), "\"} ",
-                    SampleValue(*r.checkpoint_advice->measured_ratio), "\n");
-  }
+  AppendCheckpointAdvice(runs, &out);
   Family("ddprun_rdzv_run_phase", "gauge",
          "1 for the run's phase (joining, running, recovering, closed).", &out);
   for (const RunStatus& r : runs) {

@@ -116,6 +116,13 @@ void RenderRecoveries(const RecoveryLedger& ledger, TimePoint now, std::string* 
   absl::StrAppend(out, "</details>");
 }
 
+// The run's checkpoint advice (issue 41), once it has one.
+std::string AdviceParagraph(const RunStatus& run) {
+  if (!run.checkpoint_advice.has_value()) return "";
+  return absl::StrCat("<p class=\"advice\">",
+                      HtmlEscape(DescribeCheckpointAdvice(*run.checkpoint_advice)), "</p>");
+}
+
 }  // namespace
 
 std::string HtmlEscape(const std::string& text) {
@@ -145,10 +152,7 @@ std::string RenderStatusPage(const std::vector<RunStatus>& runs, const ServerMet
     if (!run.close_message.empty()) {
       absl::StrAppend(&out, "<p>closed: ", HtmlEscape(run.close_message), "</p>");
     }
-    if (run.checkpoint_advice.has_value()) {
-      absl::StrAppend(&out, "<p class=\"advice\">",
-                      HtmlEscape(DescribeCheckpointAdvice(*run.checkpoint_advice)), "</p>");
-    }
+    absl::StrAppend(&out, AdviceParagraph(run));
     absl::StrAppend(&out,
                     "<table class=\"members\"><tr><th>host</th><th>address</th><th>group rank"
                     "</th><th>global ranks</th><th>last heartbeat</th><th>state</th>"
