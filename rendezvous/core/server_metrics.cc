@@ -98,9 +98,9 @@ void AppendCheckpointAdvice(const std::vector<RunStatus>& runs, std::string* out
        [](const CheckpointAdvice& a) { return a.mtbf_s; }},
       {"ddprun_rdzv_checkpoint_save_seconds", "Median of the latest checkpoint saves.",
        [](const CheckpointAdvice& a) { return a.save_s; }},
-      {"ddprun_rdzv_effective_training_ratio_predicted",
+      {"ddprun_rdzv_checkpoint_advice_predicted_ratio",
        "Effective training time over wall time that Daly's model predicts at the advised "
-       "interval.",
+       "interval (each node's measured one: ddprun_rdzv_effective_training_ratio).",
        [](const CheckpointAdvice& a) { return a.predicted_ratio; }},
   };
   for (const AdviceGauge& g : advice_gauges) {
@@ -110,15 +110,6 @@ void AppendCheckpointAdvice(const std::vector<RunStatus>& runs, std::string* out
       absl::StrAppend(&out, g.name, "{run_id=\"", EscapeLabelValue(r.run_id), "\"} ",
                       SampleValue(g.value(*r.checkpoint_advice)), "\n");
     }
-  }
-  Family("ddprun_rdzv_effective_training_ratio_measured", "gauge",
-         "Effective training time over wall time by the agents' goodput ledgers (median node).",
-         &out);
-  for (const RunStatus& r : runs) {
-    if (!r.checkpoint_advice.has_value() || !r.checkpoint_advice->measured_ratio) continue;
-    absl::StrAppend(&out, "ddprun_rdzv_effective_training_ratio_measured{run_id=\"",
-                    EscapeLabelValue(r.run_id), "\"} ",
-                    SampleValue(*r.checkpoint_advice->measured_ratio), "\n");
   }
 }
 

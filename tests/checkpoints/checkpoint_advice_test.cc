@@ -19,7 +19,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tests/testing/loopback.h"
 #include "tests/testing/rdzv_daemon.h"
 #include "tests/testing/spare_cluster.h"
 #include "tests/testing/subprocess.h"
@@ -57,14 +56,9 @@ class CheckpointAdviceTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (access(kData, R_OK) != 0) GTEST_SKIP() << kData << " missing (dataset-fashion-mnist)";
-    daemon_ = std::make_unique<testing::RdzvDaemon>(kToken, "127.0.0.1",
-                                                    [](std::vector<std::string> argv) {
-                                                      argv.push_back("--http-port=0");
-                                                      return argv;
-                                                    });
+    daemon_ = testing::RdzvDaemon::WithHttp(kToken);
     ASSERT_FALSE(daemon_->endpoint().empty()) << daemon_->error();
-    http_port_ = daemon_->WaitForHttpPort(10s);
-    ASSERT_GT(http_port_, 0) << daemon_->output();
+    ASSERT_GT(daemon_->http_port(), 0) << daemon_->output();
   }
 
   void TearDown() override {
@@ -135,12 +129,7 @@ class CheckpointAdviceTest : public ::testing::Test {
     if (!seen.has_value() || seen->failures != failures) return std::nullopt;
     return seen;
   }
-  std::string Metrics() const {
-    return testing::LoopbackExchange(
-        http_port_, absl::StrCat("GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                                 "Authorization: Bearer ",
-                                 kToken, "\r\n\r\n"));
-  }
+  std::string Metrics() const { return daemon_->Metrics(); }
   std::string Logs() const {
     std::string out = absl::StrCat("--- ddprun-rdzv:\n", daemon_->error());
     // The workers' output comes through their agent's: ddp-train's log lines on its stdout.
@@ -163,7 +152,6 @@ class CheckpointAdviceTest : public ::testing::Test {
 
   TempDir dir_;
   std::unique_ptr<testing::RdzvDaemon> daemon_;
-  int http_port_ = 0;
   std::vector<std::unique_ptr<Subprocess>> agents_;
 };
 
@@ -181,7 +169,7 @@ TEST_F(CheckpointAdviceTest, AdviceIsPublishedRecomputedAsFailuresHappenAndFollo
               HasSubstr("ddprun_rdzv_checkpoint_interval_advice_seconds{run_id=\"advice\"} "))
       << metrics;
   EXPECT_THAT(metrics,
-              HasSubstr("ddprun_rdzv_effective_training_ratio_predicted{run_id=\"advice\"}"))
+              HasSubstr("ddprun_rdzv_checkpoint_advice_predicted_ratio{run_id=\"advice\"}"))
       << metrics;
 
   ASSERT_NO_FATAL_FAILURE(KillWorkerOf(first));

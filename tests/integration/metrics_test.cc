@@ -76,15 +76,9 @@ class MetricsTest : public ::testing::Test {
   virtual std::vector<std::string> ExtraFlags() const { return {}; }
 
   void SetUp() override {
-    const std::vector<std::string> extra = ExtraFlags();
-    daemon_ = std::make_unique<testing::RdzvDaemon>(
-        Token(), "127.0.0.1", [&extra](std::vector<std::string> argv) {
-          argv.push_back("--http-port=0");
-          argv.insert(argv.end(), extra.begin(), extra.end());
-          return argv;
-        });
+    daemon_ = testing::RdzvDaemon::WithHttp(Token(), ExtraFlags());
     ASSERT_FALSE(daemon_->endpoint().empty()) << daemon_->error();
-    http_port_ = daemon_->WaitForHttpPort(10s);
+    http_port_ = daemon_->http_port();
     ASSERT_GT(http_port_, 0) << daemon_->output() << daemon_->error();
   }
 

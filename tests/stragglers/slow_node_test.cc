@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "tests/testing/loopback.h"
 #include "tests/testing/rdzv_daemon.h"
 #include "tests/testing/spare_cluster.h"
 #include "tests/testing/subprocess.h"
@@ -49,14 +48,9 @@ class SlowNodeTest : public ::testing::Test {
     // 10 %, not the 30 % of the bench: with both cores busy (other tests) a worker without a limit
     // gets about 40 % of one, and the throttled one must still stand out.
     ASSERT_TRUE(cgroup_->LimitCpu(10)) << cgroup_->error();
-    daemon_ = std::make_unique<testing::RdzvDaemon>(kToken, "127.0.0.1",
-                                                    [](std::vector<std::string> argv) {
-                                                      argv.push_back("--http-port=0");
-                                                      return argv;
-                                                    });
+    daemon_ = testing::RdzvDaemon::WithHttp(kToken);
     ASSERT_FALSE(daemon_->endpoint().empty()) << daemon_->error();
-    http_port_ = daemon_->WaitForHttpPort(10s);
-    ASSERT_GT(http_port_, 0) << daemon_->output();
+    ASSERT_GT(daemon_->http_port(), 0) << daemon_->output();
   }
 
   void TearDown() override {
@@ -114,12 +108,7 @@ class SlowNodeTest : public ::testing::Test {
   bool WaitForLog(const std::string& needle, std::chrono::seconds timeout) {
     return WaitUntil([&] { return Log().find(needle) != std::string::npos; }, timeout);
   }
-  std::string Metrics() const {
-    return testing::LoopbackExchange(
-        http_port_, absl::StrCat("GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
-                                 "Authorization: Bearer ",
-                                 kToken, "\r\n\r\n"));
-  }
+  std::string Metrics() const { return daemon_->Metrics(); }
   std::string Status() {
     Subprocess status(
         {BinPath("ddprun"), "status", "--rdzv-endpoint=" + daemon_->endpoint(), "--rdzv-id=slow"},
@@ -130,7 +119,6 @@ class SlowNodeTest : public ::testing::Test {
 
   std::unique_ptr<testing::TestCgroup> cgroup_;
   std::unique_ptr<testing::RdzvDaemon> daemon_;
-  int http_port_ = 0;
   std::vector<std::unique_ptr<Subprocess>> agents_;
 };
 

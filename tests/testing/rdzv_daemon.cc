@@ -6,14 +6,18 @@
 #include <cstdlib>
 #include <regex>
 
+#include "tests/testing/loopback.h"
 #include "tests/testing/net_hosts.h"
 #include "tests/testing/test_env.h"
 
 namespace ddprun::testing {
 
+using namespace std::chrono_literals;
+
 RdzvDaemon::RdzvDaemon(const std::string& token, const std::string& host,
                        std::function<std::vector<std::string>(std::vector<std::string>)> wrap,
-                       int port) {
+                       int port)
+    : token_(token) {
   std::vector<std::string> argv = {BinPath("ddprun-rdzv"), "--port=" + std::to_string(port),
                                    "--host=" + host};
   if (wrap) argv = wrap(argv);
@@ -34,6 +38,25 @@ std::unique_ptr<RdzvDaemon> RdzvDaemon::OnHost(const NetHosts& hosts, int host,
   return std::make_unique<RdzvDaemon>(
       token, hosts.Address(host),
       [&hosts, host](std::vector<std::string> argv) { return hosts.On(host, argv); }, port);
+}
+
+std::unique_ptr<RdzvDaemon> RdzvDaemon::WithHttp(const std::string& token,
+                                                 std::vector<std::string> extra) {
+  auto daemon =
+      std::make_unique<RdzvDaemon>(token, "127.0.0.1", [&extra](std::vector<std::string> argv) {
+        argv.push_back("--http-port=0");
+        argv.insert(argv.end(), extra.begin(), extra.end());
+        return argv;
+      });
+  if (!daemon->endpoint().empty()) daemon->http_port_ = daemon->WaitForHttpPort(10s);
+  return daemon;
+}
+
+std::string RdzvDaemon::Metrics() const {
+  return LoopbackExchange(http_port_,
+                          "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+                          "Authorization: Bearer " +
+                              token_ + "\r\n\r\n");
 }
 
 int RdzvDaemon::WaitForHttpPort(std::chrono::milliseconds timeout) const {

@@ -20,6 +20,10 @@ class RdzvDaemon {
   // ddprun-rdzv on host `host` of `hosts`, bound to that host's address.
   static std::unique_ptr<RdzvDaemon> OnHost(const NetHosts& hosts, int host,
                                             const std::string& token, int port = 0);
+  // ddprun-rdzv on loopback serving /metrics and its status page too (--http-port=0, then
+  // `extra` flags); http_port() says where (0: it did not say within 10 s).
+  static std::unique_ptr<RdzvDaemon> WithHttp(const std::string& token,
+                                              std::vector<std::string> extra = {});
 
   // `wrap` turns the daemon's argv into the one to start (NetHosts::On, to run it on a host).
   // `port` 0: the kernel picks one (a restarted server passes the old one).
@@ -35,6 +39,10 @@ class RdzvDaemon {
   // Started with --http-port=0: the port of its "http on 127.0.0.1:PORT" line, once it said it
   // (waiting up to `timeout`); 0 when it did not.
   int WaitForHttpPort(std::chrono::milliseconds timeout) const;
+  int http_port() const { return http_port_; }
+  // GET /metrics from a daemon started WithHttp, with its bearer token: the whole HTTP response
+  // ("" when it did not answer).
+  std::string Metrics() const;
   std::string error() const { return daemon_->err(); }
   std::string output() const { return daemon_->out(); }
   // SIGKILL, as a crash would; returns once it is gone.
@@ -43,6 +51,8 @@ class RdzvDaemon {
  private:
   std::unique_ptr<Subprocess> daemon_;
   std::string endpoint_;
+  std::string token_;
+  int http_port_ = 0;
 };
 
 }  // namespace ddprun::testing

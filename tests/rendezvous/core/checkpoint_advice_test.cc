@@ -76,8 +76,7 @@ TEST_F(CheckpointAdviceTest, MetricsAndThePageShowIt) {
   EXPECT_THAT(text, HasSubstr("ddprun_rdzv_checkpoint_interval_advice_seconds{run_id=\"run\"} "));
   EXPECT_THAT(text, HasSubstr("ddprun_rdzv_mtbf_seconds{run_id=\"run\"} 660\n"));
   EXPECT_THAT(text, HasSubstr("ddprun_rdzv_checkpoint_save_seconds{run_id=\"run\"} 1.5\n"));
-  EXPECT_THAT(text, HasSubstr("ddprun_rdzv_effective_training_ratio_measured{run_id=\"run\"} "
-                              "0.93\n"));
+  EXPECT_THAT(text, HasSubstr("ddprun_rdzv_checkpoint_advice_predicted_ratio{run_id=\"run\"} "));
   const std::string page = RenderStatusPage({run}, ServerMetrics(), "h:1", clock_.Now());
   EXPECT_THAT(page, HasSubstr("checkpoint every "));
   EXPECT_THAT(page, HasSubstr("% predicted, 93.0 % measured"));
