@@ -8,19 +8,32 @@
 namespace ddprun {
 
 std::vector<EnvVariable> DdprunVariables() {
-  return {kRdzvTokenVariable,         kEtcdPasswordVariable,
-          kNoSlurmVariable,           kNoPlatformVariable,
-          kKernelLogVariable,         kGrpcPluginVariable,
-          kSysfsRootVariable,         kRoundVariable,
-          kProgressFileVariable,      kControlSocketVariable,
-          kCheckpointAdviceVariable,  kLeaseFdVariable,
-          kPreloadFdVariable,         kPreloadIdleVariable,
-          kPreloadModulesVariable,    kPreloadProbeVariable,
-          kPreloadPythonpathVariable, kCacheVariable,
-          kArm64SysrootVariable,      kTorch2VenvVariable,
-          kNoTorch2Variable,          kDistVenvVariable,
-          kToolsVenvVariable,         kRdzvHostVariable,
-          kRdzvPortVariable,          kRdzvArgsVariable};
+  return {kRdzvTokenVariable,
+          kEtcdPasswordVariable,
+          kNoSlurmVariable,
+          kNoPlatformVariable,
+          kKernelLogVariable,
+          kGrpcPluginVariable,
+          kSysfsRootVariable,
+          kRoundVariable,
+          kProgressFileVariable,
+          kControlSocketVariable,
+          kCheckpointIntervalAdviceVariable,
+          kLeaseFdVariable,
+          kPreloadFdVariable,
+          kPreloadIdleVariable,
+          kPreloadModulesVariable,
+          kPreloadProbeVariable,
+          kPreloadPythonpathVariable,
+          kCacheVariable,
+          kArm64SysrootVariable,
+          kTorch2VenvVariable,
+          kNoTorch2Variable,
+          kDistVenvVariable,
+          kToolsVenvVariable,
+          kRdzvHostVariable,
+          kRdzvPortVariable,
+          kRdzvArgsVariable};
 }
 
 std::string ReadVariable(const Environment& env, const EnvVariable& v) {

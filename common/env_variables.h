@@ -119,7 +119,7 @@ inline constexpr EnvVariable kControlSocketVariable{
     "workers (ddp-train, ddprun_inprocess)",
     "--restart-mode=in-process: the agent's control channel, on which a surviving worker hears "
     "of a new round and says it is ready."};
-inline constexpr EnvVariable kCheckpointAdviceVariable{
+inline constexpr EnvVariable kCheckpointIntervalAdviceVariable{
     "DDPRUN_CHECKPOINT_INTERVAL_ADVICE",
     "seconds",
     "unset: no advice yet (no checkpoint save time reported)",
@@ -137,9 +137,10 @@ inline constexpr EnvVariable kLeaseFdVariable{
     "",
     VariableUse::kToWorkers,
     "workers (ddp-train, ddprun_inprocess)",
-    "--rdzv-backend=c10d: a read-only shared-memory page (common/lease_page.h) whose "
+    "--rdzv-backend=c10d or etcd: a read-only shared-memory page (common/lease_page.h) whose "
     "valid_until (CLOCK_MONOTONIC ns, little-endian int64 at byte 8) the agent moves on each "
-    "time the rendezvous server answers it. A worker commits nothing (step, checkpoint, "
+    "time the rendezvous server answers it (etcd: renews its lease), or its liveness path acks "
+    "it. A worker commits nothing (step, checkpoint, "
     "pointer) past it: in-process it waits for the next round, otherwise ddp-train exits 75 "
     "(docs/design.md, \"Fencing\")."};
 inline constexpr EnvVariable kPreloadFdVariable{

@@ -38,9 +38,9 @@ inline constexpr int kDefaultRdzvPort = 29400;
 
 struct RendezvousSetup {
   std::string run_id;
-  // c10d: the local lease the client renews and the workers check (launcher/fence); null for
-  // the other backends (their workers get no DDPRUN_LEASE_FD). Before `rendezvous`, which
-  // renews it from its own thread until destroyed.
+  // c10d and etcd: the local lease the backend renews and the workers check (launcher/fence);
+  // null for the other backends (their workers get no DDPRUN_LEASE_FD). Before `rendezvous`,
+  // which renews it from its own threads until destroyed.
   std::unique_ptr<fence::LocalLease> lease;
   std::unique_ptr<rendezvous::Rendezvous> rendezvous;
   GrpcRendezvous* grpc = nullptr;  // `rendezvous` when it is the c10d one

@@ -108,10 +108,10 @@ absl::StatusOr<DistEnv> ReadDistEnv(const EnvGetter& getenv) {
   env.progress_file = getenv(kProgressFileVariable.name).value_or("");
   env.control_socket = getenv(kControlSocketVariable.name).value_or("");
   env.lease_fd = getenv(kLeaseFdVariable.name).value_or("");
-  if (std::optional<std::string> advice = getenv(kCheckpointAdviceVariable.name)) {
+  if (std::optional<std::string> advice = getenv(kCheckpointIntervalAdviceVariable.name)) {
     double seconds = 0;
     if (!absl::SimpleAtod(*advice, &seconds) || !(seconds > 0) || seconds > 1e9) {
-      return absl::InvalidArgumentError(absl::StrCat(kCheckpointAdviceVariable.name, "=", *advice,
+      return absl::InvalidArgumentError(absl::StrCat(kCheckpointIntervalAdviceVariable.name, "=", *advice,
                                                      ": not a positive number of seconds"));
     }
     env.checkpoint_advice_s = seconds;
