@@ -194,7 +194,8 @@ SpawnRequest Agent::WorkerSpawn(int lr, Environment env) const {
     spawn.env.erase(kLeaseFdVariable.name);  // an outer ddprun's, not this agent's
   }
   if (checkpoint_advice_s_ > 0) {
-    spawn.env[kCheckpointIntervalAdviceVariable.name] = absl::StrFormat("%.3f", checkpoint_advice_s_);
+    spawn.env[kCheckpointIntervalAdviceVariable.name] =
+        absl::StrFormat("%.3f", checkpoint_advice_s_);
   } else {
     spawn.env.erase(kCheckpointIntervalAdviceVariable.name);  // an outer ddprun's, not this run's
   }

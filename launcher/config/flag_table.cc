@@ -438,7 +438,8 @@ constexpr FlagDef kFlags[] = {
      "lost in ~0.25 s while a spare stands ready to take its place (auto) or always (on), "
      "else by its lease; with liveness_interval_ms (20), liveness_phi (8), liveness_pause_ms "
      "(120), liveness_min_sd_ms (20), liveness_max_rate (100000 heartbeats a second per run: "
-     "a larger run heartbeats more slowly), liveness_observers (1, the only value so far). mtbf: the run's mean time between failures "
+     "a larger run heartbeats more slowly), liveness_observers (1, the only value so far). mtbf: "
+     "the run's mean time between failures "
      "in seconds, the checkpoint advice's prior until the run's own failures say more.",
      ApplyRdzvConf},
     {"standalone", "", true, "One node: a private rendezvous on loopback, random port and run id.",

@@ -111,7 +111,8 @@ absl::StatusOr<DistEnv> ReadDistEnv(const EnvGetter& getenv) {
   if (std::optional<std::string> advice = getenv(kCheckpointIntervalAdviceVariable.name)) {
     double seconds = 0;
     if (!absl::SimpleAtod(*advice, &seconds) || !(seconds > 0) || seconds > 1e9) {
-      return absl::InvalidArgumentError(absl::StrCat(kCheckpointIntervalAdviceVariable.name, "=", *advice,
+      return absl::InvalidArgumentError(absl::StrCat(kCheckpointIntervalAdviceVariable.name, "=",
+                                                     *advice,
                                                      ": not a positive number of seconds"));
     }
     env.checkpoint_advice_s = seconds;
