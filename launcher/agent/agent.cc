@@ -95,6 +95,10 @@ int Agent::Run() {
         "avoid your system being overloaded, please further tune the variable for optimal "
         "performance in your application as needed.");
   }
+  if (absl::Status listening = StartProbeListener(); !listening.ok()) {
+    // The node is then measured but not probed: its peers' figures still are.
+    LogWarning(absl::StrCat("preflight: ", listening.message()));
+  }
   node_ = MakeNodeInfo();
   RecordStep(StepEvent{Step::kJoining});
   if (state_.phase() == AgentStateMachine::Phase::kSittingOut) {

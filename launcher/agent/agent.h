@@ -3,7 +3,8 @@
 // split by concept: agent.cc (the run and the rendezvous' events), agent_setup.cc,
 // agent_actions.cc (the action executor), agent_failure.cc (a worker's exit into a failure
 // report), agent_readiness.cc (GPU memory release, health checks), agent_record.cc (timeline,
-// ledger, events) and agent_signals.cc (reaping and signals). Owns one EventLoop;
+// ledger, events), agent_preflight.cc (the preflight's probes) and agent_signals.cc (reaping and
+// signals). Owns one EventLoop;
 // signals (signalfd), child exits (SIGCHLD through the same signalfd), worker output (pipes) and
 // rendezvous events (posted) all arrive on it, so no state is shared between threads.
 #ifndef DDPRUN_LAUNCHER_AGENT_AGENT_H_
@@ -24,6 +25,8 @@
 #include "launcher/config/host_info.h"
 #include "launcher/config/options.h"
 #include "launcher/hangs/hang_monitor.h"
+#include "launcher/preflight/preflight_runner.h"
+#include "launcher/preflight/probe_listener.h"
 #include "launcher/health/gpu_release.h"
 #include "launcher/health/health_check.h"
 #include "launcher/preload/spare_pool.h"
@@ -62,6 +65,7 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   void OnReconnecting(const std::string& why) override;
   void OnResumed(int64_t round) override;
   void OnCheckpointAdvice(double interval_s) override;
+  void OnPreflight(const rendezvous::PreflightRequest& request) override;
   // WorkerGroup::Listener
   void OnWorkerExited(const WorkerExit& exit) override;
   void OnWorkerOutput(int local_rank, WorkerStream stream) override;
@@ -172,6 +176,13 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   // --event-log-handler=console: torchrun's end-of-run events (event_log.h) on stderr.
   void WriteEventLog(int exit_code, const std::string& reason);
 
+  // The preflight (agent_preflight.cc, docs/design.md §3d). Before the join: the probe listener
+  // that peers probe (when the run has a preflight).
+  absl::Status StartProbeListener();
+  // Its report, measured on the run's thread: to the rendezvous, the log and events.jsonl.
+  void OnPreflightMeasured(const rendezvous::PreflightReport& report,
+                           const rendezvous::PreflightRequest& request);
+
   // Reaping and signals (agent_signals.cc).
   absl::Status WatchSignals();
   void OnSignals();
@@ -242,6 +253,12 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   rendezvous::NodeInfo node_;                    // what Run() joins with
   bool joined_ = false;                          // Join() called (a later step in is StepIn())
   uint64_t standby_generation_ = 0;              // spells as a spare so far
+  // The last --health-check that passed took this long (the preflight reports it).
+  std::optional<double> health_check_s_;
+  // --preflight: the listener peers probe, from before the join to the agent's end; the
+  // measurement running (declared after loop_, which its report is posted to).
+  std::unique_ptr<ProbeListener> probe_listener_;
+  std::unique_ptr<PreflightRun> preflight_run_;
 };
 
 }  // namespace ddprun::launcher

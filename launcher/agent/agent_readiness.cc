@@ -73,6 +73,7 @@ void Agent::OnHealthVerdict(const HealthVerdict& v) {
     Execute(state_.OnHealthAbandoned(kExitUsage, described));
     return;
   }
+  if (v.passed()) health_check_s_ = std::chrono::duration<double>(v.took).count();
   if (v.passed() && state_.health_failures_in_row() > 0 && Verbose()) LogInfo(described);
   // The state machine keeps the streak of failures and gives up after join_timeout (Finish
   // logs why, once).

@@ -108,6 +108,7 @@ rendezvous::NodeInfo Agent::MakeNodeInfo() const {
   node.requested_node_rank = options_.node_rank;
   node.local_addr = options_.local_addr;
   node.master_port = setup_.store != nullptr ? setup_.store->port() : 0;
+  node.preflight_port = probe_listener_ != nullptr ? probe_listener_->port() : 0;
   return node;
 }
 

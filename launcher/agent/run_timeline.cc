@@ -27,6 +27,28 @@ std::string DescribeFailureStep(const StepEvent& e) {
   return e.cause.has_value() ? rendezvous::CauseLabel(*e.cause) : "";
 }
 
+// kPreflight's figures: rounded as people read them, the pairs as this node probed them.
+void AddPreflight(const rendezvous::PreflightReport& r, nlohmann::ordered_json* j) {
+  auto round3 = [](double v) { return std::round(v * 1000) / 1000; };
+  (*j)["cpu_gflops"] = round3(r.cpu_gflops);
+  nlohmann::ordered_json pairs = nlohmann::ordered_json::array();
+  for (const rendezvous::PairProbe& p : r.pairs) {
+    nlohmann::ordered_json pair;
+    pair["peer"] = p.peer_node_id;
+    if (!p.error.empty()) {
+      pair["error"] = p.error;
+    } else {
+      pair["rtt_ms"] = round3(p.rtt_ms);
+      pair["send_mbps"] = round3(p.send_mbps);
+      pair["recv_mbps"] = round3(p.recv_mbps);
+    }
+    pairs.push_back(std::move(pair));
+  }
+  (*j)["pairs"] = std::move(pairs);
+  if (r.health_check_s.has_value()) (*j)["health_check_s"] = round3(*r.health_check_s);
+  (*j)["elapsed_s"] = round3(r.elapsed_s);
+}
+
 }  // namespace
 
 const char* StepName(Step step) {
@@ -57,6 +79,8 @@ const char* StepName(Step step) {
       return "state_restored";
     case Step::kRecovered:
       return "recovered";
+    case Step::kPreflight:
+      return "preflight";
   }
   return "unknown";
 }
@@ -105,6 +129,7 @@ std::string RunTimeline::Add(const StepEvent& e) {
   if (e.effective_ratio.has_value()) {
     j["effective_ratio"] = std::round(*e.effective_ratio * 10000) / 10000;
   }
+  if (e.preflight.has_value()) AddPreflight(*e.preflight, &j);
   return j.dump();
 }
 

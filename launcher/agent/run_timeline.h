@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "launcher/agent/goodput_ledger.h"
 #include "rendezvous/api/cause.h"
+#include "rendezvous/api/preflight.h"
 
 namespace ddprun::launcher {
 
@@ -36,6 +37,7 @@ enum class Step {
   kRoundAborted,   // the surviving workers were told that their round is over
   kStateRestored,  // every local worker of the round is ready: state_step's state, re-formed
   kRecovered,      // the first step after a failure: `recovery` (goodput_ledger.h)
+  kPreflight,      // this node's preflight figures were sent (detail says them)
 };
 
 // What made a cycle end (kFailureDetected's cause): worker_exit, worker_signal or hang seen by
@@ -62,6 +64,7 @@ struct StepEvent {
   bool spare_used = false;
   std::optional<RecoveryRecord> recovery;  // kRecovered
   std::optional<double> effective_ratio;   // kRecovered, kClosed: the goodput ledger's
+  std::optional<rendezvous::PreflightReport> preflight;  // kPreflight: what this node measured
 };
 
 // "recovered (in-process) from worker_signal: stop +0 ms, ..., first step +412 ms; 0 steps

@@ -17,6 +17,7 @@
 #include "launcher/config/numa_binding.h"
 #include "launcher/config/rdzv_backend.h"
 #include "launcher/config/template_macros.h"
+#include "rendezvous/api/preflight.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -371,6 +372,28 @@ absl::Status ApplyRestartMode(const FlagValue& s, const HostInfo&, LaunchOptions
   return absl::OkStatus();
 }
 
+absl::Status ApplyPreflight(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
+  if (s.value == "auto") {
+    o->preflight = PreflightMode::kAuto;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<bool> on = BoolOf(s);
+  if (!on.ok()) return Invalid(s, "expected auto, on or off");
+  o->preflight = *on ? PreflightMode::kOn : PreflightMode::kOff;
+  return absl::OkStatus();
+}
+
+absl::Status ApplyPreflightMargin(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
+  double margin = 0;
+  if (!absl::SimpleAtod(s.value, &margin) || !rendezvous::ValidPreflightMargin(margin)) {
+    return Invalid(s,
+                   "must be a fraction above 0 and at most 10 (0.2: a node may take 1.2x the "
+                   "time of the job's median node)");
+  }
+  o->preflight_margin = margin;
+  return absl::OkStatus();
+}
+
 absl::Status ApplyCrashLoop(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   if (s.value == "stop") {
     o->crash_loop = CrashLoop::kStop;
@@ -450,6 +473,18 @@ constexpr FlagDef kFlags[] = {
      "and a spare standing ready takes its group rank; without a spare it is only named. "
      "c10d and static rendezvous; the first agent's setting is the run's.",
      ApplyBool<&LaunchOptions::evict_slow>},
+    {"preflight", "", true,
+     "Before the first round starts its workers, every node measures its compute (a CPU GEMM) "
+     "and its network to another node on the address its workers use (round trip and a short "
+     "TCP throughput probe, in a ring: about a second in all). A node slower than the job's "
+     "median by more than --preflight-margin is named with its figures; with a spare it is "
+     "kept out (its agent exits 5) and the spare takes its place, without one the job starts "
+     "and says so. auto (default): on for multi-node jobs on c10d; off; on.",
+     ApplyPreflight, ValueKind::kChoice, "auto on off"},
+    {"preflight-margin", "", false,
+     "How much slower than the job's median node a node may measure in the preflight: a "
+     "fraction, default 0.2 (a node that takes 1.2x the median's time passes).",
+     ApplyPreflightMargin},
     {"max-restarts", "", false,
      "Failure-triggered restarts of the worker group, one budget for the job. Default 0.",
      ApplyMaxRestarts},

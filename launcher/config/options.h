@@ -53,6 +53,13 @@ enum class CrashLoop {
   kRetry,  // restart until --max-restarts is spent, as torchrun does
 };
 
+// --preflight (rendezvous/api/preflight.h, docs/design.md §3d).
+enum class PreflightMode {
+  kAuto,  // on for a multi-node run (--nnodes max above 1) on the c10d or static backend
+  kOn,
+  kOff,
+};
+
 // --preload (launcher/preload/spare_pool.h).
 enum class PreloadKind {
   kOff,
@@ -89,6 +96,10 @@ struct LaunchOptions {
   bool standalone = false;
   // --evict-slow: a member the server names slow is replaced by a spare standing ready.
   bool evict_slow = false;
+  // --preflight and --preflight-margin: every node measured before the first round, a node
+  // slower than the job's median by more than the margin named (and kept out for a spare).
+  PreflightMode preflight = PreflightMode::kAuto;
+  double preflight_margin = 0.2;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   bool master_addr_given = false;

@@ -57,6 +57,8 @@ rendezvous::RunTimeouts TimeoutsFor(const RdzvConf& conf, const LaunchOptions& o
   t.liveness.mode = conf.liveness.value_or(options.max_nodes > 1 ? rendezvous::LivenessMode::kAuto
                                                                  : rendezvous::LivenessMode::kOff);
   t.slow_nodes.evict = options.evict_slow;
+  t.preflight.enabled = PreflightEnabled(options);
+  t.preflight.margin = options.preflight_margin;
   if (!t.failure_last_call_timeout && options.restart_mode == RestartMode::kInProcess) {
     t.failure_last_call_timeout = Duration::zero();
   }
@@ -90,6 +92,14 @@ absl::Status TakeConf(const RdzvConf& conf, const LaunchOptions& options, C10dSe
 }
 
 }  // namespace
+
+bool PreflightEnabled(const LaunchOptions& options) {
+  if (options.rdzv_backend == RdzvBackend::kEtcd || options.rdzv_backend == RdzvBackend::kEtcdV3) {
+    return false;
+  }
+  return options.preflight == PreflightMode::kOn ||
+         (options.preflight == PreflightMode::kAuto && options.max_nodes > 1);
+}
 
 bool IsLocalHost(const std::string& host, const HostInfo& info) {
   const std::string h = absl::AsciiStrToLower(host);
@@ -193,6 +203,12 @@ absl::StatusOr<EtcdSettings> MakeEtcdSettings(const LaunchOptions& options) {
     return absl::InvalidArgumentError("--rdzv-conf: tls_cert and tls_key go together");
   }
   s.timeouts = TimeoutsFor(conf, options);
+  // The etcd coordinator does not run the preflight yet: auto is off there, on is refused.
+  if (options.preflight == PreflightMode::kOn) {
+    return absl::InvalidArgumentError(
+        "--preflight=on: the etcd backend has no preflight yet; use the c10d backend (or "
+        "ddprun-rdzv), or --preflight=off");
+  }
   s.read_timeout = conf.read_timeout;
   s.close_timeout = conf.close_timeout;
   return s;

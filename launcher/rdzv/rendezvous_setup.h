@@ -51,6 +51,10 @@ struct RendezvousSetup {
   std::unique_ptr<store::StoreServer> store;
 };
 
+// --preflight as the run will have it: on, or auto in a multi-node run; never on etcd, whose
+// coordinator does not run one yet (MakeEtcdSettings refuses --preflight=on).
+bool PreflightEnabled(const LaunchOptions& options);
+
 // The c10d settings from the options (token loaded, is_host decided); no gRPC involved.
 absl::StatusOr<C10dSettings> MakeC10dSettings(const LaunchOptions& options, const HostInfo& host);
 

@@ -32,6 +32,10 @@ void StaticRendezvous::ReportCheckpoint(const rendezvous::CheckpointReport& repo
   coordinated_->ReportCheckpoint(report);
 }
 
+void StaticRendezvous::ReportPreflight(const rendezvous::PreflightReport& report) {
+  coordinated_->ReportPreflight(report);
+}
+
 void StaticRendezvous::ReportCompute(const std::vector<rendezvous::RankCompute>& compute) {
   coordinated_->ReportCompute(compute);
 }
@@ -66,6 +70,10 @@ void StaticRendezvous::OnResumed(int64_t round) { events_->OnResumed(round); }
 
 void StaticRendezvous::OnCheckpointAdvice(double interval_s) {
   events_->OnCheckpointAdvice(interval_s);
+}
+
+void StaticRendezvous::OnPreflight(const rendezvous::PreflightRequest& request) {
+  events_->OnPreflight(request);
 }
 
 }  // namespace ddprun::launcher

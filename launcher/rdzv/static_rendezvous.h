@@ -36,6 +36,7 @@ class StaticRendezvous final : public rendezvous::Rendezvous, rendezvous::Rendez
   void ReportStep(const std::string& json) override;
   void ReportCompute(const std::vector<rendezvous::RankCompute>& compute) override;
   void ReportCheckpoint(const rendezvous::CheckpointReport& report) override;
+  void ReportPreflight(const rendezvous::PreflightReport& report) override;
   void Leave(const std::string& reason) override;
   void StepOut(const std::string& reason) override { coordinated_->StepOut(reason); }
   void StepIn() override { coordinated_->StepIn(); }
@@ -52,6 +53,7 @@ class StaticRendezvous final : public rendezvous::Rendezvous, rendezvous::Rendez
   void OnReconnecting(const std::string& why) override;
   void OnResumed(int64_t round) override;
   void OnCheckpointAdvice(double interval_s) override;
+  void OnPreflight(const rendezvous::PreflightRequest& request) override;
 
   const std::unique_ptr<rendezvous::Rendezvous> coordinated_;
   const std::string master_addr_;

@@ -59,6 +59,9 @@ class EventDelivery {
   void Resumed(int64_t round) {
     Deliver([round](RendezvousEvents* e) { e->OnResumed(round); });
   }
+  void Preflight(const PreflightRequest& request) {
+    Deliver([request](RendezvousEvents* e) { e->OnPreflight(request); });
+  }
   void CheckpointAdvice(double interval_s) {
     Deliver([interval_s](RendezvousEvents* e) { e->OnCheckpointAdvice(interval_s); });
   }

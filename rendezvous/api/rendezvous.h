@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "rendezvous/api/cause.h"
 #include "rendezvous/api/checkpoint_advice.h"
+#include "rendezvous/api/preflight.h"
 
 namespace ddprun::rendezvous {
 
@@ -34,6 +35,8 @@ struct NodeInfo {
   // A node that its run gave up and that rejoins as a new node: the id it had (so that a
   // server waiting for a majority of the last round counts it as that member, back).
   std::string formerly_node_id;
+  // The agent's preflight probe listener (launcher/preflight/), on every address; 0: none.
+  int preflight_port = 0;
 };
 
 // This node's place in one round. Workers of the round get their environment from it.
@@ -171,6 +174,9 @@ class RendezvousEvents {
   virtual void OnResumed(int64_t round) {}
   // The run's checkpoint advice changed (issue 41): seconds of training between checkpoints.
   virtual void OnCheckpointAdvice(double interval_s) {}
+  // Before the first round: measure this node and probe `request.targets`, then
+  // Rendezvous::ReportPreflight (issue 41, docs/design.md §3d). The round waits for the report.
+  virtual void OnPreflight(const PreflightRequest& request) {}
 };
 
 class Rendezvous {
@@ -194,6 +200,9 @@ class Rendezvous {
   // What this node measured for the checkpoint advice since its last report (a checkpoint
   // saved, a recovery closed, its effective training time ratio). Best effort, as above.
   virtual void ReportCheckpoint(const CheckpointReport& report) {}
+  // What this node measured for the preflight it was asked for (OnPreflight). Dropped while not
+  // connected: the server's deadline names a node that never reports.
+  virtual void ReportPreflight(const PreflightReport& report) {}
   // This node leaves the run (after success, or on a signal). Idempotent; no events follow.
   virtual void Leave(const std::string& reason) = 0;
   // This node sits out the rounds to come (its --health-check failed; its workers are stopped):

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/message_limit.h"
+#include "rendezvous/api/preflight.h"
 #include "rendezvous/api/rendezvous.h"
 
 namespace ddprun::rendezvous {
@@ -129,6 +130,8 @@ struct RunTimeouts {
   // --rdzv-conf mtbf=: the run's mean time between failures as the checkpoint advice's prior,
   // until its own history says more (rendezvous/checkpoints/). Unset: no prior.
   std::optional<Duration> mtbf;
+  // --preflight: the nodes' measurements before the first round (rendezvous/preflight/).
+  PreflightSettings preflight;
 
   Duration lease() const { return keep_alive_interval * keep_alive_max_attempt; }
 };

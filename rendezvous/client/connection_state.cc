@@ -235,6 +235,12 @@ ClientActions ConnectionStateMachine::OnServerWord(uint64_t generation, const Se
       Do(std::move(a));
       break;
     }
+    case ServerWord::Kind::kPreflight: {
+      ClientAction a(ClientAction::Type::kPreflight);
+      a.preflight = word.preflight;
+      Do(std::move(a));
+      break;
+    }
     case ServerWord::Kind::kStandby: {
       ClientAction a(ClientAction::Type::kStandby);
       a.standby = word.standby;

@@ -80,7 +80,17 @@ struct LivenessTarget {
 
 // One message of the server, as the machine needs it (the client converts the proto).
 struct ServerWord {
-  enum class Kind { kAck, kJoined, kAssignment, kRestart, kResumed, kClose, kStandby, kUnknown };
+  enum class Kind {
+    kAck,
+    kJoined,
+    kAssignment,
+    kRestart,
+    kResumed,
+    kClose,
+    kStandby,
+    kPreflight,
+    kUnknown
+  };
   Kind kind = Kind::kAck;
   bool embedded = false;               // kJoined: the server lives in an agent
   std::string host_node_id;            // kJoined, kAssignment: that agent's node (empty: unsaid)
@@ -95,6 +105,7 @@ struct ServerWord {
   std::optional<HangNotice> hang;      // kRestart, kClose
   RestartFacts facts;                  // kRestart
   StandbyNotice standby;               // kStandby
+  PreflightRequest preflight;          // kPreflight
   bool given_up = false;               // kClose: the server gave this node up
   std::string message;                 // kClose
   absl::Status close_status;           // kClose
@@ -159,6 +170,7 @@ struct ClientAction {
     kAssigned,         // `assignment`
     kRestart,          // `cause`, `message`, `hang`, `facts`
     kStandby,          // `standby`: this node waits as a spare
+    kPreflight,        // `preflight`: measure this node and probe its targets
     kResumed,          // `round`
     kReconnecting,     // `message`
     kRejoinAsNewNode,  // `message`; mutable_node() renamed
@@ -181,6 +193,7 @@ struct ClientAction {
   std::optional<HangNotice> hang;
   RestartFacts facts;     // kRestart
   StandbyNotice standby;  // kStandby
+  PreflightRequest preflight;  // kPreflight
   absl::Status status;
   LivenessTarget liveness;        // kStartLiveness
   RunServer mine;                 // kLookForTheRun

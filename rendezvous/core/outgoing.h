@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "common/clock.h"
+#include "rendezvous/api/preflight.h"
 #include "rendezvous/api/rendezvous.h"
 #include "rendezvous/api/run_config.h"
 
@@ -61,7 +62,8 @@ struct CloseNotice {
 
 struct Outgoing {
   ConnId conn = 0;
-  std::variant<JoinedNotice, Assignment, RestartNotice, CloseNotice, ResumedNotice, StandbyNotice>
+  std::variant<JoinedNotice, Assignment, RestartNotice, CloseNotice, ResumedNotice, StandbyNotice,
+               PreflightRequest>
       msg;
 };
 

@@ -142,6 +142,12 @@ void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outb
     AnswerUnknownClaim(nodes_.at(conn), *request.resume, out);
   }
   if (phase_ == RunPhase::kRecovering) return;  // newcomers wait for the run to settle
+  if (preflight_round_.has_value()) {
+    // A spare arriving with the members: measured before it may take a place.
+    const Node& added = nodes_.at(conn);
+    out->push_back({conn, preflight_round_->Add({added.info.node_id, added.info.hostname,
+                                                 added.addr, added.info.preflight_port})});
+  }
   if (phase_ == RunPhase::kJoining) {
     MaybeFormRound(now, out);
   } else if (members_in_round() < max_nodes_ && succeeded_in_round_ == 0) {
@@ -341,6 +347,7 @@ std::optional<TimePoint> RunState::NextDeadline() const {
   if (!by_last_seen_.empty()) consider(by_last_seen_.begin()->first + timeouts_.lease());
   if (phase_ == RunPhase::kRecovering && recovery_deadline_) consider(*recovery_deadline_);
   if (phase_ == RunPhase::kJoining) {
+    if (preflight_round_.has_value()) consider(preflight_round_->deadline());
     if (last_call_deadline_) consider(*last_call_deadline_);
     if (join_deadline_ && (static_cast<int>(nodes_.size()) < min_nodes_ || !MajorityHeld())) {
       consider(*join_deadline_);
@@ -372,6 +379,7 @@ void RunState::RemoveNode(ConnId conn) {
   by_last_seen_.erase({node.last_seen, conn});
   if (node.in_round) --members_in_round_;
   checkpoints_.Forget(node.info.node_id);
+  if (preflight_round_.has_value()) preflight_round_->Forget(node.info.node_id);
   nodes_.erase(it);
 }
 
@@ -449,6 +457,13 @@ bool RunState::MajorityHeld() const {
 
 void RunState::MaybeFormRound(TimePoint now, Outbox* out) {
   if (phase_ != RunPhase::kJoining) return;
+  if (preflight_round_.has_value()) {
+    // The round forms once the preflight has its verdicts: every report in, or its deadline.
+    if (preflight_round_->Complete() || now >= preflight_round_->deadline()) {
+      FinishPreflight(now, out);
+    }
+    return;
+  }
   if (!MajorityHeld()) {
     // This side of a partition may be the smaller one: the other may be running the job.
     last_call_deadline_.reset();
@@ -456,7 +471,7 @@ void RunState::MaybeFormRound(TimePoint now, Outbox* out) {
   }
   const int n = static_cast<int>(nodes_.size());
   if (n >= max_nodes_) {
-    FormRound(now, out);
+    FormRoundAfterPreflight(now, out);
     return;
   }
   if (n < min_nodes_) {
@@ -469,7 +484,7 @@ void RunState::MaybeFormRound(TimePoint now, Outbox* out) {
                               : timeouts_.last_call_timeout;
     last_call_deadline_ = now + wait;
   }
-  if (now >= *last_call_deadline_) FormRound(now, out);
+  if (now >= *last_call_deadline_) FormRoundAfterPreflight(now, out);
 }
 
 std::vector<RunState::Node*> RunState::ChooseMembers(Outbox* out) {
@@ -599,6 +614,7 @@ void RunState::CloseRun(const absl::Status& status, const std::optional<WorkerFa
   by_last_seen_.clear();
   members_in_round_ = 0;
   phase_ = RunPhase::kClosed;
+  preflight_round_.reset();
   close_status_ = status;
   close_message_ = status.ok() ? "succeeded" : std::string(status.message());
   join_deadline_.reset();

@@ -51,6 +51,7 @@
 #include "rendezvous/checkpoints/checkpoint_advisor.h"
 #include "rendezvous/core/last_round_majority.h"
 #include "rendezvous/core/outgoing.h"
+#include "rendezvous/preflight/preflight_round.h"
 #include "rendezvous/stragglers/slow_node_judge.h"
 
 namespace ddprun::rendezvous {
@@ -110,6 +111,11 @@ class RunState {
   // The run's checkpoint advice as of its latest report or failure; nullopt before any save
   // time was reported.
   const std::optional<CheckpointAdvice>& checkpoint_advice() const { return checkpoint_advice_; }
+  // What a node measured in the preflight (rendezvous/preflight/): when every participant has
+  // reported, the verdicts, the slow nodes kept out for spares, and the first round forms.
+  void Preflight(ConnId conn, const PreflightReport& report, TimePoint now, Outbox* out);
+  // Lines for the server's log since the last call (the preflight's verdicts, a line a node).
+  std::vector<std::string> TakeLog() { return std::exchange(log_, {}); }
   // A clean leave: a membership change, never a failure.
   void Leave(ConnId conn, const std::string& reason, TimePoint now, Outbox* out);
   // The stream ended without a leave: the node is lost (a failure if it was in a round).
@@ -220,6 +226,15 @@ class RunState {
     return by_node_id_.count(node_id) > 0 || by_former_id_.count(node_id) > 0;
   }
   void FormRound(TimePoint now, Outbox* out);
+  // FormRound, after the preflight when the run has one still to do (PreflightDue()).
+  void FormRoundAfterPreflight(TimePoint now, Outbox* out);
+  // --preflight and no round formed yet, nor a preflight done, and more than one node here.
+  bool PreflightDue() const;
+  // Asks every node for its measurements (PreflightRound's ring of probes).
+  void StartPreflight(TimePoint now, Outbox* out);
+  // The verdicts: logged, kept for the status, and the slowest nodes closed out while spares
+  // remain to take their places; then the first round forms.
+  void FinishPreflight(TimePoint now, Outbox* out);
   // The next round's members by group rank (survivors keep their order; spares fill the
   // holes), at most max_nodes; the nodes left out are told they are spares.
   std::vector<Node*> ChooseMembers(Outbox* out);
@@ -293,6 +308,12 @@ class RunState {
   // of the latest of them (recomputed at each report and failure).
   CheckpointAdvisor checkpoints_;
   std::optional<CheckpointAdvice> checkpoint_advice_;
+  // The preflight (issue 41): the one running, what the last one found, and whether it ran.
+  std::optional<PreflightRound> preflight_round_;
+  std::optional<PreflightSummary> preflight_summary_;
+  int64_t preflight_generation_ = 0;
+  bool preflight_done_ = false;
+  std::vector<std::string> log_;  // not yet taken
   TimePoint round_began_{};                 // the forming round's start
   std::optional<TimePoint> failed_at_;      // the failure that restarted it
   std::vector<RoundTiming> round_timings_;  // formed, not yet taken

@@ -114,6 +114,8 @@ RunStatus RunState::Status(bool with_members) const {
   s.spares_used = spares_used_;
   s.slow_nodes = static_cast<int>(slow_nodes_.SlowNodes().size());
   s.checkpoint_advice = checkpoint_advice_;
+  s.preflight = preflight_summary_;
+  if (preflight_round_.has_value()) s.preflight = PreflightSummary{/*running=*/true, 0, {}};
   if (!with_members) return s;
   s.restarts = restart_log_;
   s.steps.assign(steps_.begin(), steps_.end());

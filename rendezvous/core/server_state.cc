@@ -267,6 +267,17 @@ void ServerState::Checkpoint(ConnId conn, const CheckpointReport& report, TimePo
   if (Run* run = RunOf(conn, &run_id); run != nullptr) run->state->Checkpoint(conn, report, now);
 }
 
+Outbox ServerState::Preflight(ConnId conn, const PreflightReport& report, TimePoint now) {
+  std::string run_id;
+  Run* run = RunOf(conn, &run_id);
+  Outbox out;
+  // Bounded as a node's probes are: a handful of pairs, never thousands.
+  if (run == nullptr || report.pairs.size() > 64) return out;
+  run->state->Preflight(conn, report, now, &out);
+  AfterEvent(run_id, out, now);
+  return out;
+}
+
 double ServerState::CheckpointIntervalOf(ConnId conn) const {
   auto it = conn_run_.find(conn);
   if (it == conn_run_.end()) return 0;
@@ -367,6 +378,10 @@ void ServerState::AfterEvent(const std::string& run_id, const Outbox& out, TimeP
   if (it == runs_.end()) return;
   RunState& run = *it->second.state;
   metrics_.Add(run.TakeRoundTimings(), run.TakeRestartCauses());
+  for (std::string& line : run.TakeLog()) {
+    if (run_log_.size() >= kMaxUntaken) run_log_.erase(run_log_.begin());
+    run_log_.push_back(std::move(line));
+  }
   OfferVerdicts(it->second, out);
   if (run.num_nodes() > 0) return;
   if (run.phase() == RunPhase::kClosed) {

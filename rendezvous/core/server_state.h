@@ -53,6 +53,8 @@ class ServerState {
                  std::optional<SlowNodeChange>* change);
   // What the agent measured for the checkpoint advice (a heartbeat's `checkpoint`).
   void Checkpoint(ConnId conn, const CheckpointReport& report, TimePoint now);
+  // What the agent measured in its run's preflight (RunState::Preflight).
+  Outbox Preflight(ConnId conn, const PreflightReport& report, TimePoint now);
   // The checkpoint advice of `conn`'s run (seconds between checkpoints); 0: none yet.
   double CheckpointIntervalOf(ConnId conn) const;
   // Returns the outbox; `result` (optional) gets kAborted for a stale round.
@@ -87,6 +89,9 @@ class ServerState {
   // Lines for the server's log (warnings) since the last call: refused and unverified
   // re-registrations. At most kMaxUntaken are kept.
   std::vector<std::string> TakeSecurityLog() { return std::exchange(security_log_, {}); }
+  // Lines of the runs for the server's log (info) since the last call: the preflight's verdicts
+  // (RunState::TakeLog). At most kMaxUntaken are kept.
+  std::vector<std::string> TakeRunLog() { return std::exchange(run_log_, {}); }
 
   // RunState::SilenceVerdictOf for a joined stream (kByLease for any other).
   SilenceVerdict SilenceVerdictOf(ConnId conn) const;
@@ -128,6 +133,7 @@ class ServerState {
   const std::shared_ptr<const MemberKeys> keys_;
   const RoundQuorum quorum_;  // of every run this server creates
   std::vector<std::string> security_log_;
+  std::vector<std::string> run_log_;
   std::vector<std::pair<ConnId, SilenceVerdict>> verdict_offers_;
   std::map<std::string, Run> runs_;
   std::unordered_map<ConnId, std::string> conn_run_;

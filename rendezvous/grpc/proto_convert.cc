@@ -8,6 +8,7 @@
 #include "rendezvous/api/cause.h"
 #include "rendezvous/api/crash_loop.h"
 #include "rendezvous/api/eviction.h"
+#include "rendezvous/grpc/preflight_convert.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -62,6 +63,8 @@ proto::Join ToProto(const NodeInfo& node, const RunTimeouts& timeouts) {
   if (timeouts.liveness.on()) *j.mutable_liveness() = ToProto(timeouts.liveness);
   j.set_evict_slow(timeouts.slow_nodes.evict);
   if (timeouts.mtbf.has_value()) j.set_mtbf_ms(ToMillis(*timeouts.mtbf));
+  j.set_preflight_port(node.preflight_port);
+  if (timeouts.preflight.enabled) *j.mutable_preflight() = ToProto(timeouts.preflight);
   return j;
 }
 
@@ -337,6 +340,11 @@ JoinRequest FromProto(const proto::Join& j, const RunTimeouts& defaults,
   if (j.has_liveness()) r.timeouts.liveness = FromProto(j.liveness());
   r.timeouts.slow_nodes.evict = j.evict_slow();
   if (j.has_mtbf_ms() && j.mtbf_ms() > 0) r.timeouts.mtbf = std::chrono::milliseconds(j.mtbf_ms());
+  r.timeouts.preflight = FromProto(j.preflight(), defaults.preflight);
+  // A port is a port: anything else is no listener.
+  if (j.preflight_port() > 0 && j.preflight_port() < 65536) {
+    r.node.preflight_port = j.preflight_port();
+  }
   return r;
 }
 
@@ -364,6 +372,8 @@ proto::ServerMessage ToProto(const Outgoing& out) {
     m.mutable_standby()->set_round(standby->round);
     m.mutable_standby()->set_members(standby->members);
     m.mutable_standby()->set_position(standby->position);
+  } else if (const auto* preflight = std::get_if<PreflightRequest>(&out.msg)) {
+    *m.mutable_preflight() = ToProto(*preflight);
   } else if (const auto* resumed = std::get_if<ResumedNotice>(&out.msg)) {
     m.mutable_resumed()->set_round(resumed->round);
   } else if (const auto* c = std::get_if<CloseNotice>(&out.msg)) {
@@ -403,6 +413,7 @@ void ToProto(const RunStatus& s, proto::StatusResponse* r) {
     p->set_predicted_ratio(a->predicted_ratio);
     if (a->measured_ratio.has_value()) p->set_measured_ratio(*a->measured_ratio);
   }
+  if (s.preflight.has_value()) *r->mutable_preflight() = ToProto(*s.preflight);
   for (const MemberStatus& m : s.members) {
     proto::Member* p = r->add_members();
     p->set_node_id(m.node_id);
@@ -441,6 +452,7 @@ RunStatus FromProto(const proto::StatusResponse& r) {
     if (p.has_measured_ratio()) a.measured_ratio = p.measured_ratio();
     s.checkpoint_advice = a;
   }
+  if (r.has_preflight()) s.preflight = FromProto(r.preflight());
   for (const proto::Member& m : r.members()) {
     MemberStatus member{m.node_id(),    m.hostname(),       m.addr(),
                         m.group_rank(), m.nproc_per_node(), m.state()};

@@ -13,6 +13,7 @@
 #include "proto/rendezvous.grpc.pb.h"
 #include "rendezvous/client/endpoint_probe.h"
 #include "rendezvous/grpc/agent_call.h"
+#include "rendezvous/grpc/preflight_convert.h"
 #include "rendezvous/grpc/proto_convert.h"
 #include "rendezvous/grpc/served_run.h"
 #include "rendezvous/liveness/liveness_settings.h"
@@ -70,6 +71,10 @@ ServerWord WordOf(const proto::ServerMessage& m) {
     case proto::ServerMessage::kStandby:
       w.kind = ServerWord::Kind::kStandby;
       w.standby = FromProto(m.standby());
+      break;
+    case proto::ServerMessage::kPreflight:
+      w.kind = ServerWord::Kind::kPreflight;
+      w.preflight = FromProto(m.preflight());
       break;
     case proto::ServerMessage::kResumed:
       w.kind = ServerWord::Kind::kResumed;
@@ -200,6 +205,15 @@ void RendezvousClient::ReportCheckpoint(const CheckpointReport& report) {
   });
 }
 
+void RendezvousClient::ReportPreflight(const PreflightReport& report) {
+  loop_->Post([this, report] {
+    if (call_ == nullptr || machine_.state() != ConnectionState::kJoined) return;
+    proto::AgentMessage m;
+    *m.mutable_preflight_report() = ToProto(report);
+    call_->Send(std::move(m));
+  });
+}
+
 void RendezvousClient::OnCheckpointAdvice(double interval_s) {
   // Every ack carries it: only a change is news.
   if (interval_s <= 0 || interval_s == checkpoint_advice_s_) return;
@@ -244,6 +258,7 @@ void RendezvousClient::Execute(ClientActions actions) {
       case ClientAction::Type::kAssigned:
       case ClientAction::Type::kRestart:
       case ClientAction::Type::kStandby:
+      case ClientAction::Type::kPreflight:
       case ClientAction::Type::kResumed:
       case ClientAction::Type::kReconnecting:
       case ClientAction::Type::kRejoinAsNewNode:
@@ -272,6 +287,9 @@ void RendezvousClient::Tell(const ClientAction& a) {
       break;
     case ClientAction::Type::kStandby:
       events_.Standby(a.standby);
+      break;
+    case ClientAction::Type::kPreflight:
+      events_.Preflight(a.preflight);
       break;
     case ClientAction::Type::kResumed:
       events_.Resumed(a.round);

@@ -12,6 +12,7 @@
 #include "rendezvous/core/status_page.h"
 #include "rendezvous/grpc/agent_stream.h"
 #include "rendezvous/grpc/member_secret.h"
+#include "rendezvous/grpc/preflight_convert.h"
 #include "rendezvous/grpc/proto_convert.h"
 #include "rendezvous/grpc/security.h"
 #include "rendezvous/liveness/liveness_settings.h"
@@ -299,6 +300,9 @@ void RendezvousServiceImpl::HandleMessage(ConnId conn, const proto::AgentMessage
     case proto::AgentMessage::kStep:
       Apply(state_.Step(conn, message.step().json(), now));
       break;
+    case proto::AgentMessage::kPreflightReport:
+      Apply(state_.Preflight(conn, FromProto(message.preflight_report()), now));
+      break;
     default: {
       // Unknown or empty message: a client speaking another protocol. Drop it and its stream.
       Outbox out = state_.StreamBroken(conn, now);
@@ -327,6 +331,9 @@ void RendezvousServiceImpl::FollowHostRename(ConnId conn, const std::string& nod
 }
 
 void RendezvousServiceImpl::Apply(const Outbox& out) {
+  // The runs' own lines (the preflight's verdicts), before the round they let form: always
+  // logged, verbose or not.
+  for (const std::string& line : state_.TakeRunLog()) LogInfo(line);
   LogDecisions(out);
   for (const Outgoing& o : out) {
     auto it = streams_.find(o.conn);

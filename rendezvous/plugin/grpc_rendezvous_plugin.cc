@@ -18,6 +18,7 @@
 #include "common/log.h"
 #include "common/strings.h"
 #include "rendezvous/checkpoints/checkpoint_advisor.h"
+#include "rendezvous/preflight/preflight_judge.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/etcd/etcd_status.h"
 #include "rendezvous/grpc/rendezvous_client.h"
@@ -168,6 +169,9 @@ class GrpcRendezvousImpl final : public GrpcRendezvous {
   void ReportCheckpoint(const rendezvous::CheckpointReport& report) override {
     client_->ReportCheckpoint(report);
   }
+  void ReportPreflight(const rendezvous::PreflightReport& report) override {
+    client_->ReportPreflight(report);
+  }
   void ReportCompute(const std::vector<rendezvous::RankCompute>& compute) override {
     client_->ReportCompute(compute);
   }
@@ -237,6 +241,31 @@ class GrpcRendezvousImpl final : public GrpcRendezvous {
   std::unique_ptr<rendezvous::RendezvousClient> client_;
 };
 
+// The run's preflight in `ddprun status --json`: its verdict on each node, with the summary line
+// the server logged.
+nlohmann::ordered_json PreflightJson(const rendezvous::PreflightSummary& summary) {
+  nlohmann::ordered_json j;
+  j["running"] = summary.running;
+  j["took_s"] = summary.took_s;
+  j["nodes"] = nlohmann::ordered_json::array();
+  for (const rendezvous::PreflightVerdict& v : summary.verdicts) {
+    nlohmann::ordered_json node;
+    node["node_id"] = v.node_id;
+    node["hostname"] = v.hostname;
+    node["reported"] = v.reported;
+    node["cpu_gflops"] = v.figures.cpu_gflops;
+    node["send_mbps"] = v.figures.send_mbps;
+    node["recv_mbps"] = v.figures.recv_mbps;
+    node["rtt_ms"] = v.figures.rtt_ms;
+    node["slow"] = v.slow();
+    node["kept_out"] = v.kept_out;
+    node["shortfalls"] = v.shortfalls;
+    node["text"] = rendezvous::DescribeVerdict(v);
+    j["nodes"].push_back(std::move(node));
+  }
+  return j;
+}
+
 // The run as the JSON object of `ddprun status --json` (status_command.h).
 std::string RunStatusJson(const rendezvous::RunStatus& status) {
   nlohmann::ordered_json j;
@@ -266,6 +295,7 @@ std::string RunStatusJson(const rendezvous::RunStatus& status) {
     advice["text"] = rendezvous::DescribeCheckpointAdvice(*a);
     j["checkpoint_advice"] = std::move(advice);
   }
+  if (const auto& p = status.preflight) j["preflight"] = PreflightJson(*p);
   j["members"] = nlohmann::ordered_json::array();
   for (const auto& m : status.members) {
     nlohmann::ordered_json member;

@@ -1,0 +1,163 @@
+// The preflight in the server's state (issue 41, point 1): the first round waits for every node's
+// measurements; a slow node is kept out while a spare can take its place, else the job starts
+// with it and says so; a node that never reports is named at the deadline; later rounds have no
+// preflight.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "rendezvous/api/eviction.h"
+#include "tests/rendezvous/core/state_fixture.h"
+#include "tests/rendezvous/core/state_test_util.h"
+
+namespace ddprun::rendezvous {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using testing::Count;
+using testing::Find;
+using testing::MakeJoin;
+
+class PreflightTest : public testing::ServerStateTest {
+ protected:
+  // Node `c` of a fixed run of 3 with the preflight on; its probe listener at 4000 + c.
+  Outbox JoinNode(ConnId c) {
+    JoinRequest r = MakeJoin("run", std::to_string(c), 3, 3);
+    r.timeouts.preflight.enabled = true;
+    r.node.preflight_port = 4000 + static_cast<int>(c);
+    return Join(c, r);
+  }
+  // What node `c` measured: `gflops`, and to each target it was given the slower of the two
+  // nodes' links (link_mbps_, 9000 where unset) both ways.
+  Outbox Measured(ConnId c, const PreflightRequest& request, double gflops) {
+    auto link = [this](const std::string& id) {
+      auto it = link_mbps_.find(id);
+      return it == link_mbps_.end() ? 9000.0 : it->second;
+    };
+    PreflightReport report;
+    report.generation = request.generation;
+    report.cpu_gflops = gflops;
+    for (const PreflightPeer& t : request.targets) {
+      const double mbps = std::min(link(std::to_string(c)), link(t.node_id));
+      report.pairs.push_back({t.node_id, 0.05, mbps, mbps, ""});
+    }
+    return state_.Preflight(c, report, clock_.Now());
+  }
+  std::map<std::string, double> link_mbps_;
+  // Joins nodes 1..n: the requests each was sent.
+  std::map<ConnId, PreflightRequest> JoinAll(ConnId n) {
+    std::map<ConnId, PreflightRequest> requests;
+    for (ConnId c = 1; c <= n; ++c) {
+      const Outbox out = JoinNode(c);
+      EXPECT_EQ(Count<Assignment>(out), 0) << "no round before the preflight's verdicts";
+      for (const Outgoing& o : out) {
+        if (const auto* r = std::get_if<PreflightRequest>(&o.msg)) requests[o.conn] = *r;
+      }
+    }
+    return requests;
+  }
+  const PreflightVerdict& VerdictOf(const std::string& node_id) {
+    verdicts_ = Status().preflight->verdicts;
+    for (const PreflightVerdict& v : verdicts_) {
+      if (v.node_id == node_id) return v;
+    }
+    ADD_FAILURE() << "no verdict on " << node_id;
+    return verdicts_.front();
+  }
+  std::vector<PreflightVerdict> verdicts_;
+};
+
+TEST_F(PreflightTest, ASlowNodeIsKeptOutAndTheSpareThatJoinedMeanwhileTakesItsPlace) {
+  std::map<ConnId, PreflightRequest> asked = JoinAll(4);  // node 4 arrives during the preflight
+  ASSERT_EQ(asked.size(), 4u) << "the late node is measured too";
+  EXPECT_EQ(asked[1].targets.size(), 2u);
+  ASSERT_TRUE(Status().preflight.has_value());
+  EXPECT_TRUE(Status().preflight->running);
+  clock_.Advance(std::chrono::milliseconds(900));
+  Outbox out;
+  for (ConnId c : {1, 2, 4}) {
+    out = Measured(c, asked[c], 10);
+    EXPECT_EQ(Count<Assignment>(out), 0) << "node 3 has not reported";
+  }
+  out = Measured(3, asked[3], 4);  // 0.4x the median: slow
+  const CloseNotice* close = Find<CloseNotice>(out, 3);
+  ASSERT_NE(close, nullptr);
+  EXPECT_TRUE(IsEvictedStop(close->status)) << close->status;
+  EXPECT_THAT(close->status.message(), HasSubstr("kept out by the preflight: cpu 4 GFLOP/s"));
+  for (ConnId c : {1, 2, 4}) ASSERT_NE(Find<Assignment>(out, c), nullptr) << c;
+  EXPECT_EQ(Find<Assignment>(out, 4)->group_world_size, 3);
+  const RunStatus s = Status();
+  EXPECT_EQ(s.phase, RunPhase::kRunning);
+  ASSERT_TRUE(s.preflight.has_value());
+  EXPECT_FALSE(s.preflight->running);
+  EXPECT_NEAR(s.preflight->took_s, 0.9, 1e-9);
+  EXPECT_TRUE(VerdictOf("3").kept_out);
+  EXPECT_FALSE(VerdictOf("4").slow());
+  const std::vector<std::string> log = state_.TakeRunLog();
+  EXPECT_THAT(log, Contains(HasSubstr("node 3 (host-3): cpu 4 GFLOP/s (0.40x)")));
+  EXPECT_THAT(log, Contains(HasSubstr("(kept out: a spare takes its place)")));
+}
+
+TEST_F(PreflightTest, WithoutASpareTheJobStartsWithTheSlowNodeAndSaysSo) {
+  std::map<ConnId, PreflightRequest> asked = JoinAll(3);
+  link_mbps_["3"] = 450;  // its link, at a twentieth
+  Measured(1, asked[1], 10);
+  Measured(2, asked[2], 10);
+  const Outbox out = Measured(3, asked[3], 10);
+  EXPECT_EQ(Count<Assignment>(out), 3);
+  EXPECT_EQ(Count<CloseNotice>(out), 0);
+  EXPECT_TRUE(VerdictOf("3").slow());
+  EXPECT_FALSE(VerdictOf("3").kept_out);
+  EXPECT_THAT(state_.TakeRunLog(),
+              Contains(HasSubstr("1 slow node(s) and no spare to take their places: the job "
+                                 "starts with them")));
+}
+
+TEST_F(PreflightTest, ANodeThatNeverReportsIsNamedAtTheDeadline) {
+  std::map<ConnId, PreflightRequest> asked = JoinAll(3);
+  Measured(1, asked[1], 10);
+  Measured(2, asked[2], 10);
+  for (int s = 0; s < 9; ++s) {  // the leases kept fresh: only the preflight's deadline counts
+    clock_.Advance(std::chrono::seconds(1));
+    Beat({1, 2, 3});
+    EXPECT_EQ(Count<Assignment>(Tick()), 0);
+  }
+  clock_.Advance(std::chrono::milliseconds(900));
+  Beat({1, 2, 3});
+  EXPECT_EQ(Count<Assignment>(Tick()), 0);
+  EXPECT_LE(*state_.NextDeadline(), clock_.Now() + std::chrono::milliseconds(100));
+  clock_.Advance(std::chrono::milliseconds(100));
+  EXPECT_EQ(Count<Assignment>(Tick()), 3) << "10 s after the requests";
+  EXPECT_FALSE(VerdictOf("3").reported);
+  EXPECT_THAT(VerdictOf("3").shortfalls, Contains(HasSubstr("no preflight report")));
+}
+
+TEST_F(PreflightTest, OnlyTheFirstRoundHasAPreflight) {
+  std::map<ConnId, PreflightRequest> asked = JoinAll(3);
+  for (ConnId c : {1, 2, 3}) Measured(c, asked[c], 10);
+  ASSERT_EQ(Status().round, 1);
+  WorkerFailure f;
+  f.hostname = "host-1";
+  f.exit_code = 1;
+  const Outbox out = state_.GroupStatus(1, 1, GroupState::kFailed, f, clock_.Now());
+  EXPECT_EQ(Count<PreflightRequest>(out), 0);
+  EXPECT_EQ(Count<Assignment>(out), 3) << "round 2 forms at once";
+}
+
+TEST_F(PreflightTest, ALateOrForeignReportIsIgnored) {
+  std::map<ConnId, PreflightRequest> asked = JoinAll(3);
+  PreflightRequest stale = asked[1];
+  stale.generation += 5;
+  EXPECT_TRUE(Measured(1, stale, 10).empty());
+  for (ConnId c : {1, 2, 3}) Measured(c, asked[c], 10);
+  EXPECT_TRUE(Measured(1, asked[1], 1).empty()) << "after the verdicts: nothing changes";
+  EXPECT_FALSE(VerdictOf("1").slow());
+}
+
+}  // namespace
+}  // namespace ddprun::rendezvous
