@@ -37,7 +37,7 @@ std::string DescribeReport(const rendezvous::PreflightReport& report,
 }  // namespace
 
 absl::Status Agent::StartProbeListener() {
-  if (setup_.grpc == nullptr || !PreflightEnabled(options_)) return absl::OkStatus();
+  if (!PreflightEnabled(options_)) return absl::OkStatus();
   absl::StatusOr<std::unique_ptr<ProbeListener>> listener = ProbeListener::Start();
   if (!listener.ok()) return listener.status();
   probe_listener_ = std::move(*listener);

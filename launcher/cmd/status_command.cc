@@ -140,6 +140,18 @@ std::string FormatRunStatusText(const nlohmann::json& run) {
   if (run.contains("checkpoint_advice") && run["checkpoint_advice"].is_object()) {
     absl::StrAppend(&out, text(run["checkpoint_advice"], "text"), "\n");
   }
+  if (run.contains("preflight") && run["preflight"].is_object()) {
+    const nlohmann::json& preflight = run["preflight"];
+    if (preflight.value("running", false)) {
+      absl::StrAppend(&out, "preflight: measuring the nodes\n");
+    } else {
+      absl::StrAppend(&out, "preflight (", absl::StrFormat("%.2f", preflight.value("took_s", 0.0)),
+                      " s):\n");
+      for (const auto& node : preflight.value("nodes", nlohmann::json::array())) {
+        absl::StrAppend(&out, "  ", text(node, "hostname"), "  ", text(node, "text"), "\n");
+      }
+    }
+  }
   for (const auto& m : run.value("members", nlohmann::json::array())) {
     const int group_rank = m.value("group_rank", -1);
     absl::StrAppend(&out, "  ",

@@ -375,11 +375,13 @@ absl::Status ApplyRestartMode(const FlagValue& s, const HostInfo&, LaunchOptions
 absl::Status ApplyPreflight(const FlagValue& s, const HostInfo&, LaunchOptions* o) {
   if (s.value == "auto") {
     o->preflight = PreflightMode::kAuto;
-    return absl::OkStatus();
+  } else if (s.value == "on") {
+    o->preflight = PreflightMode::kOn;
+  } else if (s.value == "off") {
+    o->preflight = PreflightMode::kOff;
+  } else {
+    return Invalid(s, "expected auto, on or off");
   }
-  absl::StatusOr<bool> on = BoolOf(s);
-  if (!on.ok()) return Invalid(s, "expected auto, on or off");
-  o->preflight = *on ? PreflightMode::kOn : PreflightMode::kOff;
   return absl::OkStatus();
 }
 
@@ -473,7 +475,7 @@ constexpr FlagDef kFlags[] = {
      "and a spare standing ready takes its group rank; without a spare it is only named. "
      "c10d and static rendezvous; the first agent's setting is the run's.",
      ApplyBool<&LaunchOptions::evict_slow>},
-    {"preflight", "", true,
+    {"preflight", "", false,
      "Before the first round starts its workers, every node measures its compute (a CPU GEMM) "
      "and its network to another node on the address its workers use (round trip and a short "
      "TCP throughput probe, in a ring: about a second in all). A node slower than the job's "

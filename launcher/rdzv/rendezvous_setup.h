@@ -51,7 +51,8 @@ struct RendezvousSetup {
   std::unique_ptr<store::StoreServer> store;
 };
 
-// --preflight as the run will have it: on, or auto in a multi-node run; never on etcd, whose
+// --preflight as the run will have it: on, or auto in a multi-node run, where a rendezvous
+// server compares the nodes (c10d, ddprun-rdzv, a coordinated static job); never on etcd, whose
 // coordinator does not run one yet (MakeEtcdSettings refuses --preflight=on).
 bool PreflightEnabled(const LaunchOptions& options);
 

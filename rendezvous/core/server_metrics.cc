@@ -113,6 +113,57 @@ void AppendCheckpointAdvice(const std::vector<RunStatus>& runs, std::string* out
   }
 }
 
+// The preflight's gauges (issue 41), for the runs that ran one: how long it took, how many nodes
+// it named slow and kept out, and each node's worst figure against the job's median.
+void AppendPreflight(const std::vector<RunStatus>& runs, std::string* out) {
+  struct PreflightGauge {
+    const char* name;
+    const char* help;
+    double (*value)(const PreflightSummary&);
+  };
+  const PreflightGauge gauges[] = {
+      {"ddprun_rdzv_preflight_seconds",
+       "How long the preflight before the first round took, from the requests to the verdicts.",
+       [](const PreflightSummary& p) { return p.took_s; }},
+      {"ddprun_rdzv_preflight_slow_nodes",
+       "Nodes the preflight named slower than the job's median by more than the margin.",
+       [](const PreflightSummary& p) {
+         return static_cast<double>(
+             std::count_if(p.verdicts.begin(), p.verdicts.end(), [](const auto& v) {
+               return v.slow();
+             }));
+       }},
+      {"ddprun_rdzv_preflight_kept_out_nodes",
+       "Slow nodes the preflight kept out of the run for spares.",
+       [](const PreflightSummary& p) {
+         return static_cast<double>(
+             std::count_if(p.verdicts.begin(), p.verdicts.end(), [](const auto& v) {
+               return v.kept_out;
+             }));
+       }},
+  };
+  for (const PreflightGauge& g : gauges) {
+    Family(g.name, "gauge", g.help, out);
+    for (const RunStatus& r : runs) {
+      if (!r.preflight.has_value() || r.preflight->running) continue;
+      absl::StrAppend(out, g.name, "{run_id=\"", EscapeLabelValue(r.run_id), "\"} ",
+                      SampleValue(g.value(*r.preflight)), "\n");
+    }
+  }
+  Family("ddprun_rdzv_preflight_worst_ratio", "gauge",
+         "Each node's worst preflight figure over the job's median (1: the median; 0: no "
+         "report).",
+         out);
+  for (const RunStatus& r : runs) {
+    if (!r.preflight.has_value()) continue;
+    for (const PreflightVerdict& v : r.preflight->verdicts) {
+      absl::StrAppend(out, "ddprun_rdzv_preflight_worst_ratio{run_id=\"",
+                      EscapeLabelValue(r.run_id), "\",node=\"", EscapeLabelValue(v.node_id),
+                      "\"} ", SampleValue(v.worst_ratio), "\n");
+    }
+  }
+}
+
 }  // namespace
 
 ServerMetrics::ServerMetrics()
@@ -176,6 +227,7 @@ std::string FormatMetrics(const ServerMetrics& m, const std::vector<RunStatus>& 
     }
   }
   AppendCheckpointAdvice(runs, &out);
+  AppendPreflight(runs, &out);
   Family("ddprun_rdzv_run_phase", "gauge",
          "1 for the run's phase (joining, running, recovering, closed).", &out);
   for (const RunStatus& r : runs) {

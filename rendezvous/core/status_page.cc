@@ -123,6 +123,42 @@ std::string AdviceParagraph(const RunStatus& run) {
                       HtmlEscape(DescribeCheckpointAdvice(*run.checkpoint_advice)), "</p>");
 }
 
+// The run's preflight (issue 41): each node's figures and verdict, once it has them.
+std::string PreflightTable(const RunStatus& run) {
+  if (!run.preflight.has_value()) return "";
+  const PreflightSummary& p = *run.preflight;
+  if (p.running) return "<p class=\"preflight\">preflight: measuring the nodes&hellip;</p>";
+  std::string out = absl::StrCat(
+      "<details open><summary>preflight (", Seconds(p.took_s),
+      ")</summary><table class=\"preflight\"><tr><th>host</th><th>cpu GFLOP/s</th><th>send "
+      "Mbit/s</th><th>recv Mbit/s</th><th>rtt ms</th><th>verdict</th><th>node id</th></tr>");
+  auto cell = [](double value, double ratio) {
+    if (value <= 0) return std::string("<td></td>");
+    char buf[64];
+    snprintf(buf, sizeof(buf), "<td>%.4g (%.2fx)</td>", value, ratio);
+    return std::string(buf);
+  };
+  size_t shown = 0;
+  for (const PreflightVerdict& v : p.verdicts) {
+    if (++shown > kMaxMembersShown) {
+      absl::StrAppend(&out, "<tr><td colspan=\"7\">&hellip; and ",
+                      p.verdicts.size() - kMaxMembersShown, " more</td></tr>");
+      break;
+    }
+    const std::string verdict = !v.slow()   ? "ok"
+                                : v.kept_out ? absl::StrCat("kept out: ", v.shortfalls.front())
+                                             : absl::StrCat("slow: ", v.shortfalls.front());
+    absl::StrAppend(&out, "<tr class=\"", v.slow() ? "slow" : "ok", "\"><td>",
+                    HtmlEscape(v.hostname), "</td>", cell(v.figures.cpu_gflops, v.ratios.cpu_gflops),
+                    cell(v.figures.send_mbps, v.ratios.send_mbps),
+                    cell(v.figures.recv_mbps, v.ratios.recv_mbps),
+                    cell(v.figures.rtt_ms, v.ratios.rtt_ms), "<td>", HtmlEscape(verdict),
+                    "</td><td class=\"muted\">", HtmlEscape(v.node_id), "</td></tr>");
+  }
+  absl::StrAppend(&out, "</table></details>");
+  return out;
+}
+
 }  // namespace
 
 std::string HtmlEscape(const std::string& text) {
@@ -153,6 +189,7 @@ std::string RenderStatusPage(const std::vector<RunStatus>& runs, const ServerMet
       absl::StrAppend(&out, "<p>closed: ", HtmlEscape(run.close_message), "</p>");
     }
     absl::StrAppend(&out, AdviceParagraph(run));
+    absl::StrAppend(&out, PreflightTable(run));
     absl::StrAppend(&out,
                     "<table class=\"members\"><tr><th>host</th><th>address</th><th>group rank"
                     "</th><th>global ranks</th><th>last heartbeat</th><th>state</th>"

@@ -176,6 +176,18 @@ bool NetHosts::RelaysRealtime() const {
   return true;
 }
 
+std::string NetHosts::LimitRate(int host, const std::string& rate) {
+  // A bucket of 64 KiB: a few frames' burst, so the rate holds over a probe of 200 ms. The
+  // latency bound keeps the queue short (packets beyond it are dropped, as a slow link does).
+  const std::string tbf = absl::StrCat(" root tbf rate ", rate, " burst 64kb latency 50ms");
+  for (const std::string& command :
+       {absl::StrCat("tc -n ", Ns(host), " qdisc add dev eth0", tbf),
+        absl::StrCat("tc -n ", SwitchNs(), " qdisc add dev p", host, tbf)}) {
+    if (std::string e = Shell(command); !e.empty()) return e;
+  }
+  return "";
+}
+
 void NetHosts::AddAddress(int host, const std::string& cidr) {
   Run(absl::StrCat("ip -n ", Ns(host), " addr add ", cidr, " dev eth0"));
 }

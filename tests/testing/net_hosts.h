@@ -54,6 +54,10 @@ class NetHosts {
   // without sch_netem names the missing CONFIG_NET_SCH_NETEM).
   absl::StatusOr<std::string> Impair(int host, const std::string& netem_args,
                                      Impairer how = Impairer::kAuto);
+  // Limits the host's link to `rate` ("100mbit", tc's units) both ways, with a token bucket
+  // (sch_tbf) on each end of its cable: eth0 in the host (what it sends) and its port on the
+  // switch (what it receives). "" when done, else what tc said.
+  std::string LimitRate(int host, const std::string& rate);
   // Frames the relay of Impair(host) passed and dropped (the host's egress); nullopt for a
   // host not impaired by the relay.
   std::optional<FrameRelay::Counts> ImpairedCounts(int host) const;

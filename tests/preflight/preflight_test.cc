@@ -1,0 +1,148 @@
+// Issue 41, point 1: the preflight before the first round, with real processes. ddprun-rdzv on
+// host 1 of a few namespaced hosts, a ddprun agent on each of the others (--nnodes=3, one worker
+// each); one host's link limited by tc to 100 Mbit/s both ways, a small fraction of what the
+// bridge carries between the others. The preflight must name that host with its figures and,
+// with a spare connected, keep it out (its agent exits 5 saying why) while the spare takes its
+// place; without a spare the job starts with it and says so. Bad --preflight-margin: exit 2.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "tests/testing/net_hosts.h"
+#include "tests/testing/rdzv_daemon.h"
+#include "tests/testing/subprocess.h"
+#include "tests/testing/test_env.h"
+
+namespace ddprun {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::BinPath;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using testing::Subprocess;
+using testing::WaitUntil;
+
+constexpr char kToken[] = "preflight-test-token";
+
+class PreflightIntegrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const std::string why = testing::NetHosts::Unavailable(); !why.empty()) GTEST_SKIP() << why;
+    hosts_ = std::make_unique<testing::NetHosts>(5);
+    ASSERT_TRUE(hosts_->error().empty()) << hosts_->error();
+    daemon_ = testing::RdzvDaemon::OnHost(*hosts_, 1, kToken);
+    ASSERT_FALSE(daemon_->endpoint().empty()) << daemon_->error();
+  }
+
+  void TearDown() override {
+    for (auto& [host, agent] : agents_) agent->SignalGroup(SIGTERM);
+    for (auto& [host, agent] : agents_) agent->Wait(30s);
+  }
+
+  // An agent of run "pf" (3 members) on `host`: one worker that sleeps a second.
+  Subprocess& StartAgent(int host) {
+    const std::vector<std::string> argv = hosts_->On(
+        host, {BinPath("ddprun"), "--nnodes=3", "--nproc-per-node=1", "--rdzv-backend=c10d",
+               "--rdzv-endpoint=" + daemon_->endpoint(), "--rdzv-id=pf",
+               "--log-dir=" + LogDir(host), "--no-python", "/bin/sh", "-c", "sleep 1"});
+    agents_[host] = std::make_unique<Subprocess>(
+        argv, std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", kToken}});
+    return *agents_[host];
+  }
+  std::string LogDir(int host) const { return absl::StrCat(dir_.path(), "/h", host); }
+  // The agent's exit code once it ended within `limit`; -1 if it did not.
+  int ExitOf(int host, std::chrono::seconds limit = 60s) {
+    const std::optional<testing::ExitStatus> status = agents_.at(host)->Wait(limit);
+    return status.has_value() && status->exited() ? status->exit_code : -1;
+  }
+  std::string Logs() const {
+    std::string all = absl::StrCat("--- ddprun-rdzv\n", daemon_->error());
+    for (const auto& [host, agent] : agents_) {
+      absl::StrAppend(&all, "--- host ", host, "\n", agent->err());
+    }
+    return all;
+  }
+  // The lines of the server's log that hold `text`.
+  std::vector<std::string> ServerLines(const std::string& text) const {
+    std::vector<std::string> lines;
+    for (absl::string_view line : absl::StrSplit(daemon_->error(), '\n')) {
+      if (line.find(text) != absl::string_view::npos) lines.emplace_back(line);
+    }
+    return lines;
+  }
+
+  std::unique_ptr<testing::NetHosts> hosts_;
+  std::unique_ptr<testing::RdzvDaemon> daemon_;
+  std::map<int, std::unique_ptr<Subprocess>> agents_;
+  testing::TempDir dir_;
+};
+
+TEST_F(PreflightIntegrationTest, ARateLimitedHostIsKeptOutAndTheSpareTakesItsPlace) {
+  ASSERT_EQ(hosts_->LimitRate(4, "100mbit"), "");
+  for (int host : {2, 3, 4, 5}) StartAgent(host);  // three members and a spare, all at once
+  EXPECT_EQ(ExitOf(4), 5) << Logs();
+  EXPECT_THAT(agents_[4]->err(), HasSubstr("kept out by the preflight: send")) << Logs();
+  EXPECT_THAT(agents_[4]->err(), Not(HasSubstr("starting 1 worker")));
+  for (int host : {2, 3, 5}) {
+    EXPECT_EQ(ExitOf(host), 0) << "host " << host << "\n" << Logs();
+    EXPECT_THAT(agents_[host]->err(), HasSubstr(" of 3 (node ")) << "a world of three";
+  }
+  // One line a node on the server, the slow one with its figures.
+  EXPECT_EQ(ServerLines("': preflight: node ").size(), 4u) << daemon_->error();
+  const std::vector<std::string> slow = ServerLines("(n4): ");
+  ASSERT_EQ(slow.size(), 1u) << daemon_->error();
+  EXPECT_THAT(slow[0], HasSubstr("SLOW: send "));
+  EXPECT_THAT(slow[0], HasSubstr("(kept out: a spare takes its place)"));
+  for (const char* healthy : {"(n2): ", "(n3): ", "(n5): "}) {
+    const std::vector<std::string> line = ServerLines(healthy);
+    ASSERT_EQ(line.size(), 1u) << healthy << daemon_->error();
+    EXPECT_THAT(line[0], HasSubstr(": ok")) << line[0];
+  }
+  // Each agent's own figures in its events.jsonl.
+  std::ifstream events(LogDir(2) + "/pf/events.jsonl");
+  std::stringstream text;
+  text << events.rdbuf();
+  EXPECT_THAT(text.str(), HasSubstr("\"step\":\"preflight\",")) << text.str();
+  EXPECT_THAT(text.str(), HasSubstr("\"cpu_gflops\":"));
+  EXPECT_THAT(text.str(), HasSubstr("\"send_mbps\":"));
+}
+
+TEST_F(PreflightIntegrationTest, WithoutASpareTheJobStartsWithTheSlowHostAndSaysSo) {
+  ASSERT_EQ(hosts_->LimitRate(3, "100mbit"), "");
+  for (int host : {2, 3, 4}) StartAgent(host);
+  for (int host : {2, 3, 4}) EXPECT_EQ(ExitOf(host), 0) << "host " << host << "\n" << Logs();
+  const std::vector<std::string> slow = ServerLines("(n3): ");
+  ASSERT_EQ(slow.size(), 1u) << daemon_->error();
+  EXPECT_THAT(slow[0], HasSubstr("SLOW: "));
+  EXPECT_THAT(slow[0], Not(HasSubstr("kept out")));
+  EXPECT_EQ(ServerLines("no spare to take their places: the job starts with them").size(), 1u)
+      << daemon_->error();
+}
+
+TEST_F(PreflightIntegrationTest, ABadMarginIsOneLineAndExitTwo) {
+  Subprocess bad({BinPath("ddprun"), "--nnodes=2", "--preflight-margin=-1", "--no-python",
+                  "/bin/true"});
+  EXPECT_EQ(bad.Wait(30s).value_or(testing::ExitStatus{}).exit_code, 2);
+  const std::string said = bad.err();
+  EXPECT_THAT(said, HasSubstr("--preflight-margin=-1: must be a fraction above 0"));
+  EXPECT_EQ(std::count(said.begin(), said.end(), '\n'), 1) << said;
+  Subprocess word({BinPath("ddprun"), "--nnodes=2", "--preflight=sometimes", "--no-python",
+                   "/bin/true"});
+  EXPECT_EQ(word.Wait(30s).value_or(testing::ExitStatus{}).exit_code, 2);
+  EXPECT_THAT(word.err(), HasSubstr("--preflight=sometimes: expected auto, on or off"));
+}
+
+}  // namespace
+}  // namespace ddprun
