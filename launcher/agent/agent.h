@@ -25,10 +25,10 @@
 #include "launcher/config/host_info.h"
 #include "launcher/config/options.h"
 #include "launcher/hangs/hang_monitor.h"
-#include "launcher/preflight/preflight_runner.h"
-#include "launcher/preflight/probe_listener.h"
 #include "launcher/health/gpu_release.h"
 #include "launcher/health/health_check.h"
+#include "launcher/preflight/preflight_runner.h"
+#include "launcher/preflight/probe_listener.h"
 #include "launcher/preload/spare_pool.h"
 #include "launcher/process/orphan_guard.h"
 #include "launcher/rdzv/rendezvous_setup.h"
@@ -255,8 +255,9 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   uint64_t standby_generation_ = 0;              // spells as a spare so far
   // The last --health-check that passed took this long (the preflight reports it).
   std::optional<double> health_check_s_;
-  // --preflight: the listener peers probe, from before the join to the agent's end; the
-  // measurement running (declared after loop_, which its report is posted to).
+  // --preflight: the listener peers probe, from before the join until a round forms (or this
+  // node waits as a spare); the measurement running (declared after loop_, which its report is
+  // posted to).
   std::unique_ptr<ProbeListener> probe_listener_;
   std::unique_ptr<PreflightRun> preflight_run_;
 };

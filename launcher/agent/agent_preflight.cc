@@ -52,8 +52,8 @@ void Agent::OnPreflight(const rendezvous::PreflightRequest& request) {
     return;
   }
   LogInfo(absl::StrCat("preflight: measuring this node before the first round (",
-                       request.targets.size(), " peer probe", request.targets.size() == 1 ? "" : "s",
-                       ")"));
+                       request.targets.size(), " peer probe",
+                       request.targets.size() == 1 ? "" : "s", ")"));
   preflight_run_ = std::make_unique<PreflightRun>(
       request, health_check_s_, [this, request](const rendezvous::PreflightReport& report) {
         loop_.Post([this, report, request] { OnPreflightMeasured(report, request); });

@@ -45,6 +45,7 @@ void Agent::RunHealthCheck() {
 }
 
 void Agent::OnStandby(const rendezvous::StandbyNotice& standby) {
+  probe_listener_.reset();  // as at an assignment: the preflight is over
   const bool already = state_.standby();
   Execute(state_.OnStandby());
   if (already || !state_.standby()) return;  // logged once per spell as a spare

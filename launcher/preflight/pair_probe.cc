@@ -17,7 +17,7 @@
 namespace ddprun::launcher {
 namespace {
 
-using SteadyClock = std::chrono::steady_clock;
+using SteadyClock = ProbeClock;
 
 // A connected socket to addr:port (the first address that accepts).
 absl::StatusOr<int> Connect(const std::string& addr, int port) {
@@ -50,26 +50,30 @@ absl::StatusOr<int> Connect(const std::string& addr, int port) {
 
 // The probe over a connected `fd`, into `out`.
 absl::Status Measure(int fd, Duration probe_time, rendezvous::PairProbe* out) {
-  const auto probe_ms = std::chrono::duration_cast<std::chrono::milliseconds>(probe_time);
-  if (absl::Status s = WriteU32(fd, kProbeMagic); !s.ok()) return s;
-  if (absl::Status s = WriteU32(fd, static_cast<uint32_t>(probe_ms.count())); !s.ok()) return s;
+  const ProbeClock::time_point deadline = ProbeDeadline();
+  const auto probe_ms =
+      std::min(std::chrono::duration_cast<std::chrono::milliseconds>(probe_time), kMaxProbeTime);
+  if (absl::Status s = WriteU32(fd, kProbeMagic, deadline); !s.ok()) return s;
+  if (absl::Status s = WriteU32(fd, static_cast<uint32_t>(probe_ms.count()), deadline); !s.ok()) {
+    return s;
+  }
   std::vector<double> rtts;
   for (int i = 0; i < kPings; ++i) {
     const SteadyClock::time_point sent = SteadyClock::now();
     char byte = 'p';
-    if (absl::Status s = WriteAll(fd, &byte, 1); !s.ok()) return s;
-    if (absl::Status s = ReadAll(fd, &byte, 1); !s.ok()) return s;
+    if (absl::Status s = WriteAll(fd, &byte, 1, deadline); !s.ok()) return s;
+    if (absl::Status s = ReadAll(fd, &byte, 1, deadline); !s.ok()) return s;
     rtts.push_back(std::chrono::duration<double, std::milli>(SteadyClock::now() - sent).count());
   }
   std::sort(rtts.begin(), rtts.end());
   out->rtt_ms = rtts[rtts.size() / 2];
-  if (absl::Status s = SendFrames(fd, probe_ms); !s.ok()) return s;
-  absl::StatusOr<uint64_t> up_bytes = ReadU64(fd);
+  if (absl::Status s = SendFrames(fd, probe_ms, deadline); !s.ok()) return s;
+  absl::StatusOr<uint64_t> up_bytes = ReadU64(fd, deadline);
   if (!up_bytes.ok()) return up_bytes.status();
-  absl::StatusOr<uint64_t> up_micros = ReadU64(fd);
+  absl::StatusOr<uint64_t> up_micros = ReadU64(fd, deadline);
   if (!up_micros.ok()) return up_micros.status();
   out->send_mbps = Received{*up_bytes, *up_micros}.Mbps();
-  absl::StatusOr<Received> down = ReceiveFrames(fd);
+  absl::StatusOr<Received> down = ReceiveFrames(fd, deadline);
   if (!down.ok()) return down.status();
   out->recv_mbps = down->Mbps();
   return absl::OkStatus();

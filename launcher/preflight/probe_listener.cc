@@ -51,21 +51,22 @@ int LocalPort(int fd) {
 
 // The target's side of one probe (probe_wire.h).
 absl::Status AnswerProbe(int fd) {
-  absl::StatusOr<uint32_t> magic = ReadU32(fd);
+  const ProbeClock::time_point deadline = ProbeDeadline();
+  absl::StatusOr<uint32_t> magic = ReadU32(fd, deadline);
   if (!magic.ok()) return magic.status();
   if (*magic != kProbeMagic) return absl::InvalidArgumentError("not a preflight probe");
-  absl::StatusOr<uint32_t> probe_ms = ReadU32(fd);
+  absl::StatusOr<uint32_t> probe_ms = ReadU32(fd, deadline);
   if (!probe_ms.ok()) return probe_ms.status();
   for (int i = 0; i < kPings; ++i) {
     char byte = 0;
-    if (absl::Status s = ReadAll(fd, &byte, 1); !s.ok()) return s;
-    if (absl::Status s = WriteAll(fd, &byte, 1); !s.ok()) return s;
+    if (absl::Status s = ReadAll(fd, &byte, 1, deadline); !s.ok()) return s;
+    if (absl::Status s = WriteAll(fd, &byte, 1, deadline); !s.ok()) return s;
   }
-  absl::StatusOr<Received> up = ReceiveFrames(fd);
+  absl::StatusOr<Received> up = ReceiveFrames(fd, deadline);
   if (!up.ok()) return up.status();
-  if (absl::Status s = WriteU64(fd, up->bytes); !s.ok()) return s;
-  if (absl::Status s = WriteU64(fd, up->micros); !s.ok()) return s;
-  return SendFrames(fd, std::chrono::milliseconds(*probe_ms));
+  if (absl::Status s = WriteU64(fd, up->bytes, deadline); !s.ok()) return s;
+  if (absl::Status s = WriteU64(fd, up->micros, deadline); !s.ok()) return s;
+  return SendFrames(fd, std::chrono::milliseconds(*probe_ms), deadline);
 }
 
 }  // namespace
@@ -81,44 +82,42 @@ absl::StatusOr<std::unique_ptr<ProbeListener>> ProbeListener::Start() {
   return std::unique_ptr<ProbeListener>(new ProbeListener(*fd, port));
 }
 
-ProbeListener::ProbeListener(int fd, int port) : fd_(fd), port_(port) {
+ProbeListener::ProbeListener(int fd, int port)
+    : fd_(fd), port_(port), answering_(std::make_shared<Answering>()) {
   accept_thread_ = std::thread([this] { AcceptLoop(); });
 }
 
 ProbeListener::~ProbeListener() {
   stopping_ = true;
+  shutdown(fd_, SHUT_RDWR);  // wakes the accept loop's poll at once
   accept_thread_.join();
   close(fd_);
-  // The probes being answered end within kIoTimeout of their peer's silence.
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](int* answering) { return *answering == 0; }, &answering_));
+  // Probes still being answered hold `answering_` and their socket only, and end by their
+  // deadline (probe_wire.h): nothing waits for them here.
 }
 
 void ProbeListener::AcceptLoop() {
   while (!stopping_) {
     pollfd p{fd_, POLLIN, 0};
-    if (poll(&p, 1, 100) <= 0) continue;  // wakes to see stopping_
+    if (poll(&p, 1, 1000) <= 0) continue;
     const int conn = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
     if (conn < 0) continue;
     {
-      absl::MutexLock lock(&mu_);
-      if (answering_ >= kMaxConcurrent) {
+      absl::MutexLock lock(&answering_->mu);
+      if (answering_->count >= kMaxConcurrent) {
         close(conn);
         continue;
       }
-      ++answering_;
+      ++answering_->count;
     }
-    std::thread([this, conn] { Answer(conn); }).detach();
+    std::thread([answering = answering_, conn] {
+      PrepareProbeSocket(conn);
+      AnswerProbe(conn).IgnoreError();  // the initiator reports what failed
+      close(conn);
+      absl::MutexLock lock(&answering->mu);
+      --answering->count;
+    }).detach();
   }
-}
-
-void ProbeListener::Answer(int fd) {
-  PrepareProbeSocket(fd);
-  AnswerProbe(fd).IgnoreError();  // the initiator reports what failed
-  close(fd);
-  absl::MutexLock lock(&mu_);
-  --answering_;
 }
 
 }  // namespace ddprun::launcher

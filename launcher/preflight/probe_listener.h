@@ -5,8 +5,9 @@
 // crosses it. At most kMaxConcurrent probes are answered at once (a ring sends it one); more are
 // closed at once.
 //
-// Thread-safety: its own accept thread and one thread per probe answered; the public methods
-// are for the owning thread.
+// Thread-safety: its own accept thread and one detached thread per probe answered, which touches
+// nothing of the listener but the shared count (so the listener may go while one still answers:
+// the probe's deadline ends it); the public methods are for the owning thread.
 #ifndef DDPRUN_LAUNCHER_PREFLIGHT_PROBE_LISTENER_H_
 #define DDPRUN_LAUNCHER_PREFLIGHT_PROBE_LISTENER_H_
 
@@ -32,15 +33,19 @@ class ProbeListener {
   int port() const { return port_; }
 
  private:
+  // The probes being answered, shared with their threads.
+  struct Answering {
+    absl::Mutex mu;
+    int count ABSL_GUARDED_BY(mu) = 0;
+  };
+
   ProbeListener(int fd, int port);
   void AcceptLoop();
-  void Answer(int fd);  // one probe, on its own thread; closes fd
 
   const int fd_;
   const int port_;
   std::atomic<bool> stopping_{false};
-  absl::Mutex mu_;
-  int answering_ ABSL_GUARDED_BY(mu_) = 0;
+  const std::shared_ptr<Answering> answering_;
   std::thread accept_thread_;
 };
 

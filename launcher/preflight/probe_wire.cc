@@ -18,7 +18,12 @@
 namespace ddprun::launcher {
 namespace {
 
-using SteadyClock = std::chrono::steady_clock;
+using SteadyClock = ProbeClock;
+
+absl::Status Overdue(ProbeClock::time_point deadline) {
+  if (ProbeClock::now() < deadline) return absl::OkStatus();
+  return absl::DeadlineExceededError("the probe ran past its deadline");
+}
 
 absl::Status IoError(const char* what, int err) {
   if (err == EAGAIN || err == EWOULDBLOCK) {
@@ -39,9 +44,10 @@ void PrepareProbeSocket(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-absl::Status WriteAll(int fd, const void* data, size_t len) {
+absl::Status WriteAll(int fd, const void* data, size_t len, ProbeClock::time_point deadline) {
   const char* p = static_cast<const char*>(data);
   while (len > 0) {
+    if (absl::Status s = Overdue(deadline); !s.ok()) return s;
     const ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return IoError("send", errno);
@@ -51,9 +57,10 @@ absl::Status WriteAll(int fd, const void* data, size_t len) {
   return absl::OkStatus();
 }
 
-absl::Status ReadAll(int fd, void* data, size_t len) {
+absl::Status ReadAll(int fd, void* data, size_t len, ProbeClock::time_point deadline) {
   char* p = static_cast<char*>(data);
   while (len > 0) {
+    if (absl::Status s = Overdue(deadline); !s.ok()) return s;
     const ssize_t n = recv(fd, p, len, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return IoError("recv", errno);
@@ -64,51 +71,54 @@ absl::Status ReadAll(int fd, void* data, size_t len) {
   return absl::OkStatus();
 }
 
-absl::Status WriteU32(int fd, uint32_t value) {
+absl::Status WriteU32(int fd, uint32_t value, ProbeClock::time_point deadline) {
   const uint32_t wire = htonl(value);
-  return WriteAll(fd, &wire, sizeof(wire));
+  return WriteAll(fd, &wire, sizeof(wire), deadline);
 }
 
-absl::StatusOr<uint32_t> ReadU32(int fd) {
+absl::StatusOr<uint32_t> ReadU32(int fd, ProbeClock::time_point deadline) {
   uint32_t wire = 0;
-  if (absl::Status s = ReadAll(fd, &wire, sizeof(wire)); !s.ok()) return s;
+  if (absl::Status s = ReadAll(fd, &wire, sizeof(wire), deadline); !s.ok()) return s;
   return ntohl(wire);
 }
 
-absl::Status WriteU64(int fd, uint64_t value) {
-  if (absl::Status s = WriteU32(fd, static_cast<uint32_t>(value >> 32)); !s.ok()) return s;
-  return WriteU32(fd, static_cast<uint32_t>(value & 0xffffffffu));
+absl::Status WriteU64(int fd, uint64_t value, ProbeClock::time_point deadline) {
+  if (absl::Status s = WriteU32(fd, static_cast<uint32_t>(value >> 32), deadline); !s.ok()) {
+    return s;
+  }
+  return WriteU32(fd, static_cast<uint32_t>(value & 0xffffffffu), deadline);
 }
 
-absl::StatusOr<uint64_t> ReadU64(int fd) {
-  absl::StatusOr<uint32_t> high = ReadU32(fd);
+absl::StatusOr<uint64_t> ReadU64(int fd, ProbeClock::time_point deadline) {
+  absl::StatusOr<uint32_t> high = ReadU32(fd, deadline);
   if (!high.ok()) return high.status();
-  absl::StatusOr<uint32_t> low = ReadU32(fd);
+  absl::StatusOr<uint32_t> low = ReadU32(fd, deadline);
   if (!low.ok()) return low.status();
   return (static_cast<uint64_t>(*high) << 32) | *low;
 }
 
-absl::Status SendFrames(int fd, std::chrono::milliseconds duration) {
+absl::Status SendFrames(int fd, std::chrono::milliseconds duration,
+                        ProbeClock::time_point deadline) {
   static const std::vector<char> frame(kFrameBytes, 'x');
   const SteadyClock::time_point end = SteadyClock::now() + std::min(duration, kMaxProbeTime);
   while (SteadyClock::now() < end) {
-    if (absl::Status s = WriteU32(fd, kFrameBytes); !s.ok()) return s;
-    if (absl::Status s = WriteAll(fd, frame.data(), frame.size()); !s.ok()) return s;
+    if (absl::Status s = WriteU32(fd, kFrameBytes, deadline); !s.ok()) return s;
+    if (absl::Status s = WriteAll(fd, frame.data(), frame.size(), deadline); !s.ok()) return s;
   }
-  return WriteU32(fd, 0);
+  return WriteU32(fd, 0, deadline);
 }
 
-absl::StatusOr<Received> ReceiveFrames(int fd) {
+absl::StatusOr<Received> ReceiveFrames(int fd, ProbeClock::time_point deadline) {
   std::vector<char> buffer(kFrameBytes);
   Received got;
   std::optional<SteadyClock::time_point> first;
   while (true) {
-    absl::StatusOr<uint32_t> len = ReadU32(fd);
+    absl::StatusOr<uint32_t> len = ReadU32(fd, deadline);
     if (!len.ok()) return len.status();
     if (!first.has_value()) first = SteadyClock::now();
     if (*len == 0) break;
     if (*len > kFrameBytes) return absl::DataLossError(absl::StrCat("a frame of ", *len, " bytes"));
-    if (absl::Status s = ReadAll(fd, buffer.data(), *len); !s.ok()) return s;
+    if (absl::Status s = ReadAll(fd, buffer.data(), *len, deadline); !s.ok()) return s;
     got.bytes += *len;
   }
   got.micros = static_cast<uint64_t>(

@@ -5,7 +5,8 @@
 //      answers with what it received (bytes, microseconds from the first byte to the last);
 //   3. download: the same the other way; the initiator counts.
 // A frame is a 4-byte length (network order) and that many bytes. Both ends bound every read and
-// write by kIoTimeout, so a peer that stops answering costs seconds, never a hung agent.
+// write by kIoTimeout and the whole probe by a deadline (ProbeDeadline), so a peer that stops
+// answering, or trickles a byte at a time, costs seconds, never a hung thread.
 #ifndef DDPRUN_LAUNCHER_PREFLIGHT_PROBE_WIRE_H_
 #define DDPRUN_LAUNCHER_PREFLIGHT_PROBE_WIRE_H_
 
@@ -25,6 +26,13 @@ inline constexpr size_t kFrameBytes = 256 * 1024;
 inline constexpr std::chrono::milliseconds kMaxProbeTime{2000};
 inline constexpr std::chrono::seconds kIoTimeout{3};
 
+using ProbeClock = std::chrono::steady_clock;
+// When a probe that starts now must be over, whatever its peer does: both directions at the
+// longest, and the pings and answers with room to spare.
+inline ProbeClock::time_point ProbeDeadline() {
+  return ProbeClock::now() + 2 * kMaxProbeTime + 2 * kIoTimeout;
+}
+
 // What one side received in one direction.
 struct Received {
   uint64_t bytes = 0;
@@ -35,16 +43,18 @@ struct Received {
 // Sets kIoTimeout on `fd`'s reads and writes, and TCP_NODELAY (the pings are one byte).
 void PrepareProbeSocket(int fd);
 // All of `len` bytes, or an error naming what failed.
-absl::Status WriteAll(int fd, const void* data, size_t len);
-absl::Status ReadAll(int fd, void* data, size_t len);
-absl::Status WriteU32(int fd, uint32_t value);
-absl::StatusOr<uint32_t> ReadU32(int fd);
-absl::Status WriteU64(int fd, uint64_t value);
-absl::StatusOr<uint64_t> ReadU64(int fd);
+// Every call below fails (kDeadlineExceeded) once `deadline` has passed.
+absl::Status WriteAll(int fd, const void* data, size_t len, ProbeClock::time_point deadline);
+absl::Status ReadAll(int fd, void* data, size_t len, ProbeClock::time_point deadline);
+absl::Status WriteU32(int fd, uint32_t value, ProbeClock::time_point deadline);
+absl::StatusOr<uint32_t> ReadU32(int fd, ProbeClock::time_point deadline);
+absl::Status WriteU64(int fd, uint64_t value, ProbeClock::time_point deadline);
+absl::StatusOr<uint64_t> ReadU64(int fd, ProbeClock::time_point deadline);
 // Sends frames for `duration`, then the end frame.
-absl::Status SendFrames(int fd, std::chrono::milliseconds duration);
+absl::Status SendFrames(int fd, std::chrono::milliseconds duration,
+                        ProbeClock::time_point deadline);
 // Reads frames up to the end frame.
-absl::StatusOr<Received> ReceiveFrames(int fd);
+absl::StatusOr<Received> ReceiveFrames(int fd, ProbeClock::time_point deadline);
 
 }  // namespace ddprun::launcher
 

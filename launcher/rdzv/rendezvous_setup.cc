@@ -95,10 +95,9 @@ absl::Status TakeConf(const RdzvConf& conf, const LaunchOptions& options, C10dSe
 
 bool PreflightEnabled(const LaunchOptions& options) {
   // Where no rendezvous server compares the nodes: one node, each static node on its own, etcd.
-  const bool no_server =
-      options.standalone || IsEtcd(options.rdzv_backend) ||
-      (options.rdzv_backend == RdzvBackend::kStatic &&
-       options.rdzv.static_coordination != StaticCoordination::kRendezvous);
+  const bool no_server = options.standalone || IsEtcd(options.rdzv_backend) ||
+                         (options.rdzv_backend == RdzvBackend::kStatic &&
+                          options.rdzv.static_coordination != StaticCoordination::kRendezvous);
   if (no_server) return false;
   return options.preflight == PreflightMode::kOn ||
          (options.preflight == PreflightMode::kAuto && options.max_nodes > 1);

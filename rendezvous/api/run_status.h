@@ -86,7 +86,7 @@ struct RunStatus {
   int64_t spares_used = 0;  // spares taken into a round since the run began (this coordinator)
   int slow_nodes = 0;       // running members the slow-node judge names (issue 41)
   std::optional<CheckpointAdvice> checkpoint_advice;  // once a save time is known (issue 41)
-  std::optional<PreflightSummary> preflight;  // once one started (--preflight, issue 41)
+  std::optional<PreflightSummary> preflight;          // once one started (--preflight, issue 41)
   std::vector<std::string> steps;  // the agents' latest timeline steps (JSON), oldest first
   // The gRPC server process that answered (random per process; empty from etcd): one server
   // reached under two names is one server.

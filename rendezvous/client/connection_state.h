@@ -191,8 +191,8 @@ struct ClientAction {
   int64_t round = 0;
   Cause cause = Cause::kUnspecified;
   std::optional<HangNotice> hang;
-  RestartFacts facts;     // kRestart
-  StandbyNotice standby;  // kStandby
+  RestartFacts facts;          // kRestart
+  StandbyNotice standby;       // kStandby
   PreflightRequest preflight;  // kPreflight
   absl::Status status;
   LivenessTarget liveness;        // kStartLiveness

@@ -313,7 +313,7 @@ class RunState {
   std::optional<PreflightSummary> preflight_summary_;
   int64_t preflight_generation_ = 0;
   bool preflight_done_ = false;
-  std::vector<std::string> log_;  // not yet taken
+  std::vector<std::string> log_;            // not yet taken
   TimePoint round_began_{};                 // the forming round's start
   std::optional<TimePoint> failed_at_;      // the failure that restarted it
   std::vector<RoundTiming> round_timings_;  // formed, not yet taken

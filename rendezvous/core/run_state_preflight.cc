@@ -43,8 +43,7 @@ void RunState::StartPreflight(TimePoint now, Outbox* out) {
                               " nodes: compute and network probes before the first round"));
 }
 
-void RunState::Preflight(ConnId conn, const PreflightReport& report, TimePoint now,
-                         Outbox* out) {
+void RunState::Preflight(ConnId conn, const PreflightReport& report, TimePoint now, Outbox* out) {
   auto it = nodes_.find(conn);
   if (it == nodes_.end() || !preflight_round_.has_value()) return;
   if (!preflight_round_->Report(it->second.info.node_id, report)) return;
@@ -66,10 +65,10 @@ void RunState::FinishPreflight(TimePoint now, Outbox* out) {
   for (PreflightVerdict& v : summary.verdicts) {
     if (v.slow()) slow.push_back(&v);
   }
-  std::stable_sort(slow.begin(), slow.end(), [](const PreflightVerdict* a,
-                                                const PreflightVerdict* b) {
-    return a->worst_ratio < b->worst_ratio;
-  });
+  std::stable_sort(slow.begin(), slow.end(),
+                   [](const PreflightVerdict* a, const PreflightVerdict* b) {
+                     return a->worst_ratio < b->worst_ratio;
+                   });
   for (PreflightVerdict* v : slow) {
     auto found = by_node_id_.find(v->node_id);
     if (spares == 0 || found == by_node_id_.end()) break;
@@ -85,9 +84,8 @@ void RunState::FinishPreflight(TimePoint now, Outbox* out) {
     log_.push_back(absl::StrCat("run '", run_id_, "': preflight: node ", v.node_id, " (",
                                 v.hostname, "): ", DescribeVerdict(v)));
   }
-  const size_t started_slow = slow.size() - std::count_if(slow.begin(), slow.end(), [](auto* v) {
-                                return v->kept_out;
-                              });
+  const size_t started_slow =
+      slow.size() - std::count_if(slow.begin(), slow.end(), [](auto* v) { return v->kept_out; });
   if (started_slow > 0) {
     log_.push_back(absl::StrCat("run '", run_id_, "': preflight: ", started_slow,
                                 " slow node(s) and no spare to take their places: the job starts "

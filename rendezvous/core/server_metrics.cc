@@ -128,18 +128,14 @@ void AppendPreflight(const std::vector<RunStatus>& runs, std::string* out) {
       {"ddprun_rdzv_preflight_slow_nodes",
        "Nodes the preflight named slower than the job's median by more than the margin.",
        [](const PreflightSummary& p) {
-         return static_cast<double>(
-             std::count_if(p.verdicts.begin(), p.verdicts.end(), [](const auto& v) {
-               return v.slow();
-             }));
+         return static_cast<double>(std::count_if(p.verdicts.begin(), p.verdicts.end(),
+                                                  [](const auto& v) { return v.slow(); }));
        }},
       {"ddprun_rdzv_preflight_kept_out_nodes",
        "Slow nodes the preflight kept out of the run for spares.",
        [](const PreflightSummary& p) {
-         return static_cast<double>(
-             std::count_if(p.verdicts.begin(), p.verdicts.end(), [](const auto& v) {
-               return v.kept_out;
-             }));
+         return static_cast<double>(std::count_if(p.verdicts.begin(), p.verdicts.end(),
+                                                  [](const auto& v) { return v.kept_out; }));
        }},
   };
   for (const PreflightGauge& g : gauges) {
@@ -158,8 +154,8 @@ void AppendPreflight(const std::vector<RunStatus>& runs, std::string* out) {
     if (!r.preflight.has_value()) continue;
     for (const PreflightVerdict& v : r.preflight->verdicts) {
       absl::StrAppend(out, "ddprun_rdzv_preflight_worst_ratio{run_id=\"",
-                      EscapeLabelValue(r.run_id), "\",node=\"", EscapeLabelValue(v.node_id),
-                      "\"} ", SampleValue(v.worst_ratio), "\n");
+                      EscapeLabelValue(r.run_id), "\",node=\"", EscapeLabelValue(v.node_id), "\"} ",
+                      SampleValue(v.worst_ratio), "\n");
     }
   }
 }

@@ -145,11 +145,12 @@ std::string PreflightTable(const RunStatus& run) {
                       p.verdicts.size() - kMaxMembersShown, " more</td></tr>");
       break;
     }
-    const std::string verdict = !v.slow()   ? "ok"
+    const std::string verdict = !v.slow()    ? "ok"
                                 : v.kept_out ? absl::StrCat("kept out: ", v.shortfalls.front())
                                              : absl::StrCat("slow: ", v.shortfalls.front());
     absl::StrAppend(&out, "<tr class=\"", v.slow() ? "slow" : "ok", "\"><td>",
-                    HtmlEscape(v.hostname), "</td>", cell(v.figures.cpu_gflops, v.ratios.cpu_gflops),
+                    HtmlEscape(v.hostname), "</td>",
+                    cell(v.figures.cpu_gflops, v.ratios.cpu_gflops),
                     cell(v.figures.send_mbps, v.ratios.send_mbps),
                     cell(v.figures.recv_mbps, v.ratios.recv_mbps),
                     cell(v.figures.rtt_ms, v.ratios.rtt_ms), "<td>", HtmlEscape(verdict),

@@ -31,10 +31,10 @@
 // the probes, the agent's events.
 //
 // Thread-safety: Join, ReportGroupState, ReportProgress, ReportStep, ReportCompute,
-// ReportCheckpoint, ReportPreflight, Leave, StepOut and StepIn may be called from any thread; they post to the client's own LoopThread, which owns
-// all other state (gRPC reactor callbacks only post to it too). RendezvousEvents are delivered on
-// the agent's Executor. After Leave() returns, or once the client is destroyed, no event reaches
-// the agent.
+// ReportCheckpoint, ReportPreflight, Leave, StepOut and StepIn may be called from any thread; they
+// post to the client's own LoopThread, which owns all other state (gRPC reactor callbacks only post
+// to it too). RendezvousEvents are delivered on the agent's Executor. After Leave() returns, or
+// once the client is destroyed, no event reaches the agent.
 #ifndef DDPRUN_RENDEZVOUS_GRPC_RENDEZVOUS_CLIENT_H_
 #define DDPRUN_RENDEZVOUS_GRPC_RENDEZVOUS_CLIENT_H_
 

@@ -18,7 +18,6 @@
 #include "common/log.h"
 #include "common/strings.h"
 #include "rendezvous/checkpoints/checkpoint_advisor.h"
-#include "rendezvous/preflight/preflight_judge.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/etcd/etcd_status.h"
 #include "rendezvous/grpc/rendezvous_client.h"
@@ -26,6 +25,7 @@
 #include "rendezvous/grpc/run_status_query.h"
 #include "rendezvous/grpc/security.h"
 #include "rendezvous/grpc/served_run.h"
+#include "rendezvous/preflight/preflight_judge.h"
 
 namespace ddprun::launcher {
 namespace {

@@ -123,8 +123,8 @@ std::vector<PreflightVerdict> JudgePreflight(const std::vector<PreflightEntry>& 
     if (any_pair && v.figures.send_mbps <= 0 && v.figures.recv_mbps <= 0) {
       // Every pair it took part in failed: the node is cut off from its peers.
       const std::string failed = FailedPairs(e);
-      v.shortfalls.push_back(absl::StrCat("reached no peer",
-                                          failed.empty() ? "" : absl::StrCat(" (", failed, ")")));
+      v.shortfalls.push_back(
+          absl::StrCat("reached no peer", failed.empty() ? "" : absl::StrCat(" (", failed, ")")));
       v.worst_ratio = 0;
     }
     verdicts.push_back(std::move(v));

@@ -132,14 +132,14 @@ TEST_F(PreflightIntegrationTest, WithoutASpareTheJobStartsWithTheSlowHostAndSays
 }
 
 TEST_F(PreflightIntegrationTest, ABadMarginIsOneLineAndExitTwo) {
-  Subprocess bad({BinPath("ddprun"), "--nnodes=2", "--preflight-margin=-1", "--no-python",
-                  "/bin/true"});
+  Subprocess bad(
+      {BinPath("ddprun"), "--nnodes=2", "--preflight-margin=-1", "--no-python", "/bin/true"});
   EXPECT_EQ(bad.Wait(30s).value_or(testing::ExitStatus{}).exit_code, 2);
   const std::string said = bad.err();
   EXPECT_THAT(said, HasSubstr("--preflight-margin=-1: must be a fraction above 0"));
   EXPECT_EQ(std::count(said.begin(), said.end(), '\n'), 1) << said;
-  Subprocess word({BinPath("ddprun"), "--nnodes=2", "--preflight=sometimes", "--no-python",
-                   "/bin/true"});
+  Subprocess word(
+      {BinPath("ddprun"), "--nnodes=2", "--preflight=sometimes", "--no-python", "/bin/true"});
   EXPECT_EQ(word.Wait(30s).value_or(testing::ExitStatus{}).exit_code, 2);
   EXPECT_THAT(word.err(), HasSubstr("--preflight=sometimes: expected auto, on or off"));
 }

@@ -18,9 +18,9 @@ namespace ddprun::rendezvous {
 namespace {
 
 using ::testing::Contains;
-using ::testing::HasSubstr;
 using testing::Count;
 using testing::Find;
+using ::testing::HasSubstr;
 using testing::MakeJoin;
 
 class PreflightTest : public testing::ServerStateTest {

@@ -78,9 +78,11 @@ TEST(PreflightJudgeTest, ComputeIsJudgedWithTheMargin) {
   e[3].report->cpu_gflops = 8.8;  // 0.94x: within it
   const std::vector<PreflightVerdict> v = JudgePreflight(e, 0.2);
   EXPECT_TRUE(v[2].slow());
-  EXPECT_THAT(v[2].shortfalls.at(0), HasSubstr("cpu 7.5 GFLOP/s, 0.80x the job's median 9.4 GFLOP/s"));
+  EXPECT_THAT(v[2].shortfalls.at(0),
+              HasSubstr("cpu 7.5 GFLOP/s, 0.80x the job's median 9.4 GFLOP/s"));
   EXPECT_FALSE(v[3].slow());
-  EXPECT_FALSE(JudgePreflight(e, 0.3)[2].slow()) << "a wider margin (1/1.3 = 0.77x) lets 0.80x pass";
+  EXPECT_FALSE(JudgePreflight(e, 0.3)[2].slow())
+      << "a wider margin (1/1.3 = 0.77x) lets 0.80x pass";
 }
 
 TEST(PreflightJudgeTest, ANodeWithoutAReportIsNamedForIt) {

@@ -13,8 +13,8 @@ namespace {
 std::vector<PreflightParticipant> Participants(int n) {
   std::vector<PreflightParticipant> p;
   for (int i = 0; i < n; ++i) {
-    p.push_back({std::to_string(i), "host-" + std::to_string(i), "10.0.0." + std::to_string(i),
-                 4000 + i});
+    p.push_back(
+        {std::to_string(i), "host-" + std::to_string(i), "10.0.0." + std::to_string(i), 4000 + i});
   }
   return p;
 }
