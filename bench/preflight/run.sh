@@ -19,7 +19,8 @@ RUNS=${RUNS:-3}
 STEPS_SECONDS=${STEPS_SECONDS:-20}
 [ "$(id -u)" -eq 0 ] || { echo "bench/preflight: needs root (namespaces, tc)" >&2; exit 1; }
 mkdir -p "$OUT"
-export DDPRUN_RDZV_TOKEN=preflight-bench OMP_NUM_THREADS=1
+# The hosts' names resolve nowhere: gloo takes eth0, the store the address --local-addr says.
+export DDPRUN_RDZV_TOKEN=preflight-bench OMP_NUM_THREADS=1 GLOO_SOCKET_IFNAME=eth0
 P=pfb$$
 SW=$P-sw
 pids=()
@@ -71,6 +72,7 @@ start_agents() {  # DIR [ddprun flags...]: hosts 2-5 at once
   local dir=$1; shift
   for h in 2 3 4 5; do
     on $h "$BUILD/bin/ddprun" --nnodes=3 --nproc-per-node=1 --rdzv-backend=c10d \
+      --local-addr=10.214.0.$h \
       --rdzv-endpoint="$EP" --rdzv-id=preflight-bench "$@" --no-python "$BUILD/bin/ddp-train" \
       mnist --data "$DATA" --no-progress-bar --epochs 1000 --test-subset 1000 --batch-size 64 \
       > "$dir/h$h.out" 2> "$dir/h$h.err" &
@@ -96,7 +98,7 @@ scenario() {
   local s0; s0=$(step_now "$dir"); local t1; t1=$(secs)
   sleep "$STEPS_SECONDS"
   local s1; s1=$(step_now "$dir"); local t2; t2=$(secs)
-  echo "${first:-n/a} $(echo "scale=2; ($s1 - $s0) / ($t2 - $t1)" | bc)"
+  printf '%s %.2f\n' "$(printf '%.2f' "${first:-0}")" "$(echo "($s1 - $s0) / ($t2 - $t1)" | bc -l)"
   stop_all
 }
 median() { sort -g | awk '{ a[NR] = $1 } END { if (NR % 2) print a[(NR + 1) / 2]; else printf "%.3f\n", (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
@@ -108,7 +110,7 @@ D="$OUT/measure"; mkdir -p "$D"; start_daemon "$D"
 start_agents "$D" --preflight=on
 for _ in $(seq 300); do grep -q "preflight took" "$D/daemon.log" && break; sleep 0.1; done
 stop_all
-MEDIAN=$(grep -o "send [0-9.]* Mbit/s ([0-9.]*x)" "$D/daemon.log" | awk '{print $2}' | median)
+MEDIAN=$(grep -o "send [0-9.]* Mbit/s ([0-9.]*x)" "$D/daemon.log" | awk '{print $2}' | median | cut -d. -f1)
 TENTH=$(echo "$MEDIAN / 10" | bc)
 echo "links: the median node sends $MEDIAN Mbit/s; host 4 limited to $TENTH Mbit/s both ways" | tee -a "$OUT/summary.txt"
 
@@ -138,7 +140,7 @@ done
   echo "  clean, --preflight=off:       first step ${FIRST[clean]} s, ${RATE[clean]} steps/s"
   echo "  host 4 at a tenth, off:       first step ${FIRST[limited-off]} s, ${RATE[limited-off]} steps/s"
   echo "  host 4 at a tenth, preflight: first step ${FIRST[limited-on]} s, ${RATE[limited-on]} steps/s; host 4 kept out in $kept of $RUNS runs"
-  echo "  the preflight's cost: +$(echo "${FIRST[limited-on]} - ${FIRST[clean]}" | bc) s to the first step"
+  echo "  the preflight's cost: +$(printf '%.2f' "$(echo "${FIRST[limited-on]} - ${FIRST[clean]}" | bc)") s to the first step"
   echo "  one run's verdict on host 4: $(grep -h '(n4): ' "$OUT/limited-on-1/daemon.log" | head -1 | cut -d' ' -f3-)"
 } | tee -a "$OUT/summary.txt"
 echo "logs: $OUT"
