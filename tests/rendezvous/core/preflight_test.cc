@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "rendezvous/api/eviction.h"
+#include "rendezvous/core/server_metrics.h"
+#include "rendezvous/core/status_page.h"
 #include "tests/rendezvous/core/state_fixture.h"
 #include "tests/rendezvous/core/state_test_util.h"
 
@@ -101,6 +103,25 @@ TEST_F(PreflightTest, ASlowNodeIsKeptOutAndTheSpareThatJoinedMeanwhileTakesItsPl
   const std::vector<std::string> log = state_.TakeRunLog();
   EXPECT_THAT(log, Contains(HasSubstr("node 3 (host-3): cpu 4 GFLOP/s (0.40x)")));
   EXPECT_THAT(log, Contains(HasSubstr("(kept out: a spare takes its place)")));
+}
+
+TEST_F(PreflightTest, TheVerdictsAreOnMetricsAndTheStatusPage) {
+  std::map<ConnId, PreflightRequest> asked = JoinAll(4);
+  clock_.Advance(std::chrono::milliseconds(1500));
+  for (ConnId c : {1, 2, 4}) Measured(c, asked[c], 10);
+  Measured(3, asked[3], 4);
+  const RunStatus run = Status();
+  const std::string text = FormatMetrics(ServerMetrics(), {run});
+  EXPECT_THAT(text, HasSubstr("ddprun_rdzv_preflight_seconds{run_id=\"run\"} 1.5\n"));
+  EXPECT_THAT(text, HasSubstr("ddprun_rdzv_preflight_slow_nodes{run_id=\"run\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("ddprun_rdzv_preflight_kept_out_nodes{run_id=\"run\"} 1\n"));
+  EXPECT_THAT(text,
+              HasSubstr("ddprun_rdzv_preflight_worst_ratio{run_id=\"run\",node=\"3\"} 0.4\n"));
+  EXPECT_THAT(text, HasSubstr("ddprun_rdzv_preflight_worst_ratio{run_id=\"run\",node=\"1\"} 1\n"));
+  const std::string page = RenderStatusPage({run}, ServerMetrics(), "h:1", clock_.Now());
+  EXPECT_THAT(page, HasSubstr("<summary>preflight (1.5 s)</summary>"));
+  EXPECT_THAT(page, HasSubstr("<tr class=\"slow\"><td>host-3</td><td>4 (0.40x)</td>"));
+  EXPECT_THAT(page, HasSubstr("kept out: cpu 4 GFLOP/s, 0.40x the job&#39;s median 10 GFLOP/s"));
 }
 
 TEST_F(PreflightTest, WithoutASpareTheJobStartsWithTheSlowNodeAndSaysSo) {
