@@ -67,6 +67,11 @@ The contract:
   with code 75 (``LEASE_EXPIRED_EXIT``). Before writing a checkpoint, ask
   ``rnd.may_commit()`` (False past the lease). Without the variable (torchrun, other
   backends) the lease is always valid.
+* Checkpoint advice (docs/design.md §3c): ``checkpoint_interval_advice()`` is the run's
+  advised seconds of training between checkpoints, or None before any: the newest ``advice``
+  message of the agent in-process (the hello says the worker takes them), else
+  ``DDPRUN_CHECKPOINT_INTERVAL_ADVICE`` as the agent started the worker. The reader thread also
+  keeps that variable in ``os.environ`` current.
 * The environment: every round sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
   GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
   TORCHELASTIC_RESTART_COUNT and DDPRUN_ROUND in ``os.environ`` to the round's values, as a cold
@@ -142,8 +147,10 @@ __all__ = [
     "RoundInfo",
     "RoundOver",
     "StateError",
+    "checkpoint_interval_advice",
     "connect",
     "lease_valid",
+    "report_checkpoint",
     "rounds",
     "run",
 ]
@@ -151,6 +158,8 @@ __all__ = [
 PROTOCOL_VERSION = 1
 MAX_LINE_BYTES = 4096  # control/control_message.h kMaxControlLineBytes
 CONTROL_SOCKET_ENV = "DDPRUN_CONTROL_SOCKET"
+ADVICE_ENV = "DDPRUN_CHECKPOINT_INTERVAL_ADVICE"
+_MAX_ADVICE_S = 1e9  # control/control_message.cc: an advice beyond this is not one
 _MAX_INT = 2**31 - 1
 _MAX_ROUND = 2**53
 _DEFAULT_DEADLINE_S = 60.0
@@ -192,13 +201,25 @@ def lease_valid():
 
 
 _progress_fd = None
+_checkpoint_ms = None  # a save report_checkpoint() was told of, for the next step report
+
+
+def report_checkpoint(seconds):
+    """Tells ddprun's checkpoint advice (docs/design.md §3c) that this rank saved a checkpoint
+    that took `seconds` (the whole save, which the other ranks wait for): it goes with the next
+    step report, as ddp-train's "checkpoint_ms". Nothing without ddprun."""
+    global _checkpoint_ms
+    if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) and seconds >= 0:
+        _checkpoint_ms = max(_checkpoint_ms or 0.0, float(seconds) * 1000)
 
 
 def _report_step(step):
     """Tells ddprun's goodput ledger and hang detection that the worker starts step `step`
-    (DDPRUN_PROGRESS_FILE, one line {"pid":P,"step":S}, as ddp-train writes it). Never waits and
-    never fails the training: the FIFO is opened non-blocking, a full pipe drops the line, any
-    other error turns the reports off."""
+    (DDPRUN_PROGRESS_FILE, one line {"pid":P,"step":S}, as ddp-train writes it; with
+    "checkpoint_ms" after report_checkpoint()). Never waits and never fails the training: the
+    FIFO is opened non-blocking, a full pipe drops the line, any other error turns the reports
+    off."""
+    global _checkpoint_ms
     global _progress_fd
     if _progress_fd is None:
         path = os.environ.get("DDPRUN_PROGRESS_FILE", "")
@@ -209,7 +230,9 @@ def _report_step(step):
     if _progress_fd < 0:
         return
     try:
-        os.write(_progress_fd, f'{{"pid":{os.getpid()},"step":{step}}}\n'.encode())
+        saved = "" if _checkpoint_ms is None else f',"checkpoint_ms":{_checkpoint_ms:.3f}'
+        os.write(_progress_fd, f'{{"pid":{os.getpid()},"step":{step}{saved}}}\n'.encode())
+        _checkpoint_ms = None
     except BlockingIOError:
         pass
     except OSError:
@@ -294,7 +317,8 @@ def _str_field(obj, name, max_len):
 
 def parse_message(line):
     """Parses one line (bytes, no newline) from the agent: ("round", RoundInfo),
-    ("abort", (round, reason)), or ValueError naming what is wrong, as the C++ parser would."""
+    ("abort", (round, reason)), ("advice", seconds), or ValueError naming what is wrong, as the
+    C++ parser would."""
     if len(line) > MAX_LINE_BYTES:
         raise ValueError(f"a line of {len(line)} bytes (at most {MAX_LINE_BYTES})")
     try:
@@ -323,6 +347,12 @@ def parse_message(line):
     if kind == "abort":
         return "abort", (_int_field(obj, "round", 0, _MAX_ROUND),
                          _str_field(obj, "reason", MAX_LINE_BYTES))
+    if kind == "advice":
+        seconds = obj.get("checkpoint_interval_s")
+        if (not isinstance(seconds, (int, float)) or isinstance(seconds, bool)
+                or not 0 < seconds <= _MAX_ADVICE_S):
+            raise ValueError('advice: no valid "checkpoint_interval_s"')
+        return "advice", float(seconds)
     if kind in ("hello", "ready"):
         raise ValueError(f'a "{kind}" message, which only a worker sends')
     raise ValueError(f'unknown message type "{kind}"')
@@ -421,6 +451,7 @@ class Control:
         self._aborted = -1  # highest round an abort named
         self._abort_reason = ""
         self._closed = None  # why the channel is closed, or None
+        self._advice = None  # the newest checkpoint advice, seconds
         self._active = None  # (round number, _RoundSockets) being formed or run
         self._write_lock = threading.Lock()
         self._reader = threading.Thread(target=self._read_loop, name="ddprun-control",
@@ -445,6 +476,9 @@ class Control:
                         if kind == "round":
                             if self._round is None or value.round > self._round.round:
                                 self._round = value  # an older round is stale: ignored
+                        elif kind == "advice":
+                            self._advice = value
+                            os.environ[ADVICE_ENV] = f"{value:g}"
                         elif value[0] > self._aborted:
                             self._aborted, self._abort_reason = value
                         self._cond.notify_all()
@@ -488,6 +522,11 @@ class Control:
     def abort_reason(self):
         with self._cond:
             return self._abort_reason
+
+    def checkpoint_advice(self):
+        """The newest checkpoint advice the agent sent (seconds), or None."""
+        with self._cond:
+            return self._advice
 
     def wait_round(self, after, timeout_s):
         """The first round message newer than `after`, waiting up to `timeout_s`.
@@ -538,6 +577,24 @@ class Control:
         self._sock.close()
 
 
+_connected = None  # the Control of connect(), for checkpoint_interval_advice()
+
+
+def checkpoint_interval_advice():
+    """The run's advised seconds of training between checkpoints (ddprun's checkpoint advice,
+    docs/design.md §3c), or None before any: the agent's newest advice message in-process, else
+    DDPRUN_CHECKPOINT_INTERVAL_ADVICE as the worker was started with it."""
+    if _connected is not None:
+        advice = _connected.checkpoint_advice()
+        if advice is not None:
+            return advice
+    try:
+        value = float(os.environ.get(ADVICE_ENV, ""))
+    except ValueError:
+        return None
+    return value if 0 < value <= _MAX_ADVICE_S else None
+
+
 def connect(timeout=60.0):
     """Connects to the agent named by DDPRUN_CONTROL_SOCKET, says hello and waits up to
     `timeout` seconds for this worker's first round.
@@ -562,11 +619,13 @@ def connect(timeout=60.0):
     ctl = Control(sock, local_rank)
     try:
         ctl._send({"type": "hello", "version": PROTOCOL_VERSION, "local_rank": local_rank,
-                   "pid": os.getpid()})
+                   "pid": os.getpid(), "advice": True})
         ctl.wait_round(-1, timeout)
     except ControlError as e:
         ctl.close()
         raise ControlError(f"control channel {path}: no round from the agent: {e}") from None
+    global _connected
+    _connected = ctl
     return ctl
 
 

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -536,6 +537,8 @@ TEST_F(InProcessModuleTest, GarbageOrSilenceFromTheAgentIsAClearErrorNotAHang) {
       {"long_line", std::string(5000, 'x'), "a bad message from the agent: a line over 4096"},
       {"bad_field", bad_rank_line + "\n", "\"rank\"=3 is outside [0, 0]"},
       {"unknown_type", "{\"type\":\"launch\"}\n", "unknown message type \"launch\""},
+      {"bad_advice", "{\"type\":\"advice\",\"checkpoint_interval_s\":-1}\n",
+       "advice: no valid \"checkpoint_interval_s\""},
       {"silent", "", "no new round from the agent within 3 s"},
       {"closed", "", "the agent closed the control channel", true},
   };
@@ -565,6 +568,36 @@ TEST_F(InProcessModuleTest, GarbageOrSilenceFromTheAgentIsAClearErrorNotAHang) {
     EXPECT_THAT(w[i]->err(), HasSubstr("ControlError")) << cases[i].name;
     EXPECT_THAT(w[i]->err(), HasSubstr(cases[i].expect)) << cases[i].name;
   }
+}
+
+// The checkpoint advice (issue 41): the module's hello says it takes advice messages, and the
+// script reads the newest with checkpoint_interval_advice(); before any message, the value the
+// worker was started with (DDPRUN_CHECKPOINT_INTERVAL_ADVICE). A save the script reports goes
+// with its next step report, as ddp-train's "checkpoint_ms".
+TEST_F(InProcessModuleTest, TheScriptReadsTheAgentsCheckpointAdviceAndReportsItsSaves) {
+  ControlServer server(dir_.File("control.sock"));
+  const std::string progress = dir_.File("progress");
+  { std::ofstream touch(progress); }
+  auto w = Worker({{"DDPRUN_CONTROL_SOCKET", server.path()},
+                   {"LOCAL_RANK", "0"},
+                   {"DDPRUN_PROGRESS_FILE", progress},
+                   {"DDPRUN_CHECKPOINT_INTERVAL_ADVICE", "30"}},
+                  {"--out", dir_.File("final"), "--steps", "6", "--print-advice", "--step-seconds",
+                   "0.5", "--report-checkpoint"});
+  std::unique_ptr<Channel> ch = server.Accept();
+  ASSERT_NE(ch, nullptr) << w->err();
+  const HelloMessage hello = ch->Read<HelloMessage>();
+  EXPECT_TRUE(hello.advice) << "the hello says advice messages are welcome";
+  ch->Send(Round(1, 0, 1, port_.port(), 30000));
+  ASSERT_TRUE(w->WaitForOutputContains("advice 30.0", 60s)) << w->out() << w->err();
+  ch->Send(control::AdviceMessage{12.5});
+  EXPECT_TRUE(w->WaitForOutputContains("advice 12.5", 30s)) << w->out() << w->err();
+  const std::optional<testing::ExitStatus> st = w->Wait(30s);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->exit_code, 0) << w->err();
+  const std::string reports = ReadFile(progress);
+  EXPECT_THAT(reports, HasSubstr(",\"step\":3,\"checkpoint_ms\":250.000}")) << reports;
+  EXPECT_THAT(reports, HasSubstr(",\"step\":4}")) << "reported once";
 }
 
 // Garbage in the middle of a round whose collective is blocked on a stopped peer: the channel

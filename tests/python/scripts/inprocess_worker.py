@@ -16,6 +16,9 @@ only (under ddprun --restart-mode=in-process: the agent replaces it, its peers r
 --hostile pickle|size --marker PATH --lie-from-round R: this rank lies in the state agreement
 from round R on (hostile_peer.py): what its peers must survive.
 
+--print-advice: print "advice S" after every step, S being checkpoint_interval_advice().
+--report-checkpoint: report_checkpoint(0.25) after step 1 (the next step report says 250 ms).
+
 --rewrap-at S: build a new DistributedDataParallel before step S, as a recovered round does.
 DDP's first iteration uses its initial bucket layout and later ones the rebuilt layout; gloo's
 ring sums an element in an order that depends on where it lies in the bucket, so re-wrapping
@@ -46,6 +49,10 @@ parser.add_argument("--connect-timeout", type=float, default=30.0)
 parser.add_argument("--hostile", choices=["pickle", "size"])
 parser.add_argument("--marker", default="")
 parser.add_argument("--lie-from-round", type=int, default=1)
+parser.add_argument("--print-advice", action="store_true",
+                    help="print 'advice S' (checkpoint_interval_advice()) after every step")
+parser.add_argument("--report-checkpoint", action="store_true",
+                    help="report_checkpoint(0.25) after step 1, as if a save took 250 ms")
 args = parser.parse_args()
 if args.hostile:
     import hostile_peer
@@ -79,6 +86,10 @@ def train(rnd):
         state["note"] = f"after step {step}"
         rnd.step_done(step)
         print(f"rank {rnd.rank} step {step} done", flush=True)
+        if args.report_checkpoint and step == 1:
+            dip.report_checkpoint(0.25)
+        if args.print_advice:
+            print(f"advice {dip.checkpoint_interval_advice()}", flush=True)
         if args.step_seconds > 0:
             time.sleep(args.step_seconds)
         if (step == args.kill_at and rnd.rank == args.kill_rank and rnd.restart_count == 0):
