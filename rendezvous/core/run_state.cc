@@ -146,7 +146,8 @@ void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outb
     // A spare arriving with the members: measured before it may take a place.
     const Node& added = nodes_.at(conn);
     out->push_back({conn, preflight_round_->Add({added.info.node_id, added.info.hostname,
-                                                 added.addr, added.info.preflight_port})});
+                                                 AddressForPeers(added, SomeNodeRemote()),
+                                                 added.info.preflight_port})});
   }
   if (phase_ == RunPhase::kJoining) {
     MaybeFormRound(now, out);
@@ -559,19 +560,9 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
   last_call_deadline_.reset();
 
   const Node* master = by_rank[0];
-  // The address the rank-0 agent connected from, unless that is loopback while other members
-  // are remote (the agent hosting the server reached it through 127.0.0.1 or Debian's
-  // 127.0.1.1 hostname entry): then its hostname, as torchrun would use.
-  std::string master_addr = master->addr;
-  if (master->info.local_addr.empty() && IsLoopbackHost(master_addr) &&
-      !master->info.hostname.empty()) {
-    for (const Node* n : by_rank) {
-      if (!IsLoopbackHost(n->addr)) {
-        master_addr = master->info.hostname;
-        break;
-      }
-    }
-  }
+  const bool some_member_remote = std::any_of(
+      by_rank.begin(), by_rank.end(), [](const Node* n) { return !IsLoopbackHost(n->addr); });
+  const std::string master_addr = AddressForPeers(*master, some_member_remote);
   int world_size = 0;
   // The first few members are enough places to move the server to, and keep every assignment
   // small in a run of thousands of nodes (one of them may be the host, which is skipped).
@@ -601,6 +592,17 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
     out->push_back({n->conn, a});
     offset += n->info.nproc_per_node;
   }
+}
+
+std::string RunState::AddressForPeers(const Node& node, bool some_peer_remote) {
+  const bool use_hostname = some_peer_remote && node.info.local_addr.empty() &&
+                            IsLoopbackHost(node.addr) && !node.info.hostname.empty();
+  return use_hostname ? node.info.hostname : node.addr;
+}
+
+bool RunState::SomeNodeRemote() const {
+  return std::any_of(nodes_.begin(), nodes_.end(),
+                     [](const auto& entry) { return !IsLoopbackHost(entry.second.addr); });
 }
 
 void RunState::CloseRun(const absl::Status& status, const std::optional<WorkerFailure>& root_cause,

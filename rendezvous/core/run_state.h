@@ -226,6 +226,13 @@ class RunState {
     return by_node_id_.count(node_id) > 0 || by_former_id_.count(node_id) > 0;
   }
   void FormRound(TimePoint now, Outbox* out);
+  // Where the other nodes reach `node`: the address it connected from, unless that is loopback
+  // while `some_peer_remote` (the agent hosting the server reached it through 127.0.0.1 or
+  // Debian's 127.0.1.1 hostname entry): then its hostname, as torchrun would use. Its
+  // --local-addr as given.
+  static std::string AddressForPeers(const Node& node, bool some_peer_remote);
+  // Some connected node is not on loopback.
+  bool SomeNodeRemote() const;
   // FormRound, after the preflight when the run has one still to do (PreflightDue()).
   void FormRoundAfterPreflight(TimePoint now, Outbox* out);
   // --preflight and no round formed yet, nor a preflight done, and more than one node here.

@@ -30,9 +30,12 @@ void RunState::StartPreflight(TimePoint now, Outbox* out) {
   for (const auto& [conn, node] : nodes_) order.push_back(&node);
   std::sort(order.begin(), order.end(),
             [](const Node* a, const Node* b) { return a->arrival < b->arrival; });
+  // The address the node's workers would be reached at (as MASTER_ADDR would name it).
+  const bool some_remote = SomeNodeRemote();
   std::vector<PreflightParticipant> participants;
   for (const Node* n : order) {
-    participants.push_back({n->info.node_id, n->info.hostname, n->addr, n->info.preflight_port});
+    participants.push_back({n->info.node_id, n->info.hostname, AddressForPeers(*n, some_remote),
+                            n->info.preflight_port});
   }
   preflight_round_.emplace(++preflight_generation_, std::move(participants), timeouts_.preflight,
                            now);

@@ -28,8 +28,9 @@ using testing::MakeJoin;
 class PreflightTest : public testing::ServerStateTest {
  protected:
   // Node `c` of a fixed run of 3 with the preflight on; its probe listener at 4000 + c.
-  Outbox JoinNode(ConnId c) {
+  Outbox JoinNode(ConnId c, const std::string& peer_host = "") {
     JoinRequest r = MakeJoin("run", std::to_string(c), 3, 3);
+    if (!peer_host.empty()) r.peer_host = peer_host;
     r.timeouts.preflight.enabled = true;
     r.node.preflight_port = 4000 + static_cast<int>(c);
     return Join(c, r);
@@ -156,6 +157,24 @@ TEST_F(PreflightTest, ANodeThatNeverReportsIsNamedAtTheDeadline) {
   EXPECT_EQ(Count<Assignment>(Tick()), 3) << "10 s after the requests";
   EXPECT_FALSE(VerdictOf("3").reported);
   EXPECT_THAT(VerdictOf("3").shortfalls, Contains(HasSubstr("no preflight report")));
+}
+
+TEST_F(PreflightTest, ANodeOnLoopbackIsProbedAtItsHostNameWhenItsPeersAreRemote) {
+  // The agent that hosts the server reached it through 127.0.0.1: its peers must not probe
+  // their own loopback.
+  JoinNode(1, "127.0.0.1");
+  JoinNode(2);
+  std::optional<PreflightRequest> asked;
+  for (const Outgoing& o : JoinNode(3)) {
+    if (const auto* r = std::get_if<PreflightRequest>(&o.msg); r != nullptr && o.conn == 3) {
+      asked = *r;
+    }
+  }
+  ASSERT_TRUE(asked.has_value());
+  ASSERT_EQ(asked->targets.size(), 2u);  // 3 probes 1, then 2
+  EXPECT_EQ(asked->targets[0].node_id, "1");
+  EXPECT_EQ(asked->targets[0].addr, "host-1");
+  EXPECT_EQ(asked->targets[1].addr, "10.0.0.2");
 }
 
 TEST_F(PreflightTest, OnlyTheFirstRoundHasAPreflight) {
