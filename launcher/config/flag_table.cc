@@ -476,16 +476,18 @@ constexpr FlagDef kFlags[] = {
      "c10d and static rendezvous; the first agent's setting is the run's.",
      ApplyBool<&LaunchOptions::evict_slow>},
     {"preflight", "", false,
-     "Before the first round starts its workers, every node measures its compute (a CPU GEMM) "
-     "and its network to another node on the address its workers use (round trip and a short "
-     "TCP throughput probe, in a ring: about a second in all). A node slower than the job's "
-     "median by more than --preflight-margin is named with its figures; with a spare it is "
-     "kept out (its agent exits 5) and the spare takes its place, without one the job starts "
-     "and says so. auto (default): on for multi-node jobs on c10d; off; on.",
+     "Before the first round starts its workers, every node measures its cores (a CPU GEMM) "
+     "and its network to two other nodes on the address its workers use (round trip and a "
+     "short TCP throughput probe each way, in a ring: about 1.5 s in all). A node slower than "
+     "the job's median (compute by more than --preflight-margin, a link below half the median) "
+     "is named with its figures; with a spare it is kept out (its agent exits 5) and the spare "
+     "takes its place, without one the job starts and says so. auto (default): on for "
+     "multi-node jobs with a rendezvous server (c10d, ddprun-rdzv; not etcd); on; off.",
      ApplyPreflight, ValueKind::kChoice, "auto on off"},
     {"preflight-margin", "", false,
-     "How much slower than the job's median node a node may measure in the preflight: a "
-     "fraction, default 0.2 (a node that takes 1.2x the median's time passes).",
+     "How much slower than the job's median node a node's compute may measure in the "
+     "preflight: a fraction, default 0.2 (a node that takes 1.2x the median's time passes); a "
+     "link is judged with at least 1 (half the median's throughput).",
      ApplyPreflightMargin},
     {"max-restarts", "", false,
      "Failure-triggered restarts of the worker group, one budget for the job. Default 0.",
