@@ -175,7 +175,7 @@ TEST_F(ForgedFormerIdTest, AClaimToBeAMemberOfTheOtherSideDoesNotMakeTheCutOffSi
   auto since_cut = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - cut).count();
   };
-  ASSERT_TRUE(WaitUntil([&] { return CountMatches(StatusOnHost2(), "\"node_id\"") == 1; }, 30s))
+  ASSERT_TRUE(WaitUntil([&] { return CountMatches(StatusOnHost2(), "\"group_rank\"") == 1; }, 30s))
       << StatusOnHost2() << AllErr();
   std::unique_ptr<Subprocess> forger = Forger("forger", "1:3", former);
   const std::string cut_side_round = "host=n2 [^\\n]*restart=[1-9]";
@@ -187,7 +187,7 @@ TEST_F(ForgedFormerIdTest, AClaimToBeAMemberOfTheOtherSideDoesNotMakeTheCutOffSi
       [&] {
         if (!survivors && CountMatches(Log(), majority_round) == 2) survivors = since_cut();
         return survivors && since_cut() > *survivors + 1 &&
-               CountMatches(StatusOnHost2(), "\"node_id\"") == 2;
+               CountMatches(StatusOnHost2(), "\"group_rank\"") == 2;
       },
       30s))
       << "the majority (hosts 3 and 4) did not run a world of two within 30 s of the cut, or the "
