@@ -594,17 +594,6 @@ void RunState::FormRound(TimePoint now, Outbox* out) {
   }
 }
 
-std::string RunState::AddressForPeers(const Node& node, bool some_peer_remote) {
-  const bool use_hostname = some_peer_remote && node.info.local_addr.empty() &&
-                            IsLoopbackHost(node.addr) && !node.info.hostname.empty();
-  return use_hostname ? node.info.hostname : node.addr;
-}
-
-bool RunState::SomeNodeRemote() const {
-  return std::any_of(nodes_.begin(), nodes_.end(),
-                     [](const auto& entry) { return !IsLoopbackHost(entry.second.addr); });
-}
-
 void RunState::CloseRun(const absl::Status& status, const std::optional<WorkerFailure>& root_cause,
                         Outbox* out, const std::string& straggler) {
   for (const auto& [conn, node] : nodes_) {

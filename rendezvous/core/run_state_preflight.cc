@@ -1,16 +1,29 @@
 // RunState: the preflight before the first round (issue 41, docs/design.md §3d). The round that
 // would form waits while every node measures; the verdicts then keep the slowest nodes out while
-// spares remain to take their places, and the round forms with the others.
+// spares remain to take their places, and the round forms with the others. Also where the nodes
+// reach each other (the probes' targets, and MASTER_ADDR).
 
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/strings.h"
 #include "rendezvous/api/eviction.h"
 #include "rendezvous/core/run_state.h"
 
 namespace ddprun::rendezvous {
+
+std::string RunState::AddressForPeers(const Node& node, bool some_peer_remote) {
+  const bool use_hostname = some_peer_remote && node.info.local_addr.empty() &&
+                            IsLoopbackHost(node.addr) && !node.info.hostname.empty();
+  return use_hostname ? node.info.hostname : node.addr;
+}
+
+bool RunState::SomeNodeRemote() const {
+  return std::any_of(nodes_.begin(), nodes_.end(),
+                     [](const auto& entry) { return !IsLoopbackHost(entry.second.addr); });
+}
 
 bool RunState::PreflightDue() const {
   return timeouts_.preflight.enabled && round_ == 0 && !preflight_done_ && nodes_.size() >= 2;
