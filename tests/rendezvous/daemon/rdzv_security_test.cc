@@ -410,6 +410,7 @@ TEST(FormerIdTest, AClaimToBeAFormerMemberCountsOnlyWithThatMembersKey) {
                    "--rdzv-conf=is_host=1,keep_alive_interval=0.5,keep_alive_max_attempt=3,"
                    "last_call_timeout=0.5,join_timeout=60",
                    "--nnodes=2:3", "--nproc-per-node=1", "--max-restarts=3", "--rdzv-id=split",
+                   "--preflight=off",  // the raw streams below answer no preflight
                    "--no-python", "/bin/sh", "-c", "sleep 60"},
                   std::map<std::string, std::string>{{kTokenEnv, kToken}});
   ASSERT_TRUE(host.WaitForOutputContains("hosting the rendezvous", kWait)) << host.err();
