@@ -49,8 +49,9 @@ absl::StatusOr<int> Connect(const std::string& addr, int port) {
 }
 
 // The probe over a connected `fd`, into `out`.
-absl::Status Measure(int fd, Duration probe_time, rendezvous::PairProbe* out) {
-  const ProbeClock::time_point deadline = ProbeDeadline();
+absl::Status Measure(int fd, Duration probe_time, ProbeClock::time_point budget,
+                     rendezvous::PairProbe* out) {
+  const ProbeClock::time_point deadline = std::min(ProbeDeadline(), budget);
   const auto probe_ms =
       std::min(std::chrono::duration_cast<std::chrono::milliseconds>(probe_time), kMaxProbeTime);
   if (absl::Status s = WriteU32(fd, kProbeMagic, deadline); !s.ok()) return s;
@@ -81,15 +82,20 @@ absl::Status Measure(int fd, Duration probe_time, rendezvous::PairProbe* out) {
 
 }  // namespace
 
-rendezvous::PairProbe ProbePeer(const rendezvous::PreflightPeer& peer, Duration probe_time) {
+rendezvous::PairProbe ProbePeer(const rendezvous::PreflightPeer& peer, Duration probe_time,
+                                std::chrono::steady_clock::time_point deadline) {
   rendezvous::PairProbe result;
   result.peer_node_id = peer.node_id;
+  if (ProbeClock::now() >= deadline) {
+    result.error = "not started: the node's preflight budget was spent";
+    return result;
+  }
   absl::StatusOr<int> fd = Connect(peer.addr, peer.port);
   if (!fd.ok()) {
     result.error = std::string(fd.status().message());
     return result;
   }
-  absl::Status measured = Measure(*fd, probe_time, &result);
+  absl::Status measured = Measure(*fd, probe_time, deadline, &result);
   close(*fd);
   if (!measured.ok()) {
     result = rendezvous::PairProbe{};

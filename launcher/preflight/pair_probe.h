@@ -9,8 +9,10 @@
 
 namespace ddprun::launcher {
 
-// Never fails: a probe that could not be made says why in `error`, with no figures.
-rendezvous::PairProbe ProbePeer(const rendezvous::PreflightPeer& peer, Duration probe_time);
+// Never fails: a probe that could not be made, or not by `deadline` (the node's budget), says
+// why in `error`, with no figures.
+rendezvous::PairProbe ProbePeer(const rendezvous::PreflightPeer& peer, Duration probe_time,
+                                std::chrono::steady_clock::time_point deadline);
 
 }  // namespace ddprun::launcher
 

@@ -11,12 +11,13 @@ namespace ddprun::launcher {
 rendezvous::PreflightReport MeasurePreflight(const rendezvous::PreflightRequest& request,
                                              std::optional<double> health_check_s) {
   const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + kMeasureBudget;
   rendezvous::PreflightReport report;
   report.generation = request.generation;
   report.health_check_s = health_check_s;
   report.cpu_gflops = CpuGemmGflops();
   for (const rendezvous::PreflightPeer& peer : request.targets) {
-    report.pairs.push_back(ProbePeer(peer, request.probe_time));
+    report.pairs.push_back(ProbePeer(peer, request.probe_time, deadline));
   }
   report.elapsed_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

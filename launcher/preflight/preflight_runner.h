@@ -4,6 +4,7 @@
 #ifndef DDPRUN_LAUNCHER_PREFLIGHT_PREFLIGHT_RUNNER_H_
 #define DDPRUN_LAUNCHER_PREFLIGHT_PREFLIGHT_RUNNER_H_
 
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <thread>
@@ -11,6 +12,12 @@
 #include "rendezvous/api/preflight.h"
 
 namespace ddprun::launcher {
+
+// What one node's measurement may take in all, so that its report reaches the server within
+// its deadline (PreflightSettings::deadline, 10 s) on a slow or lossy network too: a probe
+// still running then ends with an error, and the figures measured so far are reported.
+// (A probe starts only within it; its connect may take kIoTimeout more: 9 s at the worst.)
+inline constexpr std::chrono::seconds kMeasureBudget{6};
 
 // Measures now, on the calling thread.
 rendezvous::PreflightReport MeasurePreflight(const rendezvous::PreflightRequest& request,

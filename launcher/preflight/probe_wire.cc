@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -20,16 +21,26 @@ namespace {
 
 using SteadyClock = ProbeClock;
 
-absl::Status Overdue(ProbeClock::time_point deadline) {
-  if (ProbeClock::now() < deadline) return absl::OkStatus();
-  return absl::DeadlineExceededError("the probe ran past its deadline");
+// Waits until `fd` is ready for `events` (POLLIN, POLLOUT): at most kIoTimeout, and never past
+// `deadline`.
+absl::Status WaitReady(int fd, short events, const char* what, ProbeClock::time_point deadline) {
+  while (true) {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - ProbeClock::now());
+    if (left.count() <= 0) return absl::DeadlineExceededError("the probe ran past its deadline");
+    const auto wait = std::min<std::chrono::milliseconds>(left, kIoTimeout);
+    pollfd p{fd, events, 0};
+    const int ready = poll(&p, 1, static_cast<int>(wait.count()));
+    if (ready > 0) return absl::OkStatus();
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) return absl::UnavailableError(absl::StrCat(what, ": poll: ", strerror(errno)));
+    if (wait < left) {
+      return absl::DeadlineExceededError(
+          absl::StrCat(what, ": nothing for ", kIoTimeout.count(), " s"));
+    }
+  }
 }
 
 absl::Status IoError(const char* what, int err) {
-  if (err == EAGAIN || err == EWOULDBLOCK) {
-    return absl::DeadlineExceededError(
-        absl::StrCat(what, ": nothing for ", kIoTimeout.count(), " s"));
-  }
   return absl::UnavailableError(absl::StrCat(what, ": ", strerror(err)));
 }
 
@@ -47,8 +58,9 @@ void PrepareProbeSocket(int fd) {
 absl::Status WriteAll(int fd, const void* data, size_t len, ProbeClock::time_point deadline) {
   const char* p = static_cast<const char*>(data);
   while (len > 0) {
-    if (absl::Status s = Overdue(deadline); !s.ok()) return s;
-    const ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+    if (absl::Status s = WaitReady(fd, POLLOUT, "send", deadline); !s.ok()) return s;
+    const ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return IoError("send", errno);
     p += n;
@@ -60,8 +72,9 @@ absl::Status WriteAll(int fd, const void* data, size_t len, ProbeClock::time_poi
 absl::Status ReadAll(int fd, void* data, size_t len, ProbeClock::time_point deadline) {
   char* p = static_cast<char*>(data);
   while (len > 0) {
-    if (absl::Status s = Overdue(deadline); !s.ok()) return s;
-    const ssize_t n = recv(fd, p, len, 0);
+    if (absl::Status s = WaitReady(fd, POLLIN, "recv", deadline); !s.ok()) return s;
+    const ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) continue;
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return IoError("recv", errno);
     if (n == 0) return absl::UnavailableError("recv: the peer closed the connection");

@@ -40,7 +40,8 @@ struct Received {
   double Mbps() const { return micros == 0 ? 0 : static_cast<double>(bytes) * 8 / micros; }
 };
 
-// Sets kIoTimeout on `fd`'s reads and writes, and TCP_NODELAY (the pings are one byte).
+// Sets kIoTimeout on `fd`'s reads and writes (the connect's bound; the calls below wait with
+// poll), and TCP_NODELAY (the pings are one byte).
 void PrepareProbeSocket(int fd);
 // All of `len` bytes, or an error naming what failed.
 // Every call below fails (kDeadlineExceeded) once `deadline` has passed.

@@ -77,6 +77,16 @@ std::vector<PreflightVerdict> JudgePreflight(const std::vector<PreflightEntry>& 
     if (f.rtt_ms > 0) rtt.push_back(f.rtt_ms);
   }
   const PreflightFigures median{Median(cpu), Median(send), Median(recv), Median(rtt)};
+  // Whether most nodes that reported reached a peer: only then is one that reached none the
+  // odd one out (on a network where most probes fail, failing is the median).
+  size_t reported = 0, reached = 0;
+  for (const PreflightEntry& e : entries) {
+    if (!e.report.has_value()) continue;
+    ++reported;
+    const PreflightFigures& f = best.at(e.node_id);
+    reached += f.send_mbps > 0 || f.recv_mbps > 0 ? 1 : 0;
+  }
+  const bool most_reached_a_peer = 2 * reached > reported;
   const double slowest_cpu = 1.0 / (1.0 + margin);  // of the median's rate
   const double slowest_link = 1.0 / (1.0 + std::max(margin, kThroughputMarginFloor));
 
@@ -120,7 +130,7 @@ std::vector<PreflightVerdict> JudgePreflight(const std::vector<PreflightEntry>& 
       }
     }
     const bool any_pair = !e.report->pairs.empty() || v.figures.send_mbps > 0;
-    if (any_pair && v.figures.send_mbps <= 0 && v.figures.recv_mbps <= 0) {
+    if (most_reached_a_peer && any_pair && v.figures.send_mbps <= 0 && v.figures.recv_mbps <= 0) {
       // Every pair it took part in failed: the node is cut off from its peers.
       const std::string failed = FailedPairs(e);
       v.shortfalls.push_back(

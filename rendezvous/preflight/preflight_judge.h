@@ -34,7 +34,9 @@ inline constexpr double kRttFloorMs = 1.0;
 // asks for more. A link limited to a tenth, a port negotiated at 25 of 100 Gbit/s, is far below.
 inline constexpr double kThroughputMarginFloor = 1.0;
 
-// The verdict on every entry, in the entries' order. `margin`: PreflightSettings::margin.
+// The verdict on every entry, in the entries' order. `margin`: PreflightSettings::margin. A node
+// every pair of which failed "reached no peer" while most nodes reached one; where most probes
+// failed (a lossy network, every link alike) nobody is named for it.
 std::vector<PreflightVerdict> JudgePreflight(const std::vector<PreflightEntry>& entries,
                                              double margin);
 

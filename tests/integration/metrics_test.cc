@@ -337,7 +337,7 @@ TEST_F(MetricsTest, JunkSlowOversizedAndManyConnectionsLeaveTheServerServing) {
     const int fd = Connect(http_port_);
     const std::string request = "GET /metrics HTTP/1.1\r\n";
     for (size_t i = 0; i < request.size() && i < 4; ++i) {
-      if (write(fd, &request[i], 1) < 0) break;
+      if (send(fd, &request[i], 1, MSG_NOSIGNAL) < 0) break;
       std::this_thread::sleep_for(1s);
     }
     close(fd);

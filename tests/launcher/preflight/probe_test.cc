@@ -24,6 +24,8 @@ namespace {
 using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
+std::chrono::steady_clock::time_point Later() { return std::chrono::steady_clock::now() + 30s; }
+
 // A port that was free a moment ago (bound, then closed): nobody listens there.
 int ClosedPort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -42,7 +44,8 @@ TEST(ProbeTest, APeerProbeMeasuresBothDirectionsAndTheRoundTrip) {
   ASSERT_TRUE(listener.ok()) << listener.status();
   ASSERT_GT((*listener)->port(), 0);
   const auto start = std::chrono::steady_clock::now();
-  const rendezvous::PairProbe p = ProbePeer({"peer", "127.0.0.1", (*listener)->port()}, 100ms);
+  const rendezvous::PairProbe p =
+      ProbePeer({"peer", "127.0.0.1", (*listener)->port()}, 100ms, Later());
   const auto took = std::chrono::steady_clock::now() - start;
   EXPECT_EQ(p.error, "");
   EXPECT_EQ(p.peer_node_id, "peer");
@@ -53,11 +56,11 @@ TEST(ProbeTest, APeerProbeMeasuresBothDirectionsAndTheRoundTrip) {
   EXPECT_GE(took, 200ms) << "100 ms each way";
   EXPECT_LT(took, 3s);
   // The IPv6 loopback reaches the same listener (it listens on every address).
-  EXPECT_EQ(ProbePeer({"peer", "::1", (*listener)->port()}, 50ms).error, "");
+  EXPECT_EQ(ProbePeer({"peer", "::1", (*listener)->port()}, 50ms, Later()).error, "");
 }
 
 TEST(ProbeTest, APortNobodyListensOnIsAnErrorWithoutFigures) {
-  const rendezvous::PairProbe p = ProbePeer({"gone", "127.0.0.1", ClosedPort()}, 100ms);
+  const rendezvous::PairProbe p = ProbePeer({"gone", "127.0.0.1", ClosedPort()}, 100ms, Later());
   EXPECT_THAT(p.error, HasSubstr("connect 127.0.0.1:"));
   EXPECT_THAT(p.error, HasSubstr("refused"));
   EXPECT_EQ(p.send_mbps, 0);
@@ -80,7 +83,30 @@ TEST(ProbeTest, AStrangerIsClosedAndTheListenerStillAnswersProbes) {
   const ssize_t n = recv(fd, buf, sizeof(buf), 0);
   EXPECT_TRUE(n == 0 || (n < 0 && errno == ECONNRESET)) << n << " " << strerror(errno);
   close(fd);
-  EXPECT_EQ(ProbePeer({"peer", "127.0.0.1", (*listener)->port()}, 50ms).error, "");
+  EXPECT_EQ(ProbePeer({"peer", "127.0.0.1", (*listener)->port()}, 50ms, Later()).error, "");
+}
+
+TEST(ProbeTest, APeerThatStopsAnsweringCostsTheBudgetNotMore) {
+  // A listener that accepts (the kernel's backlog) and never answers.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 4), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const auto start = std::chrono::steady_clock::now();
+  const rendezvous::PairProbe p =
+      ProbePeer({"mute", "127.0.0.1", ntohs(addr.sin_port)}, 100ms, start + 1500ms);
+  const auto took = std::chrono::steady_clock::now() - start;
+  close(fd);
+  EXPECT_THAT(p.error, HasSubstr("deadline")) << p.error;
+  EXPECT_EQ(p.send_mbps, 0);
+  EXPECT_GE(took, 1400ms);
+  EXPECT_LT(took, 2500ms) << "the budget bounds it, not the 3 s a read may wait";
+  EXPECT_THAT(ProbePeer({"mute", "127.0.0.1", 1}, 100ms, start).error,
+              HasSubstr("budget was spent"));
 }
 
 TEST(ProbeTest, TheGemmMeasuresAFigureAndARunReportsItsTargets) {

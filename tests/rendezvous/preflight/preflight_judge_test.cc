@@ -110,6 +110,16 @@ TEST(PreflightJudgeTest, ANodeEveryPairOfWhichFailedReachedNoPeer) {
   EXPECT_THAT(v[3].shortfalls.back(), HasSubstr("No route to host"));
 }
 
+TEST(PreflightJudgeTest, WhereMostProbesFailedNobodyIsNamedForIt) {
+  std::vector<PreflightEntry> e;
+  e.push_back(Entry("0", 10, {{"1", 0, 0, 0, "the probe ran past its deadline"}}));
+  e.push_back(Entry("1", 10, {{"2", 0, 0, 0, "the probe ran past its deadline"}}));
+  e.push_back(Entry("2", 10, {Pair("3", 900, 900)}));
+  e.push_back(Entry("3", 10, {{"0", 0, 0, 0, "the probe ran past its deadline"}}));
+  const std::vector<PreflightVerdict> v = JudgePreflight(e, 0.2);
+  for (const PreflightVerdict& n : v) EXPECT_FALSE(n.slow()) << DescribeVerdict(n);
+}
+
 TEST(PreflightJudgeTest, RoundTripsAreNamedOnlyAboveTheFloor) {
   std::vector<PreflightEntry> e = Ring({9400, 9100, 9800, 9300});
   // 4x the median but 0.15 ms above it: scheduling noise, not a link.
