@@ -130,7 +130,11 @@ void Agent::Finish(int exit_code, const std::string& reason) {
     closed.effective_ratio = ledger_->EffectiveRatio(std::chrono::steady_clock::now());
   RecordStep(closed);
   if (options_.event_log_handler == "console") WriteEventLog(exit_code, reason);
-  if (setup_.grpc != nullptr && setup_.grpc->hosting() && exit_code == kExitSuccess) {
+  // A node that hosts the run's server and leaves it well (done, or evicted for a spare: the
+  // job goes on without it) serves the others until they are done; gone, it would cost them a
+  // failover.
+  const bool leaves_a_running_job = exit_code == kExitSuccess || exit_code == kExitEvicted;
+  if (setup_.grpc != nullptr && setup_.grpc->hosting() && leaves_a_running_job) {
     StopLoopWhenServerIdle();
   } else {
     loop_.Stop();
@@ -145,7 +149,9 @@ void Agent::StopLoopWhenServerIdle() {
   }
   if (!waiting_for_peers_) {
     waiting_for_peers_ = true;
-    LogInfo("this node is done; serving the rendezvous until the other nodes finish");
+    LogInfo(exit_code_ == kExitEvicted
+                ? "this node is out of the run; serving the rendezvous until the other nodes finish"
+                : "this node is done; serving the rendezvous until the other nodes finish");
   }
   // Peers may run for hours after this node: ask a few times a second, not continuously.
   loop_.AddTimerAfter(std::chrono::milliseconds(200), [this] { StopLoopWhenServerIdle(); });

@@ -86,8 +86,9 @@ void RunState::FinishPreflight(TimePoint now, Outbox* out) {
                      return a->worst_ratio < b->worst_ratio;
                    });
   for (PreflightVerdict* v : slow) {
+    if (spares == 0) break;
     auto found = by_node_id_.find(v->node_id);
-    if (spares == 0 || found == by_node_id_.end()) break;
+    if (found == by_node_id_.end()) continue;  // gone already
     v->kept_out = true;
     --spares;
     const std::string findings = absl::StrJoin(v->shortfalls, "; ");

@@ -51,12 +51,14 @@ class PreflightIntegrationTest : public ::testing::Test {
     for (auto& [host, agent] : agents_) agent->Wait(30s);
   }
 
-  // An agent of run "pf" (3 members) on `host`: one worker that sleeps a second.
-  Subprocess& StartAgent(int host) {
+  // An agent of run "pf" (3 members) on `host`: one worker that sleeps a second. `endpoint`:
+  // ddprun-rdzv's unless given (host 2's address: its agent hosts the server).
+  Subprocess& StartAgent(int host, const std::string& endpoint = "") {
     const std::vector<std::string> argv = hosts_->On(
-        host, {BinPath("ddprun"), "--nnodes=3", "--nproc-per-node=1", "--rdzv-backend=c10d",
-               "--rdzv-endpoint=" + daemon_->endpoint(), "--rdzv-id=pf",
-               "--log-dir=" + LogDir(host), "--no-python", "/bin/sh", "-c", "sleep 1"});
+        host,
+        {BinPath("ddprun"), "--nnodes=3", "--nproc-per-node=1", "--rdzv-backend=c10d",
+         "--rdzv-endpoint=" + (endpoint.empty() ? daemon_->endpoint() : endpoint), "--rdzv-id=pf",
+         "--log-dir=" + LogDir(host), "--no-python", "/bin/sh", "-c", "sleep 1"});
     agents_[host] = std::make_unique<Subprocess>(
         argv, std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", kToken}});
     return *agents_[host];
@@ -129,6 +131,26 @@ TEST_F(PreflightIntegrationTest, WithoutASpareTheJobStartsWithTheSlowHostAndSays
   EXPECT_THAT(slow[0], Not(HasSubstr("kept out")));
   EXPECT_EQ(ServerLines("no spare to take their places: the job starts with them").size(), 1u)
       << daemon_->error();
+}
+
+// The built-in server, hosted by the slow host's agent: kept out, it serves the run until the
+// others finish (gone at once, it would cost them a failover at their start), then exits 5.
+TEST_F(PreflightIntegrationTest, AKeptOutHostingAgentServesTheOthersUntilTheyFinish) {
+  ASSERT_EQ(hosts_->LimitRate(2, "100mbit"), "");
+  const std::string endpoint = hosts_->Address(2) + ":29433";
+  StartAgent(2, endpoint);
+  ASSERT_TRUE(agents_[2]->WaitForOutputContains("hosting the rendezvous", 30s)) << Logs();
+  for (int host : {3, 4, 5}) StartAgent(host, endpoint);
+  for (int host : {3, 4, 5}) {
+    EXPECT_EQ(ExitOf(host), 0) << "host " << host << "\n" << Logs();
+    EXPECT_THAT(agents_[host]->err(), HasSubstr(" of 3 (node ")) << "a world of three";
+    EXPECT_THAT(agents_[host]->err(), Not(HasSubstr("successor"))) << "no failover";
+  }
+  EXPECT_EQ(ExitOf(2), 5) << Logs();
+  EXPECT_THAT(agents_[2]->err(), HasSubstr("kept out by the preflight"));
+  EXPECT_THAT(agents_[2]->err(),
+              HasSubstr("this node is out of the run; serving the rendezvous until the other "
+                        "nodes finish"));
 }
 
 TEST_F(PreflightIntegrationTest, ABadMarginIsOneLineAndExitTwo) {
