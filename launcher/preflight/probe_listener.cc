@@ -9,45 +9,11 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/tcp_listen.h"
 #include "launcher/preflight/probe_wire.h"
 
 namespace ddprun::launcher {
 namespace {
-
-// A dual-stack socket on [::]:0, or 0.0.0.0:0 where IPv6 is off.
-absl::StatusOr<int> ListenAnywhere() {
-  int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd >= 0) {
-    const int zero = 0;
-    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-    sockaddr_in6 addr{};
-    addr.sin6_family = AF_INET6;
-    addr.sin6_addr = in6addr_any;
-    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 && listen(fd, 16) == 0) {
-      return fd;
-    }
-    close(fd);
-  }
-  fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, 16) != 0) {
-    const int err = errno;
-    close(fd);
-    return absl::UnavailableError(absl::StrCat("preflight probe listener: ", strerror(err)));
-  }
-  return fd;
-}
-
-int LocalPort(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return 0;
-  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
-  return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-}
 
 // The target's side of one probe (probe_wire.h).
 absl::Status AnswerProbe(int fd) {
@@ -72,9 +38,12 @@ absl::Status AnswerProbe(int fd) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ProbeListener>> ProbeListener::Start() {
-  absl::StatusOr<int> fd = ListenAnywhere();
-  if (!fd.ok()) return fd.status();
-  const int port = LocalPort(*fd);
+  absl::StatusOr<int> fd = ListenOnEveryAddress(0);
+  if (!fd.ok()) {
+    return absl::Status(fd.status().code(),
+                        absl::StrCat("preflight probe listener: ", fd.status().message()));
+  }
+  const int port = BoundPort(*fd);
   if (port == 0) {
     close(*fd);
     return absl::InternalError("preflight probe listener: no port");
