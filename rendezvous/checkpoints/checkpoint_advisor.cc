@@ -5,18 +5,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/median.h"
 #include "rendezvous/checkpoints/daly_model.h"
 
 namespace ddprun::rendezvous {
 namespace {
-
-template <typename Container>
-double Median(const Container& values) {
-  std::vector<double> v(values.begin(), values.end());
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 void Keep(std::deque<double>* kept, double value) {
   kept->push_back(value);

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/median.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -13,13 +14,6 @@ namespace {
 // "9412", "3.14", "0.0122": whole numbers from 100 up, three significant digits below.
 std::string Figure(double value) {
   return value >= 100 ? absl::StrFormat("%.0f", value) : absl::StrFormat("%.3g", value);
-}
-
-double Median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 // Each node's best figures from every pair it took part in. Nodes are keyed by id; pairs that
