@@ -16,14 +16,14 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "rendezvous/api/preflight.h"
 
 namespace ddprun::launcher {
 
 inline constexpr uint32_t kProbeMagic = 0x44505046;  // "DPPF"
 inline constexpr int kPings = 16;
 inline constexpr size_t kFrameBytes = 256 * 1024;
-// The longest a direction may send, whatever the hello says: a hostile hello costs 2 s.
-inline constexpr std::chrono::milliseconds kMaxProbeTime{2000};
+using rendezvous::kMaxProbeTime;  // the longest a direction sends, whatever the hello says
 inline constexpr std::chrono::seconds kIoTimeout{3};
 
 using ProbeClock = std::chrono::steady_clock;

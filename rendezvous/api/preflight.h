@@ -39,6 +39,10 @@ struct PreflightPeer {
   int port = 0;  // the peer agent's probe listener (NodeInfo::preflight_port)
 };
 
+// The longest a direction of a throughput probe sends, whatever a request or a peer's hello
+// says: a hostile one costs 2 s.
+inline constexpr std::chrono::milliseconds kMaxProbeTime{2000};
+
 // What the server asks of one node.
 struct PreflightRequest {
   int64_t generation = 0;  // echoed in the report, so that a late report of an earlier ask is

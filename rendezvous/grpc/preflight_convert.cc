@@ -36,7 +36,7 @@ proto::PreflightRequest ToProto(const PreflightRequest& request) {
 PreflightRequest FromProto(const proto::PreflightRequest& p) {
   PreflightRequest request;
   request.generation = p.generation();
-  if (p.probe_time_ms() > 0 && p.probe_time_ms() <= 2000) {
+  if (p.probe_time_ms() > 0 && p.probe_time_ms() <= kMaxProbeTime.count()) {
     request.probe_time = std::chrono::milliseconds(p.probe_time_ms());
   }
   for (const proto::PreflightRequest::Target& t : p.targets()) {
