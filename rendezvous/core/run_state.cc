@@ -30,14 +30,6 @@ std::string DescribeFailure(const WorkerFailure& f) {
   return out;
 }
 
-// Appends `value`, first dropping the oldest element when `*newest` already holds `max`: the
-// newest `max` are kept (a vector or a deque).
-template <typename Container>
-void PushBounded(Container* newest, typename Container::value_type value, size_t max) {
-  if (newest->size() >= max) newest->erase(newest->begin());
-  newest->push_back(std::move(value));
-}
-
 // The first agent's timeouts, with the liveness path's rate fitted to the run's size: what every
 // agent is told in Joined and what the server's detectors expect.
 RunTimeouts TimeoutsForRunOf(RunTimeouts asked, int max_nodes) {

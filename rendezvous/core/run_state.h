@@ -58,6 +58,14 @@ namespace ddprun::rendezvous {
 
 inline constexpr size_t kMaxUntaken = 1024;
 
+// Appends `value`, first dropping the oldest element when `*newest` already holds `max`: the
+// newest `max` are kept (a vector or a deque).
+template <typename Container>
+void PushBounded(Container* newest, typename Container::value_type value, size_t max) {
+  if (newest->size() >= max) newest->erase(newest->begin());
+  newest->push_back(std::move(value));
+}
+
 // The durable part of a run: what a new coordinator needs to continue it when the old one is
 // gone (the etcd backend persists it with every change). Connections are not in it: the nodes
 // join the new RunState again and Restore() puts them back in their places.

@@ -86,8 +86,7 @@ void ServerState::Forget(std::map<std::string, Run>::iterator it) {
 }
 
 void ServerState::SecurityLog(std::string line) {
-  if (security_log_.size() >= kMaxUntaken) security_log_.erase(security_log_.begin());
-  security_log_.push_back(std::move(line));
+  PushBounded(&security_log_, std::move(line), kMaxUntaken);
 }
 
 absl::Status ServerState::CheckMemberKey(JoinRequest* request) {
@@ -378,10 +377,7 @@ void ServerState::AfterEvent(const std::string& run_id, const Outbox& out, TimeP
   if (it == runs_.end()) return;
   RunState& run = *it->second.state;
   metrics_.Add(run.TakeRoundTimings(), run.TakeRestartCauses());
-  for (std::string& line : run.TakeLog()) {
-    if (run_log_.size() >= kMaxUntaken) run_log_.erase(run_log_.begin());
-    run_log_.push_back(std::move(line));
-  }
+  for (std::string& line : run.TakeLog()) PushBounded(&run_log_, std::move(line), kMaxUntaken);
   OfferVerdicts(it->second, out);
   if (run.num_nodes() > 0) return;
   if (run.phase() == RunPhase::kClosed) {
