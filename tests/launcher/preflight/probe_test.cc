@@ -17,6 +17,7 @@
 #include "launcher/preflight/pair_probe.h"
 #include "launcher/preflight/preflight_runner.h"
 #include "launcher/preflight/probe_listener.h"
+#include "tests/testing/free_port.h"
 
 namespace ddprun::launcher {
 namespace {
@@ -25,19 +26,6 @@ using namespace std::chrono_literals;
 using ::testing::HasSubstr;
 
 std::chrono::steady_clock::time_point Later() { return std::chrono::steady_clock::now() + 30s; }
-
-// A port that was free a moment ago (bound, then closed): nobody listens there.
-int ClosedPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 TEST(ProbeTest, APeerProbeMeasuresBothDirectionsAndTheRoundTrip) {
   absl::StatusOr<std::unique_ptr<ProbeListener>> listener = ProbeListener::Start();
@@ -60,7 +48,8 @@ TEST(ProbeTest, APeerProbeMeasuresBothDirectionsAndTheRoundTrip) {
 }
 
 TEST(ProbeTest, APortNobodyListensOnIsAnErrorWithoutFigures) {
-  const rendezvous::PairProbe p = ProbePeer({"gone", "127.0.0.1", ClosedPort()}, 100ms, Later());
+  const rendezvous::PairProbe p =
+      ProbePeer({"gone", "127.0.0.1", testing::FreeLoopbackPort()}, 100ms, Later());
   EXPECT_THAT(p.error, HasSubstr("connect 127.0.0.1:"));
   EXPECT_THAT(p.error, HasSubstr("refused"));
   EXPECT_EQ(p.send_mbps, 0);
@@ -118,7 +107,8 @@ TEST(ProbeTest, TheGemmMeasuresAFigureAndARunReportsItsTargets) {
   rendezvous::PreflightRequest request;
   request.generation = 4;
   request.probe_time = 50ms;
-  request.targets = {{"a", "127.0.0.1", (*listener)->port()}, {"b", "127.0.0.1", ClosedPort()}};
+  request.targets = {{"a", "127.0.0.1", (*listener)->port()},
+                     {"b", "127.0.0.1", testing::FreeLoopbackPort()}};
   const rendezvous::PreflightReport r = MeasurePreflight(request, 0.25);
   EXPECT_EQ(r.generation, 4);
   EXPECT_GT(r.cpu_gflops, 0);
