@@ -72,6 +72,12 @@ The contract:
   message of the agent in-process (the hello says the worker takes them), else
   ``DDPRUN_CHECKPOINT_INTERVAL_ADVICE`` as the agent started the worker. The reader thread also
   keeps that variable in ``os.environ`` current.
+* Slow nodes (docs/design.md §3b): ``time_compute(ddp)`` registers a communication hook on a
+  DistributedDataParallel model (before its first step; again on the model of every round) that
+  notes when the step's last gradient bucket goes to the all-reduce. Each step report then says
+  how long the rank computed since its previous ``step_done`` before it waited for the others
+  (``compute_ms``, as ddp-train reports it), which ddprun's slow-node judge compares across
+  nodes. The hook runs DDP's default all-reduce, so the training is unchanged.
 * The environment: every round sets RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
   GROUP_RANK, GROUP_WORLD_SIZE, ROLE_RANK, ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
   TORCHELASTIC_RESTART_COUNT and DDPRUN_ROUND in ``os.environ`` to the round's values, as a cold
@@ -213,13 +219,52 @@ def report_checkpoint(seconds):
         _checkpoint_ms = max(_checkpoint_ms or 0.0, float(seconds) * 1000)
 
 
+class _ComputeTimer:
+    """When this rank began its step (its previous step_done) and when the step's last gradient
+    bucket went to the all-reduce (time_compute's hook, on autograd's thread): the time between
+    is what the rank computed before it could only wait for the others."""
+    began = None
+    handed_over = None
+
+    def take_ms(self):
+        """The step's compute time in ms (None without both marks), and a new step begins."""
+        began, handed, now = self.began, self.handed_over, time.monotonic()
+        self.began, self.handed_over = now, None
+        if began is None or handed is None or handed < began:
+            return None
+        return (handed - began) * 1000
+
+
+_compute_timer = None
+
+
+def time_compute(ddp_model):
+    """Times each step's computation for ddprun's slow-node judge: registers a communication
+    hook on `ddp_model` (a DistributedDataParallel, before its first forward) that notes when
+    each gradient bucket is handed over and then runs DDP's default all-reduce, unchanged. The
+    next step reports carry "compute_ms". Call it on the DDP model of every round."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+    global _compute_timer
+    if _compute_timer is None:
+        _compute_timer = _ComputeTimer()
+    timer = _compute_timer
+    timer.began = timer.handed_over = None  # a new round: its first step starts the figures
+
+    def timed_allreduce(process_group, bucket):
+        timer.handed_over = time.monotonic()
+        return default_hooks.allreduce_hook(process_group, bucket)
+
+    ddp_model.register_comm_hook(None, timed_allreduce)
+
+
 def _report_step(step):
     """Tells ddprun's goodput ledger and hang detection that the worker starts step `step`
     (DDPRUN_PROGRESS_FILE, one line {"pid":P,"step":S}, as ddp-train writes it; with
-    "checkpoint_ms" after report_checkpoint()). Never waits and never fails the training: the
-    FIFO is opened non-blocking, a full pipe drops the line, any other error turns the reports
-    off."""
+    "compute_ms" after time_compute() and "checkpoint_ms" after report_checkpoint()). Never
+    waits and never fails the training: the FIFO is opened non-blocking, a full pipe drops the
+    line, any other error turns the reports off."""
     global _checkpoint_ms
+    compute_ms = _compute_timer.take_ms() if _compute_timer is not None else None
     global _progress_fd
     if _progress_fd is None:
         path = os.environ.get("DDPRUN_PROGRESS_FILE", "")
@@ -230,8 +275,10 @@ def _report_step(step):
     if _progress_fd < 0:
         return
     try:
+        computed = "" if compute_ms is None else f',"compute_ms":{compute_ms:.3f}'
         saved = "" if _checkpoint_ms is None else f',"checkpoint_ms":{_checkpoint_ms:.3f}'
-        os.write(_progress_fd, f'{{"pid":{os.getpid()},"step":{step}{saved}}}\n'.encode())
+        line = f'{{"pid":{os.getpid()},"step":{step}{computed}{saved}}}\n'
+        os.write(_progress_fd, line.encode())
         _checkpoint_ms = None
     except BlockingIOError:
         pass

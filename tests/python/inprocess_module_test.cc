@@ -17,13 +17,16 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <optional>
+#include <regex>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/median.h"
 #include "control/control_message.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -241,6 +244,9 @@ class InProcessModuleTest : public ::testing::Test {
   // trained yet) and sends `attack` instead of its state. Rank 0 must stop with an error that
   // contains `expect`, within seconds, and run nothing of what it got.
   void HostileFirstRound(const std::string& attack, const std::string& expect);
+
+  // Two plain env:// workers with time_compute, rank 1 slow: each rank's compute_ms reports.
+  void ExpectComputeTimesOfEachRank();
 
   TempDir module_dir_, dir_;
   ReservedPort port_;
@@ -598,6 +604,53 @@ TEST_F(InProcessModuleTest, TheScriptReadsTheAgentsCheckpointAdviceAndReportsIts
   const std::string reports = ReadFile(progress);
   EXPECT_THAT(reports, HasSubstr(",\"step\":3,\"checkpoint_ms\":250.000}")) << reports;
   EXPECT_THAT(reports, HasSubstr(",\"step\":4}")) << "reported once";
+}
+
+// Slow nodes (issue 41, point 2): with time_compute's hook on the DDP model every step report
+// says how long the rank computed before it waited in the all-reduce. Rank 1 sleeps 0.2 s
+// before each forward: it reports at least 200 ms a step, while rank 0, which spends those
+// 0.2 s waiting inside the all-reduce, reports its own few milliseconds.
+void InProcessModuleTest::ExpectComputeTimesOfEachRank() {
+  const TempDir& dir = dir_;
+  ReservedPort port;
+  std::vector<std::unique_ptr<Subprocess>> workers;
+  for (int r = 0; r < 2; ++r) {
+    const std::string progress = dir.File(absl::StrCat("progress", r));
+    { std::ofstream touch(progress); }
+    workers.push_back(Worker({{"RANK", absl::StrCat(r)},
+                              {"LOCAL_RANK", absl::StrCat(r)},
+                              {"WORLD_SIZE", "2"},
+                              {"MASTER_ADDR", "127.0.0.1"},
+                              {"MASTER_PORT", absl::StrCat(port.port())},
+                              {"DDPRUN_PROGRESS_FILE", progress}},
+                             {"--out", dir.File("final"), "--time-compute", "--slow-rank", "1",
+                              "--slow-seconds", "0.2"}));
+  }
+  ASSERT_TRUE(testing::ExpectAllExit(workers, 0, 60s));
+  std::vector<double> compute_ms[2];
+  for (int r = 0; r < 2; ++r) {
+    const std::string reports = ReadFile(dir.File(absl::StrCat("progress", r)));
+    const std::regex figure("\\{\"pid\":[0-9]+,\"step\":[0-9]+,\"compute_ms\":([0-9.]+)\\}");
+    for (std::sregex_iterator it(reports.begin(), reports.end(), figure), end; it != end; ++it) {
+      compute_ms[r].push_back(std::stod((*it)[1].str()));
+    }
+    // Every step but a round's first (it has no start mark yet) says how long it computed.
+    EXPECT_EQ(compute_ms[r].size(), static_cast<size_t>(kSteps - 1)) << "rank " << r << reports;
+  }
+  EXPECT_GE(*std::min_element(compute_ms[1].begin(), compute_ms[1].end()), 200)
+      << "the slow rank's sleep is computation";
+  EXPECT_LT(Median(compute_ms[0]), 100) << "the fast rank's wait in the all-reduce is not";
+  std::cout << "compute ms a step, median: rank 0 " << Median(compute_ms[0]) << ", rank 1 "
+            << Median(compute_ms[1]) << "\n";
+}
+
+TEST_F(InProcessModuleTest, TimeComputeReportsWhatEachRankComputedBeforeItWaited) {
+  ExpectComputeTimesOfEachRank();
+}
+
+TEST_F(InProcessModuleTest, TimeComputeReportsWhatEachRankComputedBeforeItWaitedTorch211) {
+  USE_TORCH211();
+  ExpectComputeTimesOfEachRank();
 }
 
 // Garbage in the middle of a round whose collective is blocked on a stopped peer: the channel

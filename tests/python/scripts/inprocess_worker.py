@@ -19,6 +19,10 @@ from round R on (hostile_peer.py): what its peers must survive.
 --print-advice: print "advice S" after every step, S being checkpoint_interval_advice().
 --report-checkpoint: report_checkpoint(0.25) after step 1 (the next step report says 250 ms).
 
+--time-compute: ddprun_inprocess.time_compute(ddp) on every round's DDP model (step reports say
+"compute_ms"). --slow-rank R --slow-seconds S: rank R sleeps S seconds before each forward, a
+slow node's computation (its peers wait for it in the all-reduce).
+
 --rewrap-at S: build a new DistributedDataParallel before step S, as a recovered round does.
 DDP's first iteration uses its initial bucket layout and later ones the rebuilt layout; gloo's
 ring sums an element in an order that depends on where it lies in the bucket, so re-wrapping
@@ -53,6 +57,9 @@ parser.add_argument("--print-advice", action="store_true",
                     help="print 'advice S' (checkpoint_interval_advice()) after every step")
 parser.add_argument("--report-checkpoint", action="store_true",
                     help="report_checkpoint(0.25) after step 1, as if a save took 250 ms")
+parser.add_argument("--time-compute", action="store_true")
+parser.add_argument("--slow-rank", type=int, default=-1)
+parser.add_argument("--slow-seconds", type=float, default=0.0)
 args = parser.parse_args()
 if args.hostile:
     import hostile_peer
@@ -76,10 +83,14 @@ def batch(step, rank):
 def train(rnd):
     assert int(os.environ["RANK"]) == rnd.rank, (os.environ["RANK"], rnd.rank)
     ddp = DDP(model)
+    if args.time_compute:
+        dip.time_compute(ddp)
     for step in range(rnd.step + 1, args.steps):
         if step == args.rewrap_at:
             ddp = DDP(model)
         opt.zero_grad()
+        if rnd.rank == args.slow_rank:
+            time.sleep(args.slow_seconds)
         x, y = batch(step, rnd.rank)
         torch.nn.functional.mse_loss(ddp(x), y).backward()
         opt.step()
