@@ -110,6 +110,25 @@ std::vector<pid_t> AgentWorkerPids(pid_t agent) {
   return out;
 }
 
+std::string MoveWorkersInto(pid_t agent, const TestCgroup& cgroup, std::chrono::seconds limit) {
+  std::vector<pid_t> workers;
+  if (!WaitUntil(
+          [&] {
+            workers = AgentWorkerPids(agent);
+            return !workers.empty();
+          },
+          limit)) {
+    return absl::StrCat("no worker of agent ", agent, " within ", limit.count(), " s");
+  }
+  for (pid_t worker : workers) {
+    std::ofstream procs(cgroup.procs());
+    procs << worker;
+    procs.flush();
+    if (!procs) return absl::StrCat("cannot move ", worker, " into ", cgroup.procs());
+  }
+  return "";
+}
+
 SpareCluster::SpareCluster(SpareClusterOptions options) : options_(std::move(options)) {
   const int n = 1 + options_.members + options_.spares + 1;  // room for one extra spare
   hosts_ = std::make_unique<NetHosts>(n);
@@ -191,6 +210,7 @@ std::vector<std::string> SpareCluster::AgentArgv(int host) const {
       "--rdzv-conf=" + conf,
       options_.in_process ? "--restart-mode=in-process" : "--restart-mode=cold"};
   if (options_.in_process) argv.push_back("--preload=native");
+  if (options_.evict_slow) argv.push_back("--evict-slow");
   if (host == spare_host(0) && !options_.first_spare_health_check.empty()) {
     argv.push_back("--health-check=" + options_.first_spare_health_check);
   }

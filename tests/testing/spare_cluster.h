@@ -20,6 +20,7 @@
 #include "tests/testing/net_hosts.h"
 #include "tests/testing/rdzv_daemon.h"
 #include "tests/testing/subprocess.h"
+#include "tests/testing/test_cgroup.h"
 
 namespace ddprun::testing {
 
@@ -39,6 +40,12 @@ std::vector<pid_t> NamespacePids(const std::string& ns);
 // stay in its group), --preload spares not yet handed a start aside.
 std::vector<pid_t> AgentWorkerPids(pid_t agent);
 
+// Moves `agent`'s workers, once it has any, into `cgroup` (cgroup.procs: each whole thread
+// group); not the agent: a throttled agent would be slow to heartbeat, and with a spare ready the
+// liveness detector would lose its node. "" when moved, else what failed (no worker within
+// `limit`, a write refused).
+std::string MoveWorkersInto(pid_t agent, const TestCgroup& cgroup, std::chrono::seconds limit);
+
 struct SpareClusterOptions {
   RdzvServer server = RdzvServer::kRdzvDaemon;
   int members = 3;
@@ -55,6 +62,7 @@ struct SpareClusterOptions {
   int keep_alive_max_attempt = 3;
   std::string extra_rdzv_conf;           // appended to --rdzv-conf, e.g. "liveness=on"
   std::string first_spare_health_check;  // --health-check of the first spare ("": none)
+  bool evict_slow = false;               // --evict-slow: a node named slow is replaced
   // Set: the agents are this torchrun (2.x) instead of ddprun, its c10d rendezvous hosted by host
   // 2's agent (server must be kBuiltIn); rounds and group ranks come from its INFO log.
   std::string torchrun;
