@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "rendezvous/grpc/proto_convert.h"
 
 namespace ddprun::rendezvous {
@@ -164,6 +165,13 @@ void EtcdCoordinator::OnEvent(const mvccpb::Event& event, TimePoint now) {
     if (event.type() == mvccpb::Event::DELETE) closed_nodes_.erase(id);
   } else if (keys_.Parse(kv.key(), "status", &id) && event.type() == mvccpb::Event::PUT) {
     ApplyAgentRecord(id, kv.value(), now, &out);
+  } else if (keys_.Parse(kv.key(), "figures", &id) && event.type() == mvccpb::Event::PUT) {
+    // Not part of the durable state either: the judge and the advice start afresh with a new
+    // coordinator, as with a new server.
+    auto it = conn_by_node_.find(id);
+    if (run_ == nullptr || it == conn_by_node_.end()) return;
+    ApplyFigures(it->second, kv.value(), now, &out);
+    if (out.empty()) return;
   } else if (keys_.Parse(kv.key(), "progress", &id) && event.type() == mvccpb::Event::PUT) {
     // Not part of the durable state: a new coordinator hears the next one.
     ddprun::proto::Heartbeat h;
@@ -178,6 +186,30 @@ void EtcdCoordinator::OnEvent(const mvccpb::Event& event, TimePoint now) {
   dirty_ = true;
   Apply(out);
 }
+
+void EtcdCoordinator::ApplyFigures(ConnId conn, const std::string& value, TimePoint now,
+                                   Outbox* out) {
+  ddprun::proto::Heartbeat h;
+  if (!h.ParseFromString(value)) return;
+  if (h.compute_size() > 0) {
+    const std::optional<SlowNodeChange> change = run_->Compute(conn, ComputeFromProto(h), now, out);
+    if (change.has_value()) {
+      log_.push_back(
+          {change->slow, absl::StrCat("run '", run_->run_id(), "': ", change->Describe())});
+    }
+  }
+  if (h.has_checkpoint()) run_->Checkpoint(conn, CheckpointFromProto(h), now);
+  NoteAdvice();
+}
+
+void EtcdCoordinator::NoteAdvice() {
+  const std::optional<CheckpointAdvice>& advice = run_->checkpoint_advice();
+  if (!advice.has_value() || advice->interval_s <= 0) return;
+  if (advice->interval_s == advice_pending_s_.value_or(advice_written_s_)) return;
+  advice_pending_s_ = advice->interval_s;
+}
+
+std::vector<EtcdCoordinator::LogLine> EtcdCoordinator::TakeLog() { return std::exchange(log_, {}); }
 
 void EtcdCoordinator::LocalLeave(const std::string& reason, TimePoint now) {
   auto it = conn_by_node_.find(self_);
@@ -206,6 +238,7 @@ std::optional<TimePoint> EtcdCoordinator::NextDeadline() const {
 }
 
 void EtcdCoordinator::Apply(const Outbox& out) {
+  if (run_ != nullptr) NoteAdvice();  // a failure restart recomputes it
   for (const Outgoing& o : out) {
     auto it = node_by_conn_.find(o.conn);
     if (it == node_by_conn_.end()) continue;
@@ -258,7 +291,7 @@ void EtcdCoordinator::PublishLiveness(std::string record, int64_t lease) {
 }
 
 std::optional<etcdserverpb::TxnRequest> EtcdCoordinator::PendingWrite() const {
-  if (!dirty_ && !liveness_record_ &&
+  if (!dirty_ && !liveness_record_ && !advice_pending_s_ &&
       std::none_of(inboxes_.begin(), inboxes_.end(),
                    [](const auto& i) { return !i.second.pending.empty(); })) {
     return std::nullopt;
@@ -278,6 +311,11 @@ std::optional<etcdserverpb::TxnRequest> EtcdCoordinator::PendingWrite() const {
     put->set_key(keys_.liveness());
     put->set_value(liveness_record_->record);
     put->set_lease(liveness_record_->lease);
+  }
+  if (advice_pending_s_) {
+    auto* put = txn.add_success()->mutable_request_put();
+    put->set_key(keys_.advice());
+    put->set_value(absl::StrFormat("%.3f", *advice_pending_s_));
   }
   for (const auto& [id, inbox] : inboxes_) {
     if (inbox.pending.empty()) continue;
@@ -325,6 +363,7 @@ std::optional<etcdserverpb::TxnRequest> EtcdCoordinator::PendingWrite() const {
 void EtcdCoordinator::WriteConfirmed() {
   drop_closed_mark_ = false;
   liveness_record_.reset();
+  if (advice_pending_s_) advice_written_s_ = *std::exchange(advice_pending_s_, std::nullopt);
   for (auto& [id, inbox] : inboxes_) inbox.pending.clear();
   dirty_ = false;
 }

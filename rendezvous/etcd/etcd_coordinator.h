@@ -71,10 +71,23 @@ class EtcdCoordinator {
   // Puts `record` (a LivenessRecord) at the liveness key under `lease` with the next write.
   void PublishLiveness(std::string record, int64_t lease);
 
+  // What the run has to say in the coordinator's log since the last call: the slow-node judge's
+  // verdicts (as the gRPC server logs them).
+  struct LogLine {
+    bool warning = false;
+    std::string text;
+  };
+  std::vector<LogLine> TakeLog();
+
  private:
   void Join(const mvccpb::KeyValue& kv, TimePoint now, Outbox* out);
   void ApplyAgentRecord(const std::string& node_id, const std::string& value, TimePoint now,
                         Outbox* out);
+  // A figures/ key: compute times to the slow-node judge (which may evict the node: `out`),
+  // checkpoint costs to the advice.
+  void ApplyFigures(ConnId conn, const std::string& value, TimePoint now, Outbox* out);
+  // The advice key is to be written when the run's advised interval moved.
+  void NoteAdvice();
   void Apply(const Outbox& out);
 
   const EtcdKeys keys_;
@@ -101,6 +114,9 @@ class EtcdCoordinator {
     int64_t lease = 0;
   };
   std::optional<Publication> liveness_record_;  // not yet confirmed written
+  double advice_written_s_ = 0;                 // the interval the advice key holds (0: none)
+  std::optional<double> advice_pending_s_;      // to write; not yet confirmed
+  std::vector<LogLine> log_;
 };
 
 }  // namespace ddprun::rendezvous

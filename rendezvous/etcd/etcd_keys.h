@@ -4,6 +4,11 @@
 //   inbox/<node_id>   InboxRecord: the coordinator's messages to the agent
 //   progress/<node_id> Heartbeat: its workers' last signs of life (hang detection on); under
 //                     the agent's lease
+//   figures/<node_id> Heartbeat: its workers' compute times or its checkpoint costs, as the
+//                     agent measured them last (the slow-node judge, the checkpoint advice);
+//                     under the agent's lease
+//   advice            the run's checkpoint advice, seconds of training between checkpoints
+//                     ("%.3f"), written by the coordinator when it changes
 //   coordinator       the coordinator's node id; under its lease (created only if absent)
 //   liveness          LivenessRecord: where the coordinator serves the liveness path; under
 //                     its lease
@@ -32,13 +37,15 @@ class EtcdKeys {
   std::string status(absl::string_view id) const { return absl::StrCat(run_, "status/", id); }
   std::string inbox(absl::string_view id) const { return absl::StrCat(run_, "inbox/", id); }
   std::string progress(absl::string_view id) const { return absl::StrCat(run_, "progress/", id); }
+  std::string figures(absl::string_view id) const { return absl::StrCat(run_, "figures/", id); }
+  std::string advice() const { return run_ + "advice"; }
   std::string coordinator() const { return run_ + "coordinator"; }
   std::string liveness() const { return run_ + "liveness"; }
   std::string state() const { return run_ + "state"; }
   std::string closed() const { return run_ + "closed"; }
 
-  // The node id of a nodes/, status/, inbox/ or progress/ key; false when `key` is not one of
-  // `kind`.
+  // The node id of a nodes/, status/, inbox/, progress/ or figures/ key; false when `key` is not
+  // one of `kind`.
   bool Parse(absl::string_view key, absl::string_view kind, std::string* id) const {
     const std::string head = absl::StrCat(run_, kind, "/");
     if (!absl::StartsWith(key, head)) return false;

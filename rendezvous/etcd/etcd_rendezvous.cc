@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/log.h"
@@ -290,6 +291,8 @@ void EtcdRendezvous::OnEvents(const std::vector<mvccpb::Event>& events) {
     const std::string& key = e.kv().key();
     if (key == keys_->inbox(node_.node_id) && e.type() == mvccpb::Event::PUT) {
       OnInbox(e.kv().value());
+    } else if (key == keys_->advice() && e.type() == mvccpb::Event::PUT) {
+      OnAdvice(e.kv().value());
     } else if (key == keys_->liveness()) {
       OnLivenessRecord(e.type() == mvccpb::Event::PUT ? e.kv().value() : "");
     } else if (key == keys_->coordinator() && e.type() == mvccpb::Event::DELETE) {
@@ -300,6 +303,11 @@ void EtcdRendezvous::OnEvents(const std::vector<mvccpb::Event>& events) {
       return;
     }
     if (coordinator_ != nullptr) coordinator_->OnEvent(e, now);
+  }
+  if (coordinator_ != nullptr) {
+    for (const EtcdCoordinator::LogLine& line : coordinator_->TakeLog()) {
+      line.warning ? LogWarning(line.text) : LogInfo(line.text);
+    }
   }
   Coordinate();
 }
@@ -540,6 +548,35 @@ void EtcdRendezvous::ReportProgress(const std::vector<RankProgress>& progress, b
     auto done = client_->Put(put, options_.timeouts.keep_alive_interval);
     if (!done.ok()) LogWarning(absl::StrCat("etcd rendezvous: ", done.status().message()));
   });
+}
+
+void EtcdRendezvous::ReportCompute(const std::vector<RankCompute>& compute) {
+  loop_->Post([this, compute] { PutFigures(ToProto(compute)); });
+}
+
+void EtcdRendezvous::ReportCheckpoint(const CheckpointReport& report) {
+  ddprun::proto::Heartbeat figures;
+  *figures.mutable_checkpoint() = ToProto(report);
+  loop_->Post([this, figures] { PutFigures(figures); });
+}
+
+void EtcdRendezvous::PutFigures(const ddprun::proto::Heartbeat& figures) {
+  if (lease_ == 0 || events_.closed() || Out()) return;
+  etcdserverpb::PutRequest put;
+  put.set_key(keys_->figures(node_.node_id));
+  put.set_value(figures.SerializeAsString());
+  put.set_lease(lease_);
+  auto done = client_->Put(put, options_.timeouts.keep_alive_interval);
+  if (!done.ok()) LogWarning(absl::StrCat("etcd rendezvous: ", done.status().message()));
+}
+
+void EtcdRendezvous::OnAdvice(const std::string& value) {
+  double interval_s = 0;
+  if (!absl::SimpleAtod(value, &interval_s) || !(interval_s > 0) || interval_s == advice_s_) {
+    return;
+  }
+  advice_s_ = interval_s;
+  if (!events_.closed()) events_.CheckpointAdvice(interval_s);
 }
 
 void EtcdRendezvous::Leave(const std::string& reason) {

@@ -37,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "common/executor.h"
 #include "proto/etcd/kv.pb.h"
+#include "proto/rendezvous.pb.h"
 #include "rendezvous/api/event_delivery.h"
 #include "rendezvous/api/rendezvous.h"
 #include "rendezvous/api/run_config.h"
@@ -79,6 +80,10 @@ class EtcdRendezvous final : public Rendezvous {
   void ReportGroupState(int64_t round, GroupState state,
                         const std::optional<WorkerFailure>& failure) override;
   void ReportProgress(const std::vector<RankProgress>& progress, bool urgent) override;
+  // The slow-node judge's and the checkpoint advice's figures (an agent sends them every 5 s):
+  // each a put of this node's figures/ key, which the coordinator watches.
+  void ReportCompute(const std::vector<RankCompute>& compute) override;
+  void ReportCheckpoint(const CheckpointReport& report) override;
   void Leave(const std::string& reason) override;
   // Withdraws as Leave does (the leave applied, the lease revoked), but keeps the client: StepIn
   // registers again as a new node within join_timeout, as after a lost lease.
@@ -101,6 +106,10 @@ class EtcdRendezvous final : public Rendezvous {
   void BecomeCoordinator(int64_t revision);
   void OnEvents(const std::vector<mvccpb::Event>& events);
   void OnInbox(const std::string& value);
+  // A put of the advice key: the run's checkpoint interval, delivered when it changed.
+  void OnAdvice(const std::string& value);
+  // Puts `figures` at this node's figures/ key under its lease.
+  void PutFigures(const ddprun::proto::Heartbeat& figures);
   // After the coordinator's state changed: serve and publish the liveness path, make the
   // receiver hear whom the run says, write what is pending, and schedule the next tick.
   void Coordinate();
@@ -151,6 +160,7 @@ class EtcdRendezvous final : public Rendezvous {
   uint64_t tick_timer_ = 0;
   std::string inbox_epoch_;
   int64_t inbox_next_seq_ = 0;
+  double advice_s_ = 0;  // the checkpoint interval delivered last
   TimePoint rejoin_deadline_{};
   std::string peer_host_;  // the address this agent reaches etcd from
   // The liveness path. As coordinator: the receiver and whom it hears (index -> conn, verdict).

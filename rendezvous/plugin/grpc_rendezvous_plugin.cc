@@ -330,6 +330,12 @@ class EtcdRendezvousImpl final : public GrpcRendezvous {
   void ReportProgress(const std::vector<rendezvous::RankProgress>& progress, bool urgent) override {
     impl_->ReportProgress(progress, urgent);
   }
+  void ReportCompute(const std::vector<rendezvous::RankCompute>& compute) override {
+    impl_->ReportCompute(compute);
+  }
+  void ReportCheckpoint(const rendezvous::CheckpointReport& report) override {
+    impl_->ReportCheckpoint(report);
+  }
   void Leave(const std::string& reason) override { impl_->Leave(reason); }
   void StepOut(const std::string& reason) override { impl_->StepOut(reason); }
   void StepIn() override { impl_->StepIn(); }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "tests/testing/etcd_cluster.h"
 #include "tests/testing/rdzv_daemon.h"
 #include "tests/testing/spare_cluster.h"
 #include "tests/testing/subprocess.h"
@@ -66,33 +67,35 @@ class CheckpointAdviceTest : public ::testing::Test {
     for (auto& agent : agents_) agent->Wait(30s);
   }
 
-  Subprocess& StartAgent() {
-    std::vector<std::string> argv = {BinPath("ddprun"),
-                                     "--nnodes=2",
-                                     "--nproc-per-node=1",
-                                     "--max-restarts=5",
-                                     "--restart-mode=in-process",
-                                     "--rdzv-backend=c10d",
-                                     "--rdzv-endpoint=" + daemon_->endpoint(),
-                                     "--rdzv-id=advice",
-                                     "--rdzv-conf=mtbf=600",
-                                     "--no-python",
-                                     BinPath("ddp-train"),
-                                     "mnist",
-                                     "--data",
-                                     kData,
-                                     "--no-progress-bar",
-                                     "--epochs",
-                                     "1000",
-                                     "--max-steps",
-                                     "20",
-                                     "--test-subset",
-                                     "200",
-                                     "--batch-size",
-                                     "32",
-                                     "--checkpoint-dir",
-                                     dir_.File("checkpoints"),
-                                     "--checkpoint-every=auto"};
+  // One of the run's two agents, against ddprun-rdzv or, given its endpoint, etcd.
+  Subprocess& StartAgent(const std::string& etcd_endpoint = "") {
+    std::vector<std::string> argv = {
+        BinPath("ddprun"),
+        "--nnodes=2",
+        "--nproc-per-node=1",
+        "--max-restarts=5",
+        "--restart-mode=in-process",
+        etcd_endpoint.empty() ? "--rdzv-backend=c10d" : "--rdzv-backend=etcd",
+        "--rdzv-endpoint=" + (etcd_endpoint.empty() ? daemon_->endpoint() : etcd_endpoint),
+        "--rdzv-id=advice",
+        "--rdzv-conf=mtbf=600",
+        "--no-python",
+        BinPath("ddp-train"),
+        "mnist",
+        "--data",
+        kData,
+        "--no-progress-bar",
+        "--epochs",
+        "1000",
+        "--max-steps",
+        "20",
+        "--test-subset",
+        "200",
+        "--batch-size",
+        "32",
+        "--checkpoint-dir",
+        dir_.File("checkpoints"),
+        "--checkpoint-every=auto"};
     agents_.push_back(std::make_unique<Subprocess>(
         argv, std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", kToken},
                                                  {"OMP_NUM_THREADS", "1"}}));
@@ -189,6 +192,49 @@ TEST_F(CheckpointAdviceTest, AdviceIsPublishedRecomputedAsFailuresHappenAndFollo
   ASSERT_TRUE(WaitUntil([&] { return Logs().find("as ddprun advises") != std::string::npos; }, 60s))
       << Logs();
   EXPECT_THAT(Logs(), HasSubstr("checkpoint advice: every ")) << "the agents log it";
+}
+
+// The advice each agent logged ("checkpoint advice: every S s"), in order.
+std::vector<double> AdviceLogged(const std::string& log) {
+  std::vector<double> out;
+  const std::regex line("checkpoint advice: every ([0-9.]+) s");
+  for (std::sregex_iterator it(log.begin(), log.end(), line), end; it != end; ++it) {
+    out.push_back(std::stod((*it)[1].str()));
+  }
+  return out;
+}
+
+// The etcd backend: the agent that coordinates the run computes the advice from the figures every
+// agent puts at its figures/ key, and writes it to the run's advice key, which every agent
+// watches. Both agents learn it (the coordinator from its own write), a failure shortens it, and
+// the workers follow it.
+TEST_F(CheckpointAdviceTest, OnEtcdTheCoordinatorPublishesTheAdviceToEveryAgent) {
+  if (const std::string why = testing::EtcdCluster::Unavailable(); !why.empty())
+    GTEST_SKIP() << why;
+  testing::EtcdCluster etcd(1);
+  ASSERT_TRUE(etcd.WaitHealthy(30s));
+  Subprocess& first = StartAgent(etcd.endpoints());
+  Subprocess& second = StartAgent(etcd.endpoints());
+  ASSERT_TRUE(WaitUntil(
+      [&] { return !AdviceLogged(first.err()).empty() && !AdviceLogged(second.err()).empty(); },
+      90s))
+      << Logs();
+  const double before = AdviceLogged(first.err()).front();
+  std::cout << "no failure: every " << before << " s\n";
+  EXPECT_GT(before, 0);
+
+  ASSERT_NO_FATAL_FAILURE(KillWorkerOf(first));
+  // The agents log the advice again once it moved by a fifth: the failure halves the MTBF.
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const std::vector<double> seen = AdviceLogged(second.err());
+        return seen.back() < 0.8 * before;
+      },
+      90s))
+      << Logs();
+  std::cout << "after a failure: every " << AdviceLogged(second.err()).back() << " s\n";
+  ASSERT_TRUE(WaitUntil([&] { return Logs().find("as ddprun advises") != std::string::npos; }, 60s))
+      << Logs();
 }
 
 TEST_F(CheckpointAdviceTest, ABadMtbfIsOneLineAndExitTwo) {

@@ -209,6 +209,44 @@ TEST_F(EtcdCoordinatorTest, NewCoordinatorAppliesStatusWrittenAfterTheLastState)
   EXPECT_EQ(store_.value(keys_.closed()), "1");
 }
 
+// The figures agents put at their figures/ keys (issue 41): compute times reach the run's
+// slow-node judge, whose verdict goes to the coordinator's log, and save times the checkpoint
+// advice, written to the run's advice key with the next write, and again only when it moved.
+TEST_F(EtcdCoordinatorTest, FiguresReachTheJudgeAndTheAdviceGoesToTheAdviceKey) {
+  EtcdCoordinator c(keys_, "1", "1/7");
+  c.Rebuild(store_.All(), store_.revision(), now_);
+  for (const std::string id : {"1", "2", "3"}) JoinNode(c, id, 3, 3);
+  Write(c);
+  for (int report = 0; report < 3; ++report) {
+    now_ += std::chrono::seconds(5);
+    for (int node = 1; node <= 3; ++node) {
+      const std::vector<RankCompute> compute = {{node - 1, node == 3 ? 90.0 : 30.0, 100}};
+      c.OnEvent(
+          store_.Put(keys_.figures(std::to_string(node)), ToProto(compute).SerializeAsString()),
+          now_);
+    }
+  }
+  const std::vector<EtcdCoordinator::LogLine> log = c.TakeLog();
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_TRUE(log[0].warning);
+  EXPECT_EQ(log[0].text.rfind("run 'run': node 3 is slow: ", 0), 0u) << log[0].text;
+  EXPECT_TRUE(c.TakeLog().empty());
+  EXPECT_FALSE(c.PendingWrite().has_value()) << "figures alone change no durable state";
+
+  now_ += std::chrono::seconds(60);
+  CheckpointReport saved;
+  saved.save_s = 2;
+  proto::Heartbeat figures;
+  *figures.mutable_checkpoint() = ToProto(saved);
+  c.OnEvent(store_.Put(keys_.figures("2"), figures.SerializeAsString()), now_);
+  Write(c);
+  ASSERT_TRUE(store_.has(keys_.advice()));
+  const double advised = std::stod(store_.value(keys_.advice()));
+  EXPECT_GT(advised, 0);
+  c.OnEvent(store_.Put(keys_.figures("2"), figures.SerializeAsString()), now_);
+  EXPECT_FALSE(c.PendingWrite().has_value()) << "the same advice is not written again";
+}
+
 TEST_F(EtcdCoordinatorTest, StateOfAnEarlierJobWhoseAgentsAllDiedIsIgnored) {
   EtcdCoordinator old(keys_, "1", "1/7");
   old.Rebuild(store_.All(), store_.revision(), now_);
