@@ -148,7 +148,9 @@ std::string FormatRunStatusText(const nlohmann::json& run) {
       absl::StrAppend(&out, "preflight (", absl::StrFormat("%.2f", preflight.value("took_s", 0.0)),
                       " s):\n");
       for (const auto& node : preflight.value("nodes", nlohmann::json::array())) {
-        absl::StrAppend(&out, "  ", text(node, "hostname"), "  ", text(node, "text"), "\n");
+        // The node id too: nodes of one host (a test, a node per GPU set) share its name.
+        absl::StrAppend(&out, "  ", text(node, "hostname"), "  ", text(node, "node_id"), "  ",
+                        text(node, "text"), "\n");
       }
     }
   }
