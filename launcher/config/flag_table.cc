@@ -482,7 +482,7 @@ constexpr FlagDef kFlags[] = {
      "the job's median (compute by more than --preflight-margin, a link below half the median) "
      "is named with its figures; with a spare it is kept out (its agent exits 5) and the spare "
      "takes its place, without one the job starts and says so. auto (default): on for "
-     "multi-node jobs with a rendezvous server (c10d, ddprun-rdzv; not etcd); on; off.",
+     "multi-node jobs (c10d, ddprun-rdzv, etcd, a coordinated static job); on; off.",
      ApplyPreflight, ValueKind::kChoice, "auto on off"},
     {"preflight-margin", "", false,
      "How much slower than the job's median node a node's compute may measure in the "

@@ -94,10 +94,11 @@ absl::Status TakeConf(const RdzvConf& conf, const LaunchOptions& options, C10dSe
 }  // namespace
 
 bool PreflightEnabled(const LaunchOptions& options) {
-  // Where no rendezvous server compares the nodes: one node, each static node on its own, etcd.
-  const bool no_server = options.standalone || IsEtcd(options.rdzv_backend) ||
-                         (options.rdzv_backend == RdzvBackend::kStatic &&
-                          options.rdzv.static_coordination != StaticCoordination::kRendezvous);
+  // Where nobody compares the nodes: one node, each static node on its own. (On etcd the agent
+  // that coordinates the run does, as the server would.)
+  const bool no_server =
+      options.standalone || (options.rdzv_backend == RdzvBackend::kStatic &&
+                             options.rdzv.static_coordination != StaticCoordination::kRendezvous);
   if (no_server) return false;
   return options.preflight == PreflightMode::kOn ||
          (options.preflight == PreflightMode::kAuto && options.max_nodes > 1);
@@ -205,12 +206,6 @@ absl::StatusOr<EtcdSettings> MakeEtcdSettings(const LaunchOptions& options) {
     return absl::InvalidArgumentError("--rdzv-conf: tls_cert and tls_key go together");
   }
   s.timeouts = TimeoutsFor(conf, options);
-  // The etcd coordinator does not run the preflight yet: auto is off there, on is refused.
-  if (options.preflight == PreflightMode::kOn) {
-    return absl::InvalidArgumentError(
-        "--preflight=on: the etcd backend has no preflight yet; use the c10d backend (or "
-        "ddprun-rdzv), or --preflight=off");
-  }
   s.read_timeout = conf.read_timeout;
   s.close_timeout = conf.close_timeout;
   return s;

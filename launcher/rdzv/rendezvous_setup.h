@@ -51,9 +51,9 @@ struct RendezvousSetup {
   std::unique_ptr<store::StoreServer> store;
 };
 
-// --preflight as the run will have it: on, or auto in a multi-node run, where a rendezvous
-// server compares the nodes (c10d, ddprun-rdzv, a coordinated static job); never on etcd, whose
-// coordinator does not run one yet (MakeEtcdSettings refuses --preflight=on).
+// --preflight as the run will have it: on, or auto in a multi-node run, where someone compares
+// the nodes (the rendezvous server of c10d, ddprun-rdzv and a coordinated static job; etcd's
+// coordinating agent).
 bool PreflightEnabled(const LaunchOptions& options);
 
 // The c10d settings from the options (token loaded, is_host decided); no gRPC involved.

@@ -623,6 +623,10 @@ RunSnapshot RunState::Snapshot() const {
 }
 
 void RunState::Restore(const RunSnapshot& s, TimePoint now, Outbox* out) {
+  // The preflight is the first round's. The joins that rebuilt this state may have started one
+  // afresh: a run restored past its first round has none; one restored before it asks again.
+  preflight_round_.reset();
+  if (s.round > 0) preflight_done_ = true;
   round_ = s.round;
   restarts_used_ = s.restarts_used;
   spares_used_ = s.spares_used;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "rendezvous/grpc/preflight_convert.h"
 #include "rendezvous/grpc/proto_convert.h"
 
 namespace ddprun::rendezvous {
@@ -94,8 +95,10 @@ void EtcdCoordinator::Rebuild(const std::vector<mvccpb::KeyValue>& kvs, int64_t 
     dirty_ = true;
     return;
   }
-  // The messages of the joins were sent by earlier coordinators; Restore says what changes.
+  // The messages of the joins were sent by earlier coordinators, and their lines logged (a
+  // preflight the joins started is Restore's to drop); Restore says what changes.
   out.clear();
+  run_->TakeLog();
   run_->Restore(FromRecord(*snapshot), now, &out);
   Apply(out);
   // What the agents reported after the old coordinator's last write.
@@ -172,6 +175,11 @@ void EtcdCoordinator::OnEvent(const mvccpb::Event& event, TimePoint now) {
     if (run_ == nullptr || it == conn_by_node_.end()) return;
     ApplyFigures(it->second, kv.value(), now, &out);
     if (out.empty()) return;
+  } else if (keys_.Parse(kv.key(), "preflight", &id) && event.type() == mvccpb::Event::PUT) {
+    auto it = conn_by_node_.find(id);
+    ddprun::proto::PreflightReport report;
+    if (run_ == nullptr || it == conn_by_node_.end() || !report.ParseFromString(kv.value())) return;
+    run_->Preflight(it->second, FromProto(report), now, &out);
   } else if (keys_.Parse(kv.key(), "progress", &id) && event.type() == mvccpb::Event::PUT) {
     // Not part of the durable state: a new coordinator hears the next one.
     ddprun::proto::Heartbeat h;
@@ -209,7 +217,13 @@ void EtcdCoordinator::NoteAdvice() {
   advice_pending_s_ = advice->interval_s;
 }
 
-std::vector<EtcdCoordinator::LogLine> EtcdCoordinator::TakeLog() { return std::exchange(log_, {}); }
+std::vector<EtcdCoordinator::LogLine> EtcdCoordinator::TakeLog() {
+  // The run's own lines (the preflight's verdicts, a line a node), as the server logs them.
+  if (run_ != nullptr) {
+    for (std::string& line : run_->TakeLog()) log_.push_back({false, std::move(line)});
+  }
+  return std::exchange(log_, {});
+}
 
 void EtcdCoordinator::LocalLeave(const std::string& reason, TimePoint now) {
   auto it = conn_by_node_.find(self_);

@@ -72,7 +72,7 @@ class EtcdCoordinator {
   void PublishLiveness(std::string record, int64_t lease);
 
   // What the run has to say in the coordinator's log since the last call: the slow-node judge's
-  // verdicts (as the gRPC server logs them).
+  // verdicts and the preflight's (as the gRPC server logs them).
   struct LogLine {
     bool warning = false;
     std::string text;

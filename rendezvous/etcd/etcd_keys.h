@@ -7,6 +7,8 @@
 //   figures/<node_id> Heartbeat: its workers' compute times or its checkpoint costs, as the
 //                     agent measured them last (the slow-node judge, the checkpoint advice);
 //                     under the agent's lease
+//   preflight/<node_id> PreflightReport: what the node measured when the coordinator's inbox
+//                     message asked it to (the preflight before the first round); under its lease
 //   advice            the run's checkpoint advice, seconds of training between checkpoints
 //                     ("%.3f"), written by the coordinator when it changes
 //   coordinator       the coordinator's node id; under its lease (created only if absent)
@@ -38,14 +40,15 @@ class EtcdKeys {
   std::string inbox(absl::string_view id) const { return absl::StrCat(run_, "inbox/", id); }
   std::string progress(absl::string_view id) const { return absl::StrCat(run_, "progress/", id); }
   std::string figures(absl::string_view id) const { return absl::StrCat(run_, "figures/", id); }
+  std::string preflight(absl::string_view id) const { return absl::StrCat(run_, "preflight/", id); }
   std::string advice() const { return run_ + "advice"; }
   std::string coordinator() const { return run_ + "coordinator"; }
   std::string liveness() const { return run_ + "liveness"; }
   std::string state() const { return run_ + "state"; }
   std::string closed() const { return run_ + "closed"; }
 
-  // The node id of a nodes/, status/, inbox/, progress/ or figures/ key; false when `key` is not
-  // one of `kind`.
+  // The node id of a nodes/, status/, inbox/, progress/, figures/ or preflight/ key; false when
+  // `key` is not one of `kind`.
   bool Parse(absl::string_view key, absl::string_view kind, std::string* id) const {
     const std::string head = absl::StrCat(run_, kind, "/");
     if (!absl::StartsWith(key, head)) return false;

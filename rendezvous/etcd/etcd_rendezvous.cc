@@ -17,6 +17,7 @@
 #include "proto/etcd/records.pb.h"
 #include "rendezvous/etcd/etcd_coordinator.h"
 #include "rendezvous/etcd/etcd_watcher.h"
+#include "rendezvous/grpc/preflight_convert.h"
 #include "rendezvous/grpc/proto_convert.h"
 #include "rendezvous/liveness/liveness_receiver.h"
 #include "rendezvous/liveness/liveness_sender.h"
@@ -332,6 +333,8 @@ void EtcdRendezvous::OnInbox(const std::string& value) {
                       FactsOf(m.restart()));
     } else if (m.has_standby()) {
       events_.Standby(FromProto(m.standby()));
+    } else if (m.has_preflight()) {
+      events_.Preflight(FromProto(m.preflight()));
     } else if (m.has_close()) {
       events_.Close(CloseStatus(m.close()), HangOf(m.close()));
     }
@@ -551,20 +554,30 @@ void EtcdRendezvous::ReportProgress(const std::vector<RankProgress>& progress, b
 }
 
 void EtcdRendezvous::ReportCompute(const std::vector<RankCompute>& compute) {
-  loop_->Post([this, compute] { PutFigures(ToProto(compute)); });
+  loop_->Post([this, compute] {
+    PutUnderLease(keys_->figures(node_.node_id), ToProto(compute).SerializeAsString());
+  });
 }
 
 void EtcdRendezvous::ReportCheckpoint(const CheckpointReport& report) {
   ddprun::proto::Heartbeat figures;
   *figures.mutable_checkpoint() = ToProto(report);
-  loop_->Post([this, figures] { PutFigures(figures); });
+  loop_->Post([this, figures] {
+    PutUnderLease(keys_->figures(node_.node_id), figures.SerializeAsString());
+  });
 }
 
-void EtcdRendezvous::PutFigures(const ddprun::proto::Heartbeat& figures) {
+void EtcdRendezvous::ReportPreflight(const PreflightReport& report) {
+  loop_->Post([this, report] {
+    PutUnderLease(keys_->preflight(node_.node_id), ToProto(report).SerializeAsString());
+  });
+}
+
+void EtcdRendezvous::PutUnderLease(const std::string& key, const std::string& value) {
   if (lease_ == 0 || events_.closed() || Out()) return;
   etcdserverpb::PutRequest put;
-  put.set_key(keys_->figures(node_.node_id));
-  put.set_value(figures.SerializeAsString());
+  put.set_key(key);
+  put.set_value(value);
   put.set_lease(lease_);
   auto done = client_->Put(put, options_.timeouts.keep_alive_interval);
   if (!done.ok()) LogWarning(absl::StrCat("etcd rendezvous: ", done.status().message()));

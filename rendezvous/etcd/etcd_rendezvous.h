@@ -84,6 +84,8 @@ class EtcdRendezvous final : public Rendezvous {
   // each a put of this node's figures/ key, which the coordinator watches.
   void ReportCompute(const std::vector<RankCompute>& compute) override;
   void ReportCheckpoint(const CheckpointReport& report) override;
+  // What this node measured in the preflight: a put of its preflight/ key.
+  void ReportPreflight(const PreflightReport& report) override;
   void Leave(const std::string& reason) override;
   // Withdraws as Leave does (the leave applied, the lease revoked), but keeps the client: StepIn
   // registers again as a new node within join_timeout, as after a lost lease.
@@ -108,8 +110,8 @@ class EtcdRendezvous final : public Rendezvous {
   void OnInbox(const std::string& value);
   // A put of the advice key: the run's checkpoint interval, delivered when it changed.
   void OnAdvice(const std::string& value);
-  // Puts `figures` at this node's figures/ key under its lease.
-  void PutFigures(const ddprun::proto::Heartbeat& figures);
+  // Puts `value` at `key` (one of this node's) under its lease, unless it is out.
+  void PutUnderLease(const std::string& key, const std::string& value);
   // After the coordinator's state changed: serve and publish the liveness path, make the
   // receiver hear whom the run says, write what is pending, and schedule the next tick.
   void Coordinate();

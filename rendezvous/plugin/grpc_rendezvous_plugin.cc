@@ -336,6 +336,9 @@ class EtcdRendezvousImpl final : public GrpcRendezvous {
   void ReportCheckpoint(const rendezvous::CheckpointReport& report) override {
     impl_->ReportCheckpoint(report);
   }
+  void ReportPreflight(const rendezvous::PreflightReport& report) override {
+    impl_->ReportPreflight(report);
+  }
   void Leave(const std::string& reason) override { impl_->Leave(reason); }
   void StepOut(const std::string& reason) override { impl_->StepOut(reason); }
   void StepIn() override { impl_->StepIn(); }

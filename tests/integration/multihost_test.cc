@@ -156,21 +156,15 @@ class MultiHostTest : public ::testing::Test {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - healed).count();
   }
 
-  // A one-member etcd on host 1 at its fixed ports (the namespace is the test's own).
+  // A one-member etcd on host 1.
   std::unique_ptr<Subprocess> StartEtcdOnHost1() {
-    const std::string a = hosts_->Address(1);
-    return std::make_unique<Subprocess>(hosts_->On(
-        1,
-        {"/usr/bin/etcd", "--name", "m0", "--data-dir", dir_.File("etcd"), "--listen-client-urls",
-         "http://" + a + ":2379", "--advertise-client-urls", "http://" + a + ":2379",
-         "--listen-peer-urls", "http://" + a + ":2380", "--initial-advertise-peer-urls",
-         "http://" + a + ":2380", "--initial-cluster", "m0=http://" + a + ":2380"}));
+    return testing::StartEtcdOnHost(*hosts_, 1, dir_.File("etcd"));
   }
 
   std::unique_ptr<Subprocess> EtcdAgent(int host, std::vector<std::string> flags,
                                         const std::string& worker) {
     std::vector<std::string> argv = {BinPath("ddprun"), "--rdzv-backend=etcd",
-                                     "--rdzv-endpoint=" + hosts_->Address(1) + ":2379"};
+                                     "--rdzv-endpoint=" + testing::EtcdEndpointOn(*hosts_, 1)};
     argv.insert(argv.end(), flags.begin(), flags.end());
     argv.insert(argv.end(), {"--no-python", worker});
     return std::make_unique<Subprocess>(hosts_->On(host, argv));

@@ -19,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "tests/testing/etcd_cluster.h"
 #include "tests/testing/net_hosts.h"
 #include "tests/testing/rdzv_daemon.h"
 #include "tests/testing/subprocess.h"
@@ -52,11 +53,13 @@ class PreflightIntegrationTest : public ::testing::Test {
   }
 
   // An agent of run "pf" (3 members) on `host`: one worker that sleeps a second. `endpoint`:
-  // ddprun-rdzv's unless given (host 2's address: its agent hosts the server).
-  Subprocess& StartAgent(int host, const std::string& endpoint = "") {
+  // ddprun-rdzv's unless given (host 2's address: its agent hosts the server; or etcd's, with
+  // `backend` etcd).
+  Subprocess& StartAgent(int host, const std::string& endpoint = "",
+                         const std::string& backend = "c10d") {
     const std::vector<std::string> argv = hosts_->On(
         host,
-        {BinPath("ddprun"), "--nnodes=3", "--nproc-per-node=1", "--rdzv-backend=c10d",
+        {BinPath("ddprun"), "--nnodes=3", "--nproc-per-node=1", "--rdzv-backend=" + backend,
          "--rdzv-endpoint=" + (endpoint.empty() ? daemon_->endpoint() : endpoint), "--rdzv-id=pf",
          "--log-dir=" + LogDir(host), "--no-python", "/bin/sh", "-c", "sleep 1"});
     agents_[host] = std::make_unique<Subprocess>(
@@ -151,6 +154,35 @@ TEST_F(PreflightIntegrationTest, AKeptOutHostingAgentServesTheOthersUntilTheyFin
   EXPECT_THAT(agents_[2]->err(),
               HasSubstr("this node is out of the run; serving the rendezvous until the other "
                         "nodes finish"));
+}
+
+// The etcd backend: the agent that coordinates the run (host 2's, started first) runs the
+// preflight as the server does; its requests go to the agents' inboxes and their reports to
+// their preflight/ keys. The rate-limited host is kept out, the spare takes its place, and the
+// coordinator logs one line a node.
+TEST_F(PreflightIntegrationTest, OnEtcdTheCoordinatingAgentKeepsTheRateLimitedHostOut) {
+  if (const std::string why = testing::EtcdCluster::Unavailable(); !why.empty())
+    GTEST_SKIP() << why;
+  const std::unique_ptr<Subprocess> etcd =
+      testing::StartEtcdOnHost(*hosts_, 1, dir_.path() + "/etcd");
+  const std::string endpoint = testing::EtcdEndpointOn(*hosts_, 1);
+  ASSERT_EQ(hosts_->LimitRate(4, "100mbit"), "");
+  StartAgent(2, endpoint, "etcd");
+  ASSERT_TRUE(agents_[2]->WaitForOutputContains("now coordinates the etcd rendezvous", 60s))
+      << Logs() << "\n--- etcd\n"
+      << etcd->err();
+  for (int host : {3, 4, 5}) StartAgent(host, endpoint, "etcd");
+  EXPECT_EQ(ExitOf(4), 5) << Logs();
+  EXPECT_THAT(agents_[4]->err(), HasSubstr("kept out by the preflight: send")) << Logs();
+  for (int host : {2, 3, 5}) {
+    EXPECT_EQ(ExitOf(host), 0) << "host " << host << "\n" << Logs();
+    EXPECT_THAT(agents_[host]->err(), HasSubstr(" of 3 (node ")) << "a world of three";
+  }
+  const std::string coordinator = agents_[2]->err();
+  EXPECT_EQ(testing::CountMatches(coordinator, "': preflight: node "), 4) << coordinator;
+  EXPECT_THAT(coordinator, ::testing::ContainsRegex("\\(n4\\): [^\n]*SLOW: send [^\n]*\\(kept out: "
+                                                    "a spare takes its place\\)"))
+      << coordinator;
 }
 
 TEST_F(PreflightIntegrationTest, ABadMarginIsOneLineAndExitTwo) {

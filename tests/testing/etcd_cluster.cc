@@ -21,6 +21,20 @@ std::string Find(const std::string& name) {
 
 }  // namespace
 
+std::unique_ptr<Subprocess> StartEtcdOnHost(const NetHosts& hosts, int host,
+                                            const std::string& data_dir) {
+  const std::string a = hosts.Address(host);
+  return std::make_unique<Subprocess>(hosts.On(
+      host, {"/usr/bin/etcd", "--name", "m0", "--data-dir", data_dir, "--listen-client-urls",
+             "http://" + a + ":2379", "--advertise-client-urls", "http://" + a + ":2379",
+             "--listen-peer-urls", "http://" + a + ":2380", "--initial-advertise-peer-urls",
+             "http://" + a + ":2380", "--initial-cluster", "m0=http://" + a + ":2380"}));
+}
+
+std::string EtcdEndpointOn(const NetHosts& hosts, int host) {
+  return absl::StrCat(hosts.Address(host), ":2379");
+}
+
 std::string EtcdCluster::Unavailable() {
   if (Find("etcd").empty() || Find("etcdctl").empty()) {
     return "etcd is not installed (Debian: apt-get install etcd-server etcd-client)";

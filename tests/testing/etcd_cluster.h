@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/testing/net_hosts.h"
 #include "tests/testing/reserved_port.h"
 #include "tests/testing/subprocess.h"
 #include "tests/testing/test_env.h"
@@ -24,6 +25,12 @@ struct EtcdClusterTls {
   // client_cert/client_key.
   std::string client_ca, client_cert, client_key;
 };
+
+// A one-member etcd on `host` of `hosts`, at etcd's fixed ports (the namespace is the test's own),
+// its data in `data_dir`; clients reach it at EtcdEndpointOn(hosts, host).
+std::unique_ptr<Subprocess> StartEtcdOnHost(const NetHosts& hosts, int host,
+                                            const std::string& data_dir);
+std::string EtcdEndpointOn(const NetHosts& hosts, int host);
 
 class EtcdCluster {
  public:

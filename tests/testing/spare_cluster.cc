@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "tests/testing/etcd_cluster.h"
 #include "tests/testing/test_env.h"
 
 namespace ddprun::testing {
@@ -149,7 +150,7 @@ std::string SpareCluster::Endpoint() const {
     case RdzvServer::kRdzvDaemon:
       return daemon_->endpoint();
     case RdzvServer::kEtcd:
-      return absl::StrCat(hosts_->Address(1), ":2379");
+      return EtcdEndpointOn(*hosts_, 1);
   }
   return "";
 }
@@ -246,14 +247,7 @@ std::string SpareCluster::Start(std::chrono::seconds limit) {
       if (daemon_->endpoint().empty()) return "ddprun-rdzv: " + daemon_->error();
       break;
     case RdzvServer::kEtcd: {
-      // One member on host 1 at etcd's fixed ports (the namespace is the cluster's own).
-      const std::string a = hosts_->Address(1);
-      etcd_ = std::make_unique<Subprocess>(
-          hosts_->On(1, {"/usr/bin/etcd", "--name", "m0", "--data-dir", options_.dir + "/etcd",
-                         "--listen-client-urls", "http://" + a + ":2379", "--advertise-client-urls",
-                         "http://" + a + ":2379", "--listen-peer-urls", "http://" + a + ":2380",
-                         "--initial-advertise-peer-urls", "http://" + a + ":2380",
-                         "--initial-cluster", "m0=http://" + a + ":2380"}));
+      etcd_ = StartEtcdOnHost(*hosts_, 1, options_.dir + "/etcd");
       break;
     }
     case RdzvServer::kBuiltIn:

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "proto/etcd/records.pb.h"
+#include "rendezvous/grpc/preflight_convert.h"
 #include "rendezvous/grpc/proto_convert.h"
 #include "tests/rendezvous/core/state_test_util.h"
 
@@ -96,6 +97,31 @@ class EtcdCoordinatorTest : public ::testing::Test {
   // Node `id` joins: its key appears and the coordinator sees it.
   void JoinNode(EtcdCoordinator& c, const std::string& id, int min_nodes, int max_nodes) {
     c.OnEvent(store_.Put(keys_.node(id), NodeValue(id, min_nodes, max_nodes)), now_);
+  }
+  // Node `id` joins a run with the preflight on (its probe listener at 4000 + id).
+  void JoinNodeWithPreflight(EtcdCoordinator& c, int id, int min_nodes, int max_nodes) {
+    JoinRequest join = MakeJoin("run", std::to_string(id), min_nodes, max_nodes);
+    join.timeouts.preflight.enabled = true;
+    join.node.preflight_port = 4000 + id;
+    proto::etcd::NodeRecord r;
+    *r.mutable_join() = ToProto(join.node, join.timeouts);
+    r.set_peer_host("10.0.0." + std::to_string(id));
+    c.OnEvent(store_.Put(keys_.node(std::to_string(id)), r.SerializeAsString()), now_);
+  }
+  // Node `id` answers the preflight request in its inbox: 10 GFLOP/s, every pair healthy.
+  void ReportPreflight(EtcdCoordinator& c, const std::string& id) {
+    const std::vector<proto::ServerMessage> inbox = Inbox(store_, keys_, id);
+    ASSERT_FALSE(inbox.empty()) << id;
+    ASSERT_TRUE(inbox.back().has_preflight()) << id << ": asked to measure, not assigned";
+    const proto::PreflightRequest& request = inbox.back().preflight();
+    PreflightReport report = {};
+    report.generation = request.generation();
+    report.cpu_gflops = 10;
+    for (const auto& target : request.targets()) {
+      EXPECT_EQ(target.addr(), "10.0.0." + target.node_id()) << "where the node's workers listen";
+      report.pairs.push_back({target.node_id(), 0.1, 1000, 1000, ""});
+    }
+    c.OnEvent(store_.Put(keys_.preflight(id), ToProto(report).SerializeAsString()), now_);
   }
   void Write(EtcdCoordinator& c) {
     auto txn = c.PendingWrite();
@@ -245,6 +271,58 @@ TEST_F(EtcdCoordinatorTest, FiguresReachTheJudgeAndTheAdviceGoesToTheAdviceKey) 
   EXPECT_GT(advised, 0);
   c.OnEvent(store_.Put(keys_.figures("2"), figures.SerializeAsString()), now_);
   EXPECT_FALSE(c.PendingWrite().has_value()) << "the same advice is not written again";
+}
+
+// The preflight on etcd (issue 41): the round waits while the coordinator's RunState asks each
+// node, in its inbox, to measure; the reports at the nodes' preflight/ keys let it form, and the
+// verdicts go to the coordinator's log, a line a node.
+TEST_F(EtcdCoordinatorTest, ThePreflightAsksInTheInboxesAndTheReportsFormTheRound) {
+  EtcdCoordinator c(keys_, "1", "1/7");
+  c.Rebuild(store_.All(), store_.revision(), now_);
+  for (int node = 1; node <= 3; ++node) JoinNodeWithPreflight(c, node, 3, 3);
+  Write(c);
+  now_ += std::chrono::seconds(2);
+  for (const std::string id : {"1", "2", "3"}) ASSERT_NO_FATAL_FAILURE(ReportPreflight(c, id));
+  Write(c);
+  for (const std::string id : {"1", "2", "3"}) {
+    ASSERT_TRUE(Inbox(store_, keys_, id).back().has_assignment()) << id;
+  }
+  int lines = 0;
+  for (const EtcdCoordinator::LogLine& line : c.TakeLog()) {
+    if (line.text.find("': preflight: node ") != std::string::npos) ++lines;
+  }
+  EXPECT_EQ(lines, 3);
+}
+
+// A coordinator that takes over a run past its first round rebuilds it from the nodes' keys,
+// joining them into a fresh state as at the start: with as many nodes as the round's seats (the
+// survivors and a spare) that must not start a second preflight (the agents' probe listeners
+// are closed: nobody would report, the round would wait for the deadline and then keep nodes
+// out for it). The spare takes the lost rank at once.
+TEST_F(EtcdCoordinatorTest, ANewCoordinatorPastTheFirstRoundRunsNoPreflight) {
+  EtcdCoordinator first(keys_, "1", "1/7");
+  first.Rebuild(store_.All(), store_.revision(), now_);
+  for (int node = 1; node <= 4; ++node) JoinNodeWithPreflight(first, node, 3, 3);
+  Write(first);
+  for (const std::string id : {"1", "2", "3", "4"}) {
+    ASSERT_NO_FATAL_FAILURE(ReportPreflight(first, id));
+  }
+  Write(first);
+  ASSERT_TRUE(Inbox(store_, keys_, "2").back().has_assignment());
+  ASSERT_TRUE(Inbox(store_, keys_, "4").back().has_standby()) << "node 4 waits as a spare";
+  (void)first.TakeLog();
+  store_.Delete(keys_.node("1"));  // the coordinator's node is lost with its lease
+  EtcdCoordinator second(keys_, "2", "2/8");
+  second.Rebuild(store_.All(), store_.revision(), now_);
+  Write(second);
+  for (const std::string id : {"2", "3", "4"}) {
+    const std::vector<proto::ServerMessage> inbox = Inbox(store_, keys_, id);
+    ASSERT_TRUE(inbox.back().has_assignment()) << id << ": " << inbox.back().DebugString();
+    EXPECT_EQ(inbox.back().assignment().round(), 2) << id;
+  }
+  for (const EtcdCoordinator::LogLine& line : second.TakeLog()) {
+    EXPECT_EQ(line.text.find("preflight"), std::string::npos) << line.text;
+  }
 }
 
 TEST_F(EtcdCoordinatorTest, StateOfAnEarlierJobWhoseAgentsAllDiedIsIgnored) {
