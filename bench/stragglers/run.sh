@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 41, point 2 on real processes (root: a cpu cgroup). Two scenarios, each 3 ddprun agents of
+# Issue 41, point 2 on real processes (root: a cpu cgroup). Three scenarios, each 3 ddprun agents of
 # one run against ddprun-rdzv on loopback, one ddp-train mnist worker each:
 #   noise     both cores kept busy by 2 spinners for NOISE_SECONDS (300): ordinary noise, no
 #             throttled rank; passes when the server names no node slow.
@@ -7,6 +7,8 @@
 #             spare; after THROTTLE_AFTER (60) s one member's worker moves into a cpu cgroup at 30 %
 #             of a CPU (the worker only: a throttled agent would also be slow to heartbeat): seconds until the server names it, until round 2 forms with the
 #             spare, and the job's steps/s before, throttled, and after the replacement.
+#   baseline  the throttle scenario without the throttle (BASELINE=0 skips it): the job's steps/s
+#             over the same windows, and that nobody is named.
 #   bench/stragglers/run.sh [BUILD_DIR] [OUT_DIR]
 set -euo pipefail
 BUILD=$(realpath "${1:-build}")
@@ -81,33 +83,57 @@ echo "noise: $NOISE_SECONDS s, 3 nodes + $CORES spinners on $CORES cores: nodes 
 cleanup
 fi
 
-# --- throttle ---
-D="$OUT/throttle"; mkdir -p "$D"; T0=$(secs)
-if [ -d /sys/fs/cgroup/cpu ]; then CG=/sys/fs/cgroup/cpu/ddprun-stragglers-$$; else CG=/sys/fs/cgroup/ddprun-stragglers-$$; fi
-mkdir -p "$CG"
-if [ -f "$CG/cpu.cfs_quota_us" ]; then echo 100000 > "$CG/cpu.cfs_period_us"; echo 30000 > "$CG/cpu.cfs_quota_us"
-else echo "30000 100000" > "$CG/cpu.max"; fi
-start_daemon "$D"
-FLAGS=(--evict-slow --restart-mode=in-process --preload=native)
-for i in 1 2 3; do start_agent "$D" "agent$i" "${FLAGS[@]}"; done
-SLOW=$LAST_AGENT
-for _ in $(seq 600); do grep -q "round 1 formed" "$D/daemon.log" && break; sleep 0.1; done
-start_agent "$D" spare "${FLAGS[@]}"
-sample_until "$D" "$THROTTLE_AFTER"
-t_throttle=$(echo "$(secs) - $T0" | bc)
-# Its worker: the agent's child that leads a process group of its own (the agent's helpers stay
-# in its group); its threads follow it (cgroup.procs).
-for p in $(pgrep -P "$SLOW" || true); do
-  [ "$(ps -o pgid= -p "$p" | tr -d ' ')" = "$p" ] && echo "$p" > "$CG/cgroup.procs"
-done
-for _ in $(seq 120); do grep -q "round 2 formed" "$D/daemon.log" && break; sample_until "$D" "$(echo "$(secs) - $T0 + 1" | bc)"; done
-t_end=$(echo "$(secs) - $T0 + 40" | bc)
-sample_until "$D" "$t_end"
-t_named=$(log_time "$D" " is slow: ")
-t_replaced=$(log_time "$D" "round 2 formed")
+# --- throttle, and the same run without it (BASELINE=0 skips that) ---
+# throttle_run NAME PERCENT: 3 members and a spare with --evict-slow; after THROTTLE_AFTER s one
+# member's worker moves into a cpu cgroup at PERCENT % of a CPU (0: it is left alone, the
+# baseline). Sets t_throttle, t_named, t_replaced and t_end (seconds from T0) for D=$OUT/NAME.
+throttle_run() {
+  local name=$1 percent=$2
+  D="$OUT/$name"; mkdir -p "$D"; T0=$(secs)
+  if [ "$percent" -gt 0 ]; then
+    if [ -d /sys/fs/cgroup/cpu ]; then CG=/sys/fs/cgroup/cpu/ddprun-stragglers-$$; else CG=/sys/fs/cgroup/ddprun-stragglers-$$; fi
+    mkdir -p "$CG"
+    if [ -f "$CG/cpu.cfs_quota_us" ]; then echo 100000 > "$CG/cpu.cfs_period_us"; echo $((percent * 1000)) > "$CG/cpu.cfs_quota_us"
+    else echo "$((percent * 1000)) 100000" > "$CG/cpu.max"; fi
+  fi
+  start_daemon "$D"
+  local flags=(--evict-slow --restart-mode=in-process --preload=native)
+  for i in 1 2 3; do start_agent "$D" "agent$i" "${flags[@]}"; done
+  local slow=$LAST_AGENT
+  for _ in $(seq 600); do grep -q "round 1 formed" "$D/daemon.log" && break; sleep 0.1; done
+  start_agent "$D" spare "${flags[@]}"
+  sample_until "$D" "$THROTTLE_AFTER"
+  t_throttle=$(echo "$(secs) - $T0" | bc)
+  if [ "$percent" -gt 0 ]; then
+    # Its worker: the agent's child that leads a process group of its own (the agent's helpers
+    # stay in its group); its threads follow it (cgroup.procs).
+    for p in $(pgrep -P "$slow" || true); do
+      [ "$(ps -o pgid= -p "$p" | tr -d ' ')" = "$p" ] && echo "$p" > "$CG/cgroup.procs"
+    done
+    for _ in $(seq 120); do grep -q "round 2 formed" "$D/daemon.log" && break; sample_until "$D" "$(echo "$(secs) - $T0 + 1" | bc)"; done
+    t_named=$(log_time "$D" " is slow: ")
+    t_replaced=$(log_time "$D" "round 2 formed")
+  else
+    # No replacement to wait for: the windows of the throttled run, at the same offsets.
+    t_named=n/a
+    t_replaced=$(echo "$t_throttle + $REPLACED_AFTER" | bc)
+    sample_until "$D" "$t_replaced"
+  fi
+  t_end=$(echo "$(secs) - $T0 + 40" | bc)
+  sample_until "$D" "$t_end"
+}
+
+throttle_run throttle 30
+REPLACED_AFTER=$(echo "$t_replaced - $t_throttle" | bc)
 {
-  echo "throttle: one member's worker at 30 % of a CPU from $(printf %.1f "$t_throttle") s: named slow $(printf %.1f "$(echo "$t_named - $t_throttle" | bc)") s later, replaced by the spare (round 2 formed) $(printf %.1f "$(echo "$t_replaced - $t_throttle" | bc)") s later"
+  echo "throttle: one member's worker at 30 % of a CPU from $(printf %.1f "$t_throttle") s: named slow $(printf %.1f "$(echo "$t_named - $t_throttle" | bc)") s later, replaced by the spare (round 2 formed) $(printf %.1f "$REPLACED_AFTER") s later"
   echo "  $(grep -m1 ' is slow: ' "$D/daemon.log" | cut -d' ' -f3-)"
   echo "  job steps/s: before $(rate "$D" 20 "$t_throttle"), throttled $(rate "$D" "$t_throttle" "$t_replaced"), after the replacement $(rate "$D" "$(echo "$t_replaced + 5" | bc)" "$t_end")"
 } | tee -a "$OUT/summary.txt"
+cleanup
+if [ "${BASELINE:-1}" != 0 ]; then
+  throttle_run baseline 0
+  named=$(grep -c " is slow: " "$D/daemon.log" || true)
+  echo "baseline, the same run without the throttle: nodes named slow: $named; job steps/s in the same windows: $(rate "$D" 20 "$t_throttle"), $(rate "$D" "$t_throttle" "$t_replaced"), $(rate "$D" "$(echo "$t_replaced + 5" | bc)" "$t_end")" | tee -a "$OUT/summary.txt"
+fi
 echo "logs: $OUT"

@@ -197,6 +197,33 @@ TEST_F(SlowNodeTest, WithEvictSlowASpareTakesTheThrottledNodesPlace) {
       << status;
 }
 
+// Ordinary noise names nobody (the acceptance; bench/stragglers/run.sh runs it for 300 s):
+// the eviction case's run, --evict-slow with a spare standing ready, no throttled rank, every
+// core kept busy by a spinning process at the job's own priority for 60 s of training (about 12
+// reports a node, the judge's streak 3). No node may be named slow or evicted, and every member's
+// figures must have been judged.
+TEST_F(SlowNodeTest, OrdinaryNoiseWithEveryCoreBusyNamesAndEvictsNobody) {
+  const std::vector<std::string> flags = {"--evict-slow", "--restart-mode=in-process",
+                                          "--preload=native"};
+  for (int i = 0; i < 3; ++i) StartAgent(flags);
+  ASSERT_TRUE(WaitForLog("round 1 formed: 3 nodes", 60s)) << Log();
+  StartAgent(flags);  // a spare: an eviction would have one
+  std::vector<std::unique_ptr<Subprocess>> spinners;
+  for (long i = 0; i < sysconf(_SC_NPROCESSORS_ONLN); ++i) {
+    spinners.push_back(std::make_unique<Subprocess>(
+        std::vector<std::string>{"/bin/sh", "-c", "while :; do :; done"}));
+  }
+  // Returns early, failing, if anyone is named.
+  EXPECT_FALSE(WaitForLog(" is slow: ", 60s)) << Log();
+  for (auto& spinner : spinners) spinner->SignalGroup(SIGKILL);
+  EXPECT_THAT(Log(), ::testing::Not(HasSubstr("was evicted as slow"))) << Log();
+  const std::string status = Status();
+  EXPECT_THAT(status, HasSubstr("round 1,")) << status;
+  EXPECT_EQ(testing::CountMatches(status, "  compute "), 3) << "every member was judged\n"
+                                                            << status;
+  std::cout << status;
+}
+
 // The etcd backend: every agent puts its workers' compute times at its figures/ key, and the
 // agent that coordinates the run judges them as ddprun-rdzv does, in its own log.
 TEST_F(SlowNodeTest, OnEtcdTheCoordinatingAgentNamesTheThrottledNode) {
