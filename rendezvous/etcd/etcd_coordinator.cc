@@ -1,6 +1,7 @@
 #include "rendezvous/etcd/etcd_coordinator.h"
 
 #include <algorithm>
+#include <cmath>
 #include <set>
 #include <utility>
 
@@ -11,6 +12,9 @@
 
 namespace ddprun::rendezvous {
 namespace {
+
+// The least relative move of the advised interval that is written to the advice key.
+constexpr double kAdviceMove = 0.05;
 
 using ddprun::proto::etcd::AgentRecord;
 using ddprun::proto::etcd::InboxRecord;
@@ -213,7 +217,11 @@ void EtcdCoordinator::ApplyFigures(ConnId conn, const std::string& value, TimePo
 void EtcdCoordinator::NoteAdvice() {
   const std::optional<CheckpointAdvice>& advice = run_->checkpoint_advice();
   if (!advice.has_value() || advice->interval_s <= 0) return;
-  if (advice->interval_s == advice_pending_s_.value_or(advice_written_s_)) return;
+  // The estimate moves a little at every report as the run trains (its MTBF grows with the time
+  // trained); each write carries the run's state too, and every node reports every 5 s: only a
+  // move the workers should follow is written (a failure's is far larger).
+  const double last = advice_pending_s_.value_or(advice_written_s_);
+  if (last > 0 && std::abs(advice->interval_s - last) < kAdviceMove * last) return;
   advice_pending_s_ = advice->interval_s;
 }
 

@@ -86,7 +86,7 @@ class EtcdCoordinator {
   // A figures/ key: compute times to the slow-node judge (which may evict the node: `out`),
   // checkpoint costs to the advice.
   void ApplyFigures(ConnId conn, const std::string& value, TimePoint now, Outbox* out);
-  // The advice key is to be written when the run's advised interval moved.
+  // The advice key is to be written when the run's advised interval moved by 5 % or more.
   void NoteAdvice();
   void Apply(const Outbox& out);
 

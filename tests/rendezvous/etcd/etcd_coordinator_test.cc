@@ -271,6 +271,13 @@ TEST_F(EtcdCoordinatorTest, FiguresReachTheJudgeAndTheAdviceGoesToTheAdviceKey) 
   EXPECT_GT(advised, 0);
   c.OnEvent(store_.Put(keys_.figures("2"), figures.SerializeAsString()), now_);
   EXPECT_FALSE(c.PendingWrite().has_value()) << "the same advice is not written again";
+  now_ += std::chrono::seconds(1);  // a little more trained: the interval moves under 5 %
+  c.OnEvent(store_.Put(keys_.figures("2"), figures.SerializeAsString()), now_);
+  EXPECT_FALSE(c.PendingWrite().has_value()) << "nor one that barely moved";
+  now_ += std::chrono::seconds(600);  // much more trained: a longer MTBF, a longer interval
+  c.OnEvent(store_.Put(keys_.figures("2"), figures.SerializeAsString()), now_);
+  Write(c);
+  EXPECT_GT(std::stod(store_.value(keys_.advice())), 1.05 * advised);
 }
 
 // The preflight on etcd (issue 41): the round waits while the coordinator's RunState asks each
