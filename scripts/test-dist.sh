@@ -56,7 +56,12 @@ cleanup() {
   for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
   awk -v w="$WORK" 'index($2, w) == 1 {print $2}' /proc/mounts | sort -r |
     while read -r m; do umount -l "$m" 2>/dev/null || true; done
-  for m in h1 h2 h3 sw; do ip netns del "$NS-$m" 2>/dev/null || true; done
+  # What runs in the hosts: a backgrounded on_host is a subshell whose pid is in PIDS, and
+  # killing it left ddprun-rdzv (its grandchild, chrooted in h1) running after every run.
+  for m in h1 h2 h3 sw; do
+    ip netns pids "$NS-$m" 2>/dev/null | xargs -r kill -KILL 2>/dev/null || true
+    ip netns del "$NS-$m" 2>/dev/null || true
+  done
   if [ "${KEEP:-0}" = 1 ]; then echo "test-dist: kept $WORK"; else rm -rf "$WORK"; fi
 }
 trap cleanup EXIT
