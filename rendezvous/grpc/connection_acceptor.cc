@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
 #include "common/strings.h"
+#include "common/tcp_listen.h"
 
 namespace ddprun::rendezvous {
 namespace {
@@ -115,14 +116,6 @@ int ListenOn(const sockaddr* addr, socklen_t len, bool dual_stack) {
     return -err;
   }
   return fd;
-}
-
-int BoundPort(int fd) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof(addr);
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return 0;
-  if (addr.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
-  return ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
 }
 
 void SetPort(sockaddr* addr, int port) {
