@@ -544,12 +544,7 @@ void EtcdRendezvous::ReportProgress(const std::vector<RankProgress>& progress, b
     const TimePoint now = Now();
     if (!urgent && now - last_progress_put_ < options_.timeouts.keep_alive_interval) return;
     last_progress_put_ = now;
-    etcdserverpb::PutRequest put;
-    put.set_key(keys_->progress(node_.node_id));
-    put.set_value(ToProto(progress).SerializeAsString());
-    put.set_lease(lease_);
-    auto done = client_->Put(put, options_.timeouts.keep_alive_interval);
-    if (!done.ok()) LogWarning(absl::StrCat("etcd rendezvous: ", done.status().message()));
+    PutUnderLease(keys_->progress(node_.node_id), ToProto(progress).SerializeAsString());
   });
 }
 
