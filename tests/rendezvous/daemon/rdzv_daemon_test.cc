@@ -14,8 +14,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -612,11 +614,21 @@ TEST(DaemonLimitsTest, IdleConnectionsHeldFromOneAddressDoNotLockOthersOut) {
   std::vector<int> idle;
   for (int i = 0; i < 300; ++i) {
     const int fd = testing::ConnectLoopbackFrom("127.0.0.2", d.port);
-    ASSERT_GE(fd, 0) << "connection " << i;
-    idle.push_back(fd);
+    if (fd >= 0) {
+      idle.push_back(fd);
+      continue;
+    }
+    // Past the address's cap the daemon accepts and resets at once; on a loaded machine the
+    // reset can reach the client before its connect() returns, which then fails. Anything
+    // else is a fault of the test's host, not the daemon's refusal.
+    EXPECT_TRUE(errno == ECONNRESET || errno == ECONNREFUSED)
+        << "connection " << i << ": " << std::strerror(errno);
   }
+  // The address holds at least its cap (half of the 20 handshaking slots) while the job forms.
+  ASSERT_GE(idle.size(), 10U);
   auto agents = StartTwoAgentJob(d.endpoint(), "beside-idle");
   ExpectJobFormsAndSucceeds(agents, *d.process);
+  EXPECT_THAT(d.process->err(), HasSubstr(" from 127.0.0.2 at once"));
   for (int fd : idle) close(fd);
 }
 
