@@ -158,8 +158,7 @@ void Agent::StopLoopWhenServerIdle() {
 }
 
 void Agent::OnAssignment(const rendezvous::Assignment& assignment) {
-  // The run's preflight is over once a round formed: no port stays open for it.
-  probe_listener_.reset();
+  // The probe listener stays open: a node set aside measures again against the run's nodes.
   StepEvent complete{Step::kRoundComplete};
   complete.round = assignment.round;
   complete.world_size = assignment.world_size;

@@ -255,9 +255,9 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   uint64_t standby_generation_ = 0;              // spells as a spare so far
   // The last --health-check that passed took this long (the preflight reports it).
   std::optional<double> health_check_s_;
-  // --preflight: the listener peers probe, from before the join until a round forms (or this
-  // node waits as a spare); the measurement running (declared after loop_, which its report is
-  // posted to).
+  // --preflight: the listener peers probe, from before the join to the end (a node set aside
+  // measures again against the run's nodes); the measurement running (declared after loop_,
+  // which its report is posted to).
   std::unique_ptr<ProbeListener> probe_listener_;
   std::unique_ptr<PreflightRun> preflight_run_;
 };

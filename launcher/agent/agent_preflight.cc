@@ -1,5 +1,6 @@
-// Agent: the preflight (issue 41, docs/design.md §3d). Before the join, the probe listener peers
-// probe; when the server asks, the measurement on a thread of its own, and its report to the
+// Agent: the preflight (issue 41, docs/design.md §3d). From before the join to the end, the
+// probe listener peers probe (the preflight's, then those of a node set aside that measures
+// again); when the server asks, the measurement on a thread of its own, and its report to the
 // rendezvous, the log (one line) and events.jsonl.
 
 #include <utility>
@@ -51,9 +52,10 @@ void Agent::OnPreflight(const rendezvous::PreflightRequest& request) {
     LogWarning("preflight: asked again while measuring; the first measurement is reported");
     return;
   }
-  LogInfo(absl::StrCat("preflight: measuring this node before the first round (",
-                       request.targets.size(), " peer probe",
-                       request.targets.size() == 1 ? "" : "s", ")"));
+  LogInfo(absl::StrCat(
+      "preflight: measuring this node ",
+      state_.set_aside() ? "to pass the preflight again" : "before the first round", " (",
+      request.targets.size(), " peer probe", request.targets.size() == 1 ? "" : "s", ")"));
   preflight_run_ = std::make_unique<PreflightRun>(
       request, health_check_s_, [this, request](const rendezvous::PreflightReport& report) {
         loop_.Post([this, report, request] { OnPreflightMeasured(report, request); });

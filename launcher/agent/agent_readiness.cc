@@ -45,7 +45,12 @@ void Agent::RunHealthCheck() {
 }
 
 void Agent::OnStandby(const rendezvous::StandbyNotice& standby) {
-  probe_listener_.reset();  // as at an assignment: the preflight is over
+  // The probe listener stays: a node set aside measures again against it.
+  if (!standby.set_aside.empty()) {
+    LogWarning(absl::StrCat("set aside: ", standby.set_aside));
+    Execute(state_.OnSetAside(standby.set_aside));
+    return;
+  }
   const bool already = state_.standby();
   Execute(state_.OnStandby());
   if (already || !state_.standby()) return;  // logged once per spell as a spare

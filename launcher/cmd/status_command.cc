@@ -156,10 +156,12 @@ std::string FormatRunStatusText(const nlohmann::json& run) {
   }
   for (const auto& m : run.value("members", nlohmann::json::array())) {
     const int group_rank = m.value("group_rank", -1);
+    const std::string state = text(m, "state");
     absl::StrAppend(&out, "  ",
-                    group_rank >= 0               ? absl::StrCat("node rank ", group_rank)
-                    : text(m, "state") == "spare" ? std::string("spare      ")
-                                                  : std::string("waiting    "),
+                    group_rank >= 0        ? absl::StrCat("node rank ", group_rank)
+                    : state == "spare"     ? std::string("spare      ")
+                    : state == "set aside" ? std::string("set aside  ")
+                                           : std::string("waiting    "),
                     "  ", text(m, "hostname"), "  ", text(m, "addr"), "  nproc ",
                     m.value("nproc_per_node", 0), "  ", text(m, "state"), "  ", text(m, "node_id"),
                     ComputeText(m), "\n");

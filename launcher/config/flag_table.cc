@@ -465,7 +465,9 @@ constexpr FlagDef kFlags[] = {
      "(120), liveness_min_sd_ms (20), liveness_max_rate (100000 heartbeats a second per run: "
      "a larger run heartbeats more slowly), liveness_observers (1, the only value so far). mtbf: "
      "the run's mean time between failures "
-     "in seconds, the checkpoint advice's prior until the run's own failures say more.",
+     "in seconds, the checkpoint advice's prior until the run's own failures say more. "
+     "requalify_interval: seconds between the tries of a node set aside by the preflight or "
+     "--evict-slow to pass the preflight again (30).",
      ApplyRdzvConf},
     {"standalone", "", true, "One node: a private rendezvous on loopback, random port and run id.",
      ApplyBool<&LaunchOptions::standalone>},
@@ -480,8 +482,11 @@ constexpr FlagDef kFlags[] = {
      "and its network to two other nodes on the address its workers use (round trip and a "
      "short TCP throughput probe each way, in a ring: about 1.5 s in all). A node slower than "
      "the job's median (compute by more than --preflight-margin, a link below half the median) "
-     "is named with its figures; with a spare it is kept out (its agent exits 5) and the spare "
-     "takes its place, without one the job starts and says so. auto (default): on for "
+     "is named with its figures; with a spare it is kept out and the spare takes its place, "
+     "without one the job starts and says so. A node kept out, or evicted by --evict-slow, "
+     "waits out of the run and measures again every requalify_interval (--rdzv-conf, 30 s): "
+     "once it passes against the job's median it is a spare; its agent exits 5 if the job "
+     "ends first. auto (default): on for "
      "multi-node jobs (c10d, ddprun-rdzv, etcd, a coordinated static job); on; off.",
      ApplyPreflight, ValueKind::kChoice, "auto on off"},
     {"preflight-margin", "", false,

@@ -120,6 +120,29 @@ absl::StatusOr<std::chrono::milliseconds> Mtbf(const std::string& value) {
   return mtbf;
 }
 
+// requalify_interval=: seconds between a set-aside node's tries of the preflight.
+absl::StatusOr<std::chrono::milliseconds> RequalifyInterval(const std::string& value) {
+  DDPRUN_ASSIGN_OR_RETURN(std::chrono::milliseconds interval, Seconds("requalify_interval", value));
+  if (!rendezvous::ValidRequalifyInterval(interval)) {
+    return absl::InvalidArgumentError(absl::StrCat("--rdzv-conf requalify_interval=", value,
+                                                   ": must be from 1 to 86400 seconds"));
+  }
+  return interval;
+}
+
+// Sets the key `key` of the judges of nodes (issue 41) on `c`: the checkpoint advice's prior,
+// the requalification's pace; false when `key` is none of them.
+absl::StatusOr<bool> ParseJudgeKey(const std::string& key, const std::string& value, RdzvConf* c) {
+  if (key == "mtbf") {
+    DDPRUN_ASSIGN_OR_RETURN(c->timeouts.mtbf, Mtbf(value));
+  } else if (key == "requalify_interval") {
+    DDPRUN_ASSIGN_OR_RETURN(c->timeouts.preflight.requalify_interval, RequalifyInterval(value));
+  } else {
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>& given) {
@@ -143,8 +166,6 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
       DDPRUN_ASSIGN_OR_RETURN(int64_t n,
                               ParseInt("--rdzv-conf keep_alive_max_attempt", value, 1, 1000));
       c.timeouts.keep_alive_max_attempt = static_cast<int>(n);
-    } else if (key == "mtbf") {
-      DDPRUN_ASSIGN_OR_RETURN(c.timeouts.mtbf, Mtbf(value));
     } else if (key == "read_timeout") {
       DDPRUN_ASSIGN_OR_RETURN(c.read_timeout, Seconds(key, value));
     } else if (key == "close_timeout") {
@@ -193,9 +214,10 @@ absl::StatusOr<RdzvConf> ParseRdzvConf(const std::map<std::string, std::string>&
       // keep_alive_max_attempt) bounds them. Checked, then unused.
       DDPRUN_RETURN_IF_ERROR(Seconds(key, value).status());
     } else {
+      DDPRUN_ASSIGN_OR_RETURN(const bool known, ParseJudgeKey(key, value, &c));
       // As torchrun: a key this backend does not read is no error (job scripts carry keys for
       // other backends and versions); the caller warns once, naming it (UnknownKeyWarning).
-      c.unknown_keys.push_back(key);
+      if (!known) c.unknown_keys.push_back(key);
     }
   }
   if (c.protocol == RdzvProtocol::kHttp) {
@@ -235,7 +257,8 @@ std::string UnknownKeyWarning(const std::string& key, const std::string& value) 
       "token_file, tls_cert, tls_key, tls_ca, tls_client_ca, tls_server_name, protocol, "
       "etcd_prefix, etcd_user, etcd_password_file, http_port, http_host, static_coordination, "
       "static_port, liveness, liveness_interval_ms, liveness_phi, liveness_pause_ms, "
-      "liveness_min_sd_ms, liveness_max_rate, liveness_observers, mtbf, and torchrun's cacert, "
+      "liveness_min_sd_ms, liveness_max_rate, liveness_observers, mtbf, requalify_interval, and "
+      "torchrun's cacert, "
       "ca_cert, "
       "cert, ssl_cert, "
       "key, ssl_cert_key, "

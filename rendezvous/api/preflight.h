@@ -24,12 +24,22 @@ struct PreflightSettings {
   // How long the server waits for the reports, from the requests out. The agents' probes take
   // well under a second; a node that has not reported by then is named for it.
   Duration deadline = std::chrono::seconds(10);
+  // A node the preflight kept out, or --evict-slow evicted, is asked to measure again this long
+  // after, and after each try it fails: it becomes a spare once it passes (--rdzv-conf
+  // requalify_interval=).
+  Duration requalify_interval = std::chrono::seconds(30);
 };
 
 // A margin above this (a node 11x slower than the median passes) leaves nothing worth naming.
 inline constexpr double kMaxPreflightMargin = 10;
 inline bool ValidPreflightMargin(double margin) {
   return margin > 0 && margin <= kMaxPreflightMargin;
+}
+
+// A node set aside measures again at most once a second (each try costs it a few seconds of
+// probes), at least once a day.
+inline bool ValidRequalifyInterval(Duration interval) {
+  return interval >= std::chrono::seconds(1) && interval <= std::chrono::hours(24);
 }
 
 // A peer a node probes: another node of the run, at the address its workers will use.
@@ -109,6 +119,9 @@ struct PreflightSummary {
   bool running = false;  // the probes run; verdicts come when they end
   double took_s = 0;     // from the requests to the verdicts
   std::vector<PreflightVerdict> verdicts;
+  // The job's median node as this preflight measured it: what a node set aside has to match
+  // again to become a spare.
+  PreflightFigures median;
 };
 
 }  // namespace ddprun::rendezvous

@@ -117,10 +117,16 @@ struct RestartFacts {
 
 // This node is a spare: connected, not in the running round `round` (of `members` nodes). The
 // next round that needs a node takes the spares in `position` order (0 first).
+//
+// Or, with `set_aside` non-empty, not a spare yet (issue 41): the preflight kept it out, or
+// --evict-slow evicted it, and it waits out of the run until it passes the preflight again
+// (`set_aside` says why it waits: the eviction, or the last requalification that failed). A
+// member told so stops its workers.
 struct StandbyNotice {
   int64_t round = 0;
   int members = 0;
   int position = 0;
+  std::string set_aside;
 };
 
 enum class GroupState { kRunning, kSucceeded, kFailed };

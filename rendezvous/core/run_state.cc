@@ -134,6 +134,11 @@ void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outb
     AnswerUnknownClaim(nodes_.at(conn), *request.resume, out);
   }
   if (phase_ == RunPhase::kRecovering) return;  // newcomers wait for the run to settle
+  if (auto aside = set_aside_ids_.find(request.node.node_id); aside != set_aside_ids_.end()) {
+    // Set aside before its connection was lost: back, it still has to pass the preflight.
+    SetAside(nodes_.at(conn), aside->second, now, out);
+    return;
+  }
   if (preflight_round_.has_value()) {
     // A spare arriving with the members: measured before it may take a place.
     const Node& added = nodes_.at(conn);
@@ -141,16 +146,19 @@ void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outb
                                                  AddressForPeers(added, SomeNodeRemote()),
                                                  added.info.preflight_port})});
   }
+  Seat(conn, absl::StrCat(who, " joined"), Cause::kNodeJoined, now, out);
+}
+
+void RunState::Seat(ConnId conn, const std::string& why, Cause cause, TimePoint now, Outbox* out) {
   if (phase_ == RunPhase::kJoining) {
     MaybeFormRound(now, out);
   } else if (members_in_round() < max_nodes_ && succeeded_in_round_ == 0) {
-    // Scale up: the world is below max, so the newcomer gets in by restarting the round. A
-    // round where some node already succeeded is finishing; the newcomer waits instead.
-    RestartRound(absl::StrCat(who, " joined"), Cause::kNodeJoined, RestartKind::kFree, std::nullopt,
-                 now, out);
+    // Scale up: the world is below max, so the node gets in by restarting the round. A round
+    // where some node already succeeded is finishing; the node waits instead.
+    RestartRound(why, cause, RestartKind::kFree, std::nullopt, now, out);
   } else {
-    // The round is full (or finishing): the newcomer waits as a spare, last in the order.
-    Standby(nodes_.at(conn), static_cast<int>(nodes_.size()) - members_in_round() - 1, out);
+    // The round is full (or finishing): the node waits as a spare, last in the order.
+    Standby(nodes_.at(conn), eligible_nodes() - members_in_round() - 1, out);
   }
 }
 
@@ -306,6 +314,7 @@ void RunState::Tick(TimePoint now, Outbox* out) {
     RestartRound(absl::StrCat(lost_members, more, " was lost: ", why), Cause::kNodeLostLease,
                  RestartKind::kFailure, std::nullopt, silent_for, now, out);
   }
+  if (phase_ != RunPhase::kClosed) TickSetAside(now, out);
   if (phase_ == RunPhase::kRecovering && recovery_deadline_ && now >= *recovery_deadline_) {
     Settle(now, out);
   }
@@ -321,10 +330,10 @@ void RunState::Tick(TimePoint now, Outbox* out) {
         std::nullopt, out);
     return;
   }
-  if (phase_ == RunPhase::kJoining && static_cast<int>(nodes_.size()) < min_nodes_ &&
-      join_deadline_ && now >= *join_deadline_) {
+  if (phase_ == RunPhase::kJoining && eligible_nodes() < min_nodes_ && join_deadline_ &&
+      now >= *join_deadline_) {
     CloseRun(absl::DeadlineExceededError(
-                 absl::StrCat("run '", run_id_, "': only ", nodes_.size(), " of ", min_nodes_,
+                 absl::StrCat("run '", run_id_, "': only ", eligible_nodes(), " of ", min_nodes_,
                               " required nodes joined within join_timeout (",
                               ToMillis(timeouts_.join_timeout), " ms)")),
              std::nullopt, out);
@@ -339,10 +348,14 @@ std::optional<TimePoint> RunState::NextDeadline() const {
   };
   if (!by_last_seen_.empty()) consider(by_last_seen_.begin()->first + timeouts_.lease());
   if (phase_ == RunPhase::kRecovering && recovery_deadline_) consider(*recovery_deadline_);
+  for (ConnId conn : set_aside_) {
+    const Node::SetAside& aside = *nodes_.at(conn).set_aside;
+    consider(aside.generation != 0 ? aside.report_due : aside.next_try);
+  }
   if (phase_ == RunPhase::kJoining) {
     if (preflight_round_.has_value()) consider(preflight_round_->deadline());
     if (last_call_deadline_) consider(*last_call_deadline_);
-    if (join_deadline_ && (static_cast<int>(nodes_.size()) < min_nodes_ || !MajorityHeld())) {
+    if (join_deadline_ && (eligible_nodes() < min_nodes_ || !MajorityHeld())) {
       consider(*join_deadline_);
     }
   }
@@ -356,6 +369,7 @@ void RunState::AddNode(Node node) {
   if (node.info.requested_node_rank >= 0) by_requested_rank_[node.info.requested_node_rank] = conn;
   by_last_seen_.insert({node.last_seen, conn});
   if (node.in_round) ++members_in_round_;
+  if (node.set_aside.has_value()) set_aside_.insert(conn);
   nodes_[conn] = std::move(node);
 }
 
@@ -371,6 +385,7 @@ void RunState::RemoveNode(ConnId conn) {
   if (node.info.requested_node_rank >= 0) by_requested_rank_.erase(node.info.requested_node_rank);
   by_last_seen_.erase({node.last_seen, conn});
   if (node.in_round) --members_in_round_;
+  set_aside_.erase(conn);
   checkpoints_.Forget(node.info.node_id);
   if (preflight_round_.has_value()) preflight_round_->Forget(node.info.node_id);
   nodes_.erase(it);
@@ -462,7 +477,7 @@ void RunState::MaybeFormRound(TimePoint now, Outbox* out) {
     last_call_deadline_.reset();
     return;
   }
-  const int n = static_cast<int>(nodes_.size());
+  const int n = eligible_nodes();
   if (n >= max_nodes_) {
     FormRoundAfterPreflight(now, out);
     return;
@@ -486,7 +501,9 @@ std::vector<RunState::Node*> RunState::ChooseMembers(Outbox* out) {
   // never dropped for a spare (the survivors were one round, so they fit).
   std::vector<Node*> order;
   order.reserve(nodes_.size());
-  for (auto& [conn, node] : nodes_) order.push_back(&node);
+  for (auto& [conn, node] : nodes_) {
+    if (!node.set_aside.has_value()) order.push_back(&node);
+  }
   std::sort(order.begin(), order.end(), [](const Node* a, const Node* b) {
     const bool a_old = a->group_rank >= 0, b_old = b->group_rank >= 0;
     if (a_old != b_old) return a_old;
@@ -595,6 +612,7 @@ void RunState::CloseRun(const absl::Status& status, const std::optional<WorkerFa
   by_node_id_.clear();
   by_requested_rank_.clear();
   by_last_seen_.clear();
+  set_aside_.clear();
   members_in_round_ = 0;
   phase_ = RunPhase::kClosed;
   preflight_round_.reset();
@@ -603,85 +621,6 @@ void RunState::CloseRun(const absl::Status& status, const std::optional<WorkerFa
   join_deadline_.reset();
   last_call_deadline_.reset();
   recovery_deadline_.reset();
-}
-
-RunSnapshot RunState::Snapshot() const {
-  RunSnapshot s;
-  s.round = round_;
-  s.phase = phase_;
-  s.restarts_used = restarts_used_;
-  s.succeeded_in_round = succeeded_in_round_;
-  s.crash_loop_signature = crash_loop_.unprogressed();
-  s.spares_used = spares_used_;
-  for (const auto& [conn, node] : nodes_) {
-    s.members.push_back({node.info.node_id, node.group_rank, node.in_round, node.spare});
-  }
-  if (phase_ == RunPhase::kClosed) {
-    s.close_status = close_status_;
-  }
-  return s;
-}
-
-void RunState::Restore(const RunSnapshot& s, TimePoint now, Outbox* out) {
-  // The preflight is the first round's. The joins that rebuilt this state may have started one
-  // afresh: a run restored past its first round has none; one restored before it asks again.
-  preflight_round_.reset();
-  if (s.round > 0) preflight_done_ = true;
-  round_ = s.round;
-  restarts_used_ = s.restarts_used;
-  spares_used_ = s.spares_used;
-  crash_loop_ = CrashLoopBreaker(s.crash_loop_signature);
-  if (s.phase == RunPhase::kClosed) {
-    CloseRun(s.close_status, std::nullopt, out);
-    return;
-  }
-  std::unordered_map<std::string, const RunSnapshot::Member*> known;
-  for (const RunSnapshot::Member& m : s.members) known[m.node_id] = &m;
-  members_in_round_ = 0;
-  std::string newcomer;
-  for (auto& [conn, node] : nodes_) {
-    auto it = known.find(node.info.node_id);
-    node.group_rank = it != known.end() ? it->second->group_rank : -1;
-    node.in_round = it != known.end() && it->second->in_round && s.phase == RunPhase::kRunning;
-    node.spare = it != known.end() && it->second->spare;
-    if (node.in_round) ++members_in_round_;
-    if (it == known.end() && newcomer.empty()) newcomer = Describe(node);
-  }
-  phase_ = s.phase;
-  succeeded_in_round_ = s.succeeded_in_round;
-  join_deadline_.reset();
-  last_call_deadline_.reset();
-  if (phase_ == RunPhase::kJoining) {
-    join_deadline_ = now + timeouts_.join_timeout;
-    MaybeFormRound(now, out);
-    return;
-  }
-  std::string lost;
-  int num_lost = 0;
-  for (const RunSnapshot::Member& m : s.members) {
-    if (m.in_round && by_node_id_.count(m.node_id) == 0 && num_lost++ == 0) {
-      lost = absl::StrCat("node ", m.node_id);
-    }
-  }
-  if (num_lost > 0 && EndsWithoutRestart(out)) {
-    // Nothing to restart: the round's work is done.
-  } else if (num_lost > 0) {
-    const std::string more = num_lost > 1 ? absl::StrCat(" (and ", num_lost - 1, " more)") : "";
-    RestartRound(absl::StrCat(lost, more, " was lost while the rendezvous changed coordinator"),
-                 Cause::kNodeLostLease,  // etcd: its key (and lease) vanished
-                 RestartKind::kFailure, std::nullopt, now, out);
-  } else if (!newcomer.empty() && members_in_round() < max_nodes_ && succeeded_in_round_ == 0) {
-    RestartRound(absl::StrCat(newcomer, " joined"), Cause::kNodeJoined, RestartKind::kFree,
-                 std::nullopt, now, out);
-  } else if (phase_ == RunPhase::kRunning) {
-    // The round goes on. Spares of the old coordinator stay spares (they were told); a node it
-    // did not know waits beyond the round: told now, after them.
-    int position = 0;
-    for (auto& [conn, node] : nodes_) position += node.spare ? 1 : 0;
-    for (auto& [conn, node] : nodes_) {
-      if (!node.in_round && !node.spare) Standby(node, position++, out);
-    }
-  }
 }
 
 }  // namespace ddprun::rendezvous

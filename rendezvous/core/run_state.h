@@ -74,7 +74,8 @@ struct RunSnapshot {
     std::string node_id;
     int group_rank = -1;
     bool in_round = false;
-    bool spare = false;  // waited beyond a running round: its next round counts a spare used
+    bool spare = false;     // waited beyond a running round: its next round counts a spare used
+    std::string set_aside;  // not empty: set aside until it passes the preflight again (why)
   };
   int64_t round = 0;
   RunPhase phase = RunPhase::kJoining;
@@ -86,6 +87,9 @@ struct RunSnapshot {
   // that a new coordinator still stops the second identical failure.
   std::string crash_loop_signature;
   int64_t spares_used = 0;
+  // The preflight's median node, when the run had a preflight: the figures a node set aside
+  // must match again.
+  std::optional<PreflightFigures> preflight_median;
 };
 
 class RunState {
@@ -172,9 +176,9 @@ class RunState {
   // detector for a member of the running round while a spare stands ready to take its group
   // rank, else the lease; off, or an unknown conn: the lease.
   SilenceVerdict SilenceVerdictOf(ConnId conn) const;
-  // auto's condition: the round runs and a node waits beyond it.
+  // auto's condition: the round runs and a node waits beyond it (a spare, not set aside).
   bool SpareStandsReady() const {
-    return phase_ == RunPhase::kRunning && nodes_.size() > static_cast<size_t>(members_in_round_);
+    return phase_ == RunPhase::kRunning && eligible_nodes() > members_in_round_;
   }
   std::vector<ConnId> Conns() const;
   const LivenessSettings& liveness() const { return timeouts_.liveness; }
@@ -192,7 +196,37 @@ class RunState {
     std::vector<RankProgress> progress;  // the latest the agent sent
     TimePoint progress_at{};
     std::optional<ResumeClaim> claim;  // while recovering: what the node re-registered with
+    // Set aside (run_state_requalify.cc): kept out by the preflight or evicted as slow; neither
+    // a member nor a spare until it passes the preflight again.
+    struct SetAside {
+      std::string why;         // what set it aside, or the last try that failed
+      TimePoint next_try{};    // when it is asked to measure again (no try out)
+      int64_t generation = 0;  // the try out (its preflight generation); 0: none
+      TimePoint report_due{};  // the try out's deadline
+    };
+    std::optional<SetAside> set_aside;
   };
+  // Nodes that may take a place in a round: connected, not set aside.
+  int eligible_nodes() const {
+    return static_cast<int>(nodes_.size()) - static_cast<int>(set_aside_.size());
+  }
+  // Takes `node` (not a member: its round was restarted, or never formed) out of the run's
+  // places until it passes the preflight again, told why; or, where there is no preflight to
+  // pass (the run has none, or no median from it), closes it out as evicted (`why`).
+  void SetAside(Node& node, const std::string& why, TimePoint now, Outbox* out);
+  // The run has the figures a node set aside must match again.
+  bool CanRequalify() const;
+  // Time passed for the nodes set aside: asks the ones due to measure again, fails the tries
+  // past their deadline.
+  void TickSetAside(TimePoint now, Outbox* out);
+  void AskToRequalify(Node& node, TimePoint now, Outbox* out);
+  // The try of a node set aside failed (`why`): it waits for the next, told why.
+  void FailRequalification(Node& node, const std::string& why, TimePoint now, Outbox* out);
+  // A set-aside node's report: judged against the preflight's median; passed, it is seated.
+  void Requalify(Node& node, const PreflightReport& report, TimePoint now, Outbox* out);
+  // A node that may take a place (a newcomer, or one that requalified): in a forming round, a
+  // round below max_nodes (restarted for it), or as the last spare.
+  void Seat(ConnId conn, const std::string& who, Cause cause, TimePoint now, Outbox* out);
   // Closes `conn`'s node, named slow (`standing`: the judge's figures), out of the run; a free
   // restart gives its group rank to a spare.
   void EvictSlow(ConnId conn, const NodeComputeStanding& standing, TimePoint now, Outbox* out);
@@ -328,6 +362,13 @@ class RunState {
   std::optional<PreflightSummary> preflight_summary_;
   int64_t preflight_generation_ = 0;
   bool preflight_done_ = false;
+  // The nodes set aside (Node::set_aside), connected; and every node id set aside and not
+  // requalified, connected or not, with why: one that comes back on a new connection is set
+  // aside again rather than taken for a newcomer (at most kMaxUntaken).
+  std::set<ConnId> set_aside_;
+  std::map<std::string, std::string> set_aside_ids_;
+  // The preflight's median node (from its verdicts, or a restored snapshot).
+  std::optional<PreflightFigures> preflight_median_;
   std::vector<std::string> log_;            // not yet taken
   TimePoint round_began_{};                 // the forming round's start
   std::optional<TimePoint> failed_at_;      // the failure that restarted it

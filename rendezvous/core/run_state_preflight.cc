@@ -9,7 +9,6 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/strings.h"
-#include "rendezvous/api/eviction.h"
 #include "rendezvous/core/run_state.h"
 
 namespace ddprun::rendezvous {
@@ -61,7 +60,14 @@ void RunState::StartPreflight(TimePoint now, Outbox* out) {
 
 void RunState::Preflight(ConnId conn, const PreflightReport& report, TimePoint now, Outbox* out) {
   auto it = nodes_.find(conn);
-  if (it == nodes_.end() || !preflight_round_.has_value()) return;
+  if (it == nodes_.end()) return;
+  if (it->second.set_aside.has_value()) {
+    // A try to requalify: the one asked for (a late report of an earlier one is dropped).
+    const int64_t asked = it->second.set_aside->generation;
+    if (asked != 0 && report.generation == asked) Requalify(it->second, report, now, out);
+    return;
+  }
+  if (!preflight_round_.has_value()) return;
   if (!preflight_round_->Report(it->second.info.node_id, report)) return;
   MaybeFormRound(now, out);
 }
@@ -70,6 +76,8 @@ void RunState::FinishPreflight(TimePoint now, Outbox* out) {
   PreflightSummary summary;
   summary.took_s = std::chrono::duration<double>(now - preflight_round_->started()).count();
   summary.verdicts = preflight_round_->Judge();
+  summary.median = preflight_round_->Median();
+  preflight_median_ = summary.median;
   preflight_round_.reset();
   preflight_done_ = true;
 
@@ -92,10 +100,10 @@ void RunState::FinishPreflight(TimePoint now, Outbox* out) {
     v->kept_out = true;
     --spares;
     const std::string findings = absl::StrJoin(v->shortfalls, "; ");
-    out->push_back({found->second, CloseNotice{EvictedStop(absl::StrCat(
-                                       "this node was kept out by the preflight: ", findings,
-                                       "; a spare takes its place"))}});
-    RemoveNode(found->second);
+    SetAside(nodes_.at(found->second),
+             absl::StrCat("this node was kept out by the preflight: ", findings,
+                          "; a spare takes its place"),
+             now, out);
   }
   for (const PreflightVerdict& v : summary.verdicts) {
     log_.push_back(absl::StrCat("run '", run_id_, "': preflight: node ", v.node_id, " (",

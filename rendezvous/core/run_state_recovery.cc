@@ -329,9 +329,9 @@ void RunState::Settle(TimePoint now, Outbox* out) {
 }
 
 void RunState::SeatTheOthers(TimePoint now, Outbox* out) {
-  if (static_cast<size_t>(members_in_round()) < nodes_.size() && members_in_round() < max_nodes_) {
+  if (members_in_round() < eligible_nodes() && members_in_round() < max_nodes_) {
     for (const auto& [conn, node] : nodes_) {
-      if (node.in_round) continue;
+      if (node.in_round || node.set_aside.has_value()) continue;
       RestartRound(absl::StrCat(Describe(node), " joined"), Cause::kNodeJoined, RestartKind::kFree,
                    std::nullopt, now, out);
       break;
@@ -342,7 +342,7 @@ void RunState::SeatTheOthers(TimePoint now, Outbox* out) {
   // is new to it), in arrival order.
   int position = 0;
   for (auto& [conn, node] : nodes_) {
-    if (!node.in_round) Standby(node, position++, out);
+    if (!node.in_round && !node.set_aside.has_value()) Standby(node, position++, out);
   }
 }
 

@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/strings.h"
-#include "rendezvous/api/eviction.h"
 #include "rendezvous/core/run_state.h"
 
 namespace ddprun::rendezvous {
@@ -61,13 +60,17 @@ void RunState::EvictSlow(ConnId conn, const NodeComputeStanding& standing, TimeP
   const std::string figures =
       absl::StrFormat("its workers computed %.1f ms a step, %.2fx the run's median node",
                       standing.compute_ms, standing.ratio);
-  // Not given up: the node is alive and would only be judged slow again; it ends (the preflight
-  // that would let it wait as a spare once it measures well is not built).
-  out->push_back({conn, CloseNotice{EvictedStop(absl::StrCat(
-                            "this node was evicted from the run as slow (--evict-slow): ", figures,
-                            "; a spare takes its group rank"))}});
   const std::string reason = absl::StrCat(Describe(it->second), " was evicted as slow: ", figures);
-  RemoveNode(conn);
+  // Not given up: the node is alive and would only be judged slow again. Set aside (or closed
+  // out, where there is no preflight to pass again); its group rank goes to the spare.
+  Node& node = it->second;
+  node.in_round = false;
+  --members_in_round_;
+  node.progress.clear();
+  SetAside(node,
+           absl::StrCat("this node was evicted from the run as slow (--evict-slow): ", figures,
+                        "; a spare takes its group rank"),
+           now, out);
   if (EndsWithoutRestart(out)) return;
   // Free: nothing failed, and the budget of --max-restarts stays for failures.
   RestartRound(reason, Cause::kNodeSlow, RestartKind::kFree, std::nullopt, now, out);
@@ -110,7 +113,7 @@ RunStatus RunState::Status(bool with_members) const {
   s.max_nodes = max_nodes_;
   s.close_message = close_message_;
   s.num_nodes = static_cast<int>(nodes_.size());
-  s.spares = phase_ == RunPhase::kRunning ? s.num_nodes - members_in_round() : 0;
+  s.spares = phase_ == RunPhase::kRunning ? eligible_nodes() - members_in_round() : 0;
   s.spares_used = spares_used_;
   s.slow_nodes = static_cast<int>(slow_nodes_.SlowNodes().size());
   s.checkpoint_advice = checkpoint_advice_;
@@ -133,7 +136,10 @@ RunStatus RunState::Status(bool with_members) const {
     m.addr = n->addr;
     m.group_rank = n->in_round ? n->group_rank : -1;
     m.nproc_per_node = n->info.nproc_per_node;
-    m.state = n->in_round ? "running" : phase_ == RunPhase::kRunning ? "spare" : "waiting";
+    m.state = n->in_round                    ? "running"
+              : n->set_aside.has_value()     ? "set aside"
+              : phase_ == RunPhase::kRunning ? "spare"
+                                             : "waiting";
     m.last_seen = n->last_seen;
     if (n->in_round) {
       if (std::optional<NodeComputeStanding> c = slow_nodes_.StandingOf(n->info.node_id)) {

@@ -29,8 +29,13 @@ RunSnapshot FromRecord(const RunSnapshotRecord& r) {
   s.succeeded_in_round = r.succeeded_in_round();
   s.crash_loop_signature = r.crash_loop_signature();
   s.spares_used = r.spares_used();
-  for (const auto& m : r.members())
-    s.members.push_back({m.node_id(), m.group_rank(), m.in_round(), m.spare()});
+  for (const auto& m : r.members()) {
+    s.members.push_back({m.node_id(), m.group_rank(), m.in_round(), m.spare(), m.set_aside()});
+  }
+  if (r.has_preflight_median()) {
+    const auto& p = r.preflight_median();
+    s.preflight_median = PreflightFigures{p.cpu_gflops(), p.send_mbps(), p.recv_mbps(), p.rtt_ms()};
+  }
   s.close_status = absl::Status(static_cast<absl::StatusCode>(r.close_code()), r.close_message());
   return s;
 }
@@ -365,6 +370,14 @@ std::optional<etcdserverpb::TxnRequest> EtcdCoordinator::PendingWrite() const {
       rm->set_group_rank(m.group_rank);
       rm->set_in_round(m.in_round);
       rm->set_spare(m.spare);
+      rm->set_set_aside(m.set_aside);
+    }
+    if (s.preflight_median.has_value()) {
+      auto* p = r.mutable_preflight_median();
+      p->set_cpu_gflops(s.preflight_median->cpu_gflops);
+      p->set_send_mbps(s.preflight_median->send_mbps);
+      p->set_recv_mbps(s.preflight_median->recv_mbps);
+      p->set_rtt_ms(s.preflight_median->rtt_ms);
     }
     r.set_close_code(static_cast<int>(s.close_status.code()));
     r.set_close_message(std::string(s.close_status.message()));

@@ -8,6 +8,8 @@ proto::PreflightConf ToProto(const PreflightSettings& settings) {
   proto::PreflightConf p;
   p.set_enabled(settings.enabled);
   p.set_margin(settings.margin);
+  p.set_requalify_interval_ms(
+      std::chrono::duration_cast<std::chrono::milliseconds>(settings.requalify_interval).count());
   return p;
 }
 
@@ -16,6 +18,8 @@ PreflightSettings FromProto(const proto::PreflightConf& conf, const PreflightSet
   s.enabled = conf.enabled();
   // A margin the agent validated; anything else from the wire keeps the default.
   if (ValidPreflightMargin(conf.margin())) s.margin = conf.margin();
+  const std::chrono::milliseconds requalify(conf.requalify_interval_ms());
+  if (ValidRequalifyInterval(requalify)) s.requalify_interval = requalify;
   return s;
 }
 

@@ -294,7 +294,7 @@ RestartFacts FactsOf(const proto::Restart& restart) {
 }
 
 StandbyNotice FromProto(const proto::Standby& p) {
-  return StandbyNotice{p.round(), p.members(), p.position()};
+  return StandbyNotice{p.round(), p.members(), p.position(), p.set_aside()};
 }
 
 std::optional<HangNotice> HangOf(const proto::Close& close) {
@@ -372,6 +372,7 @@ proto::ServerMessage ToProto(const Outgoing& out) {
     m.mutable_standby()->set_round(standby->round);
     m.mutable_standby()->set_members(standby->members);
     m.mutable_standby()->set_position(standby->position);
+    m.mutable_standby()->set_set_aside(standby->set_aside);
   } else if (const auto* preflight = std::get_if<PreflightRequest>(&out.msg)) {
     *m.mutable_preflight() = ToProto(*preflight);
   } else if (const auto* resumed = std::get_if<ResumedNotice>(&out.msg)) {

@@ -384,8 +384,8 @@ void RendezvousServiceImpl::LogDecisions(const Outbox& out) {
         first_conn = o.conn;
       }
       ++assigned;
-    } else if (std::holds_alternative<StandbyNotice>(o.msg)) {
-      ++spares_told;
+    } else if (const auto* standby = std::get_if<StandbyNotice>(&o.msg)) {
+      if (standby->set_aside.empty()) ++spares_told;  // one set aside is no spare
     } else if (const auto* r = std::get_if<RestartNotice>(&o.msg)) {
       if (r->reason != last_restart) {
         last_restart = r->reason;

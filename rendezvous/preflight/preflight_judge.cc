@@ -58,11 +58,7 @@ std::string FailedPairs(const PreflightEntry& e) {
   return absl::StrJoin(failed, "; ");
 }
 
-}  // namespace
-
-std::vector<PreflightVerdict> JudgePreflight(const std::vector<PreflightEntry>& entries,
-                                             double margin) {
-  const std::map<std::string, PreflightFigures> best = BestFigures(entries);
+PreflightFigures MedianOf(const std::map<std::string, PreflightFigures>& best) {
   std::vector<double> cpu, send, recv, rtt;
   for (const auto& [id, f] : best) {
     if (f.cpu_gflops > 0) cpu.push_back(f.cpu_gflops);
@@ -70,9 +66,71 @@ std::vector<PreflightVerdict> JudgePreflight(const std::vector<PreflightEntry>& 
     if (f.recv_mbps > 0) recv.push_back(f.recv_mbps);
     if (f.rtt_ms > 0) rtt.push_back(f.rtt_ms);
   }
-  const PreflightFigures median{Median(cpu), Median(send), Median(recv), Median(rtt)};
-  // Whether most nodes that reported reached a peer: only then is one that reached none the
-  // odd one out (on a network where most probes fail, failing is the median).
+  return PreflightFigures{Median(cpu), Median(send), Median(recv), Median(rtt)};
+}
+
+// The verdict on one entry whose best figures are `figures`. `peers_reachable`: most nodes
+// reached a peer, so that one which reached none is the odd one out (on a network where most
+// probes fail, failing is the median).
+PreflightVerdict JudgeEntry(const PreflightEntry& e, const PreflightFigures& figures,
+                            const PreflightFigures& median, double margin, bool peers_reachable) {
+  const double slowest_cpu = 1.0 / (1.0 + margin);  // of the median's rate
+  const double slowest_link = 1.0 / (1.0 + std::max(margin, kThroughputMarginFloor));
+  PreflightVerdict v;
+  v.node_id = e.node_id;
+  v.hostname = e.hostname;
+  v.reported = e.report.has_value();
+  if (!v.reported) {
+    v.shortfalls.push_back("sent no preflight report before the deadline");
+    v.worst_ratio = 0;
+    return v;
+  }
+  v.health_check_s = e.report->health_check_s;
+  v.figures = figures;
+  auto rate = [&](double figure, double med, double slowest, double* ratio, const char* name,
+                  const char* unit) {
+    if (figure <= 0 || med <= 0) return;
+    *ratio = figure / med;
+    v.worst_ratio = std::min(v.worst_ratio, *ratio);
+    if (*ratio < slowest) {
+      v.shortfalls.push_back(absl::StrFormat("%s %s %s, %.2fx the job's median %s %s", name,
+                                             Figure(figure), unit, *ratio, Figure(med), unit));
+    }
+  };
+  rate(v.figures.cpu_gflops, median.cpu_gflops, slowest_cpu, &v.ratios.cpu_gflops, "cpu",
+       "GFLOP/s");
+  rate(v.figures.send_mbps, median.send_mbps, slowest_link, &v.ratios.send_mbps, "send", "Mbit/s");
+  rate(v.figures.recv_mbps, median.recv_mbps, slowest_link, &v.ratios.recv_mbps, "recv", "Mbit/s");
+  if (v.figures.rtt_ms > 0 && median.rtt_ms > 0) {
+    v.ratios.rtt_ms = v.figures.rtt_ms / median.rtt_ms;
+    if (v.ratios.rtt_ms > 1 + margin && v.figures.rtt_ms - median.rtt_ms > kRttFloorMs) {
+      v.worst_ratio = std::min(v.worst_ratio, 1 / v.ratios.rtt_ms);
+      v.shortfalls.push_back(absl::StrFormat("rtt %s ms, %.2fx the job's median %s ms",
+                                             Figure(v.figures.rtt_ms), v.ratios.rtt_ms,
+                                             Figure(median.rtt_ms)));
+    }
+  }
+  const bool any_pair = !e.report->pairs.empty() || v.figures.send_mbps > 0;
+  if (peers_reachable && any_pair && v.figures.send_mbps <= 0 && v.figures.recv_mbps <= 0) {
+    // Every pair it took part in failed: the node is cut off from its peers.
+    const std::string failed = FailedPairs(e);
+    v.shortfalls.push_back(
+        absl::StrCat("reached no peer", failed.empty() ? "" : absl::StrCat(" (", failed, ")")));
+    v.worst_ratio = 0;
+  }
+  return v;
+}
+
+}  // namespace
+
+PreflightFigures MedianFigures(const std::vector<PreflightEntry>& entries) {
+  return MedianOf(BestFigures(entries));
+}
+
+std::vector<PreflightVerdict> JudgePreflight(const std::vector<PreflightEntry>& entries,
+                                             double margin) {
+  const std::map<std::string, PreflightFigures> best = BestFigures(entries);
+  const PreflightFigures median = MedianOf(best);
   size_t reported = 0, reached = 0;
   for (const PreflightEntry& e : entries) {
     if (!e.report.has_value()) continue;
@@ -81,59 +139,19 @@ std::vector<PreflightVerdict> JudgePreflight(const std::vector<PreflightEntry>& 
     reached += f.send_mbps > 0 || f.recv_mbps > 0 ? 1 : 0;
   }
   const bool most_reached_a_peer = 2 * reached > reported;
-  const double slowest_cpu = 1.0 / (1.0 + margin);  // of the median's rate
-  const double slowest_link = 1.0 / (1.0 + std::max(margin, kThroughputMarginFloor));
-
   std::vector<PreflightVerdict> verdicts;
   for (const PreflightEntry& e : entries) {
-    PreflightVerdict v;
-    v.node_id = e.node_id;
-    v.hostname = e.hostname;
-    v.reported = e.report.has_value();
-    if (!v.reported) {
-      v.shortfalls.push_back("sent no preflight report before the deadline");
-      v.worst_ratio = 0;
-      verdicts.push_back(std::move(v));
-      continue;
-    }
-    v.health_check_s = e.report->health_check_s;
-    v.figures = best.at(e.node_id);
-    auto rate = [&](double figure, double med, double slowest, double* ratio, const char* name,
-                    const char* unit) {
-      if (figure <= 0 || med <= 0) return;
-      *ratio = figure / med;
-      v.worst_ratio = std::min(v.worst_ratio, *ratio);
-      if (*ratio < slowest) {
-        v.shortfalls.push_back(absl::StrFormat("%s %s %s, %.2fx the job's median %s %s", name,
-                                               Figure(figure), unit, *ratio, Figure(med), unit));
-      }
-    };
-    rate(v.figures.cpu_gflops, median.cpu_gflops, slowest_cpu, &v.ratios.cpu_gflops, "cpu",
-         "GFLOP/s");
-    rate(v.figures.send_mbps, median.send_mbps, slowest_link, &v.ratios.send_mbps, "send",
-         "Mbit/s");
-    rate(v.figures.recv_mbps, median.recv_mbps, slowest_link, &v.ratios.recv_mbps, "recv",
-         "Mbit/s");
-    if (v.figures.rtt_ms > 0 && median.rtt_ms > 0) {
-      v.ratios.rtt_ms = v.figures.rtt_ms / median.rtt_ms;
-      if (v.ratios.rtt_ms > 1 + margin && v.figures.rtt_ms - median.rtt_ms > kRttFloorMs) {
-        v.worst_ratio = std::min(v.worst_ratio, 1 / v.ratios.rtt_ms);
-        v.shortfalls.push_back(absl::StrFormat("rtt %s ms, %.2fx the job's median %s ms",
-                                               Figure(v.figures.rtt_ms), v.ratios.rtt_ms,
-                                               Figure(median.rtt_ms)));
-      }
-    }
-    const bool any_pair = !e.report->pairs.empty() || v.figures.send_mbps > 0;
-    if (most_reached_a_peer && any_pair && v.figures.send_mbps <= 0 && v.figures.recv_mbps <= 0) {
-      // Every pair it took part in failed: the node is cut off from its peers.
-      const std::string failed = FailedPairs(e);
-      v.shortfalls.push_back(
-          absl::StrCat("reached no peer", failed.empty() ? "" : absl::StrCat(" (", failed, ")")));
-      v.worst_ratio = 0;
-    }
-    verdicts.push_back(std::move(v));
+    verdicts.push_back(JudgeEntry(e, best.at(e.node_id), median, margin, most_reached_a_peer));
   }
   return verdicts;
+}
+
+PreflightVerdict JudgeRequalification(const PreflightEntry& entry, const PreflightFigures& median,
+                                      double margin) {
+  // Its own pairs only: the targets' ends of them say nothing about the node judged. Its peers
+  // were reachable: they are nodes of the run, at work.
+  const std::map<std::string, PreflightFigures> best = BestFigures({entry});
+  return JudgeEntry(entry, best.at(entry.node_id), median, margin, /*peers_reachable=*/true);
 }
 
 std::string DescribeVerdict(const PreflightVerdict& v) {

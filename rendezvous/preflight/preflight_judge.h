@@ -40,6 +40,17 @@ inline constexpr double kThroughputMarginFloor = 1.0;
 std::vector<PreflightVerdict> JudgePreflight(const std::vector<PreflightEntry>& entries,
                                              double margin);
 
+// The job's median node: each figure's median over the entries' best figures (0 where no entry
+// measured it).
+PreflightFigures MedianFigures(const std::vector<PreflightEntry>& entries);
+
+// The verdict on a node set aside (kept out by the preflight, or evicted as slow) that measured
+// again: its figures, from its own pairs, against `median` (the run's preflight's), by
+// JudgePreflight's rules. Its targets are nodes of the run at work: one it could not reach
+// counts against it.
+PreflightVerdict JudgeRequalification(const PreflightEntry& entry, const PreflightFigures& median,
+                                      double margin);
+
 // "cpu 12.1 GFLOP/s (1.00x), send 941 Mbit/s (0.98x), recv 950 Mbit/s (1.01x), rtt 0.08 ms
 // (1.10x), health check 0.2 s: ok" — the summary line of one node (the server logs one a node).
 std::string DescribeVerdict(const PreflightVerdict& verdict);

@@ -63,14 +63,20 @@ bool PreflightRound::Complete() const {
   return true;
 }
 
-std::vector<PreflightVerdict> PreflightRound::Judge() const {
+std::vector<PreflightEntry> PreflightRound::Entries() const {
   std::vector<PreflightEntry> entries;
   for (const PreflightParticipant& p : participants_) {
     auto it = reports_.find(p.node_id);
     if (it == reports_.end()) continue;  // left the run
     entries.push_back({p.node_id, p.hostname, it->second});
   }
-  return JudgePreflight(entries, settings_.margin);
+  return entries;
 }
+
+std::vector<PreflightVerdict> PreflightRound::Judge() const {
+  return JudgePreflight(Entries(), settings_.margin);
+}
+
+PreflightFigures PreflightRound::Median() const { return MedianFigures(Entries()); }
 
 }  // namespace ddprun::rendezvous

@@ -56,8 +56,12 @@ class PreflightRound {
   TimePoint started() const { return started_; }
   // The verdicts on the participants still in the run (one that did not report is named so).
   std::vector<PreflightVerdict> Judge() const;
+  // The job's median node as Judge() measures against.
+  PreflightFigures Median() const;
 
  private:
+  std::vector<PreflightEntry> Entries() const;
+
   const int64_t generation_;
   std::vector<PreflightParticipant> participants_;  // the ring's, then those Add()ed
   const PreflightSettings settings_;

@@ -2,8 +2,9 @@
 // host 1 of a few namespaced hosts, a ddprun agent on each of the others (--nnodes=3, one worker
 // each); one host's link limited by tc to 100 Mbit/s both ways, a small fraction of what the
 // bridge carries between the others. The preflight must name that host with its figures and,
-// with a spare connected, keep it out (its agent exits 5 saying why) while the spare takes its
-// place; without a spare the job starts with it and says so. Bad --preflight-margin: exit 2.
+// with a spare connected, keep it out (set aside, saying why; its agent exits 5 if the job ends
+// first) while the spare takes its place; once it passes the preflight again it is a spare;
+// without a spare the job starts with it and says so. Bad --preflight-margin: exit 2.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -57,13 +58,25 @@ class PreflightIntegrationTest : public ::testing::Test {
   // `backend` etcd).
   Subprocess& StartAgent(int host, const std::string& endpoint = "",
                          const std::string& backend = "c10d") {
-    const std::vector<std::string> argv = hosts_->On(
-        host,
-        {BinPath("ddprun"), "--nnodes=3", "--nproc-per-node=1", "--rdzv-backend=" + backend,
-         "--rdzv-endpoint=" + (endpoint.empty() ? daemon_->endpoint() : endpoint), "--rdzv-id=pf",
-         "--log-dir=" + LogDir(host), "--no-python", "/bin/sh", "-c", "sleep 1"});
+    return StartAgentWith(host, {}, "sleep 1", endpoint, backend);
+  }
+  // As StartAgent, with `flags` added and the worker running `script` (sh -c).
+  Subprocess& StartAgentWith(int host, const std::vector<std::string>& flags,
+                             const std::string& script, const std::string& endpoint = "",
+                             const std::string& backend = "c10d") {
+    std::vector<std::string> argv = {
+        BinPath("ddprun"),
+        "--nnodes=3",
+        "--nproc-per-node=1",
+        "--rdzv-backend=" + backend,
+        "--rdzv-endpoint=" + (endpoint.empty() ? daemon_->endpoint() : endpoint),
+        "--rdzv-id=pf",
+        "--log-dir=" + LogDir(host)};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    for (const char* word : {"--no-python", "/bin/sh", "-c"}) argv.push_back(word);
+    argv.push_back(script);
     agents_[host] = std::make_unique<Subprocess>(
-        argv, std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", kToken}});
+        hosts_->On(host, argv), std::map<std::string, std::string>{{"DDPRUN_RDZV_TOKEN", kToken}});
     return *agents_[host];
   }
   std::string LogDir(int host) const { return absl::StrCat(dir_.path(), "/h", host); }
@@ -98,7 +111,10 @@ TEST_F(PreflightIntegrationTest, ARateLimitedHostIsKeptOutAndTheSpareTakesItsPla
   ASSERT_EQ(hosts_->LimitRate(4, "100mbit"), "");
   for (int host : {2, 3, 4, 5}) StartAgent(host);  // three members and a spare, all at once
   EXPECT_EQ(ExitOf(4), 5) << Logs();
-  EXPECT_THAT(agents_[4]->err(), HasSubstr("kept out by the preflight: send")) << Logs();
+  EXPECT_THAT(agents_[4]->err(),
+              HasSubstr("set aside: this node was kept out by the preflight: send"))
+      << Logs();
+  EXPECT_THAT(agents_[4]->err(), HasSubstr("the run ended with this node set aside"));
   EXPECT_THAT(agents_[4]->err(), Not(HasSubstr("starting 1 worker")));
   for (int host : {2, 3, 5}) {
     EXPECT_EQ(ExitOf(host), 0) << "host " << host << "\n" << Logs();
@@ -136,8 +152,9 @@ TEST_F(PreflightIntegrationTest, WithoutASpareTheJobStartsWithTheSlowHostAndSays
       << daemon_->error();
 }
 
-// The built-in server, hosted by the slow host's agent: kept out, it serves the run until the
-// others finish (gone at once, it would cost them a failover at their start), then exits 5.
+// The built-in server, hosted by the slow host's agent: kept out, it stays in the run, set aside,
+// serving it until the others finish (gone at once, it would cost them a failover at their
+// start), then exits 5.
 TEST_F(PreflightIntegrationTest, AKeptOutHostingAgentServesTheOthersUntilTheyFinish) {
   ASSERT_EQ(hosts_->LimitRate(2, "100mbit"), "");
   const std::string endpoint = hosts_->Address(2) + ":29433";
@@ -150,10 +167,44 @@ TEST_F(PreflightIntegrationTest, AKeptOutHostingAgentServesTheOthersUntilTheyFin
     EXPECT_THAT(agents_[host]->err(), Not(HasSubstr("successor"))) << "no failover";
   }
   EXPECT_EQ(ExitOf(2), 5) << Logs();
-  EXPECT_THAT(agents_[2]->err(), HasSubstr("kept out by the preflight"));
-  EXPECT_THAT(agents_[2]->err(),
-              HasSubstr("this node is out of the run; serving the rendezvous until the other "
-                        "nodes finish"));
+  EXPECT_THAT(agents_[2]->err(), HasSubstr("set aside: this node was kept out by the preflight"));
+  EXPECT_THAT(agents_[2]->err(), HasSubstr("the run ended with this node set aside"));
+}
+
+// Issue 41, point 2: a node kept out becomes a spare only once it passes the preflight again.
+// Host 4's link is limited: kept out, it measures again every 2 s (requalify_interval) and
+// fails while the limit holds; the limit lifted, it passes and waits as a spare; a member lost
+// then, it takes the member's place and the job ends well on it.
+TEST_F(PreflightIntegrationTest, AHostKeptOutIsASpareOnlyOnceItPassesThePreflightAgain) {
+  ASSERT_EQ(hosts_->LimitRate(4, "100mbit"), "");
+  const std::string done = dir_.path() + "/done";
+  // The workers run until the test is done; one restart for the member the test kills.
+  const std::string until_done = "until [ -e " + done + " ]; do sleep 0.1; done";
+  for (int host : {2, 3, 4, 5}) {
+    StartAgentWith(host, {"--max-restarts=1", "--rdzv-conf=requalify_interval=2"}, until_done);
+  }
+  ASSERT_TRUE(agents_[4]->WaitForOutputContains(
+      "set aside: this node was kept out by the preflight: send", 60s))
+      << Logs();
+  ASSERT_TRUE(WaitUntil([&] { return !ServerLines("(n4) stays set aside: send ").empty(); }, 60s))
+      << Logs();
+  EXPECT_THAT(agents_[4]->err(),
+              HasSubstr("preflight: measuring this node to pass the preflight again"));
+  EXPECT_THAT(agents_[4]->err(), HasSubstr("did not pass the preflight again: send"));
+  EXPECT_THAT(agents_[4]->err(), Not(HasSubstr("waiting as a spare"))) << "not a spare yet";
+
+  ASSERT_EQ(hosts_->ClearRate(4), "");
+  ASSERT_TRUE(agents_[4]->WaitForOutputContains("waiting as a spare for run pf", 60s)) << Logs();
+  EXPECT_EQ(ServerLines("(n4) passed the preflight again: ").size(), 1u) << daemon_->error();
+  EXPECT_THAT(agents_[4]->err(), Not(HasSubstr("starting 1 worker")));
+
+  agents_[3]->SignalGroup(SIGKILL);
+  ASSERT_TRUE(agents_[4]->WaitForOutputContains("starting 1 worker", 60s)) << Logs();
+  testing::WriteFile(done, "");
+  for (int host : {2, 4, 5}) {
+    EXPECT_EQ(ExitOf(host), 0) << "host " << host << "\n" << Logs();
+  }
+  EXPECT_THAT(agents_[4]->err(), HasSubstr(" of 3 (node ")) << "a world of three";
 }
 
 // The etcd backend: the agent that coordinates the run (host 2's, started first) runs the

@@ -4,8 +4,9 @@
 // moved into a cpu cgroup limited to 10 % of a CPU. The server must name that node, evict it, and
 // let the spare take its group rank, every survivor keeping its rank and its worker; and the
 // final model must be byte-identical to a run of the same three ranks on the same data that
-// never had a slow node. Root only (cgroups, network namespaces): without it the case fails,
-// saying why.
+// never had a slow node. The evicted node is set aside and waits as a spare again only after
+// it passed the preflight (its agent, not throttled, does). Root only (cgroups, network
+// namespaces): without it the case fails, saying why.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -50,6 +51,9 @@ class SlowNodeEvictionTest : public ::testing::Test {
     o.checkpoint_every = 40;
     o.keep_alive_interval_s = 1;  // a lease no load breaks: only the judge may take a node
     o.keep_alive_max_attempt = 5;
+    // The evicted node measures again a second after: its agent is not throttled (its worker
+    // was), so it passes and waits as a spare.
+    o.extra_rdzv_conf = "requalify_interval=1";
     o.dir = dir_.File(tag);
     o.run_id = tag;
     return o;
@@ -111,15 +115,22 @@ TEST_F(SlowNodeEvictionTest, TheSpareThatReplacesAThrottledNodeEndsWithTheModelO
   }
   EXPECT_EQ(back->recomputed, 0);
 
-  // The evicted agent ends, saying why.
-  const std::optional<testing::ExitStatus> evicted = job.node(slow).agent->Wait(60s);
-  ASSERT_TRUE(evicted.has_value()) << job.Logs();
-  EXPECT_EQ(evicted->exit_code, 5) << job.Logs();
-  EXPECT_THAT(job.node(slow).agent->err(),
-              HasSubstr("evicted: this node was evicted from the run as slow (--evict-slow)"))
+  // The evicted node is set aside, saying why; a spare again only once it passed the preflight.
+  testing::Subprocess& evicted = *job.node(slow).agent;
+  EXPECT_THAT(evicted.err(),
+              HasSubstr("set aside: this node was evicted from the run as slow (--evict-slow)"))
       << job.Logs();
+  ASSERT_TRUE(evicted.WaitForOutputContains("waiting as a spare for run job", 60s)) << job.Logs();
+  const std::string said = evicted.err();
+  const size_t measured = said.find("measuring this node to pass the preflight again");
+  ASSERT_NE(measured, std::string::npos) << said;
+  EXPECT_LT(said.find("set aside: this node was evicted"), measured);
+  EXPECT_LT(measured, said.find("waiting as a spare for run job"));
 
   ASSERT_TRUE(job.WaitFinished({slow}, 300s)) << job.Logs();
+  const std::optional<testing::ExitStatus> spare_end = evicted.Wait(60s);
+  ASSERT_TRUE(spare_end.has_value()) << job.Logs();
+  EXPECT_EQ(spare_end->exit_code, 0) << "a spare when the job ended well\n" << job.Logs();
   const std::string model = job.Model();
   EXPECT_FALSE(model.empty());
   EXPECT_TRUE(model == reference) << "the final model differs from the run without a slow node";

@@ -188,6 +188,15 @@ std::string NetHosts::LimitRate(int host, const std::string& rate) {
   return "";
 }
 
+std::string NetHosts::ClearRate(int host) {
+  for (const std::string& command :
+       {absl::StrCat("tc -n ", Ns(host), " qdisc del dev eth0 root"),
+        absl::StrCat("tc -n ", SwitchNs(), " qdisc del dev p", host, " root")}) {
+    if (std::string e = Shell(command); !e.empty()) return e;
+  }
+  return "";
+}
+
 void NetHosts::AddAddress(int host, const std::string& cidr) {
   Run(absl::StrCat("ip -n ", Ns(host), " addr add ", cidr, " dev eth0"));
 }

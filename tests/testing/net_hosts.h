@@ -58,6 +58,8 @@ class NetHosts {
   // (sch_tbf) on each end of its cable: eth0 in the host (what it sends) and its port on the
   // switch (what it receives). "" when done, else what tc said.
   std::string LimitRate(int host, const std::string& rate);
+  // Lifts LimitRate's limit from `host`'s link: "" or what went wrong.
+  std::string ClearRate(int host);
   // Frames the relay of Impair(host) passed and dropped (the host's egress); nullopt for a
   // host not impaired by the relay.
   std::optional<FrameRelay::Counts> ImpairedCounts(int host) const;

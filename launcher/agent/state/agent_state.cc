@@ -110,8 +110,25 @@ std::vector<AgentAction> AgentStateMachine::Exit(int code, const std::string& wh
 }
 
 std::vector<AgentAction> AgentStateMachine::OnStandby() {
+  set_aside_.reset();  // requalified
   if (phase_ == Phase::kRendezvous) standby_ = true;
   return {};
+}
+
+std::vector<AgentAction> AgentStateMachine::OnSetAside(const std::string& why) {
+  set_aside_ = why;
+  standby_ = false;
+  switch (phase_) {
+    case Phase::kCheckingHealth:  // the assignment it checked for went to another node
+      pending_assignment_.reset();
+      phase_ = Phase::kRendezvous;
+      return {};
+    case Phase::kRunning:
+    case Phase::kAwaitingRound:
+      return BeginStop(std::nullopt, why, StopMode::kGracefully);
+    default:
+      return {};
+  }
 }
 
 std::vector<AgentAction> AgentStateMachine::OnStandbyCheckDue() {
@@ -121,6 +138,7 @@ std::vector<AgentAction> AgentStateMachine::OnStandbyCheckDue() {
 
 std::vector<AgentAction> AgentStateMachine::OnAssignment(const rendezvous::Assignment& a) {
   standby_ = false;
+  set_aside_.reset();
   switch (phase_) {
     case Phase::kRendezvous: {
       if (gate_ == HealthGate::kBeforeEachRound && !health_passed_) {
@@ -341,9 +359,13 @@ std::vector<AgentAction> AgentStateMachine::OnRestart(
 
 std::vector<AgentAction> AgentStateMachine::OnClosed(
     const absl::Status& status, const std::optional<rendezvous::HangNotice>& hang) {
-  const int code = ExitCodeForClose(status);
-  const std::string why =
-      status.ok() ? "the rendezvous closed the run" : std::string(status.message());
+  int code = ExitCodeForClose(status);
+  std::string why = status.ok() ? "the rendezvous closed the run" : std::string(status.message());
+  if (status.ok() && set_aside_.has_value()) {
+    // The job went on without this node to its end: what set it aside is its outcome.
+    code = kExitEvicted;
+    why = absl::StrCat("the run ended with this node set aside: ", *set_aside_);
+  }
   switch (phase_) {
     case Phase::kRendezvous:
     case Phase::kCheckingHealth:

@@ -160,6 +160,12 @@ class AgentStateMachine {
   std::vector<AgentAction> OnHealthAbandoned(int exit_code, const std::string& why);
   // The rendezvous says this node waits as a spare (it has no workers; an assignment ends it).
   std::vector<AgentAction> OnStandby();
+  // The rendezvous set this node aside (issue 41: the preflight kept it out, or --evict-slow
+  // evicted it; `why`): its workers stop, in-process or not (the others went on without them),
+  // and it waits without a place until it passes the preflight again, when a plain OnStandby or
+  // an assignment comes. A close that finds it still set aside ends it with kExitEvicted.
+  std::vector<AgentAction> OnSetAside(const std::string& why);
+  bool set_aside() const { return set_aside_.has_value(); }
   // A spare's periodic check is due: kCheckHealth with the health gate, while still a spare.
   std::vector<AgentAction> OnStandbyCheckDue();
   // Waiting as a spare (told so, not assigned, not stepped out since).
@@ -216,6 +222,7 @@ class AgentStateMachine {
   const Duration health_give_up_after_;
   bool health_passed_ = false;                     // a check passed since the last cold start
   bool standby_ = false;                           // told it is a spare; see standby()
+  std::optional<std::string> set_aside_;           // why, while set aside (OnSetAside)
   int health_failures_ = 0;                        // in a row
   std::optional<TimePoint> health_failing_since_;  // the first failure of that streak
   // Where a local rank's current worker stands with the control channel (in-process mode).

@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/api/eviction.h"
 #include "rendezvous/core/server_metrics.h"
 #include "rendezvous/core/status_page.h"
 #include "tests/rendezvous/core/state_fixture.h"
@@ -75,6 +74,111 @@ class PreflightTest : public testing::ServerStateTest {
   std::vector<PreflightVerdict> verdicts_;
 };
 
+// Nodes set aside (issue 41, point 2): a node the preflight kept out measures again every
+// requalify_interval (30 s here, the default) against the preflight's median node, and is a
+// spare once it passes.
+class RequalifyTest : public PreflightTest {
+ protected:
+  // Nodes 1..4 of a run of 3: the preflight keeps node 3 (0.4x the median's compute) out.
+  void SetUp() override {
+    std::map<ConnId, PreflightRequest> asked = JoinAll(4);
+    for (ConnId c : {1, 2, 4}) Measured(c, asked[c], 10);
+    const Outbox out = Measured(3, asked[3], 4);
+    ASSERT_NE(Find<StandbyNotice>(out, 3), nullptr);
+    ASSERT_EQ(Status().phase, RunPhase::kRunning);
+    state_.TakeRunLog();
+  }
+  // `d` passes a second at a time, with every connected node but `silent` heartbeating: what
+  // the ticks sent.
+  Outbox Pass(Duration d, ConnId silent = 0) {
+    Outbox all;
+    for (Duration passed{}; passed < d; passed += std::chrono::seconds(1)) {
+      clock_.Advance(std::chrono::seconds(1));
+      for (ConnId c : conns_) {
+        if (c != silent) state_.Heartbeat(c, {}, clock_.Now());
+      }
+      for (Outgoing& o : Tick()) all.push_back(std::move(o));
+    }
+    return all;
+  }
+  std::vector<ConnId> conns_ = {1, 2, 3, 4};
+};
+
+TEST_F(RequalifyTest, AKeptOutNodeMeasuresAgainAndIsASpareOnceItPasses) {
+  EXPECT_EQ(Find<PreflightRequest>(Pass(std::chrono::seconds(29)), 3), nullptr);
+  Outbox out = Pass(std::chrono::seconds(1));
+  const PreflightRequest* ask = Find<PreflightRequest>(out, 3);
+  ASSERT_NE(ask, nullptr) << "asked again after requalify_interval";
+  ASSERT_EQ(ask->targets.size(), 2u);
+  EXPECT_EQ(ask->targets[0].node_id, "1");  // no spare listens: the members, in arrival order
+  EXPECT_EQ(ask->targets[0].port, 4001);
+  const PreflightRequest first_try = *ask;
+
+  out = Measured(3, first_try, 5);  // still 0.5x the median
+  const StandbyNotice* still = Find<StandbyNotice>(out, 3);
+  ASSERT_NE(still, nullptr);
+  EXPECT_THAT(still->set_aside, HasSubstr("did not pass the preflight again: cpu 5 GFLOP/s, "
+                                          "0.50x the job's median 10 GFLOP/s"));
+  EXPECT_THAT(still->set_aside, HasSubstr("next try in 30 s"));
+  EXPECT_THAT(state_.TakeRunLog(), Contains(HasSubstr("node 3 (host-3) stays set aside")));
+  EXPECT_TRUE(Measured(3, first_try, 10).empty()) << "a second report of a try counts for nothing";
+  EXPECT_EQ(Status().members.back().state, "set aside");
+  EXPECT_EQ(Status().spares, 0);
+
+  out = Pass(std::chrono::seconds(30));
+  ask = Find<PreflightRequest>(out, 3);
+  ASSERT_NE(ask, nullptr) << "asked again after the try it failed";
+  EXPECT_GT(ask->generation, first_try.generation);
+  out = Measured(3, *ask, 9.5);  // within the margin
+  const StandbyNotice* spare = Find<StandbyNotice>(out, 3);
+  ASSERT_NE(spare, nullptr);
+  EXPECT_EQ(spare->set_aside, "") << "a spare now";
+  EXPECT_EQ(spare->position, 0);
+  EXPECT_EQ(Count<Assignment>(out), 0) << "the round is full: nobody restarts for a spare";
+  EXPECT_THAT(state_.TakeRunLog(),
+              Contains(HasSubstr("node 3 (host-3) passed the preflight again: cpu 9.5 GFLOP/s")));
+  const RunStatus s = Status();
+  EXPECT_EQ(s.spares, 1);
+  EXPECT_EQ(s.members.back().state, "spare");
+}
+
+TEST_F(RequalifyTest, ATryWithoutAReportFailsAtTheDeadline) {
+  ASSERT_NE(Find<PreflightRequest>(Pass(std::chrono::seconds(30)), 3), nullptr);
+  const Outbox out = Pass(std::chrono::seconds(10));
+  const StandbyNotice* still = Find<StandbyNotice>(out, 3);
+  ASSERT_NE(still, nullptr);
+  EXPECT_THAT(still->set_aside, HasSubstr("it sent no preflight report before the deadline"));
+  EXPECT_EQ(Find<PreflightRequest>(Pass(std::chrono::seconds(29)), 3), nullptr);
+  EXPECT_NE(Find<PreflightRequest>(Pass(std::chrono::seconds(1)), 3), nullptr);
+}
+
+TEST_F(RequalifyTest, ANodeThatPassesIsTakenIntoARoundThatLacksIt) {
+  // Member 1 is lost: the fixed run of 3 has only two nodes to form a round with.
+  Outbox out = state_.StreamBroken(1, clock_.Now());
+  conns_ = {2, 3, 4};
+  EXPECT_EQ(Count<Assignment>(out), 0) << "a node set aside takes no place";
+  EXPECT_EQ(Status().phase, RunPhase::kJoining);
+  out = Pass(std::chrono::seconds(30));
+  const PreflightRequest* ask = Find<PreflightRequest>(out, 3);
+  ASSERT_NE(ask, nullptr);
+  out = Measured(3, *ask, 10);
+  const Assignment* a = Find<Assignment>(out, 3);
+  ASSERT_NE(a, nullptr) << "passed, it completes the round";
+  EXPECT_EQ(a->group_world_size, 3);
+}
+
+TEST_F(RequalifyTest, ANodeSetAsideThatReconnectsIsStillSetAside) {
+  state_.StreamBroken(3, clock_.Now());
+  EXPECT_EQ(Status().members.size(), 3u);
+  JoinRequest again = MakeJoin("run", "3", 3, 3);
+  again.timeouts.preflight.enabled = true;
+  const Outbox out = Join(5, again);
+  const StandbyNotice* aside = Find<StandbyNotice>(out, 5);
+  ASSERT_NE(aside, nullptr);
+  EXPECT_THAT(aside->set_aside, HasSubstr("kept out by the preflight"));
+  EXPECT_EQ(Status().spares, 0);
+}
+
 TEST_F(PreflightTest, ASlowNodeIsKeptOutAndTheSpareThatJoinedMeanwhileTakesItsPlace) {
   std::map<ConnId, PreflightRequest> asked = JoinAll(4);  // node 4 arrives during the preflight
   ASSERT_EQ(asked.size(), 4u) << "the late node is measured too";
@@ -88,14 +192,19 @@ TEST_F(PreflightTest, ASlowNodeIsKeptOutAndTheSpareThatJoinedMeanwhileTakesItsPl
     EXPECT_EQ(Count<Assignment>(out), 0) << "node 3 has not reported";
   }
   out = Measured(3, asked[3], 4);  // 0.4x the median: slow
-  const CloseNotice* close = Find<CloseNotice>(out, 3);
-  ASSERT_NE(close, nullptr);
-  EXPECT_TRUE(IsEvictedStop(close->status)) << close->status;
-  EXPECT_THAT(close->status.message(), HasSubstr("kept out by the preflight: cpu 4 GFLOP/s"));
+  EXPECT_EQ(Find<CloseNotice>(out, 3), nullptr) << "set aside, not closed out";
+  const StandbyNotice* aside = Find<StandbyNotice>(out, 3);
+  ASSERT_NE(aside, nullptr);
+  EXPECT_THAT(aside->set_aside, HasSubstr("kept out by the preflight: cpu 4 GFLOP/s"));
+  EXPECT_EQ(Find<Assignment>(out, 3), nullptr);
   for (ConnId c : {1, 2, 4}) ASSERT_NE(Find<Assignment>(out, c), nullptr) << c;
   EXPECT_EQ(Find<Assignment>(out, 4)->group_world_size, 3);
   const RunStatus s = Status();
   EXPECT_EQ(s.phase, RunPhase::kRunning);
+  EXPECT_EQ(s.spares, 0) << "a node set aside is no spare";
+  ASSERT_EQ(s.members.size(), 4u);
+  EXPECT_EQ(s.members.back().node_id, "3");
+  EXPECT_EQ(s.members.back().state, "set aside");
   ASSERT_TRUE(s.preflight.has_value());
   EXPECT_FALSE(s.preflight->running);
   EXPECT_NEAR(s.preflight->took_s, 0.9, 1e-9);

@@ -260,6 +260,37 @@ TEST(AgentStateTest, AnEvictedNodeStopsItsWorkersAndExitsFive) {
   EXPECT_EQ(other.OnWorkerExited(e).at(0).exit_code, kExitRendezvous);
 }
 
+// Issue 41: a node set aside (evicted as slow, or kept out by the preflight) stops its workers,
+// in-process or not, and waits without exiting; still set aside when the run ends OK, it exits
+// 5; requalified (a plain standby), the run's end is its success.
+TEST(AgentStateTest, ASetAsideNodeStopsItsWorkersWaitsAndExitsFiveIfTheRunEndsFirst) {
+  for (RestartMode mode : {RestartMode::kCold, RestartMode::kInProcess}) {
+    AgentStateMachine sm(1, mode);
+    rendezvous::Assignment a;
+    a.round = 1;
+    ASSERT_EQ(sm.OnAssignment(a).at(0).type, Type::kStartWorkers);
+    sm.OnWorkerSpeaks(0);
+    auto actions = sm.OnSetAside("evicted as slow");
+    ASSERT_EQ(actions.size(), 1u);
+    EXPECT_EQ(actions[0].type, Type::kStopWorkers) << "the others went on without them";
+    WorkerExit e;
+    e.signal = SIGTERM;
+    EXPECT_TRUE(sm.OnWorkerExited(e).empty()) << "no exit: it waits";
+    EXPECT_EQ(sm.phase(), AgentStateMachine::Phase::kRendezvous);
+    EXPECT_TRUE(sm.set_aside());
+    EXPECT_FALSE(sm.standby()) << "not a spare";
+    actions = sm.OnClosed(absl::OkStatus(), std::nullopt);
+    ASSERT_EQ(actions.size(), 1u);
+    EXPECT_EQ(actions[0].exit_code, kExitEvicted);
+    EXPECT_THAT(actions[0].message, ::testing::HasSubstr("set aside: evicted as slow"));
+  }
+  AgentStateMachine requalified(1);
+  requalified.OnSetAside("kept out by the preflight");
+  requalified.OnStandby();
+  EXPECT_TRUE(requalified.standby());
+  EXPECT_EQ(requalified.OnClosed(absl::OkStatus(), std::nullopt).at(0).exit_code, kExitSuccess);
+}
+
 TEST(AgentStateTest, ClosedWhileRunningStopsThenExitsWithItsCode) {
   AgentStateMachine sm(1);
   rendezvous::Assignment a;
