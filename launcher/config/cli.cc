@@ -251,7 +251,9 @@ std::string HelpText() {
   for (const ParserOption& p : kParserOptions) add(NamesOf(p), p.help);
   text +=
       "\nExit status: 0 success; 1 workers failed and the restart budget is spent; 2 usage or\n"
-      "configuration error; 3 rendezvous failure; 128+N stopped by signal N.\n"
+      "configuration error; 3 rendezvous failure; 4 the same failure twice before any progress\n"
+      "(--crash-loop=stop); 5 this node was kept out or evicted as slow and the job ended without\n"
+      "it (--preflight, --evict-slow); 128+N stopped by signal N.\n"
       "\nDocumentation: README.md and docs/ (guide/, reference/, troubleshooting.md) in the\n"
       "source tree, installed in /usr/share/doc/ddprun by the package; `make docs` renders them\n"
       "as a site; man ddprun, ddprun-rdzv, ddp-train.\n";

@@ -473,8 +473,9 @@ constexpr FlagDef kFlags[] = {
      ApplyBool<&LaunchOptions::standalone>},
     {"evict-slow", "", true,
      "A member whose workers compute more than 20 % slower than the run's median node for 3 "
-     "reports in a row (about 15 s; the server names it either way) is closed out of the run "
-     "and a spare standing ready takes its group rank; without a spare it is only named. "
+     "reports in a row (about 15 s; the server names it either way) is set aside (its workers "
+     "stop; a spare again once it passes the preflight, see --preflight) and a spare standing "
+     "ready takes its group rank; without a spare it is only named. "
      "c10d and static rendezvous; the first agent's setting is the run's.",
      ApplyBool<&LaunchOptions::evict_slow>},
     {"preflight", "", false,
