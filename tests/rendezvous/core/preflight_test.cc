@@ -104,6 +104,65 @@ class RequalifyTest : public PreflightTest {
   std::vector<ConnId> conns_ = {1, 2, 3, 4};
 };
 
+// The etcd backend's coordinator changes: in the RunState restored from the snapshot the node
+// is still set aside (not a newcomer, not a spare), and the snapshot's median judges its next try.
+TEST(RequalifySnapshotTest, ANodeSetAsideStaysSoAcrossACoordinatorChange) {
+  FakeClock clock;
+  auto join = [](ConnId id) {
+    JoinRequest r = MakeJoin("run", std::to_string(id), 3, 3);
+    r.timeouts.preflight.enabled = true;
+    r.node.preflight_port = 4000 + static_cast<int>(id);
+    return r;
+  };
+  RunState before(join(1), clock.Now());
+  Outbox out;
+  for (ConnId c = 1; c <= 4; ++c) before.Join(c, join(c), clock.Now(), &out);
+  std::map<ConnId, int64_t> generation;
+  for (const Outgoing& o : out) {
+    if (const auto* r = std::get_if<PreflightRequest>(&o.msg)) generation[o.conn] = r->generation;
+  }
+  ASSERT_EQ(generation.size(), 4u);
+  for (ConnId c = 1; c <= 4; ++c) {
+    PreflightReport report;
+    report.generation = generation[c];
+    report.cpu_gflops = c == 3 ? 4 : 10;
+    before.Preflight(c, report, clock.Now(), &out);
+  }
+  const RunSnapshot snapshot = before.Snapshot();
+  ASSERT_TRUE(snapshot.preflight_median.has_value());
+  EXPECT_DOUBLE_EQ(snapshot.preflight_median->cpu_gflops, 10);
+
+  RunState after(join(1), clock.Now());
+  Outbox rejoined;
+  for (ConnId c = 1; c <= 4; ++c) after.Join(c + 10, join(c), clock.Now(), &rejoined);
+  rejoined.clear();
+  after.Restore(snapshot, clock.Now(), &rejoined);
+  EXPECT_EQ(Count<StandbyNotice>(rejoined), 0) << "it was told already";
+  EXPECT_EQ(Count<RestartNotice>(rejoined), 0) << "not a newcomer";
+  const RunStatus restored = after.Status();
+  EXPECT_EQ(restored.spares, 0);
+  for (const MemberStatus& m : restored.members) {
+    EXPECT_EQ(m.state, m.node_id == "3" ? "set aside" : "running") << m.node_id;
+  }
+  Outbox asked;
+  for (int second = 0; second < 30; ++second) {
+    clock.Advance(std::chrono::seconds(1));
+    for (ConnId c = 11; c <= 14; ++c) after.Heartbeat(c, clock.Now());
+    after.Tick(clock.Now(), &asked);
+  }
+  const PreflightRequest* ask = Find<PreflightRequest>(asked, 13);
+  ASSERT_NE(ask, nullptr) << "asked again by the new coordinator";
+  PreflightReport better;
+  better.generation = ask->generation;
+  better.cpu_gflops = 9.8;
+  Outbox passed;
+  after.Preflight(13, better, clock.Now(), &passed);
+  const StandbyNotice* spare = Find<StandbyNotice>(passed, 13);
+  ASSERT_NE(spare, nullptr);
+  EXPECT_EQ(spare->set_aside, "");
+  EXPECT_EQ(after.Status().spares, 1);
+}
+
 TEST_F(RequalifyTest, AKeptOutNodeMeasuresAgainAndIsASpareOnceItPasses) {
   EXPECT_EQ(Find<PreflightRequest>(Pass(std::chrono::seconds(29)), 3), nullptr);
   Outbox out = Pass(std::chrono::seconds(1));
