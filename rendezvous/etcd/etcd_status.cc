@@ -54,7 +54,11 @@ absl::StatusOr<RunStatus> QueryEtcdRunStatus(EtcdClient* client, const std::stri
     s.max_nodes = nodes[first].join().max_nodes();
   }
   std::map<std::string, std::pair<int, bool>> rank;  // node -> (group rank, in round)
-  for (const auto& m : state.members()) rank[m.node_id()] = {m.group_rank(), m.in_round()};
+  std::map<std::string, bool> set_aside;             // node -> set aside (RunState's Node)
+  for (const auto& m : state.members()) {
+    rank[m.node_id()] = {m.group_rank(), m.in_round()};
+    set_aside[m.node_id()] = !m.set_aside().empty();
+  }
   for (const auto& [id, record] : nodes) {
     MemberStatus m;
     m.node_id = id;
@@ -64,8 +68,11 @@ absl::StatusOr<RunStatus> QueryEtcdRunStatus(EtcdClient* client, const std::stri
     auto it = rank.find(id);
     const bool in_round = it != rank.end() && it->second.second;
     m.group_rank = in_round ? it->second.first : -1;
-    // Beyond a running round: a spare (RunState::Status says the same).
-    m.state = in_round ? "running" : s.phase == RunPhase::kRunning ? "spare" : "waiting";
+    // Beyond a running round: a spare, unless set aside (RunState::Status says the same).
+    m.state = in_round                        ? "running"
+              : set_aside[id]                 ? "set aside"
+              : s.phase == RunPhase::kRunning ? "spare"
+                                              : "waiting";
     if (m.state == "spare") ++s.spares;
     s.members.push_back(std::move(m));
   }
