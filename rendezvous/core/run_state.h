@@ -90,6 +90,8 @@ struct RunSnapshot {
   // The preflight's median node, when the run had a preflight: the figures a node set aside
   // must match again.
   std::optional<PreflightFigures> preflight_median;
+  // The preflight's verdicts: on etcd, what `ddprun status` shows of it (no server keeps them).
+  std::optional<PreflightSummary> preflight;
 };
 
 class RunState {

@@ -23,6 +23,7 @@ RunSnapshot RunState::Snapshot() const {
                          node.set_aside.has_value() ? node.set_aside->why : ""});
   }
   s.preflight_median = preflight_median_;
+  s.preflight = preflight_summary_;
   if (phase_ == RunPhase::kClosed) {
     s.close_status = close_status_;
   }
@@ -35,6 +36,7 @@ void RunState::Restore(const RunSnapshot& s, TimePoint now, Outbox* out) {
   preflight_round_.reset();
   if (s.round > 0) preflight_done_ = true;
   if (s.preflight_median.has_value()) preflight_median_ = s.preflight_median;
+  if (s.preflight.has_value()) preflight_summary_ = s.preflight;
   round_ = s.round;
   restarts_used_ = s.restarts_used;
   spares_used_ = s.spares_used;

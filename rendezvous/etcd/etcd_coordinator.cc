@@ -36,6 +36,7 @@ RunSnapshot FromRecord(const RunSnapshotRecord& r) {
     const auto& p = r.preflight_median();
     s.preflight_median = PreflightFigures{p.cpu_gflops(), p.send_mbps(), p.recv_mbps(), p.rtt_ms()};
   }
+  if (r.has_preflight()) s.preflight = FromProto(r.preflight());
   s.close_status = absl::Status(static_cast<absl::StatusCode>(r.close_code()), r.close_message());
   return s;
 }
@@ -379,6 +380,7 @@ std::optional<etcdserverpb::TxnRequest> EtcdCoordinator::PendingWrite() const {
       p->set_recv_mbps(s.preflight_median->recv_mbps);
       p->set_rtt_ms(s.preflight_median->rtt_ms);
     }
+    if (s.preflight.has_value()) *r.mutable_preflight() = ToProto(*s.preflight);
     r.set_close_code(static_cast<int>(s.close_status.code()));
     r.set_close_message(std::string(s.close_status.message()));
     r.set_applied_revision(applied_revision_);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "proto/etcd/records.pb.h"
 #include "rendezvous/etcd/etcd_keys.h"
+#include "rendezvous/grpc/preflight_convert.h"
 
 namespace ddprun::rendezvous {
 
@@ -39,6 +40,7 @@ absl::StatusOr<RunStatus> QueryEtcdRunStatus(EtcdClient* client, const std::stri
   s.phase = static_cast<RunPhase>(state.phase());
   s.restarts_used = state.restarts_used();
   s.spares_used = state.spares_used();
+  if (state.has_preflight()) s.preflight = FromProto(state.preflight());
   s.max_restarts = state.first().max_restarts();
   s.min_nodes = state.first().min_nodes();
   s.max_nodes = state.first().max_nodes();

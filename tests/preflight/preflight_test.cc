@@ -217,6 +217,10 @@ void PreflightIntegrationTest::ExpectASpareOnlyOncePassed(
                                    "--rdzv-endpoint=" + endpoint_of(), "--rdzv-id=pf"}),
                     {{"DDPRUN_RDZV_TOKEN", kToken}});
   status.Wait(30s);
+  EXPECT_THAT(status.out(),
+              ::testing::ContainsRegex("\n  n4  n4_[^\n]*SLOW: send [^\n]*\\(kept out: a spare"))
+      << "the preflight's verdicts\n"
+      << status.out();
   EXPECT_THAT(status.out(), ::testing::ContainsRegex("  set aside +n4 [^\n]* set aside  n4_"))
       << status.out() << status.err();
 
