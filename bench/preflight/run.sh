@@ -6,7 +6,7 @@
 # tenth of that. Three scenarios, RUNS (3) times each, medians:
 #   clean         no limit, --preflight=off: the start without a preflight;
 #   limited-off   host 4 limited, --preflight=off: the slow host trains with the others;
-#   limited-on    host 4 limited, the default preflight: it must be named and kept out (exit 5)
+#   limited-on    host 4 limited, the default preflight: it must be named and kept out (set aside)
 #                 and the spare must take its place.
 # For each: seconds from the agents' start to the first training step, and the job's steps/s
 # over its first STEPS_SECONDS (20) s of training.
