@@ -50,12 +50,9 @@ void RunState::SetAside(Node& node, const std::string& why, TimePoint now, Outbo
 }
 
 void RunState::TickSetAside(TimePoint now, Outbox* out) {
-  // Copied: a verdict may seat the node, which restarts the round and changes the set.
-  const std::vector<ConnId> due(set_aside_.begin(), set_aside_.end());
-  for (ConnId conn : due) {
-    auto it = nodes_.find(conn);
-    if (it == nodes_.end() || !it->second.set_aside.has_value()) continue;
-    Node& node = it->second;
+  // Asking and failing a try leave the set as it is (only a passed report, not a tick, seats).
+  for (ConnId conn : set_aside_) {
+    Node& node = nodes_.at(conn);
     const Node::SetAside& aside = *node.set_aside;
     if (aside.generation == 0 && now >= aside.next_try) {
       AskToRequalify(node, now, out);
