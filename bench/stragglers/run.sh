@@ -108,7 +108,10 @@ throttle_run() {
     # Its worker: the agent's child that leads a process group of its own (the agent's helpers
     # stay in its group); its threads follow it (cgroup.procs).
     for p in $(pgrep -P "$slow" || true); do
-      [ "$(ps -o pgid= -p "$p" | tr -d ' ')" = "$p" ] && echo "$p" > "$CG/cgroup.procs"
+      if [ "$(ps -o pgid= -p "$p" | tr -d ' ')" = "$p" ]; then
+        echo "$p" > "$CG/cgroup.procs"
+        echo "$(ps -o pid=,args= -p "$p")" >> "$D/throttled"
+      fi
     done
     for _ in $(seq 120); do grep -q "round 2 formed" "$D/daemon.log" && break; sample_until "$D" "$(echo "$(secs) - $T0 + 1" | bc)"; done
     t_named=$(log_time "$D" " is slow: ")
@@ -124,6 +127,10 @@ throttle_run() {
 }
 
 throttle_run throttle 30
+if [ "$t_named" = n/a ] || [ "$t_replaced" = n/a ]; then
+  echo "throttle: the throttled node was not named and replaced within 120 s (moved: $(cat "$D/throttled" 2>/dev/null || echo nothing); logs: $D)" | tee -a "$OUT/summary.txt"
+  exit 1
+fi
 REPLACED_AFTER=$(echo "$t_replaced - $t_throttle" | bc)
 {
   echo "throttle: one member's worker at 30 % of a CPU from $(printf %.1f "$t_throttle") s: named slow $(printf %.1f "$(echo "$t_named - $t_throttle" | bc)") s later, replaced by the spare (round 2 formed) $(printf %.1f "$REPLACED_AFTER") s later"

@@ -88,7 +88,7 @@ int Agent::Run() {
     }
     DrainKernelLog();
   }
-  ReportCompute();  // and every kComputeReportInterval from now on
+  ReportFigures();  // and every kFiguresReportInterval from now on
   if (ShouldDefaultOmpThreads(env_, options_.nproc_per_node)) {
     LogWarning(
         "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, to "

@@ -170,8 +170,9 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   // A worker's step report: the goodput ledger's clock of useful work, and its previous step's
   // compute time for the server's slow-node judge.
   void OnStepReport(int local_rank, const StepReport& report);
-  // Every kComputeReportInterval: the workers' compute times of the window to the rendezvous.
-  void ReportCompute();
+  // Every kFiguresReportInterval: the workers' compute times of the window and the checkpoint
+  // costs to the rendezvous.
+  void ReportFigures();
   void ReportProgress(const std::vector<LocalProgress>& progress, bool urgent);
   // --event-log-handler=console: torchrun's end-of-run events (event_log.h) on stderr.
   void WriteEventLog(int exit_code, const std::string& reason);
@@ -221,7 +222,7 @@ class Agent final : public rendezvous::RendezvousEvents, public WorkerGroup::Lis
   bool awaiting_close_ = false;  // succeeded; waiting for the server to close our stream
   int exit_code_ = kExitSuccess;
   HangMonitor hangs_;
-  ComputeTimes compute_;  // the workers' compute times since the last ReportCompute
+  ComputeTimes compute_;  // the workers' compute times since the last ReportFigures
   // What the checkpoint advice is told next (with the compute times): the longest save and the
   // latest recovery since the last report.
   rendezvous::CheckpointReport checkpoint_;

@@ -63,24 +63,23 @@ void Agent::NoteInLedger(const StepEvent& e) {
   }
 }
 
-// How often the workers' compute times go to the rendezvous: the slow-node judge names a node
-// after 3 reports in a row (SlowNodeOptions::windows), so within about 15 s.
-constexpr Duration kComputeReportInterval = std::chrono::seconds(5);
+// How often the node's figures go to the rendezvous: the slow-node judge names a node after 3
+// reports in a row (SlowNodeOptions::windows), so within about 15 s.
+constexpr Duration kFiguresReportInterval = std::chrono::seconds(5);
 
-void Agent::ReportCompute() {
-  loop_.AddTimerAfter(kComputeReportInterval, [this] { ReportCompute(); });
-  if (rendezvous_ != nullptr && group_ != nullptr && ledger_ != nullptr) {
-    checkpoint_.effective_ratio = ledger_->EffectiveRatio(std::chrono::steady_clock::now());
-    rendezvous_->ReportCheckpoint(std::exchange(checkpoint_, {}));
-  }
-  std::vector<LocalCompute> window = compute_.Take();
-  if (window.empty() || rendezvous_ == nullptr || group_ == nullptr) return;
-  std::vector<rendezvous::RankCompute> out;
-  out.reserve(window.size());
+void Agent::ReportFigures() {
+  loop_.AddTimerAfter(kFiguresReportInterval, [this] { ReportFigures(); });
+  const std::vector<LocalCompute> window = compute_.Take();  // dropped while no group runs
+  if (rendezvous_ == nullptr || group_ == nullptr) return;
+  rendezvous::NodeFigures figures;
   for (const LocalCompute& c : window) {
-    out.push_back({current_.rank_offset + c.local_rank, c.median_ms, c.steps});
+    figures.compute.push_back({current_.rank_offset + c.local_rank, c.median_ms, c.steps});
   }
-  rendezvous_->ReportCompute(out);
+  if (ledger_ != nullptr) {
+    checkpoint_.effective_ratio = ledger_->EffectiveRatio(std::chrono::steady_clock::now());
+    figures.checkpoint = std::exchange(checkpoint_, {});
+  }
+  if (!figures.empty()) rendezvous_->ReportFigures(figures);
 }
 
 void Agent::OnStepReport(int local_rank, const StepReport& report) {

@@ -28,16 +28,12 @@ void StaticRendezvous::ReportProgress(const std::vector<rendezvous::RankProgress
 
 void StaticRendezvous::ReportStep(const std::string& json) { coordinated_->ReportStep(json); }
 
-void StaticRendezvous::ReportCheckpoint(const rendezvous::CheckpointReport& report) {
-  coordinated_->ReportCheckpoint(report);
+void StaticRendezvous::ReportFigures(const rendezvous::NodeFigures& figures) {
+  coordinated_->ReportFigures(figures);
 }
 
 void StaticRendezvous::ReportPreflight(const rendezvous::PreflightReport& report) {
   coordinated_->ReportPreflight(report);
-}
-
-void StaticRendezvous::ReportCompute(const std::vector<rendezvous::RankCompute>& compute) {
-  coordinated_->ReportCompute(compute);
 }
 
 void StaticRendezvous::Leave(const std::string& reason) { coordinated_->Leave(reason); }

@@ -34,8 +34,7 @@ class StaticRendezvous final : public rendezvous::Rendezvous, rendezvous::Rendez
                         const std::optional<rendezvous::WorkerFailure>& failure) override;
   void ReportProgress(const std::vector<rendezvous::RankProgress>& progress, bool urgent) override;
   void ReportStep(const std::string& json) override;
-  void ReportCompute(const std::vector<rendezvous::RankCompute>& compute) override;
-  void ReportCheckpoint(const rendezvous::CheckpointReport& report) override;
+  void ReportFigures(const rendezvous::NodeFigures& figures) override;
   void ReportPreflight(const rendezvous::PreflightReport& report) override;
   void Leave(const std::string& reason) override;
   void StepOut(const std::string& reason) override { coordinated_->StepOut(reason); }

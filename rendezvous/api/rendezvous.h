@@ -100,6 +100,15 @@ struct RankCompute {
   int64_t steps = 0;  // steps the median covers
 };
 
+// What a node measured for the server's judges since its last report (the agent reports every
+// 5 s while its workers train), in one message: its workers' compute times for the slow-node
+// judge and its checkpoint costs for the advice (checkpoint_advice.h).
+struct NodeFigures {
+  std::vector<RankCompute> compute;  // empty: no worker reported a step since
+  CheckpointReport checkpoint;
+  bool empty() const { return compute.empty() && checkpoint.empty(); }
+};
+
 // A round ended because a worker hung somewhere: every node takes its workers' stacks before
 // stopping them. `straggler` names the rank furthest behind, job-wide ("rank 3 on n2 (step 57,
 // no progress for 12.3 s)"), when the nodes reported progress.
@@ -199,13 +208,9 @@ class Rendezvous {
   // A step of this agent's run timeline (a JSON object), for the server's status page. Best
   // effort: dropped while not connected; a backend without a page ignores it.
   virtual void ReportStep(const std::string& json) {}
-  // This node's workers' compute times since its last report (every few seconds while they
-  // train), for the server's slow-node judge. Best effort: dropped while not connected; a
-  // backend without the judge ignores it.
-  virtual void ReportCompute(const std::vector<RankCompute>& compute) {}
-  // What this node measured for the checkpoint advice since its last report (a checkpoint
-  // saved, a recovery closed, its effective training time ratio). Best effort, as above.
-  virtual void ReportCheckpoint(const CheckpointReport& report) {}
+  // What this node measured for the server's judges since its last report (NodeFigures). Best
+  // effort: dropped while not connected; a backend without the judges ignores it.
+  virtual void ReportFigures(const NodeFigures& figures) {}
   // What this node measured for the preflight it was asked for (OnPreflight). Dropped while not
   // connected: the server's deadline names a node that never reports.
   virtual void ReportPreflight(const PreflightReport& report) {}

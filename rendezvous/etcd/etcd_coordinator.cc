@@ -15,9 +15,12 @@ namespace {
 
 // The least relative move of the advised interval that is written to the advice key.
 constexpr double kAdviceMove = 0.05;
+// How often the judges' report may be rewritten: every node reports its figures every 5 s.
+constexpr Duration kReportInterval = std::chrono::seconds(5);
 
 using ddprun::proto::etcd::AgentRecord;
 using ddprun::proto::etcd::InboxRecord;
+using ddprun::proto::etcd::JudgesReport;
 using ddprun::proto::etcd::NodeRecord;
 using ddprun::proto::etcd::RunSnapshotRecord;
 
@@ -58,10 +61,30 @@ bool IsStale(const RunSnapshotRecord& snapshot, const std::vector<const mvccpb::
   return true;
 }
 
+// The judges' part of the run's status: the members the slow-node judge has figures for, and
+// the checkpoint advice.
+JudgesReport JudgesReportOf(const RunStatus& s) {
+  JudgesReport r;
+  for (const MemberStatus& m : s.members) {
+    if (m.compute_ms <= 0) continue;
+    ddprun::proto::Member* p = r.add_members();
+    p->set_node_id(m.node_id);
+    p->set_compute_ms(m.compute_ms);
+    p->set_compute_ratio(m.compute_ratio);
+    p->set_slow(m.slow);
+  }
+  if (s.checkpoint_advice) *r.mutable_checkpoint_advice() = ToProto(*s.checkpoint_advice);
+  return r;
+}
+
 }  // namespace
 
-EtcdCoordinator::EtcdCoordinator(EtcdKeys keys, std::string self_node_id, std::string epoch)
-    : keys_(std::move(keys)), self_(std::move(self_node_id)), epoch_(std::move(epoch)) {}
+EtcdCoordinator::EtcdCoordinator(EtcdKeys keys, std::string self_node_id, std::string epoch,
+                                 int64_t lease)
+    : keys_(std::move(keys)),
+      self_(std::move(self_node_id)),
+      epoch_(std::move(epoch)),
+      lease_(lease) {}
 
 void EtcdCoordinator::Rebuild(const std::vector<mvccpb::KeyValue>& kvs, int64_t revision,
                               TimePoint now) {
@@ -218,6 +241,7 @@ void EtcdCoordinator::ApplyFigures(ConnId conn, const std::string& value, TimePo
   }
   if (h.has_checkpoint()) run_->Checkpoint(conn, CheckpointFromProto(h), now);
   NoteAdvice();
+  report_due_ = true;
 }
 
 void EtcdCoordinator::NoteAdvice() {
@@ -229,6 +253,14 @@ void EtcdCoordinator::NoteAdvice() {
   const double last = advice_pending_s_.value_or(advice_written_s_);
   if (last > 0 && std::abs(advice->interval_s - last) < kAdviceMove * last) return;
   advice_pending_s_ = advice->interval_s;
+}
+
+void EtcdCoordinator::NoteReport(TimePoint now) {
+  if (!report_due_ || now < report_noted_at_ + kReportInterval) return;
+  report_due_ = false;
+  report_noted_at_ = now;
+  std::string report = JudgesReportOf(run_->Status()).SerializeAsString();
+  if (report != report_pending_.value_or(report_written_)) report_pending_ = std::move(report);
 }
 
 std::vector<EtcdCoordinator::LogLine> EtcdCoordinator::TakeLog() {
@@ -259,14 +291,21 @@ void EtcdCoordinator::Tick(TimePoint now) {
   run_->Tick(now, &out);
   if (!out.empty() || run_->phase() != before || run_->round() != round) dirty_ = true;
   Apply(out);
+  NoteReport(now);
 }
 
 std::optional<TimePoint> EtcdCoordinator::NextDeadline() const {
-  return run_ != nullptr ? run_->NextDeadline() : std::nullopt;
+  if (run_ == nullptr) return std::nullopt;
+  std::optional<TimePoint> next = run_->NextDeadline();
+  if (report_due_ && (!next || report_noted_at_ + kReportInterval < *next)) {
+    next = report_noted_at_ + kReportInterval;
+  }
+  return next;
 }
 
 void EtcdCoordinator::Apply(const Outbox& out) {
   if (run_ != nullptr) NoteAdvice();  // a failure restart recomputes it
+  report_due_ = true;                 // and the members judged may have changed
   for (const Outgoing& o : out) {
     auto it = node_by_conn_.find(o.conn);
     if (it == node_by_conn_.end()) continue;
@@ -319,7 +358,7 @@ void EtcdCoordinator::PublishLiveness(std::string record, int64_t lease) {
 }
 
 std::optional<etcdserverpb::TxnRequest> EtcdCoordinator::PendingWrite() const {
-  if (!dirty_ && !liveness_record_ && !advice_pending_s_ &&
+  if (!dirty_ && !liveness_record_ && !advice_pending_s_ && !report_pending_ &&
       std::none_of(inboxes_.begin(), inboxes_.end(),
                    [](const auto& i) { return !i.second.pending.empty(); })) {
     return std::nullopt;
@@ -345,6 +384,12 @@ std::optional<etcdserverpb::TxnRequest> EtcdCoordinator::PendingWrite() const {
     put->set_key(keys_.advice());
     put->set_value(absl::StrFormat("%.3f", *advice_pending_s_));
   }
+  if (report_pending_) {
+    auto* put = txn.add_success()->mutable_request_put();
+    put->set_key(keys_.report());
+    put->set_value(*report_pending_);
+    put->set_lease(lease_);
+  }
   for (const auto& [id, inbox] : inboxes_) {
     if (inbox.pending.empty()) continue;
     InboxRecord record;
@@ -355,7 +400,7 @@ std::optional<etcdserverpb::TxnRequest> EtcdCoordinator::PendingWrite() const {
     put->set_key(keys_.inbox(id));
     put->set_value(record.SerializeAsString());
   }
-  if (run_ != nullptr) {
+  if (run_ != nullptr && dirty_) {  // (not for a write of the advice or the report alone)
     const RunSnapshot s = run_->Snapshot();
     RunSnapshotRecord r;
     *r.mutable_first() = first_;
@@ -401,6 +446,7 @@ void EtcdCoordinator::WriteConfirmed() {
   drop_closed_mark_ = false;
   liveness_record_.reset();
   if (advice_pending_s_) advice_written_s_ = *std::exchange(advice_pending_s_, std::nullopt);
+  if (report_pending_) report_written_ = *std::exchange(report_pending_, std::nullopt);
   for (auto& [id, inbox] : inboxes_) inbox.pending.clear();
   dirty_ = false;
 }

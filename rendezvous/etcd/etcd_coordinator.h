@@ -33,8 +33,9 @@ namespace ddprun::rendezvous {
 
 class EtcdCoordinator {
  public:
-  // `epoch` names this coordinatorship (node id and lease) in the inbox records it writes.
-  EtcdCoordinator(EtcdKeys keys, std::string self_node_id, std::string epoch);
+  // `epoch` names this coordinatorship (node id and lease) in the inbox records it writes;
+  // `lease` is that lease, under which the judges' report is written (0: none).
+  EtcdCoordinator(EtcdKeys keys, std::string self_node_id, std::string epoch, int64_t lease = 0);
 
   // Builds the run from every key of the run as read at `revision`.
   void Rebuild(const std::vector<mvccpb::KeyValue>& kvs, int64_t revision, TimePoint now);
@@ -42,6 +43,7 @@ class EtcdCoordinator {
   void OnEvent(const mvccpb::Event& event, TimePoint now);
   // This agent leaves: applied directly, since its leave record goes with its lease.
   void LocalLeave(const std::string& reason, TimePoint now);
+  // The run's timers, and the judges' report when one is due.
   void Tick(TimePoint now);
   std::optional<TimePoint> NextDeadline() const;
 
@@ -88,11 +90,16 @@ class EtcdCoordinator {
   void ApplyFigures(ConnId conn, const std::string& value, TimePoint now, Outbox* out);
   // The advice key is to be written when the run's advised interval moved by 5 % or more.
   void NoteAdvice();
+  // When a report is due and kReportInterval passed since the last: the report key is to be
+  // written if the judges' report changed. Every node's figures arrive every 5 s: the report is
+  // built once for all of them (from Tick, which NextDeadline brings).
+  void NoteReport(TimePoint now);
   void Apply(const Outbox& out);
 
   const EtcdKeys keys_;
   const std::string self_;
   const std::string epoch_;
+  const int64_t lease_;
   std::unique_ptr<RunState> run_;
   ddprun::proto::Join first_;  // the run's creator
   int64_t rebuilt_at_ = 0;
@@ -116,6 +123,10 @@ class EtcdCoordinator {
   std::optional<Publication> liveness_record_;  // not yet confirmed written
   double advice_written_s_ = 0;                 // the interval the advice key holds (0: none)
   std::optional<double> advice_pending_s_;      // to write; not yet confirmed
+  std::string report_written_;                  // the JudgesReport the report key holds
+  std::optional<std::string> report_pending_;   // to write; not yet confirmed
+  bool report_due_ = false;  // figures arrived, or the run changed, since the last NoteReport
+  TimePoint report_noted_at_{};
   std::vector<LogLine> log_;
 };
 

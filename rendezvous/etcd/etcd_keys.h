@@ -11,6 +11,8 @@
 //                     message asked it to (the preflight before the first round); under its lease
 //   advice            the run's checkpoint advice, seconds of training between checkpoints
 //                     ("%.3f"), written by the coordinator when it changes
+//   report            JudgesReport: the slow-node judge's figures and the checkpoint advice in
+//                     full, for `ddprun status`; under the coordinator's lease
 //   coordinator       the coordinator's node id; under its lease (created only if absent)
 //   liveness          LivenessRecord: where the coordinator serves the liveness path; under
 //                     its lease
@@ -42,6 +44,7 @@ class EtcdKeys {
   std::string figures(absl::string_view id) const { return absl::StrCat(run_, "figures/", id); }
   std::string preflight(absl::string_view id) const { return absl::StrCat(run_, "preflight/", id); }
   std::string advice() const { return run_ + "advice"; }
+  std::string report() const { return run_ + "report"; }
   std::string coordinator() const { return run_ + "coordinator"; }
   std::string liveness() const { return run_ + "liveness"; }
   std::string state() const { return run_ + "state"; }

@@ -271,8 +271,8 @@ void EtcdRendezvous::BecomeCoordinator(int64_t revision) {
     client_->DeleteRange(del, options_.timeouts.keep_alive_interval).IgnoreError();
     return;
   }
-  coordinator_ = std::make_unique<EtcdCoordinator>(*keys_, node_.node_id,
-                                                   absl::StrCat(node_.node_id, "/", lease_));
+  coordinator_ = std::make_unique<EtcdCoordinator>(
+      *keys_, node_.node_id, absl::StrCat(node_.node_id, "/", lease_), lease_);
   std::vector<mvccpb::KeyValue> kvs(read->kvs().begin(), read->kvs().end());
   coordinator_->Rebuild(kvs, revision, Now());
   LogInfo(
@@ -548,17 +548,9 @@ void EtcdRendezvous::ReportProgress(const std::vector<RankProgress>& progress, b
   });
 }
 
-void EtcdRendezvous::ReportCompute(const std::vector<RankCompute>& compute) {
-  loop_->Post([this, compute] {
-    PutUnderLease(keys_->figures(node_.node_id), ToProto(compute).SerializeAsString());
-  });
-}
-
-void EtcdRendezvous::ReportCheckpoint(const CheckpointReport& report) {
-  ddprun::proto::Heartbeat figures;
-  *figures.mutable_checkpoint() = ToProto(report);
+void EtcdRendezvous::ReportFigures(const NodeFigures& figures) {
   loop_->Post([this, figures] {
-    PutUnderLease(keys_->figures(node_.node_id), figures.SerializeAsString());
+    PutUnderLease(keys_->figures(node_.node_id), ToProto(figures).SerializeAsString());
   });
 }
 

@@ -8,6 +8,7 @@
 #include "proto/etcd/records.pb.h"
 #include "rendezvous/etcd/etcd_keys.h"
 #include "rendezvous/grpc/preflight_convert.h"
+#include "rendezvous/grpc/proto_convert.h"
 
 namespace ddprun::rendezvous {
 
@@ -23,12 +24,15 @@ absl::StatusOr<RunStatus> QueryEtcdRunStatus(EtcdClient* client, const std::stri
     return absl::NotFoundError(absl::StrCat("no run '", run_id, "' under ", prefix, " in etcd"));
   }
   proto::etcd::RunSnapshotRecord state;
+  proto::etcd::JudgesReport judges;
   std::map<std::string, proto::etcd::NodeRecord> nodes;
   std::map<std::string, int64_t> arrival;
   for (const auto& kv : read->kvs()) {
     std::string id;
     if (kv.key() == keys.state()) {
       state.ParseFromString(kv.value());
+    } else if (kv.key() == keys.report()) {
+      judges.ParseFromString(kv.value());
     } else if (keys.Parse(kv.key(), "nodes", &id)) {
       nodes[id].ParseFromString(kv.value());
       arrival[id] = kv.create_revision();
@@ -41,6 +45,9 @@ absl::StatusOr<RunStatus> QueryEtcdRunStatus(EtcdClient* client, const std::stri
   s.restarts_used = state.restarts_used();
   s.spares_used = state.spares_used();
   if (state.has_preflight()) s.preflight = FromProto(state.preflight());
+  if (judges.has_checkpoint_advice()) s.checkpoint_advice = FromProto(judges.checkpoint_advice());
+  std::map<std::string, const proto::Member*> judged;  // node -> its compute figures
+  for (const auto& m : judges.members()) judged[m.node_id()] = &m;
   s.max_restarts = state.first().max_restarts();
   s.min_nodes = state.first().min_nodes();
   s.max_nodes = state.first().max_nodes();
@@ -76,6 +83,12 @@ absl::StatusOr<RunStatus> QueryEtcdRunStatus(EtcdClient* client, const std::stri
               : s.phase == RunPhase::kRunning ? "spare"
                                               : "waiting";
     if (m.state == "spare") ++s.spares;
+    if (auto j = judged.find(id); in_round && j != judged.end()) {
+      m.compute_ms = j->second->compute_ms();
+      m.compute_ratio = j->second->compute_ratio();
+      m.slow = j->second->slow();
+      if (m.slow) ++s.slow_nodes;
+    }
     s.members.push_back(std::move(m));
   }
   std::sort(s.members.begin(), s.members.end(), [&](const MemberStatus& a, const MemberStatus& b) {

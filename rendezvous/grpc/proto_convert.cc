@@ -126,9 +126,10 @@ proto::Heartbeat ToProto(const std::vector<RankProgress>& progress) {
   return h;
 }
 
-proto::Heartbeat ToProto(const std::vector<RankCompute>& compute) {
+proto::Heartbeat ToProto(const NodeFigures& figures) {
   proto::Heartbeat h;
-  for (const RankCompute& c : compute) {
+  if (!figures.checkpoint.empty()) *h.mutable_checkpoint() = ToProto(figures.checkpoint);
+  for (const RankCompute& c : figures.compute) {
     proto::RankCompute* out = h.add_compute();
     out->set_rank(c.rank);
     out->set_compute_ms(c.compute_ms);
@@ -390,6 +391,34 @@ proto::ServerMessage ToProto(const Outgoing& out) {
   return m;
 }
 
+proto::CheckpointAdviceStatus ToProto(const CheckpointAdvice& a) {
+  proto::CheckpointAdviceStatus p;
+  p.set_interval_s(a.interval_s);
+  p.set_mtbf_s(a.mtbf_s);
+  p.set_failures(a.failures);
+  p.set_trained_s(a.trained_s);
+  p.set_prior(a.prior);
+  p.set_save_s(a.save_s);
+  p.set_recovery_s(a.recovery_s);
+  p.set_predicted_ratio(a.predicted_ratio);
+  if (a.measured_ratio.has_value()) p.set_measured_ratio(*a.measured_ratio);
+  return p;
+}
+
+CheckpointAdvice FromProto(const proto::CheckpointAdviceStatus& p) {
+  CheckpointAdvice a;
+  a.interval_s = p.interval_s();
+  a.mtbf_s = p.mtbf_s();
+  a.failures = p.failures();
+  a.trained_s = p.trained_s();
+  a.prior = p.prior();
+  a.save_s = p.save_s();
+  a.recovery_s = p.recovery_s();
+  a.predicted_ratio = p.predicted_ratio();
+  if (p.has_measured_ratio()) a.measured_ratio = p.measured_ratio();
+  return a;
+}
+
 void ToProto(const RunStatus& s, proto::StatusResponse* r) {
   r->set_run_id(s.run_id);
   r->set_round(s.round);
@@ -402,18 +431,7 @@ void ToProto(const RunStatus& s, proto::StatusResponse* r) {
   r->set_spares(s.spares);
   r->set_spares_used(s.spares_used);
   r->set_slow_nodes(s.slow_nodes);
-  if (const std::optional<CheckpointAdvice>& a = s.checkpoint_advice) {
-    proto::CheckpointAdviceStatus* p = r->mutable_checkpoint_advice();
-    p->set_interval_s(a->interval_s);
-    p->set_mtbf_s(a->mtbf_s);
-    p->set_failures(a->failures);
-    p->set_trained_s(a->trained_s);
-    p->set_prior(a->prior);
-    p->set_save_s(a->save_s);
-    p->set_recovery_s(a->recovery_s);
-    p->set_predicted_ratio(a->predicted_ratio);
-    if (a->measured_ratio.has_value()) p->set_measured_ratio(*a->measured_ratio);
-  }
+  if (s.checkpoint_advice) *r->mutable_checkpoint_advice() = ToProto(*s.checkpoint_advice);
   if (s.preflight.has_value()) *r->mutable_preflight() = ToProto(*s.preflight);
   for (const MemberStatus& m : s.members) {
     proto::Member* p = r->add_members();
@@ -445,14 +463,7 @@ RunStatus FromProto(const proto::StatusResponse& r) {
   s.spares = r.spares();
   s.spares_used = r.spares_used();
   s.slow_nodes = r.slow_nodes();
-  if (r.has_checkpoint_advice()) {
-    const proto::CheckpointAdviceStatus& p = r.checkpoint_advice();
-    CheckpointAdvice a{p.interval_s(), p.mtbf_s(),          p.failures(),
-                       p.trained_s(),  p.prior(),           p.save_s(),
-                       p.recovery_s(), p.predicted_ratio(), std::nullopt};
-    if (p.has_measured_ratio()) a.measured_ratio = p.measured_ratio();
-    s.checkpoint_advice = a;
-  }
+  if (r.has_checkpoint_advice()) s.checkpoint_advice = FromProto(r.checkpoint_advice());
   if (r.has_preflight()) s.preflight = FromProto(r.preflight());
   for (const proto::Member& m : r.members()) {
     MemberStatus member{m.node_id(),    m.hostname(),       m.addr(),

@@ -33,8 +33,9 @@ ResumeClaim FromProto(const proto::Resume& p);
 Assignment FromProto(const proto::Assignment& a);
 WorkerFailure FromProto(const proto::WorkerFailure& f);
 std::vector<RankProgress> FromProto(const proto::Heartbeat& h);
-// A heartbeat's compute times (RankCompute), and the heartbeat that carries only them.
-proto::Heartbeat ToProto(const std::vector<RankCompute>& compute);
+// The heartbeat that carries a node's figures (compute times and checkpoint costs), and its
+// compute times (RankCompute).
+proto::Heartbeat ToProto(const NodeFigures& figures);
 std::vector<RankCompute> ComputeFromProto(const proto::Heartbeat& h);
 // The checkpoint advice's figures a heartbeat carries (empty when none).
 CheckpointReport CheckpointFromProto(const proto::Heartbeat& h);
@@ -53,6 +54,8 @@ JoinRequest FromProto(const proto::Join& join, const RunTimeouts& defaults,
                       const std::string& peer_host);
 proto::ServerMessage ToProto(const Outgoing& out);
 void ToProto(const RunStatus& status, proto::StatusResponse* response);
+proto::CheckpointAdviceStatus ToProto(const CheckpointAdvice& advice);
+CheckpointAdvice FromProto(const proto::CheckpointAdviceStatus& advice);
 // Client side of the status query: the inverse of ToProto above (an unknown phase reads as
 // joining).
 RunStatus FromProto(const proto::StatusResponse& response);

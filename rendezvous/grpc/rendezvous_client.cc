@@ -187,20 +187,11 @@ void RendezvousClient::ReportStep(const std::string& json) {
   });
 }
 
-void RendezvousClient::ReportCompute(const std::vector<RankCompute>& compute) {
-  loop_->Post([this, compute] {
+void RendezvousClient::ReportFigures(const NodeFigures& figures) {
+  loop_->Post([this, figures] {
     if (!machine_.MaySendStep() || call_ == nullptr) return;
     proto::AgentMessage m;
-    *m.mutable_heartbeat() = ToProto(compute);
-    call_->Send(std::move(m));
-  });
-}
-
-void RendezvousClient::ReportCheckpoint(const CheckpointReport& report) {
-  loop_->Post([this, report] {
-    if (!machine_.MaySendStep() || call_ == nullptr) return;
-    proto::AgentMessage m;
-    *m.mutable_heartbeat()->mutable_checkpoint() = ToProto(report);
+    *m.mutable_heartbeat() = ToProto(figures);
     call_->Send(std::move(m));
   });
 }

@@ -30,8 +30,8 @@
 // (rendezvous/client/connection_state.h); this class is its I/O: the gRPC stream, the timers,
 // the probes, the agent's events.
 //
-// Thread-safety: Join, ReportGroupState, ReportProgress, ReportStep, ReportCompute,
-// ReportCheckpoint, ReportPreflight, Leave, StepOut and StepIn may be called from any thread; they
+// Thread-safety: Join, ReportGroupState, ReportProgress, ReportStep, ReportFigures,
+// ReportPreflight, Leave, StepOut and StepIn may be called from any thread; they
 // post to the client's own LoopThread, which owns all other state (gRPC reactor callbacks only post
 // to it too). RendezvousEvents are delivered on the agent's Executor. After Leave() returns, or
 // once the client is destroyed, no event reaches the agent.
@@ -79,8 +79,7 @@ class RendezvousClient final : public Rendezvous {
                         const std::optional<WorkerFailure>& failure) override;
   void ReportProgress(const std::vector<RankProgress>& progress, bool urgent) override;
   void ReportStep(const std::string& json) override;
-  void ReportCompute(const std::vector<RankCompute>& compute) override;
-  void ReportCheckpoint(const CheckpointReport& report) override;
+  void ReportFigures(const NodeFigures& figures) override;
   void ReportPreflight(const PreflightReport& report) override;
   void Leave(const std::string& reason) override;
   // A leave on the stream (the server closes it), then silence; StepIn joins as a new node

@@ -166,14 +166,11 @@ class GrpcRendezvousImpl final : public GrpcRendezvous {
     client_->ReportProgress(progress, urgent);
   }
   void ReportStep(const std::string& json) override { client_->ReportStep(json); }
-  void ReportCheckpoint(const rendezvous::CheckpointReport& report) override {
-    client_->ReportCheckpoint(report);
+  void ReportFigures(const rendezvous::NodeFigures& figures) override {
+    client_->ReportFigures(figures);
   }
   void ReportPreflight(const rendezvous::PreflightReport& report) override {
     client_->ReportPreflight(report);
-  }
-  void ReportCompute(const std::vector<rendezvous::RankCompute>& compute) override {
-    client_->ReportCompute(compute);
   }
   void Leave(const std::string& reason) override { client_->Leave(reason); }
   void StepOut(const std::string& reason) override { client_->StepOut(reason); }
@@ -330,11 +327,8 @@ class EtcdRendezvousImpl final : public GrpcRendezvous {
   void ReportProgress(const std::vector<rendezvous::RankProgress>& progress, bool urgent) override {
     impl_->ReportProgress(progress, urgent);
   }
-  void ReportCompute(const std::vector<rendezvous::RankCompute>& compute) override {
-    impl_->ReportCompute(compute);
-  }
-  void ReportCheckpoint(const rendezvous::CheckpointReport& report) override {
-    impl_->ReportCheckpoint(report);
+  void ReportFigures(const rendezvous::NodeFigures& figures) override {
+    impl_->ReportFigures(figures);
   }
   void ReportPreflight(const rendezvous::PreflightReport& report) override {
     impl_->ReportPreflight(report);

@@ -102,15 +102,19 @@ class CheckpointAdviceTest : public ::testing::Test {
     return *agents_.back();
   }
 
-  std::string StatusJson() {
-    Subprocess status({BinPath("ddprun"), "status", "--json",
-                       "--rdzv-endpoint=" + daemon_->endpoint(), "--rdzv-id=advice"},
-                      {{"DDPRUN_RDZV_TOKEN", kToken}});
+  // `ddprun status --json` of the run, from ddprun-rdzv or, given its endpoint, etcd.
+  std::string StatusJson(const std::string& etcd_endpoint = "") {
+    Subprocess status(
+        {BinPath("ddprun"), "status", "--json",
+         etcd_endpoint.empty() ? "--rdzv-backend=c10d" : "--rdzv-backend=etcd",
+         "--rdzv-endpoint=" + (etcd_endpoint.empty() ? daemon_->endpoint() : etcd_endpoint),
+         "--rdzv-id=advice"},
+        {{"DDPRUN_RDZV_TOKEN", kToken}});
     status.Wait(30s);
     return status.out();
   }
-  std::optional<Advice> CurrentAdvice() {
-    const std::string json = StatusJson();
+  std::optional<Advice> CurrentAdvice(const std::string& etcd_endpoint = "") {
+    const std::string json = StatusJson(etcd_endpoint);
     const size_t at = json.find("\"checkpoint_advice\"");
     if (at == std::string::npos) return std::nullopt;
     const std::string advice = json.substr(at);
@@ -120,12 +124,13 @@ class CheckpointAdviceTest : public ::testing::Test {
     a.failures = static_cast<int>(NumberAfter(advice, "failures").value_or(-1));
     return a;
   }
-  // Waits until the advice counts `failures` failures.
-  std::optional<Advice> WaitForAdvice(int failures, std::chrono::seconds limit) {
+  // Waits until the advice `ddprun status` shows counts `failures` failures.
+  std::optional<Advice> WaitForAdvice(int failures, std::chrono::seconds limit,
+                                      const std::string& etcd_endpoint = "") {
     std::optional<Advice> seen;
     WaitUntil(
         [&] {
-          seen = CurrentAdvice();
+          seen = CurrentAdvice(etcd_endpoint);
           return seen.has_value() && seen->failures == failures;
         },
         limit);
@@ -207,7 +212,7 @@ std::vector<double> AdviceLogged(const std::string& log) {
 // The etcd backend: the agent that coordinates the run computes the advice from the figures every
 // agent puts at its figures/ key, and writes it to the run's advice key, which every agent
 // watches. Both agents learn it (the coordinator from its own write), a failure shortens it, and
-// the workers follow it.
+// the workers follow it. `ddprun status` shows it in full (the coordinator's report key).
 TEST_F(CheckpointAdviceTest, OnEtcdTheCoordinatorPublishesTheAdviceToEveryAgent) {
   if (const std::string why = testing::EtcdCluster::Unavailable(); !why.empty())
     GTEST_SKIP() << why;
@@ -222,6 +227,10 @@ TEST_F(CheckpointAdviceTest, OnEtcdTheCoordinatorPublishesTheAdviceToEveryAgent)
   const double before = AdviceLogged(first.err()).front();
   std::cout << "no failure: every " << before << " s\n";
   EXPECT_GT(before, 0);
+  const std::optional<Advice> shown = WaitForAdvice(0, 30s, etcd.endpoints());
+  ASSERT_TRUE(shown.has_value()) << StatusJson(etcd.endpoints());
+  EXPECT_GE(shown->mtbf_s, 600) << "the prior, and the time trained";
+  EXPECT_GT(shown->interval_s, 0);
 
   ASSERT_NO_FATAL_FAILURE(KillWorkerOf(first));
   // The agents log the advice again once it moved by a fifth: the failure halves the MTBF.
@@ -233,6 +242,9 @@ TEST_F(CheckpointAdviceTest, OnEtcdTheCoordinatorPublishesTheAdviceToEveryAgent)
       90s))
       << Logs();
   std::cout << "after a failure: every " << AdviceLogged(second.err()).back() << " s\n";
+  const std::optional<Advice> after = WaitForAdvice(1, 30s, etcd.endpoints());
+  ASSERT_TRUE(after.has_value()) << StatusJson(etcd.endpoints());
+  EXPECT_LT(after->mtbf_s, shown->mtbf_s);
   ASSERT_TRUE(WaitUntil([&] { return Logs().find("as ddprun advises") != std::string::npos; }, 60s))
       << Logs();
 }

@@ -3,6 +3,7 @@
 // what the first one wrote.
 #include "rendezvous/etcd/etcd_coordinator.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -238,45 +239,78 @@ TEST_F(EtcdCoordinatorTest, NewCoordinatorAppliesStatusWrittenAfterTheLastState)
 // The figures agents put at their figures/ keys (issue 41): compute times reach the run's
 // slow-node judge, whose verdict goes to the coordinator's log, and save times the checkpoint
 // advice, written to the run's advice key with the next write, and again only when it moved.
+// What the judges make of it goes to the report key (`ddprun status` reads it), under the
+// coordinator's lease, at most every 5 s; neither rewrites the run's durable state.
 TEST_F(EtcdCoordinatorTest, FiguresReachTheJudgeAndTheAdviceGoesToTheAdviceKey) {
-  EtcdCoordinator c(keys_, "1", "1/7");
+  EtcdCoordinator c(keys_, "1", "1/7", 7);
   c.Rebuild(store_.All(), store_.revision(), now_);
   for (const std::string id : {"1", "2", "3"}) JoinNode(c, id, 3, 3);
   Write(c);
+  // The keys the write after a tick puts, and the lease of its report.
+  auto written = [&](int64_t* report_lease = nullptr) {
+    c.Tick(now_);
+    std::optional<etcdserverpb::TxnRequest> txn = c.PendingWrite();
+    std::vector<std::string> keys;
+    if (!txn.has_value()) return keys;
+    for (const auto& op : txn->success()) {
+      keys.push_back(op.request_put().key());
+      if (op.request_put().key() == keys_.report() && report_lease != nullptr) {
+        *report_lease = op.request_put().lease();
+      }
+    }
+    store_.Apply(*txn);
+    c.WriteConfirmed();
+    return keys;
+  };
   for (int report = 0; report < 3; ++report) {
     now_ += std::chrono::seconds(5);
     for (int node = 1; node <= 3; ++node) {
-      const std::vector<RankCompute> compute = {{node - 1, node == 3 ? 90.0 : 30.0, 100}};
+      NodeFigures figures;
+      figures.compute = {{node - 1, node == 3 ? 90.0 : 30.0, 100}};
       c.OnEvent(
-          store_.Put(keys_.figures(std::to_string(node)), ToProto(compute).SerializeAsString()),
+          store_.Put(keys_.figures(std::to_string(node)), ToProto(figures).SerializeAsString()),
           now_);
     }
+    int64_t lease = 0;
+    EXPECT_THAT(written(&lease), ::testing::ElementsAre(keys_.report()))
+        << "figures change no durable state: the report alone, once per 5 s";
+    EXPECT_EQ(lease, 7);
   }
   const std::vector<EtcdCoordinator::LogLine> log = c.TakeLog();
   ASSERT_EQ(log.size(), 1u);
   EXPECT_TRUE(log[0].warning);
   EXPECT_EQ(log[0].text.rfind("run 'run': node 3 is slow: ", 0), 0u) << log[0].text;
   EXPECT_TRUE(c.TakeLog().empty());
-  EXPECT_FALSE(c.PendingWrite().has_value()) << "figures alone change no durable state";
+  proto::etcd::JudgesReport judged;
+  ASSERT_TRUE(judged.ParseFromString(store_.value(keys_.report())));
+  ASSERT_EQ(judged.members_size(), 3) << judged.DebugString();
+  for (const proto::Member& m : judged.members()) {
+    EXPECT_EQ(m.slow(), m.node_id() == "3") << judged.DebugString();
+    EXPECT_DOUBLE_EQ(m.compute_ms(), m.node_id() == "3" ? 90.0 : 30.0);
+  }
+  EXPECT_FALSE(judged.has_checkpoint_advice()) << "no save time yet";
 
   now_ += std::chrono::seconds(60);
-  CheckpointReport saved;
-  saved.save_s = 2;
-  proto::Heartbeat figures;
-  *figures.mutable_checkpoint() = ToProto(saved);
-  c.OnEvent(store_.Put(keys_.figures("2"), figures.SerializeAsString()), now_);
-  Write(c);
-  ASSERT_TRUE(store_.has(keys_.advice()));
+  NodeFigures saved;
+  saved.checkpoint.save_s = 2;
+  const std::string figures = ToProto(saved).SerializeAsString();
+  c.OnEvent(store_.Put(keys_.figures("2"), figures), now_);
+  EXPECT_THAT(written(), ::testing::UnorderedElementsAre(keys_.advice(), keys_.report()));
   const double advised = std::stod(store_.value(keys_.advice()));
   EXPECT_GT(advised, 0);
-  c.OnEvent(store_.Put(keys_.figures("2"), figures.SerializeAsString()), now_);
-  EXPECT_FALSE(c.PendingWrite().has_value()) << "the same advice is not written again";
+  ASSERT_TRUE(judged.ParseFromString(store_.value(keys_.report())));
+  EXPECT_NEAR(judged.checkpoint_advice().interval_s(), advised, 0.001);
+  EXPECT_DOUBLE_EQ(judged.checkpoint_advice().save_s(), 2);
+  c.OnEvent(store_.Put(keys_.figures("2"), figures), now_);
+  EXPECT_THAT(written(), ::testing::IsEmpty()) << "the same advice is not written again";
   now_ += std::chrono::seconds(1);  // a little more trained: the interval moves under 5 %
-  c.OnEvent(store_.Put(keys_.figures("2"), figures.SerializeAsString()), now_);
-  EXPECT_FALSE(c.PendingWrite().has_value()) << "nor one that barely moved";
+  c.OnEvent(store_.Put(keys_.figures("2"), figures), now_);
+  EXPECT_THAT(written(), ::testing::IsEmpty()) << "nor one that barely moved, within 5 s";
+  ASSERT_TRUE(c.NextDeadline().has_value());
+  EXPECT_LE(*c.NextDeadline(), now_ + std::chrono::seconds(4)) << "the report due then";
   now_ += std::chrono::seconds(600);  // much more trained: a longer MTBF, a longer interval
-  c.OnEvent(store_.Put(keys_.figures("2"), figures.SerializeAsString()), now_);
-  Write(c);
+  c.OnEvent(store_.Put(keys_.figures("2"), figures), now_);
+  EXPECT_THAT(written(), ::testing::UnorderedElementsAre(keys_.advice(), keys_.report()));
   EXPECT_GT(std::stod(store_.value(keys_.advice())), 1.05 * advised);
 }
 
