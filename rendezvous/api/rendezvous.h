@@ -152,6 +152,9 @@ struct ResumeClaim {
   // A member of last.round whose agent is known to be gone (the host of an embedded server
   // that failed over): a recovering server settles without waiting a lease for it.
   std::optional<int> gone_group_rank;
+  // What the server said when it set this node aside (StandbyNotice::set_aside); empty: it did
+  // not, or the node took a place since. A server that lost the run keeps it out all the same.
+  std::string set_aside;
 
   // What a reported group state makes of the claim's group (the client and a recovering server
   // both keep a claim current with the group statuses they see).

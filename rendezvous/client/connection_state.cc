@@ -242,6 +242,7 @@ ClientActions ConnectionStateMachine::OnServerWord(uint64_t generation, const Se
       break;
     }
     case ServerWord::Kind::kStandby: {
+      claim_.set_aside = word.standby.set_aside;  // a plain standby: a spare again
       ClientAction a(ClientAction::Type::kStandby);
       a.standby = word.standby;
       Do(std::move(a));
@@ -310,6 +311,7 @@ void ConnectionStateMachine::OnAssigned(const ServerWord& word) {
   claim_.restarts_used = std::max(claim_.restarts_used, a.restart_count);
   claim_.group = ResumeClaim::Group::kRunning;
   claim_.failure.reset();
+  claim_.set_aside.clear();
   ClientAction assigned(ClientAction::Type::kAssigned);
   assigned.assignment = a;
   Do(std::move(assigned));

@@ -123,6 +123,17 @@ void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outb
   joined.succeeds_node_id = request.node.formerly_node_id;
   out->push_back({conn, std::move(joined)});
 
+  if (request.resume.has_value() && !request.resume->set_aside.empty() &&
+      set_aside_ids_.count(request.node.node_id) == 0) {
+    // Set aside by a server that lost the run since (it restarted, or this one succeeded the
+    // agent that hosted it): still out, and no claimant of the run's recovery. This server can
+    // judge it again only with the preflight's figures; without them it is closed as evicted.
+    SetAside(nodes_.at(conn),
+             absl::StrCat("set aside before the rendezvous server lost the run (it said: ",
+                          request.resume->set_aside, ")"),
+             now, out);
+    return;
+  }
   if (request.resume.has_value()) {
     // A run this server has formed no round of, and an agent that knows one: the server lost
     // the run (it restarted). Rebuild it from the agents that come back.

@@ -227,6 +227,7 @@ proto::Resume ToProto(const ResumeClaim& c) {
   p.mutable_last()->clear_successors();  // the server that reads the claim makes its own
   if (c.gone_group_rank) p.set_gone_group_rank(*c.gone_group_rank);
   p.set_restarts_used(c.restarts_used);
+  p.set_set_aside(c.set_aside);
   switch (c.group) {
     case ResumeClaim::Group::kWaiting:
       p.set_group(proto::Resume::WAITING);
@@ -250,6 +251,7 @@ ResumeClaim FromProto(const proto::Resume& p) {
   c.last = FromProto(p.last());
   c.restarts_used = p.restarts_used();
   if (p.has_gone_group_rank()) c.gone_group_rank = p.gone_group_rank();
+  c.set_aside = p.set_aside();
   switch (p.group()) {
     case proto::Resume::RUNNING:
       c.group = ResumeClaim::Group::kRunning;

@@ -209,6 +209,22 @@ TEST_F(SlowNodeTest, WithEvictSlowASpareTakesTheThrottledNodesPlace) {
   EXPECT_THAT(status, ::testing::ContainsRegex(
                           absl::StrCat("  set aside  [^\n]*set aside  [^\n]*_", slow.pid(), "_")))
       << status;
+
+  // ddprun-rdzv crashes and comes back on its port without state. The members re-register and
+  // their round goes on; the set-aside node's claim says it was set aside, and the new server,
+  // with no preflight figures to judge it by again, ends it as evicted (exit 5), no spare.
+  const int port = daemon_->port();
+  daemon_->Kill();
+  daemon_ = std::make_unique<testing::RdzvDaemon>(kToken, "127.0.0.1", nullptr, port);
+  ASSERT_FALSE(daemon_->endpoint().empty()) << daemon_->error();
+  const std::optional<testing::ExitStatus> ended = slow.Wait(60s);
+  ASSERT_TRUE(ended.has_value()) << slow.err() << "\n--- the new server:\n" << Log();
+  EXPECT_EQ(ended->exit_code, 5) << slow.err();
+  EXPECT_THAT(slow.err(), HasSubstr("set aside before the rendezvous server lost the run (it "
+                                    "said: this node was evicted from the run as slow"))
+      << slow.err();
+  ASSERT_TRUE(WaitForLog("': round 2 goes on: ", 60s)) << Log();
+  EXPECT_THAT(Log(), ::testing::Not(HasSubstr("round 3 formed"))) << "the round went on";
 }
 
 // Ordinary noise names nobody (the acceptance; bench/stragglers/run.sh runs it for 300 s):

@@ -423,6 +423,29 @@ TEST(ConnectionStateTest, AReRegistrationClaimsWhatTheNodeKnowsOfItsLastRound) {
   EXPECT_EQ(d.m().claim().group, ResumeClaim::Group::kWaiting);
 }
 
+// Issue 41: a node the server set aside says so when it re-registers (a server that lost the
+// run must not take it for a spare); a plain standby or a place in a round ends that.
+TEST(ConnectionStateTest, AReRegistrationClaimsThatTheNodeIsSetAside) {
+  Driver d;
+  d.Join(1, 4);
+  d.Joined();
+  d.Assigned(3, kMembers);
+  ServerWord aside;
+  aside.kind = ServerWord::Kind::kStandby;
+  aside.standby = StandbyNotice{3, 3, -1, "this node was evicted from the run as slow"};
+  d.Say(aside);
+  ASSERT_TRUE(d.Has(Type::kStandby));
+  EXPECT_EQ(d.m().claim().set_aside, "this node was evicted from the run as slow");
+  ServerWord spare;
+  spare.kind = ServerWord::Kind::kStandby;
+  spare.standby = StandbyNotice{3, 3, 0, ""};  // passed the preflight again
+  d.Say(spare);
+  EXPECT_EQ(d.m().claim().set_aside, "");
+  d.Say(aside);
+  d.Assigned(4, kMembers);
+  EXPECT_EQ(d.m().claim().set_aside, "");
+}
+
 // ---- The first join ----
 
 TEST(ConnectionStateTest, AJoinBrokenBeforeItsAcknowledgementIsRetriedWithinItsBudget) {

@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rendezvous/api/eviction.h"
 #include "rendezvous/core/server_state.h"
 #include "tests/rendezvous/core/state_fixture.h"
 #include "tests/rendezvous/core/state_test_util.h"
@@ -69,6 +70,30 @@ TEST_F(RunStateRecoveryTest, ASpareBackAfterAServerRestartStaysASpareAndFillsAHo
   EXPECT_EQ(Find<Assignment>(lost, 4)->group_rank, 1);
   EXPECT_EQ(Find<Assignment>(lost, 3)->group_rank, 2);
   EXPECT_EQ(Status().spares_used, 1);
+}
+
+// Issue 41: a node set aside (evicted as slow in round 3, not yet requalified) re-registers
+// with a server that lost the run. It is not a claimant (its old round would settle the
+// recovery at once), and not a spare: the new server has no preflight figures to judge it by,
+// so it is closed as evicted. The members' round goes on.
+TEST_F(RunStateRecoveryTest, ANodeSetAsideBeforeAServerRestartIsNoSpareAfterIt) {
+  JoinRequest aside = Claim(4, 3, 1, Group::kWaiting);
+  aside.resume->set_aside = "this node was evicted from the run as slow (--evict-slow): ...";
+  Join(1, Claim(1, 4, 0));
+  Outbox out = Join(4, aside);
+  const CloseNotice* closed = Find<CloseNotice>(out, 4);
+  ASSERT_NE(closed, nullptr);
+  EXPECT_TRUE(IsEvictedStop(closed->status)) << closed->status;
+  EXPECT_THAT(std::string(closed->status.message()),
+              HasSubstr("set aside before the rendezvous server lost the run (it said: this node "
+                        "was evicted from the run as slow"));
+  EXPECT_EQ(Status().phase, RunPhase::kRecovering) << "its claim settles nothing";
+  Join(2, Claim(2, 4, 1));
+  out = Join(3, Claim(3, 4, 2));
+  EXPECT_EQ(Count<ResumedNotice>(out), 3);
+  EXPECT_EQ(Count<RestartNotice>(out), 0);
+  EXPECT_EQ(Status().spares, 0);
+  EXPECT_EQ(Status().members.size(), 3u);
 }
 
 TEST_F(RunStateRecoveryTest, EveryMemberBackTheRoundGoesOnWithoutRestartOrBudget) {

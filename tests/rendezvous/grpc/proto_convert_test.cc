@@ -253,6 +253,9 @@ TEST(ProtoConvertTest, AssignmentRoundTrips) {
   ResumeClaim claim;
   claim.last = a;
   EXPECT_EQ(ToProto(claim).last().successors_size(), 0);
+  EXPECT_EQ(FromProto(ToProto(claim)).set_aside, "");
+  claim.set_aside = "kept out by the preflight";
+  EXPECT_EQ(FromProto(ToProto(claim)).set_aside, "kept out by the preflight");
 }
 
 }  // namespace
