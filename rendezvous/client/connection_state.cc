@@ -242,6 +242,11 @@ ClientActions ConnectionStateMachine::OnServerWord(uint64_t generation, const Se
       break;
     }
     case ServerWord::Kind::kStandby: {
+      // A spare, or set aside: no workers either way (a node set aside had its stopped).
+      if (claim_.group != ResumeClaim::Group::kWaiting) {
+        claim_.group = ResumeClaim::Group::kWaiting;
+        waiting_since_ = now;
+      }
       claim_.set_aside = word.standby.set_aside;  // a plain standby: a spare again
       ClientAction a(ClientAction::Type::kStandby);
       a.standby = word.standby;

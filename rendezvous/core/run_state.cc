@@ -123,15 +123,10 @@ void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outb
   joined.succeeds_node_id = request.node.formerly_node_id;
   out->push_back({conn, std::move(joined)});
 
-  if (request.resume.has_value() && !request.resume->set_aside.empty() &&
-      set_aside_ids_.count(request.node.node_id) == 0) {
-    // Set aside by a server that lost the run since (it restarted, or this one succeeded the
-    // agent that hosted it): still out, and no claimant of the run's recovery. This server can
-    // judge it again only with the preflight's figures; without them it is closed as evicted.
-    SetAside(nodes_.at(conn),
-             absl::StrCat("set aside before the rendezvous server lost the run (it said: ",
-                          request.resume->set_aside, ")"),
-             now, out);
+  if (std::optional<std::string> why = StillSetAside(request)) {
+    // Back, it still has to pass the preflight; no claimant of a recovery either (the round it
+    // claims, if any, went on without it).
+    SetAside(nodes_.at(conn), *why, now, out);
     return;
   }
   if (request.resume.has_value()) {
@@ -145,11 +140,6 @@ void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outb
     AnswerUnknownClaim(nodes_.at(conn), *request.resume, out);
   }
   if (phase_ == RunPhase::kRecovering) return;  // newcomers wait for the run to settle
-  if (auto aside = set_aside_ids_.find(request.node.node_id); aside != set_aside_ids_.end()) {
-    // Set aside before its connection was lost: back, it still has to pass the preflight.
-    SetAside(nodes_.at(conn), aside->second, now, out);
-    return;
-  }
   if (preflight_round_.has_value()) {
     // A spare arriving with the members: measured before it may take a place.
     const Node& added = nodes_.at(conn);
@@ -160,12 +150,17 @@ void RunState::Join(ConnId conn, const JoinRequest& request, TimePoint now, Outb
   Seat(conn, absl::StrCat(who, " joined"), Cause::kNodeJoined, now, out);
 }
 
+bool RunState::SeatTakesAPlace() const {
+  // Scale up: the world is below max, so the node gets in by restarting the round. A round
+  // where some node already succeeded is finishing; the node waits instead.
+  return phase_ == RunPhase::kJoining ||
+         (members_in_round() < max_nodes_ && succeeded_in_round_ == 0);
+}
+
 void RunState::Seat(ConnId conn, const std::string& why, Cause cause, TimePoint now, Outbox* out) {
   if (phase_ == RunPhase::kJoining) {
     MaybeFormRound(now, out);
-  } else if (members_in_round() < max_nodes_ && succeeded_in_round_ == 0) {
-    // Scale up: the world is below max, so the node gets in by restarting the round. A round
-    // where some node already succeeded is finishing; the node waits instead.
+  } else if (SeatTakesAPlace()) {
     RestartRound(why, cause, RestartKind::kFree, std::nullopt, now, out);
   } else {
     // The round is full (or finishing): the node waits as a spare, last in the order.

@@ -218,6 +218,10 @@ class RunState {
   void SetAside(Node& node, const std::string& why, TimePoint now, Outbox* out);
   // The run has the figures a node set aside must match again.
   bool CanRequalify() const;
+  // Why a joining node is still set aside, if it is: this run set it aside before its
+  // connection was lost (under its id or, rejoining as a new node, its former one), or a server
+  // that lost the run since did (its claim says so).
+  std::optional<std::string> StillSetAside(const JoinRequest& request) const;
   // Time passed for the nodes set aside: asks the ones due to measure again, fails the tries
   // past their deadline.
   void TickSetAside(TimePoint now, Outbox* out);
@@ -229,6 +233,9 @@ class RunState {
   // A node that may take a place (a newcomer, or one that requalified): in a forming round, a
   // round below max_nodes (restarted for it), or as the last spare.
   void Seat(ConnId conn, const std::string& who, Cause cause, TimePoint now, Outbox* out);
+  // Whether Seat gives the node a place (in a forming round, or one restarted for it) rather
+  // than a spare's wait.
+  bool SeatTakesAPlace() const;
   // Closes `conn`'s node, named slow (`standing`: the judge's figures), out of the run; a free
   // restart gives its group rank to a spare.
   void EvictSlow(ConnId conn, const NodeComputeStanding& standing, TimePoint now, Outbox* out);

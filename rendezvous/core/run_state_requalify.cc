@@ -29,6 +29,20 @@ bool RunState::CanRequalify() const {
   return timeouts_.preflight.enabled && preflight_median_.has_value();
 }
 
+std::optional<std::string> RunState::StillSetAside(const JoinRequest& request) const {
+  for (const std::string& id : {request.node.node_id, request.node.formerly_node_id}) {
+    auto it = set_aside_ids_.find(id);
+    if (!id.empty() && it != set_aside_ids_.end()) return it->second;
+  }
+  if (request.resume.has_value() && !request.resume->set_aside.empty()) {
+    // A server that restarted, or succeeded the agent that hosted the run: it has no preflight
+    // figures, and closes the node as evicted (SetAside).
+    return absl::StrCat("this node was set aside before it re-registered (the server said then: ",
+                        request.resume->set_aside, ")");
+  }
+  return std::nullopt;
+}
+
 void RunState::SetAside(Node& node, const std::string& why, TimePoint now, Outbox* out) {
   if (!CanRequalify()) {
     out->push_back({node.conn, CloseNotice{EvictedStop(why)}});
@@ -113,6 +127,12 @@ void RunState::Requalify(Node& node, const PreflightReport& report, TimePoint no
   set_aside_ids_.erase(node.info.node_id);
   set_aside_.erase(node.conn);
   node.set_aside.reset();
+  if (SeatTakesAPlace()) {
+    // Told at once that it is set aside no more, before the assignment of the round that forms
+    // or restarts for it: until then its re-registration would still claim it set aside. (Seat
+    // tells a node that waits as a spare itself.)
+    out->push_back({node.conn, StandbyNotice{round_, members_in_round(), 0}});
+  }
   Seat(node.conn, absl::StrCat(Describe(node), " passed the preflight again"), Cause::kNodeJoined,
        now, out);
 }

@@ -304,8 +304,8 @@ std::optional<TimePoint> EtcdCoordinator::NextDeadline() const {
 }
 
 void EtcdCoordinator::Apply(const Outbox& out) {
-  if (run_ != nullptr) NoteAdvice();  // a failure restart recomputes it
-  report_due_ = true;                 // and the members judged may have changed
+  if (run_ != nullptr) NoteAdvice();     // a failure restart recomputes it
+  if (!out.empty()) report_due_ = true;  // and the members judged may have changed
   for (const Outgoing& o : out) {
     auto it = node_by_conn_.find(o.conn);
     if (it == node_by_conn_.end()) continue;

@@ -34,8 +34,8 @@ namespace ddprun::rendezvous {
 class EtcdCoordinator {
  public:
   // `epoch` names this coordinatorship (node id and lease) in the inbox records it writes;
-  // `lease` is that lease, under which the judges' report is written (0: none).
-  EtcdCoordinator(EtcdKeys keys, std::string self_node_id, std::string epoch, int64_t lease = 0);
+  // `lease` is that lease, under which the judges' report is written.
+  EtcdCoordinator(EtcdKeys keys, std::string self_node_id, std::string epoch, int64_t lease);
 
   // Builds the run from every key of the run as read at `revision`.
   void Rebuild(const std::vector<mvccpb::KeyValue>& kvs, int64_t revision, TimePoint now);

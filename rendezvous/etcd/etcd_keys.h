@@ -4,9 +4,9 @@
 //   inbox/<node_id>   InboxRecord: the coordinator's messages to the agent
 //   progress/<node_id> Heartbeat: its workers' last signs of life (hang detection on); under
 //                     the agent's lease
-//   figures/<node_id> Heartbeat: its workers' compute times or its checkpoint costs, as the
-//                     agent measured them last (the slow-node judge, the checkpoint advice);
-//                     under the agent's lease
+//   figures/<node_id> Heartbeat: its workers' compute times and its checkpoint costs, as the
+//                     agent measured them last (the slow-node judge, the checkpoint advice), one
+//                     put every 5 s; under the agent's lease
 //   preflight/<node_id> PreflightReport: what the node measured when the coordinator's inbox
 //                     message asked it to (the preflight before the first round); under its lease
 //   advice            the run's checkpoint advice, seconds of training between checkpoints

@@ -81,7 +81,7 @@ class EtcdRendezvous final : public Rendezvous {
                         const std::optional<WorkerFailure>& failure) override;
   void ReportProgress(const std::vector<RankProgress>& progress, bool urgent) override;
   // The slow-node judge's and the checkpoint advice's figures (an agent sends them every 5 s):
-  // each a put of this node's figures/ key, which the coordinator watches.
+  // one put of this node's figures/ key, which the coordinator watches.
   void ReportFigures(const NodeFigures& figures) override;
   // What this node measured in the preflight: a put of its preflight/ key.
   void ReportPreflight(const PreflightReport& report) override;

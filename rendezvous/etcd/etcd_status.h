@@ -1,5 +1,6 @@
 // The status of a run of the etcd rendezvous (for `ddprun status --rdzv-backend=etcd`), read
-// from etcd in one range read: the coordinator's last written state and the live node keys.
+// from etcd in one range read: the coordinator's last written state, the live node keys, and
+// its judges' report (each member's compute figures, the checkpoint advice).
 #ifndef DDPRUN_RENDEZVOUS_ETCD_ETCD_STATUS_H_
 #define DDPRUN_RENDEZVOUS_ETCD_ETCD_STATUS_H_
 

@@ -220,8 +220,8 @@ TEST_F(SlowNodeTest, WithEvictSlowASpareTakesTheThrottledNodesPlace) {
   const std::optional<testing::ExitStatus> ended = slow.Wait(60s);
   ASSERT_TRUE(ended.has_value()) << slow.err() << "\n--- the new server:\n" << Log();
   EXPECT_EQ(ended->exit_code, 5) << slow.err();
-  EXPECT_THAT(slow.err(), HasSubstr("set aside before the rendezvous server lost the run (it "
-                                    "said: this node was evicted from the run as slow"))
+  EXPECT_THAT(slow.err(), HasSubstr("this node was set aside before it re-registered (the "
+                                    "server said then: this node was evicted from the run as slow"))
       << slow.err();
   ASSERT_TRUE(WaitForLog("': round 2 goes on: ", 60s)) << Log();
   EXPECT_THAT(Log(), ::testing::Not(HasSubstr("round 3 formed"))) << "the round went on";

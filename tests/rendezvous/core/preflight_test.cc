@@ -193,6 +193,7 @@ TEST_F(RequalifyTest, AKeptOutNodeMeasuresAgainAndIsASpareOnceItPasses) {
   ASSERT_NE(spare, nullptr);
   EXPECT_EQ(spare->set_aside, "") << "a spare now";
   EXPECT_EQ(spare->position, 0);
+  EXPECT_EQ(Count<StandbyNotice>(out), 1) << "told once";
   EXPECT_EQ(Count<Assignment>(out), 0) << "the round is full: nobody restarts for a spare";
   EXPECT_THAT(state_.TakeRunLog(),
               Contains(HasSubstr("node 3 (host-3) passed the preflight again: cpu 9.5 GFLOP/s")));
@@ -224,6 +225,16 @@ TEST_F(RequalifyTest, ANodeThatPassesIsTakenIntoARoundThatLacksIt) {
   const Assignment* a = Find<Assignment>(out, 3);
   ASSERT_NE(a, nullptr) << "passed, it completes the round";
   EXPECT_EQ(a->group_world_size, 3);
+  // Told first that it is set aside no more: a re-registration before the assignment (a server
+  // lost meanwhile) claims it a spare, not set aside.
+  const auto told = std::find_if(out.begin(), out.end(), [](const Outgoing& o) {
+    return o.conn == 3 && std::holds_alternative<StandbyNotice>(o.msg);
+  });
+  ASSERT_NE(told, out.end());
+  EXPECT_EQ(std::get<StandbyNotice>(told->msg).set_aside, "");
+  EXPECT_TRUE(std::any_of(told, out.end(), [](const Outgoing& o) {
+    return o.conn == 3 && std::holds_alternative<Assignment>(o.msg);
+  })) << "the assignment after it";
 }
 
 TEST_F(RequalifyTest, ANodeSetAsideThatReconnectsIsStillSetAside) {
@@ -235,6 +246,16 @@ TEST_F(RequalifyTest, ANodeSetAsideThatReconnectsIsStillSetAside) {
   const StandbyNotice* aside = Find<StandbyNotice>(out, 5);
   ASSERT_NE(aside, nullptr);
   EXPECT_THAT(aside->set_aside, HasSubstr("kept out by the preflight"));
+  EXPECT_EQ(Status().spares, 0);
+  // Rejoining as a new node (after fencing) names its former id: still set aside.
+  state_.StreamBroken(5, clock_.Now());
+  JoinRequest renamed = MakeJoin("run", "3-again", 3, 3);
+  renamed.timeouts.preflight.enabled = true;
+  renamed.node.formerly_node_id = "3";
+  const Outbox rejoined = Join(6, renamed);
+  const StandbyNotice* still = Find<StandbyNotice>(rejoined, 6);
+  ASSERT_NE(still, nullptr);
+  EXPECT_THAT(still->set_aside, HasSubstr("kept out by the preflight"));
   EXPECT_EQ(Status().spares, 0);
 }
 

@@ -85,8 +85,8 @@ TEST_F(RunStateRecoveryTest, ANodeSetAsideBeforeAServerRestartIsNoSpareAfterIt) 
   ASSERT_NE(closed, nullptr);
   EXPECT_TRUE(IsEvictedStop(closed->status)) << closed->status;
   EXPECT_THAT(std::string(closed->status.message()),
-              HasSubstr("set aside before the rendezvous server lost the run (it said: this node "
-                        "was evicted from the run as slow"));
+              HasSubstr("this node was set aside before it re-registered (the server said then: "
+                        "this node was evicted from the run as slow"));
   EXPECT_EQ(Status().phase, RunPhase::kRecovering) << "its claim settles nothing";
   Join(2, Claim(2, 4, 1));
   out = Join(3, Claim(3, 4, 2));
@@ -94,6 +94,22 @@ TEST_F(RunStateRecoveryTest, ANodeSetAsideBeforeAServerRestartIsNoSpareAfterIt) 
   EXPECT_EQ(Count<RestartNotice>(out), 0);
   EXPECT_EQ(Status().spares, 0);
   EXPECT_EQ(Status().members.size(), 3u);
+}
+
+// The same node first, with the claim an agent from before this fix sent (its last round,
+// running; its group rank now the spare's): without the check it would start the recovery and
+// contradict the member that holds that rank.
+TEST_F(RunStateRecoveryTest, ANodeSetAsideComingBackFirstIsNoClaimantOfTheRecovery) {
+  JoinRequest aside = Claim(4, 4, 1);
+  aside.resume->set_aside = "this node was kept out by the preflight: send 97 Mbit/s";
+  const Outbox first = Join(4, aside);
+  ASSERT_NE(Find<CloseNotice>(first, 4), nullptr);
+  EXPECT_TRUE(IsEvictedStop(Find<CloseNotice>(first, 4)->status));
+  Join(1, Claim(1, 4, 0));
+  Join(2, Claim(2, 4, 1));
+  const Outbox out = Join(3, Claim(3, 4, 2));
+  EXPECT_EQ(Count<ResumedNotice>(out), 3);
+  EXPECT_EQ(Count<RestartNotice>(out), 0);
 }
 
 TEST_F(RunStateRecoveryTest, EveryMemberBackTheRoundGoesOnWithoutRestartOrBudget) {

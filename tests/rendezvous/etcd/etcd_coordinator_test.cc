@@ -140,7 +140,7 @@ class EtcdCoordinatorTest : public ::testing::Test {
 };
 
 TEST_F(EtcdCoordinatorTest, JoinsFormARoundWrittenToEachInbox) {
-  EtcdCoordinator c(keys_, "1", "1/7");
+  EtcdCoordinator c(keys_, "1", "1/7", 7);
   c.Rebuild(store_.All(), store_.revision(), now_);
   JoinNode(c, "1", 2, 2);
   JoinNode(c, "2", 2, 2);
@@ -157,13 +157,13 @@ TEST_F(EtcdCoordinatorTest, JoinsFormARoundWrittenToEachInbox) {
 }
 
 TEST_F(EtcdCoordinatorTest, NewCoordinatorContinuesTheRunAndLosesTheDeadOne) {
-  EtcdCoordinator first(keys_, "1", "1/7");
+  EtcdCoordinator first(keys_, "1", "1/7", 7);
   first.Rebuild(store_.All(), store_.revision(), now_);
   for (const std::string id : {"1", "2", "3"}) JoinNode(first, id, 2, 3);
   Write(first);
   // Node 1, the coordinator, dies: its keys go with its lease. Node 2 takes over.
   store_.Delete(keys_.node("1"));
-  EtcdCoordinator second(keys_, "2", "2/8");
+  EtcdCoordinator second(keys_, "2", "2/8", 8);
   second.Rebuild(store_.All(), store_.revision(), now_);
   Write(second);
   // A failure: survivors restarted (round 1 over), a new round of 2 formed (last call is 2 s).
@@ -189,14 +189,14 @@ TEST_F(EtcdCoordinatorTest, NewCoordinatorContinuesTheRunAndLosesTheDeadOne) {
 // next coordinator takes the spare into its rank at once, the survivor keeps its own, and the
 // restart says a spare was used.
 TEST_F(EtcdCoordinatorTest, ASpareStaysASpareAcrossACoordinatorChangeAndTakesTheLostRank) {
-  EtcdCoordinator first(keys_, "1", "1/7");
+  EtcdCoordinator first(keys_, "1", "1/7", 7);
   first.Rebuild(store_.All(), store_.revision(), now_);
   for (const std::string id : {"1", "2", "3"}) JoinNode(first, id, 2, 2);
   Write(first);
   ASSERT_TRUE(Inbox(store_, keys_, "3").back().has_standby());
   EXPECT_EQ(Inbox(store_, keys_, "3").back().standby().members(), 2);
   store_.Delete(keys_.node("1"));  // the coordinator, group rank 0, dies
-  EtcdCoordinator second(keys_, "2", "2/8");
+  EtcdCoordinator second(keys_, "2", "2/8", 8);
   second.Rebuild(store_.All(), store_.revision(), now_);
   Write(second);
   auto m2 = Inbox(store_, keys_, "2"), m3 = Inbox(store_, keys_, "3");
@@ -212,7 +212,7 @@ TEST_F(EtcdCoordinatorTest, ASpareStaysASpareAcrossACoordinatorChangeAndTakesThe
 }
 
 TEST_F(EtcdCoordinatorTest, NewCoordinatorAppliesStatusWrittenAfterTheLastState) {
-  EtcdCoordinator first(keys_, "1", "1/7");
+  EtcdCoordinator first(keys_, "1", "1/7", 7);
   first.Rebuild(store_.All(), store_.revision(), now_);
   JoinNode(first, "1", 2, 2);
   JoinNode(first, "2", 2, 2);
@@ -226,7 +226,7 @@ TEST_F(EtcdCoordinatorTest, NewCoordinatorAppliesStatusWrittenAfterTheLastState)
   EXPECT_TRUE(Inbox(store_, keys_, "1").back().has_close());
   store_.Put(keys_.status("2"), ok.SerializeAsString());
   store_.Delete(keys_.node("1"));  // node 1 leaves (its lease revoked)
-  EtcdCoordinator second(keys_, "2", "2/8");
+  EtcdCoordinator second(keys_, "2", "2/8", 8);
   second.Rebuild(store_.All(), store_.revision(), now_);
   Write(second);
   auto msgs = Inbox(store_, keys_, "2");
@@ -262,8 +262,7 @@ TEST_F(EtcdCoordinatorTest, FiguresReachTheJudgeAndTheAdviceGoesToTheAdviceKey) 
     c.WriteConfirmed();
     return keys;
   };
-  for (int report = 0; report < 3; ++report) {
-    now_ += std::chrono::seconds(5);
+  auto report_figures = [&] {
     for (int node = 1; node <= 3; ++node) {
       NodeFigures figures;
       figures.compute = {{node - 1, node == 3 ? 90.0 : 30.0, 100}};
@@ -271,11 +270,18 @@ TEST_F(EtcdCoordinatorTest, FiguresReachTheJudgeAndTheAdviceGoesToTheAdviceKey) 
           store_.Put(keys_.figures(std::to_string(node)), ToProto(figures).SerializeAsString()),
           now_);
     }
+  };
+  for (int report = 0; report < 3; ++report) {
+    now_ += std::chrono::seconds(5);
+    report_figures();
     int64_t lease = 0;
     EXPECT_THAT(written(&lease), ::testing::ElementsAre(keys_.report()))
         << "figures change no durable state: the report alone, once per 5 s";
     EXPECT_EQ(lease, 7);
   }
+  now_ += std::chrono::seconds(5);
+  report_figures();
+  EXPECT_THAT(written(), ::testing::IsEmpty()) << "the same standings: the report is unchanged";
   const std::vector<EtcdCoordinator::LogLine> log = c.TakeLog();
   ASSERT_EQ(log.size(), 1u);
   EXPECT_TRUE(log[0].warning);
@@ -318,7 +324,7 @@ TEST_F(EtcdCoordinatorTest, FiguresReachTheJudgeAndTheAdviceGoesToTheAdviceKey) 
 // node, in its inbox, to measure; the reports at the nodes' preflight/ keys let it form, and the
 // verdicts go to the coordinator's log, a line a node.
 TEST_F(EtcdCoordinatorTest, ThePreflightAsksInTheInboxesAndTheReportsFormTheRound) {
-  EtcdCoordinator c(keys_, "1", "1/7");
+  EtcdCoordinator c(keys_, "1", "1/7", 7);
   c.Rebuild(store_.All(), store_.revision(), now_);
   for (int node = 1; node <= 3; ++node) JoinNodeWithPreflight(c, node, 3, 3);
   Write(c);
@@ -341,7 +347,7 @@ TEST_F(EtcdCoordinatorTest, ThePreflightAsksInTheInboxesAndTheReportsFormTheRoun
 // are closed: nobody would report, the round would wait for the deadline and then keep nodes
 // out for it). The spare takes the lost rank at once.
 TEST_F(EtcdCoordinatorTest, ANewCoordinatorPastTheFirstRoundRunsNoPreflight) {
-  EtcdCoordinator first(keys_, "1", "1/7");
+  EtcdCoordinator first(keys_, "1", "1/7", 7);
   first.Rebuild(store_.All(), store_.revision(), now_);
   for (int node = 1; node <= 4; ++node) JoinNodeWithPreflight(first, node, 3, 3);
   Write(first);
@@ -353,7 +359,7 @@ TEST_F(EtcdCoordinatorTest, ANewCoordinatorPastTheFirstRoundRunsNoPreflight) {
   ASSERT_TRUE(Inbox(store_, keys_, "4").back().has_standby()) << "node 4 waits as a spare";
   (void)first.TakeLog();
   store_.Delete(keys_.node("1"));  // the coordinator's node is lost with its lease
-  EtcdCoordinator second(keys_, "2", "2/8");
+  EtcdCoordinator second(keys_, "2", "2/8", 8);
   second.Rebuild(store_.All(), store_.revision(), now_);
   Write(second);
   for (const std::string id : {"2", "3", "4"}) {
@@ -367,7 +373,7 @@ TEST_F(EtcdCoordinatorTest, ANewCoordinatorPastTheFirstRoundRunsNoPreflight) {
 }
 
 TEST_F(EtcdCoordinatorTest, StateOfAnEarlierJobWhoseAgentsAllDiedIsIgnored) {
-  EtcdCoordinator old(keys_, "1", "1/7");
+  EtcdCoordinator old(keys_, "1", "1/7", 7);
   old.Rebuild(store_.All(), store_.revision(), now_);
   JoinNode(old, "1", 2, 2);
   JoinNode(old, "2", 2, 2);
@@ -382,7 +388,7 @@ TEST_F(EtcdCoordinatorTest, StateOfAnEarlierJobWhoseAgentsAllDiedIsIgnored) {
   store_.Delete(keys_.node("2"));
   // A new job with the same run id: its agents 3 and 4 join.
   store_.Put(keys_.node("3"), NodeValue("3", 2, 2));
-  EtcdCoordinator c(keys_, "3", "3/9");
+  EtcdCoordinator c(keys_, "3", "3/9", 9);
   c.Rebuild(store_.All(), store_.revision(), now_);
   JoinNode(c, "4", 2, 2);
   Write(c);
@@ -395,7 +401,7 @@ TEST_F(EtcdCoordinatorTest, StateOfAnEarlierJobWhoseAgentsAllDiedIsIgnored) {
 
 TEST_F(EtcdCoordinatorTest, EventsBeforeTheRebuildRevisionAreIgnored) {
   const mvccpb::Event early = store_.Put(keys_.node("1"), NodeValue("1", 1, 2));
-  EtcdCoordinator c(keys_, "1", "1/7");
+  EtcdCoordinator c(keys_, "1", "1/7", 7);
   c.Rebuild(store_.All(), store_.revision(), now_);
   Write(c);
   c.OnEvent(early, now_);  // a watch that started earlier delivers it again
@@ -429,7 +435,7 @@ class EtcdCoordinatorLivenessTest : public EtcdCoordinatorTest {
 };
 
 TEST_F(EtcdCoordinatorLivenessTest, EveryNodeButTheCoordinatorIsHeardAndAMemberJudgedBySilence) {
-  EtcdCoordinator c(keys_, "1", "1/7");
+  EtcdCoordinator c(keys_, "1", "1/7", 7);
   EXPECT_FALSE(c.liveness().has_value()) << "no run yet";
   StartWithASpare(c);
   ASSERT_TRUE(c.liveness().has_value());
@@ -447,7 +453,7 @@ TEST_F(EtcdCoordinatorLivenessTest, EveryNodeButTheCoordinatorIsHeardAndAMemberJ
 }
 
 TEST_F(EtcdCoordinatorLivenessTest, ASilentMemberIsClosedAndTheSpareTakesItsGroupRank) {
-  EtcdCoordinator c(keys_, "1", "1/7");
+  EtcdCoordinator c(keys_, "1", "1/7", 7);
   StartWithASpare(c);
   const int rank = Inbox(store_, keys_, "2").back().assignment().group_rank();
   const auto member = Watched(c, IndexOf("2"));
@@ -467,7 +473,7 @@ TEST_F(EtcdCoordinatorLivenessTest, ASilentMemberIsClosedAndTheSpareTakesItsGrou
 }
 
 TEST_F(EtcdCoordinatorLivenessTest, TheLivenessRecordIsWrittenUnderTheGivenLease) {
-  EtcdCoordinator c(keys_, "1", "1/7");
+  EtcdCoordinator c(keys_, "1", "1/7", 7);
   StartWithASpare(c);
   c.PublishLiveness("record", 77);
   auto txn = c.PendingWrite();
