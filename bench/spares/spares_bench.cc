@@ -80,6 +80,7 @@ SpareClusterOptions JobOptions(const Options& o, bool in_process, const std::str
   // ones lose live nodes on this shared 2-core machine.
   c.keep_alive_interval_s = 0.5;
   c.keep_alive_max_attempt = 4;
+  c.preflight = "";  // ddprun's default (auto: on), as a user runs it
   c.steps_per_epoch = 100;
   // Enough steps for every fault: the gap, the recovery and the next spare's start each.
   c.epochs = std::max(2, (o.faults * (o.gap_steps + 40) + 60) / c.steps_per_epoch + 1);

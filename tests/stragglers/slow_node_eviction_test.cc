@@ -56,6 +56,7 @@ class SlowNodeEvictionTest : public ::testing::Test {
     // nodes train on this host's two cores, came out 0.74x-0.81x of the first preflight's
     // median with a build beside it, and what this case judges is the eviction.
     o.extra_rdzv_conf = "requalify_interval=1";
+    o.preflight = "on";  // the evicted node passes it again before it is a spare
     o.preflight_margin = "1";
     o.dir = dir_.File(tag);
     o.run_id = tag;

@@ -212,6 +212,7 @@ std::vector<std::string> SpareCluster::AgentArgv(int host) const {
       options_.in_process ? "--restart-mode=in-process" : "--restart-mode=cold"};
   if (options_.in_process) argv.push_back("--preload=native");
   if (options_.evict_slow) argv.push_back("--evict-slow");
+  if (!options_.preflight.empty()) argv.push_back("--preflight=" + options_.preflight);
   if (!options_.preflight_margin.empty()) {
     argv.push_back("--preflight-margin=" + options_.preflight_margin);
   }

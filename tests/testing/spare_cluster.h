@@ -63,7 +63,11 @@ struct SpareClusterOptions {
   std::string extra_rdzv_conf;           // appended to --rdzv-conf, e.g. "liveness=on"
   std::string first_spare_health_check;  // --health-check of the first spare ("": none)
   bool evict_slow = false;               // --evict-slow: a node named slow is replaced
-  std::string preflight_margin;          // --preflight-margin ("": the default)
+  // --preflight=VALUE ("": ddprun's default, auto, as the bench runs it). Off for the tests that
+  // are not about it: a GEMM measured beside the other hosts of a shared 2-core VM can read 0.65x
+  // the median, and a node the preflight keeps out is a spare the test no longer has.
+  std::string preflight = "off";
+  std::string preflight_margin;  // --preflight-margin ("": the default)
   // Set: the agents are this torchrun (2.x) instead of ddprun, its c10d rendezvous hosted by host
   // 2's agent (server must be kBuiltIn); rounds and group ranks come from its INFO log.
   std::string torchrun;

@@ -1,14 +1,17 @@
 // Issue 40, point 4 (docs/design.md, "Fencing"): a host frozen whole (SIGSTOP of every process
 // in its namespace: agent and workers stop together, as in a frozen VM) is given up, the run
-// goes on without it, and when it wakes (SIGCONT) its workers commit nothing before they stop:
-// their local lease (DDPRUN_LEASE_FD) ran out while they slept. Hosts are network namespaces
-// (tests/testing/net_hosts.h); root only, skipped otherwise like the other multi-host tests.
+// goes on without it, and when it wakes (SIGCONT) its workers decide no commit before they stop:
+// their local lease (DDPRUN_LEASE_FD) ran out while they slept. (A commit whose lease check came
+// before the freeze may finish on waking; the check is the commit's decision.) Hosts are network
+// namespaces (tests/testing/net_hosts.h); root only, skipped otherwise like the other multi-host
+// tests.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <regex>
@@ -67,6 +70,9 @@ TEST(FenceTest, AFrozenHostWakesCommitsNothingAndWaitsAsASpare) {
         hosts.On(host,
                  {BinPath("ddprun"), "--rdzv-backend=c10d", "--rdzv-endpoint=" + daemon->endpoint(),
                   "--nnodes=1:2", "--nproc-per-node=1", "--max-restarts=3", "--rdzv-id=frozen",
+                  // Not about the preflight: a GEMM beside the other hosts of a shared VM can
+                  // read 0.68x the median, and the node it keeps out is the spare this needs.
+                  "--preflight=off",
                   "--rdzv-conf=keep_alive_interval=1,keep_alive_max_attempt=2,"
                   "last_call_timeout=0.2",
                   "--no-python", testing::SystemPython(),
@@ -102,7 +108,8 @@ TEST(FenceTest, AFrozenHostWakesCommitsNothingAndWaitsAsASpare) {
                CountMatches(text, "step host=n\\d restart=1 world=2") > 20;
       },
       20s))
-      << ReadFile(log);
+      << ReadFile(log) << "\n--- ddprun-rdzv:\n"
+      << daemon->error();
   const std::string pointer = dir.File("ckpt-" + name);
   const std::string pointer_before = ReadFile(pointer);
   const size_t log_before = ReadFile(log).size();
@@ -115,16 +122,22 @@ TEST(FenceTest, AFrozenHostWakesCommitsNothingAndWaitsAsASpare) {
     if (pid != woken_agent->pid()) others.push_back(pid);
   }
   ASSERT_LT(others.size(), pids.size()) << "the agent is not among the host's processes";
+  // A worker stopped between its lease check and its writes finishes that commit when it wakes:
+  // decided before the freeze, not after. What the lease forbids is a commit decided after the
+  // wake (a step whose check, "checked=NS" on CLOCK_MONOTONIC like steady_clock, is later).
+  const int64_t woken_at = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
   SignalAll(others, SIGCONT);
-  const bool worker_acted = WaitUntil(
+  const bool worker_stopped = WaitUntil(
       [&] {
         const std::string after = ReadFile(log).substr(log_before);
-        return after.find("step host=" + name + " ") != std::string::npos ||
-               after.find("lease-expired host=" + name + " ") != std::string::npos;
+        return after.find("lease-expired host=" + name + " ") != std::string::npos;
       },
       10s);
   kill(woken_agent->pid(), SIGCONT);
-  ASSERT_TRUE(worker_acted) << "the woken worker neither committed nor stopped";
+  ASSERT_TRUE(worker_stopped) << "the woken worker did not stop on its expired lease\n"
+                              << ReadFile(log).substr(log_before);
 
   // The woken agent learns it was given up and rejoins as a new node; the round is full, so it
   // waits (a spare).
@@ -140,9 +153,22 @@ TEST(FenceTest, AFrozenHostWakesCommitsNothingAndWaitsAsASpare) {
       },
       20s));
   const std::string after = ReadFile(log).substr(log_before);
-  EXPECT_EQ(CountMatches(after, "step host=" + name + " "), 0) << after << woken_agent->err();
+  const std::regex woken_step("step host=" + name + " [^\n]* checked=(\\d+)");
+  int in_flight = 0;
+  for (std::sregex_iterator it(after.begin(), after.end(), woken_step), end; it != end; ++it) {
+    EXPECT_LT(std::stoll((*it)[1].str()), woken_at) << "a commit decided after the wake\n" << after;
+    ++in_flight;
+  }
+  EXPECT_LE(in_flight, 1) << after << woken_agent->err();
   EXPECT_EQ(CountMatches(after, "lease-expired host=" + name + " "), 1) << after;
-  EXPECT_EQ(ReadFile(pointer), pointer_before) << "the woken host replaced its checkpoint";
+  const std::string pointer_after = ReadFile(pointer);
+  if (pointer_after != pointer_before) {  // only the commit in flight at the freeze may land
+    std::smatch checked;
+    ASSERT_TRUE(std::regex_search(pointer_after, checked, std::regex("checked=(\\d+)")))
+        << pointer_after;
+    EXPECT_EQ(in_flight, 1) << pointer_after;
+    EXPECT_LT(std::stoll(checked[1].str()), woken_at) << "the woken host replaced its checkpoint";
+  }
 
   std::vector<std::string> status_argv = {BinPath("ddprun"), "status", "--rdzv-id=frozen",
                                           "--rdzv-endpoint=" + daemon->endpoint()};
